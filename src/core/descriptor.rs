@@ -1,0 +1,156 @@
+//! Capability descriptors: the one normalised shape every source is mapped into.
+//!
+//! A descriptor is what capdex knows about one capability (a tool, a skill, an
+//! extension, a channel, ...). Sources (manifests, registrations, catalogs) are
+//! normalised into it; everything downstream (embedding text, index, graph,
+//! tiers) reads only this type.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What kind of capability a descriptor describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapabilityKind {
+    Tool,
+    Skill,
+    Extension,
+    Channel,
+    Voice,
+    Productivity,
+    EmergentTool,
+}
+
+impl CapabilityKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [CapabilityKind; 7] = [
+        CapabilityKind::Tool,
+        CapabilityKind::Skill,
+        CapabilityKind::Extension,
+        CapabilityKind::Channel,
+        CapabilityKind::Voice,
+        CapabilityKind::Productivity,
+        CapabilityKind::EmergentTool,
+    ];
+
+    /// Returns the wire spelling of the kind (`tool`, `emergent-tool`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapabilityKind::Tool => "tool",
+            CapabilityKind::Skill => "skill",
+            CapabilityKind::Extension => "extension",
+            CapabilityKind::Channel => "channel",
+            CapabilityKind::Voice => "voice",
+            CapabilityKind::Productivity => "productivity",
+            CapabilityKind::EmergentTool => "emergent-tool",
+        }
+    }
+
+    /// Parses the wire spelling; `None` for anything else.
+    ///
+    /// # Examples
+    /// ```
+    /// use capdex::core::descriptor::CapabilityKind;
+    /// assert_eq!(CapabilityKind::parse("skill"), Some(CapabilityKind::Skill));
+    /// assert_eq!(CapabilityKind::parse("gadget"), None);
+    /// ```
+    pub fn parse(text: &str) -> Option<CapabilityKind> {
+        CapabilityKind::ALL.into_iter().find(|kind| kind.as_str() == text)
+    }
+}
+
+impl fmt::Display for CapabilityKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a descriptor came from, so Tier 2 content can be traced back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum SourceRef {
+    /// A CAPABILITY.yaml manifest on disk.
+    #[serde(rename_all = "camelCase")]
+    Manifest { manifest_path: String },
+    /// Registered by an agent runtime over the bus.
+    #[serde(rename_all = "camelCase")]
+    Registration { registered_by: String },
+    /// Built into capdex itself (for example `tool:echo`).
+    Builtin,
+}
+
+/// The normalised description of one capability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityDescriptor {
+    pub id: String,
+    pub kind: CapabilityKind,
+    pub name: String,
+    pub display_name: String,
+    pub description: String,
+    pub category: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub required_secrets: Vec<String>,
+    #[serde(default)]
+    pub required_tools: Vec<String>,
+    pub available: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub has_side_effects: Option<bool>,
+    /// Tier 2: the input JSON schema of a tool. Not embedded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_schema: Option<serde_json::Value>,
+    /// Tier 2: the instructions of a skill (SKILL.md). Not embedded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_content: Option<String>,
+    pub source_ref: SourceRef,
+}
+
+impl CapabilityDescriptor {
+    /// Returns the top-level parameter names of the input schema, in schema order.
+    pub fn parameter_names(&self) -> Vec<&str> {
+        self.full_schema
+            .as_ref()
+            .and_then(|schema| schema.get("properties"))
+            .and_then(|properties| properties.as_object())
+            .map(|properties| properties.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Builds a display name from a kebab/snake-case name: `web-search` → `Web Search`.
+pub fn display_name_from(name: &str) -> String {
+    name.split(['-', '_'])
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            match chars.next() {
+                Some(first) => first.to_uppercase().chain(chars).collect::<String>(),
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_through_their_spelling() {
+        for kind in CapabilityKind::ALL {
+            assert_eq!(CapabilityKind::parse(kind.as_str()), Some(kind));
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+        }
+    }
+
+    #[test]
+    fn display_names_capitalise_segments() {
+        assert_eq!(display_name_from("web-search"), "Web Search");
+        assert_eq!(display_name_from("git_hub--x"), "Git Hub X");
+        assert_eq!(display_name_from(""), "");
+    }
+}

@@ -1,0 +1,160 @@
+//! The built-in offline embedder: feature hashing, no model files.
+//!
+//! `HashingEmbedder` maps a text to a fixed-size, L2-normalised vector:
+//!
+//! 1. the text is split into word tokens ([`word_tokens`]: lower case,
+//!    camelCase and snake_case split), stopwords dropped, each word stemmed;
+//! 2. each stem contributes `1 + ln(tf)` to one signed bucket
+//!    (FNV-1a 64 of `w:<stem>`; bucket = hash mod dim, sign = top bit);
+//! 3. each stem's character trigrams (of `#stem#`) contribute
+//!    [`TRIGRAM_WEIGHT`] / sqrt(number of trigrams), so typos and partial
+//!    words still meet;
+//! 4. the vector is L2-normalised, so a dot product is a cosine.
+//!
+//! It is deterministic across runs, platforms and processes (FNV, not the
+//! randomised std hasher), so stored vectors stay valid: [`HashingEmbedder::model_id`]
+//! names the scheme and its dimension and changes whenever either does.
+
+use crate::core::text::{is_stopword, stem, word_tokens};
+use std::collections::HashMap;
+
+/// Default number of dimensions.
+pub const DEFAULT_DIMENSIONS: usize = 512;
+/// Total weight of a word's character trigrams relative to the word itself.
+pub const TRIGRAM_WEIGHT: f32 = 0.5;
+
+/// Something that turns texts into unit vectors of a fixed dimension.
+pub trait Embed {
+    /// Names the model (and its version) that produced a vector.
+    fn model_id(&self) -> String;
+    /// Number of dimensions of every vector this embedder returns.
+    fn dimensions(&self) -> usize;
+    /// Embeds one text; an empty text gives the zero vector.
+    fn embed(&self, text: &str) -> Vec<f32>;
+    /// Embeds a batch, in order.
+    fn embed_batch(&self, texts: &[String]) -> Vec<Vec<f32>> {
+        texts.iter().map(|text| self.embed(text)).collect()
+    }
+}
+
+/// The feature-hashing embedder described in the module docs.
+#[derive(Clone, Copy, Debug)]
+pub struct HashingEmbedder {
+    dimensions: usize,
+}
+
+impl HashingEmbedder {
+    /// Returns an embedder with `dimensions` buckets, `None` when zero.
+    pub fn new(dimensions: usize) -> Option<HashingEmbedder> {
+        (dimensions > 0).then_some(HashingEmbedder { dimensions })
+    }
+}
+
+impl Default for HashingEmbedder {
+    fn default() -> Self {
+        HashingEmbedder { dimensions: DEFAULT_DIMENSIONS }
+    }
+}
+
+impl Embed for HashingEmbedder {
+    fn model_id(&self) -> String {
+        format!("capdex-hashing-v1-{}", self.dimensions)
+    }
+
+    fn dimensions(&self) -> usize {
+        self.dimensions
+    }
+
+    fn embed(&self, text: &str) -> Vec<f32> {
+        let mut vector = vec![0.0f32; self.dimensions];
+        let mut term_counts: HashMap<String, u32> = HashMap::new();
+        for token in word_tokens(text) {
+            if is_stopword(&token) {
+                continue;
+            }
+            *term_counts.entry(stem(&token)).or_insert(0) += 1;
+        }
+        // Sorted so float summation order, and so the vector, is identical every run.
+        let mut terms: Vec<(String, u32)> = term_counts.into_iter().collect();
+        terms.sort_unstable();
+        for (term, count) in &terms {
+            let weight = 1.0 + (*count as f32).ln();
+            add_feature(&mut vector, &format!("w:{term}"), weight);
+            let padded: Vec<char> = format!("#{term}#").chars().collect();
+            let n_trigrams = padded.len().saturating_sub(2);
+            if n_trigrams > 0 {
+                let trigram_weight = weight * TRIGRAM_WEIGHT / (n_trigrams as f32).sqrt();
+                for window in padded.windows(3) {
+                    let trigram: String = window.iter().collect();
+                    add_feature(&mut vector, &format!("c:{trigram}"), trigram_weight);
+                }
+            }
+        }
+        normalize(&mut vector);
+        vector
+    }
+}
+
+fn add_feature(vector: &mut [f32], feature: &str, weight: f32) {
+    let hash = fnv1a64(feature.as_bytes());
+    let bucket = (hash % vector.len() as u64) as usize;
+    let sign = if hash >> 63 == 0 { 1.0 } else { -1.0 };
+    vector[bucket] += sign * weight;
+}
+
+/// FNV-1a, 64 bit: stable across platforms and releases, unlike `DefaultHasher`.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Scales a vector to unit length; the zero vector stays zero.
+pub fn normalize(vector: &mut [f32]) {
+    let norm: f32 = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Dot product of two equally long vectors (a cosine for unit vectors).
+pub fn dot(left: &[f32], right: &[f32]) -> f32 {
+    debug_assert_eq!(left.len(), right.len());
+    left.iter().zip(right).map(|(a, b)| a * b).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_are_unit_and_deterministic() {
+        let embedder = HashingEmbedder::default();
+        let first = embedder.embed("Search the web for current information");
+        let second = embedder.embed("Search the web for current information");
+        assert_eq!(first, second);
+        let norm: f32 = first.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+        assert!(embedder.embed("the of and").iter().all(|x| *x == 0.0));
+        assert!(HashingEmbedder::new(0).is_none());
+    }
+
+    #[test]
+    fn related_texts_score_higher_than_unrelated() {
+        let embedder = HashingEmbedder::default();
+        let query = embedder.embed("send a message on telegram");
+        let telegram = embedder.embed("telegram (channel)\nSend messages to Telegram chats and groups\nCategory: communication");
+        let weather = embedder.embed("weather\nGet the current weather forecast for a city\nCategory: information");
+        assert!(dot(&query, &telegram) > dot(&query, &weather) + 0.2);
+    }
+
+    #[test]
+    fn model_id_names_the_dimension() {
+        assert_eq!(HashingEmbedder::default().model_id(), "capdex-hashing-v1-512");
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

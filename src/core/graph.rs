@@ -1,0 +1,327 @@
+//! The capability graph: typed, weighted relations between capabilities, and
+//! the re-ranking that uses them.
+//!
+//! Edges are derived deterministically from descriptors (and presets):
+//!
+//! | kind | rule | weight |
+//! |---|---|---|
+//! | `DEPENDS_ON` | a `requiredTools` entry names another capability | 1.0 |
+//! | `COMPOSED_WITH` | both appear in one preset | 0.5 |
+//! | `TAGGED_WITH` | two or more shared tags | 0.3 per shared tag |
+//! | `SAME_CATEGORY` | same `kind:category`, group of 2..=8 | 0.1 |
+//!
+//! A pair may carry one edge of each kind: a strong relation is never
+//! overwritten by a weaker or different one.
+
+use crate::core::descriptor::CapabilityDescriptor;
+use petgraph::graph::{NodeIndex, UnGraph};
+use petgraph::visit::EdgeRef;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The kind of a relation between two capabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EdgeKind {
+    DependsOn,
+    ComposedWith,
+    TaggedWith,
+    SameCategory,
+}
+
+impl EdgeKind {
+    /// Returns true for relations strong enough to pull a neighbour into the results.
+    pub fn pulls_in(self) -> bool {
+        matches!(self, EdgeKind::DependsOn | EdgeKind::ComposedWith)
+    }
+}
+
+/// A weighted, typed relation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Edge {
+    pub kind: EdgeKind,
+    pub weight: f32,
+}
+
+pub const DEPENDS_ON_WEIGHT: f32 = 1.0;
+pub const COMPOSED_WITH_WEIGHT: f32 = 0.5;
+pub const TAGGED_WITH_WEIGHT_PER_TAG: f32 = 0.3;
+pub const SAME_CATEGORY_WEIGHT: f32 = 0.1;
+/// A category group joins up only when it has this many members or fewer;
+/// in bigger groups "same category" says too little to be worth the edges.
+pub const SAME_CATEGORY_MAX_GROUP: usize = 8;
+/// A tag shared by more capabilities than this is too common to relate them.
+pub const TAG_MAX_FANOUT: usize = 64;
+
+/// A named group of capabilities used together.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct Preset {
+    pub name: String,
+    pub capability_ids: Vec<String>,
+}
+
+/// Summary figures of a graph.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphStats {
+    pub nodes: usize,
+    pub edges: usize,
+    pub edges_by_kind: BTreeMap<String, usize>,
+}
+
+/// Typed relations over capability ids, on petgraph.
+#[derive(Clone, Debug, Default)]
+pub struct CapabilityGraph {
+    graph: UnGraph<String, Edge>,
+    nodes: HashMap<String, NodeIndex>,
+}
+
+impl CapabilityGraph {
+    /// Builds the graph from scratch. Output depends only on the set of
+    /// descriptors and presets, not on their order.
+    pub fn build(descriptors: &[CapabilityDescriptor], presets: &[Preset]) -> CapabilityGraph {
+        let mut sorted: Vec<&CapabilityDescriptor> = descriptors.iter().collect();
+        sorted.sort_by(|a, b| a.id.cmp(&b.id));
+        sorted.dedup_by(|a, b| a.id == b.id);
+        let mut graph = CapabilityGraph::default();
+        for descriptor in &sorted {
+            let index = graph.graph.add_node(descriptor.id.clone());
+            graph.nodes.insert(descriptor.id.clone(), index);
+        }
+        let mut edges: BTreeMap<(String, String, EdgeKind), f32> = BTreeMap::new();
+        let mut add = |a: &str, b: &str, kind: EdgeKind, weight: f32| {
+            if a == b {
+                return;
+            }
+            let (low, high) = if a < b { (a, b) } else { (b, a) };
+            let slot = edges.entry((low.to_string(), high.to_string(), kind)).or_insert(weight);
+            *slot = slot.max(weight);
+        };
+
+        let resolver = NameResolver::new(&sorted);
+        for descriptor in &sorted {
+            for required in &descriptor.required_tools {
+                if let Some(target) = resolver.resolve(required) {
+                    add(&descriptor.id, target, EdgeKind::DependsOn, DEPENDS_ON_WEIGHT);
+                }
+            }
+        }
+        for preset in presets {
+            let members: BTreeSet<&str> =
+                preset.capability_ids.iter().map(String::as_str).filter(|id| graph.nodes.contains_key(*id)).collect();
+            let members: Vec<&str> = members.into_iter().collect();
+            for (i, a) in members.iter().enumerate() {
+                for b in &members[i + 1..] {
+                    add(a, b, EdgeKind::ComposedWith, COMPOSED_WITH_WEIGHT);
+                }
+            }
+        }
+        let mut by_tag: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for descriptor in &sorted {
+            let tags: BTreeSet<String> = descriptor.tags.iter().map(|tag| tag.to_lowercase()).collect();
+            for tag in tags {
+                by_tag.entry(leak_free(&tag, &descriptor.tags)).or_default().push(&descriptor.id);
+            }
+        }
+        let mut shared: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        for ids in by_tag.values().filter(|ids| ids.len() >= 2 && ids.len() <= TAG_MAX_FANOUT) {
+            for (i, a) in ids.iter().enumerate() {
+                for b in &ids[i + 1..] {
+                    *shared.entry((a, b)).or_insert(0) += 1;
+                }
+            }
+        }
+        for ((a, b), count) in shared {
+            if count >= 2 {
+                add(a, b, EdgeKind::TaggedWith, TAGGED_WITH_WEIGHT_PER_TAG * count as f32);
+            }
+        }
+        let mut by_category: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+        for descriptor in &sorted {
+            by_category
+                .entry((descriptor.kind.to_string(), descriptor.category.to_lowercase()))
+                .or_default()
+                .push(&descriptor.id);
+        }
+        for ids in by_category.values().filter(|ids| (2..=SAME_CATEGORY_MAX_GROUP).contains(&ids.len())) {
+            for (i, a) in ids.iter().enumerate() {
+                for b in &ids[i + 1..] {
+                    add(a, b, EdgeKind::SameCategory, SAME_CATEGORY_WEIGHT);
+                }
+            }
+        }
+        for ((a, b, kind), weight) in edges {
+            graph.graph.add_edge(graph.nodes[&a], graph.nodes[&b], Edge { kind, weight });
+        }
+        graph
+    }
+
+    /// Returns the neighbours of `id` with the edges to them, strongest first.
+    pub fn neighbours(&self, id: &str) -> Vec<(&str, Edge)> {
+        let Some(&node) = self.nodes.get(id) else { return Vec::new() };
+        let mut out: Vec<(&str, Edge)> =
+            self.graph.edges(node).map(|edge| (self.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight())).collect();
+        out.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind)));
+        out
+    }
+
+    /// Returns node and edge counts.
+    pub fn stats(&self) -> GraphStats {
+        let mut edges_by_kind: BTreeMap<String, usize> = BTreeMap::new();
+        for edge in self.graph.edge_weights() {
+            let name = serde_json::to_value(edge.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            *edges_by_kind.entry(name).or_insert(0) += 1;
+        }
+        GraphStats { nodes: self.graph.node_count(), edges: self.graph.edge_count(), edges_by_kind }
+    }
+
+    /// Re-ranks search hits with the graph.
+    ///
+    /// 1. A hit whose neighbour is also a hit gives it `boost · weight` per edge.
+    /// 2. A `DEPENDS_ON` or `COMPOSED_WITH` neighbour that is not a hit is
+    ///    pulled in at `parentScore · boost · weight` (the parent's search
+    ///    score), if `keep` admits it, so filters hold for pull-ins too.
+    /// 3. Everything is sorted by score, best first (ties by id).
+    pub fn rerank(&self, hits: &[(String, f32)], boost: f32, keep: impl Fn(&str) -> bool) -> Vec<(String, f32)> {
+        let mut scores: BTreeMap<String, f32> = hits.iter().cloned().collect();
+        let hit_ids: BTreeSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
+        for (id, parent_score) in hits {
+            for (neighbour, edge) in self.neighbours(id) {
+                if hit_ids.contains(neighbour) {
+                    *scores.get_mut(neighbour).expect("hit ids are scored") += boost * edge.weight;
+                } else if edge.kind.pulls_in() && keep(neighbour) {
+                    let pulled = parent_score * boost * edge.weight;
+                    let slot = scores.entry(neighbour.to_string()).or_insert(0.0);
+                    *slot = slot.max(pulled);
+                }
+            }
+        }
+        let mut ranked: Vec<(String, f32)> = scores.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ranked
+    }
+}
+
+fn other_end(source: NodeIndex, target: NodeIndex, node: NodeIndex) -> NodeIndex {
+    if source == node {
+        target
+    } else {
+        source
+    }
+}
+
+/// Returns the tag as spelled in `original` (first case-insensitive match),
+/// so grouping is case-insensitive without allocating a new key per id.
+fn leak_free<'a>(lowered: &str, original: &'a [String]) -> &'a str {
+    original.iter().find(|tag| tag.to_lowercase() == lowered).map(String::as_str).unwrap_or("")
+}
+
+/// Resolves a `requiredTools` entry to a capability id: an exact id, then
+/// `tool:<name>`, then a capability whose name matches once case, `-` and `_`
+/// are ignored (`github_search` meets `githubSearch`).
+struct NameResolver<'a> {
+    ids: BTreeSet<&'a str>,
+    by_loose_name: BTreeMap<String, &'a str>,
+}
+
+impl<'a> NameResolver<'a> {
+    fn new(descriptors: &[&'a CapabilityDescriptor]) -> NameResolver<'a> {
+        let mut by_loose_name: BTreeMap<String, &'a str> = BTreeMap::new();
+        for descriptor in descriptors {
+            // Tools win over other kinds for the same loose name: dependencies are tools.
+            let key = loose(&descriptor.name);
+            let replace = match by_loose_name.get(&key) {
+                None => true,
+                Some(existing) => !existing.starts_with("tool:") && descriptor.id.starts_with("tool:"),
+            };
+            if replace {
+                by_loose_name.insert(key, &descriptor.id);
+            }
+        }
+        NameResolver { ids: descriptors.iter().map(|d| d.id.as_str()).collect(), by_loose_name }
+    }
+
+    fn resolve(&self, required: &str) -> Option<&'a str> {
+        if let Some(id) = self.ids.get(required) {
+            return Some(id);
+        }
+        if let Some(id) = self.ids.get(format!("tool:{required}").as_str()) {
+            return Some(id);
+        }
+        self.by_loose_name.get(&loose(required)).copied()
+    }
+}
+
+fn loose(name: &str) -> String {
+    let bare = name.rsplit(':').next().unwrap_or(name);
+    bare.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::descriptor::{CapabilityKind, SourceRef};
+
+    fn descriptor(id: &str, category: &str, tags: &[&str], requires: &[&str]) -> CapabilityDescriptor {
+        let (kind, name) = id.split_once(':').unwrap();
+        CapabilityDescriptor {
+            id: id.into(),
+            kind: CapabilityKind::parse(kind).unwrap(),
+            name: name.into(),
+            display_name: name.into(),
+            description: String::new(),
+            category: category.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            required_secrets: vec![],
+            required_tools: requires.iter().map(|t| t.to_string()).collect(),
+            available: true,
+            has_side_effects: None,
+            full_schema: None,
+            full_content: None,
+            source_ref: SourceRef::Builtin,
+        }
+    }
+
+    fn sample() -> Vec<CapabilityDescriptor> {
+        vec![
+            descriptor("skill:github", "developer", &["git", "code", "issues", "prs"], &["cli_executor", "gh"]),
+            descriptor("tool:cli-executor", "developer", &["shell", "code", "git", "issues"], &[]),
+            descriptor("tool:web-search", "information", &["search", "web"], &[]),
+            descriptor("tool:web-browser", "information", &["web", "browse"], &[]),
+        ]
+    }
+
+    #[test]
+    fn edges_of_each_kind_coexist() {
+        let graph = CapabilityGraph::build(&sample(), &[Preset { name: "p".into(), capability_ids: vec!["skill:github".into(), "tool:cli-executor".into()] }]);
+        let kinds: Vec<EdgeKind> = graph.neighbours("skill:github").iter().map(|(_, edge)| edge.kind).collect();
+        // 3 shared tags give TAGGED_WITH 0.9; DEPENDS_ON (loose name match) and COMPOSED_WITH survive beside it.
+        assert_eq!(kinds, vec![EdgeKind::DependsOn, EdgeKind::TaggedWith, EdgeKind::ComposedWith]);
+        let stats = graph.stats();
+        assert_eq!(stats.nodes, 4);
+        assert_eq!(stats.edges_by_kind.get("SAME_CATEGORY"), Some(&1));
+        assert_eq!(stats.edges_by_kind.get("DEPENDS_ON"), Some(&1));
+    }
+
+    #[test]
+    fn build_ignores_input_order() {
+        let mut reversed = sample();
+        reversed.reverse();
+        let a = CapabilityGraph::build(&sample(), &[]);
+        let b = CapabilityGraph::build(&reversed, &[]);
+        assert_eq!(a.stats(), b.stats());
+        assert_eq!(a.neighbours("skill:github"), b.neighbours("skill:github"));
+    }
+
+    #[test]
+    fn rerank_boosts_and_pulls_in_within_filters() {
+        let graph = CapabilityGraph::build(&sample(), &[]);
+        let hits = vec![("skill:github".to_string(), 0.8), ("tool:web-search".to_string(), 0.5)];
+        let ranked = graph.rerank(&hits, 0.15, |_| true);
+        assert_eq!(ranked[0].0, "skill:github");
+        let pulled = ranked.iter().find(|(id, _)| id == "tool:cli-executor").unwrap();
+        assert!((pulled.1 - 0.8 * 0.15 * 1.0).abs() < 1e-6);
+        let filtered = graph.rerank(&hits, 0.15, |id| !id.starts_with("tool:"));
+        assert!(filtered.iter().all(|(id, _)| id != "tool:cli-executor"));
+    }
+}

@@ -1,0 +1,17 @@
+//! The pure core: capability descriptors, manifests, texts, the built-in
+//! embedder, retrieval, the capability graph, token-budgeted tiers, KPI
+//! windows and dispatch rules.
+//!
+//! Nothing here does I/O or knows about actors, the bus or the store;
+//! `tests/tidy.rs` enforces that.
+
+pub mod descriptor;
+pub mod discovery;
+pub mod dispatch_rules;
+pub mod embedder;
+pub mod graph;
+pub mod index;
+pub mod kpi_window;
+pub mod manifest;
+pub mod text;
+pub mod tiers;

@@ -1,0 +1,296 @@
+//! Texts derived from a descriptor: the embedding text, the Tier 1 summary line
+//! and the Tier 2 detail, plus the tokeniser the built-in embedder uses.
+
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
+use serde_json::Value;
+
+/// Returns the intent-oriented text a capability is embedded with.
+///
+/// Name and display name, description, category, tags, parameter names (tools)
+/// and dependencies, one per line. Schemas, skill bodies and secrets stay out:
+/// they are Tier 2 material and would drown the intent.
+pub fn embedding_text(descriptor: &CapabilityDescriptor) -> String {
+    let mut parts: Vec<String> = Vec::with_capacity(6);
+    if descriptor.display_name != descriptor.name && !descriptor.display_name.is_empty() {
+        parts.push(format!("{} ({})", descriptor.display_name, descriptor.name));
+    } else {
+        parts.push(descriptor.name.clone());
+    }
+    if !descriptor.description.is_empty() {
+        parts.push(descriptor.description.clone());
+    }
+    if !descriptor.category.is_empty() {
+        parts.push(format!("Category: {}", descriptor.category));
+    }
+    if !descriptor.tags.is_empty() {
+        parts.push(format!("Use cases: {}", descriptor.tags.join(", ")));
+    }
+    let parameters = descriptor.parameter_names();
+    if !parameters.is_empty() {
+        parts.push(format!("Parameters: {}", parameters.join(", ")));
+    }
+    if !descriptor.required_tools.is_empty() {
+        parts.push(format!("Requires: {}", descriptor.required_tools.join(", ")));
+    }
+    parts.join("\n")
+}
+
+/// The longest description a Tier 1 summary carries, in characters.
+const SUMMARY_DESCRIPTION_CHARS: usize = 120;
+
+/// Returns the compact one-line Tier 1 summary of a capability.
+pub fn summary_line(descriptor: &CapabilityDescriptor) -> String {
+    let mut parts: Vec<String> = vec![format!("{} ({})", descriptor.name, descriptor.kind)];
+    if !descriptor.description.is_empty() {
+        let description = descriptor.description.trim_end_matches('.');
+        parts.push(truncate_chars(description, SUMMARY_DESCRIPTION_CHARS));
+    }
+    if descriptor.kind == CapabilityKind::Tool {
+        let parameters = descriptor.parameter_names();
+        if !parameters.is_empty() {
+            let shown: Vec<&str> = parameters.iter().take(3).copied().collect();
+            parts.push(format!("Params: {}", shown.join(", ")));
+        }
+    }
+    if !descriptor.required_tools.is_empty() {
+        parts.push(format!("Requires: {}", descriptor.required_tools.join(", ")));
+    }
+    if descriptor.has_side_effects == Some(true) {
+        parts.push("Has side effects".to_string());
+    }
+    if !descriptor.available {
+        parts.push("[not available: missing secrets or dependencies]".to_string());
+    }
+    parts.join(". ")
+}
+
+/// Returns the full Tier 2 text: schema or skill instructions included.
+pub fn detail_text(descriptor: &CapabilityDescriptor) -> String {
+    let mut out = format!(
+        "# {}\nKind: {} | Category: {}\n\n{}\n",
+        descriptor.display_name, descriptor.kind, descriptor.category, descriptor.description
+    );
+    if let Some(schema) = &descriptor.full_schema {
+        out.push_str("\n## Input Schema\n");
+        out.push_str(&render_schema(schema));
+    }
+    if let Some(content) = &descriptor.full_content {
+        out.push_str("\n## Skill Instructions\n");
+        out.push_str(content.trim_end());
+        out.push('\n');
+    }
+    if descriptor.has_side_effects == Some(true) {
+        out.push_str("\nHas side effects: yes\n");
+    }
+    if !descriptor.required_secrets.is_empty() {
+        out.push_str(&format!("\nRequired secrets: {}\n", descriptor.required_secrets.join(", ")));
+    }
+    if !descriptor.tags.is_empty() {
+        out.push_str(&format!("Tags: {}\n", descriptor.tags.join(", ")));
+    }
+    out
+}
+
+fn render_schema(schema: &Value) -> String {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return "(no parameters)\n".to_string();
+    };
+    if properties.is_empty() {
+        return "(no parameters)\n".to_string();
+    }
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut out = String::new();
+    for (name, property) in properties {
+        let kind = property.get("type").map(type_label).unwrap_or_else(|| "any".to_string());
+        out.push_str(&format!("{name} ({kind}"));
+        if required.contains(&name.as_str()) {
+            out.push_str(", required");
+        }
+        out.push(')');
+        if let Some(description) = property.get("description").and_then(Value::as_str) {
+            out.push_str(": ");
+            out.push_str(description);
+        }
+        if let Some(options) = property.get("enum").and_then(Value::as_array) {
+            let options: Vec<String> = options.iter().map(plain_json).collect();
+            out.push_str(&format!(" [{}]", options.join("|")));
+        }
+        if let Some(default) = property.get("default") {
+            out.push_str(&format!(" (default: {default})"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn type_label(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items.iter().map(plain_json).collect::<Vec<_>>().join("|"),
+        other => other.to_string(),
+    }
+}
+
+fn plain_json(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Cuts `text` to at most `max_chars` characters, ending an abridged text with `…`.
+pub fn truncate_chars(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+    format!("{}…", kept.trim_end())
+}
+
+/// Splits text into lower-cased word tokens, also splitting camelCase and
+/// snake_case names (`getUserById` → `get user by id`).
+pub fn word_tokens(text: &str) -> Vec<String> {
+    let mut tokens = Vec::new();
+    let mut current = String::new();
+    let mut previous: Option<char> = None;
+    for ch in text.chars() {
+        if ch.is_alphanumeric() {
+            let boundary = match previous {
+                Some(prev) => (prev.is_lowercase() && ch.is_uppercase()) || (prev.is_alphabetic() != ch.is_alphabetic()),
+                None => false,
+            };
+            if boundary && !current.is_empty() {
+                tokens.push(std::mem::take(&mut current));
+            }
+            current.extend(ch.to_lowercase());
+            previous = Some(ch);
+        } else {
+            if !current.is_empty() {
+                tokens.push(std::mem::take(&mut current));
+            }
+            previous = None;
+        }
+    }
+    if !current.is_empty() {
+        tokens.push(current);
+    }
+    tokens
+}
+
+/// English words too common to say anything about intent.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "an", "and", "any", "are", "as", "at", "be", "by", "can", "could", "do", "for", "from", "get", "give",
+    "how", "i", "in", "into", "is", "it", "its", "me", "my", "need", "of", "on", "or", "please", "so", "some", "that",
+    "the", "their", "them", "this", "to", "use", "using", "want", "was", "we", "what", "when", "which", "will", "with",
+    "would", "you", "your",
+];
+
+/// Returns true for a stopword.
+pub fn is_stopword(token: &str) -> bool {
+    STOPWORDS.binary_search(&token).is_ok()
+}
+
+/// Reduces an English word to a crude stem so that inflections meet:
+/// `searches`, `searching`, `searched` and `search` all become `search`, and
+/// `messages` and `message` both become `messag`. Deterministic; only ASCII
+/// words of four or more characters are touched.
+pub fn stem(token: &str) -> String {
+    if token.len() < 4 || !token.bytes().all(|byte| byte.is_ascii_lowercase()) {
+        return token.to_string();
+    }
+    let mut word = token.to_string();
+    if let Some(base) = word.strip_suffix("ies") {
+        word = format!("{base}y");
+    } else if let Some(base) = word.strip_suffix("sses") {
+        word = format!("{base}ss");
+    } else if word.ends_with("es") && ["ches", "shes", "xes", "zes", "sses"].iter().any(|end| word.ends_with(end)) {
+        word.truncate(word.len() - 2);
+    } else if word.ends_with('s') && !["ss", "us", "is"].iter().any(|end| word.ends_with(end)) {
+        word.truncate(word.len() - 1);
+    }
+    for suffix in ["ing", "ed"] {
+        if word.len() >= suffix.len() + 3 && word.ends_with(suffix) {
+            word.truncate(word.len() - suffix.len());
+            break;
+        }
+    }
+    if word.len() >= 4 && word.ends_with('e') {
+        word.truncate(word.len() - 1);
+    }
+    word
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::descriptor::SourceRef;
+    use serde_json::json;
+
+    fn tool() -> CapabilityDescriptor {
+        CapabilityDescriptor {
+            id: "tool:web-search".into(),
+            kind: CapabilityKind::Tool,
+            name: "web-search".into(),
+            display_name: "Web Search".into(),
+            description: "Search the web for current information.".into(),
+            category: "information".into(),
+            tags: vec!["search".into(), "news".into()],
+            required_secrets: vec!["SERPER_API_KEY".into()],
+            required_tools: vec![],
+            available: true,
+            has_side_effects: Some(false),
+            full_schema: Some(json!({"type":"object","properties":{"query":{"type":"string","description":"The search query"},"max_results":{"type":"number","default":5}},"required":["query"]})),
+            full_content: None,
+            source_ref: SourceRef::Builtin,
+        }
+    }
+
+    #[test]
+    fn embedding_text_has_intent_fields_only() {
+        let text = embedding_text(&tool());
+        assert_eq!(
+            text,
+            "Web Search (web-search)\nSearch the web for current information.\nCategory: information\nUse cases: search, news\nParameters: query, max_results"
+        );
+        assert!(!text.contains("SERPER"));
+    }
+
+    #[test]
+    fn summary_and_detail() {
+        assert_eq!(
+            summary_line(&tool()),
+            "web-search (tool). Search the web for current information. Params: query, max_results"
+        );
+        let detail = detail_text(&tool());
+        assert!(detail.contains("query (string, required): The search query\n"));
+        assert!(detail.contains("max_results (number) (default: 5)\n"));
+        assert!(detail.contains("Required secrets: SERPER_API_KEY"));
+    }
+
+    #[test]
+    fn truncation_marks_abridged_text() {
+        assert_eq!(truncate_chars("abcdef", 6), "abcdef");
+        assert_eq!(truncate_chars("abcdefg", 4), "abc…");
+        assert_eq!(truncate_chars("ééééé", 3).chars().count(), 3);
+    }
+
+    #[test]
+    fn tokens_split_identifiers() {
+        assert_eq!(word_tokens("getUserById snake_case HTTP2x"), vec!["get", "user", "by", "id", "snake", "case", "http", "2", "x"]);
+        for word in ["search", "searches", "searching", "searched"] {
+            assert_eq!(stem(word), "search", "{word}");
+        }
+        assert_eq!(stem("messages"), stem("message"));
+        assert_eq!(stem("queries"), "query");
+        assert_eq!(stem("news"), "new");
+        assert_eq!(stem("bus"), "bus");
+        assert!(is_stopword("the") && !is_stopword("search"));
+        let mut sorted = STOPWORDS.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, STOPWORDS, "STOPWORDS must stay sorted for binary search");
+    }
+}

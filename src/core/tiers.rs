@@ -1,0 +1,335 @@
+//! Token budgets and the assembly of Tier 0/1/2 context within them.
+//!
+//! Tokens are estimated as `ceil(utf16_units / 4)`: four characters a token,
+//! counted the way the JavaScript peers count `String.length`. Every tier's
+//! text is complete as rendered (headers and separators included), so the
+//! rendered prompt is the plain concatenation of the tiers and its estimate
+//! never exceeds the sum of the tier estimates, which never exceed the budgets.
+
+use serde::Serialize;
+
+/// Characters per token in the estimate.
+pub const CHARS_PER_TOKEN: usize = 4;
+
+/// Returns the token estimate of `text`: `ceil(utf16_len / 4)`.
+///
+/// # Examples
+/// ```
+/// use capdex::core::tiers::estimate_tokens;
+/// assert_eq!(estimate_tokens(""), 0);
+/// assert_eq!(estimate_tokens("abcde"), 2);
+/// ```
+pub fn estimate_tokens(text: &str) -> usize {
+    text.encode_utf16().count().div_ceil(CHARS_PER_TOKEN)
+}
+
+/// A maximum number of tokens; zero is allowed and means "emit nothing".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TokenBudget(usize);
+
+impl TokenBudget {
+    pub const fn new(max_tokens: usize) -> TokenBudget {
+        TokenBudget(max_tokens)
+    }
+
+    pub const fn max_tokens(self) -> usize {
+        self.0
+    }
+
+    /// Returns the number of UTF-16 units that fit.
+    pub const fn max_units(self) -> usize {
+        self.0 * CHARS_PER_TOKEN
+    }
+}
+
+/// Cuts `text` so that it holds at most `max_units` UTF-16 units, never
+/// splitting a character; an abridged text ends with `marker` (counted).
+pub fn cut_to_units(text: &str, max_units: usize, marker: &str) -> String {
+    if text.encode_utf16().count() <= max_units {
+        return text.to_string();
+    }
+    let marker_units = marker.encode_utf16().count();
+    if marker_units > max_units {
+        return String::new();
+    }
+    let room = max_units - marker_units;
+    let mut used = 0;
+    let mut out = String::new();
+    for ch in text.chars() {
+        if used + ch.len_utf16() > room {
+            break;
+        }
+        used += ch.len_utf16();
+        out.push(ch);
+    }
+    out.push_str(marker);
+    out
+}
+
+/// One capability as Tier 0 sees it.
+#[derive(Clone, Debug)]
+pub struct CategoryMember<'a> {
+    pub category: &'a str,
+    pub name: &'a str,
+}
+
+const TIER0_HEADER: &str = "Available capability categories:\n";
+const TIER0_FOOTER: &str = "Use discover_capabilities tool to get details on any capability.\n";
+/// Names listed per category line before `(+n more)`.
+const TIER0_NAMES_PER_CATEGORY: usize = 4;
+
+/// Builds the Tier 0 category map within `budget`.
+///
+/// Categories are listed by size (ties by name). A line that does not fit in
+/// full is shortened to its count; when even that does not fit, the map ends
+/// with how many categories were left out. Returns "" for a budget too small
+/// for the header.
+pub fn assemble_tier0(members: &[CategoryMember<'_>], budget: TokenBudget) -> String {
+    let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+    {
+        let mut by_category: std::collections::BTreeMap<String, Vec<&str>> = std::collections::BTreeMap::new();
+        for member in members {
+            let category = if member.category.is_empty() { "other" } else { member.category };
+            by_category.entry(category.to_lowercase()).or_default().push(member.name);
+        }
+        groups.extend(by_category);
+    }
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    let max_units = budget.max_units();
+    let fixed = TIER0_HEADER.encode_utf16().count() + TIER0_FOOTER.encode_utf16().count();
+    if fixed > max_units {
+        return cut_to_units(TIER0_HEADER, max_units, "");
+    }
+    let mut body = String::new();
+    let mut used = fixed;
+    for (listed, (category, names)) in groups.iter().enumerate() {
+        let label = capitalise(category);
+        let shown: Vec<&str> = names.iter().take(TIER0_NAMES_PER_CATEGORY).copied().collect();
+        let more = names.len().saturating_sub(TIER0_NAMES_PER_CATEGORY);
+        let more_text = if more > 0 { format!(" (+{more} more)") } else { String::new() };
+        let full = format!("- {label}: {}{more_text} ({})\n", shown.join(", "), names.len());
+        let short = format!("- {label} ({})\n", names.len());
+        let remaining = groups.len() - listed - 1;
+        let tail = if remaining > 0 { format!("- (+{remaining} more categories)\n") } else { String::new() };
+        let tail_units = tail.encode_utf16().count();
+        let line = [full, short].into_iter().find(|line| used + line.encode_utf16().count() + tail_units <= max_units);
+        match line {
+            Some(line) => {
+                used += line.encode_utf16().count();
+                body.push_str(&line);
+            }
+            None => {
+                let omitted = format!("- (+{} more categories)\n", groups.len() - listed);
+                if used + omitted.encode_utf16().count() <= max_units {
+                    body.push_str(&omitted);
+                }
+                break;
+            }
+        }
+    }
+    let text = format!("{TIER0_HEADER}{body}{TIER0_FOOTER}");
+    debug_assert!(estimate_tokens(&text) <= budget.max_tokens());
+    text
+}
+
+fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// A Tier 1 candidate: id, relevance and its summary line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub id: String,
+    pub relevance: f32,
+    pub summary: String,
+}
+
+/// A Tier 1 entry as emitted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tier1Entry {
+    pub id: String,
+    pub relevance: f32,
+    pub summary_text: String,
+}
+
+/// A Tier 2 entry as emitted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tier2Entry {
+    pub id: String,
+    pub full_text: String,
+}
+
+/// Token counts per tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenEstimate {
+    pub tier0_tokens: usize,
+    pub tier1_tokens: usize,
+    pub tier2_tokens: usize,
+    pub total_tokens: usize,
+}
+
+const TIER1_HEADER: &str = "\nRelevant capabilities:\n";
+const TIER2_HEADER: &str = "\n--- Detailed Capability Reference ---\n";
+const ABRIDGED: &str = "…";
+const TRUNCATED: &str = "\n[truncated to fit the token budget]\n";
+/// A summary cut to fewer units than this is left out rather than shown as a stub.
+const MIN_SUMMARY_UNITS: usize = 48;
+
+/// Renders Tier 1 lines; returns the entries kept and the rendered block.
+///
+/// Candidates are taken in order (callers pass them best first, already
+/// filtered by minimum relevance and cut to top-k). A line that does not fit is
+/// shortened; one that cannot be shortened usefully is skipped, and later,
+/// shorter lines still get their chance.
+pub fn assemble_tier1(candidates: &[Candidate], budget: TokenBudget) -> (Vec<Tier1Entry>, String) {
+    let max_units = budget.max_units();
+    let header_units = TIER1_HEADER.encode_utf16().count();
+    if candidates.is_empty() || header_units >= max_units {
+        return (Vec::new(), String::new());
+    }
+    let mut used = header_units;
+    let mut block = TIER1_HEADER.to_string();
+    let mut entries = Vec::new();
+    for candidate in candidates {
+        let prefix = format!("{}. ", entries.len() + 1);
+        let fixed = prefix.encode_utf16().count() + 1; // prefix and newline
+        if used + fixed >= max_units {
+            break;
+        }
+        let room = max_units - used - fixed;
+        let summary = cut_to_units(&candidate.summary, room, ABRIDGED);
+        if summary.encode_utf16().count() < MIN_SUMMARY_UNITS.min(candidate.summary.encode_utf16().count()) {
+            continue;
+        }
+        used += fixed + summary.encode_utf16().count();
+        block.push_str(&format!("{prefix}{summary}\n"));
+        entries.push(Tier1Entry { id: candidate.id.clone(), relevance: candidate.relevance, summary_text: summary });
+    }
+    if entries.is_empty() {
+        return (Vec::new(), String::new());
+    }
+    debug_assert!(estimate_tokens(&block) <= budget.max_tokens());
+    (entries, block)
+}
+
+/// Renders Tier 2 details; each text that does not fit whole is truncated to
+/// the room left, with a marker saying so.
+pub fn assemble_tier2(details: &[(String, String)], budget: TokenBudget) -> (Vec<Tier2Entry>, String) {
+    let max_units = budget.max_units();
+    let header_units = TIER2_HEADER.encode_utf16().count();
+    if details.is_empty() || header_units >= max_units {
+        return (Vec::new(), String::new());
+    }
+    let mut used = header_units;
+    let mut block = TIER2_HEADER.to_string();
+    let mut entries = Vec::new();
+    for (id, text) in details {
+        let separator = "\n";
+        let separator_units = separator.encode_utf16().count();
+        if used + separator_units >= max_units {
+            break;
+        }
+        let room = max_units - used - separator_units;
+        let body = cut_to_units(text, room, TRUNCATED);
+        if body.is_empty() || body == TRUNCATED {
+            break;
+        }
+        used += separator_units + body.encode_utf16().count();
+        block.push_str(separator);
+        block.push_str(&body);
+        entries.push(Tier2Entry { id: id.clone(), full_text: body });
+    }
+    if entries.is_empty() {
+        return (Vec::new(), String::new());
+    }
+    debug_assert!(estimate_tokens(&block) <= budget.max_tokens());
+    (entries, block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn estimates_count_utf16_units() {
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("—"), 1);
+        assert_eq!(estimate_tokens("😀😀"), 1); // two surrogate pairs, 4 units
+        assert_eq!(cut_to_units("abcdef", 4, "…"), "abc…");
+        assert_eq!(cut_to_units("ab😀", 3, ""), "ab");
+    }
+
+    #[test]
+    fn tier0_shortens_then_summarises_categories() {
+        let names: Vec<String> = (0..60).map(|i| format!("capability-{i}")).collect();
+        let members: Vec<CategoryMember> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| CategoryMember { category: ["communication", "information", "developer", "media"][i % 4], name })
+            .chain((0..30).map(|i| CategoryMember { category: ["a1", "b2", "c3", "d4", "e5", "f6"][i % 6], name: "x" }))
+            .collect();
+        let text = assemble_tier0(&members, TokenBudget::new(200));
+        assert!(estimate_tokens(&text) <= 200, "{text}");
+        assert!(text.starts_with("Available capability categories:\n- Communication: capability-0"));
+        assert!(text.ends_with("Use discover_capabilities tool to get details on any capability.\n"));
+        let small = assemble_tier0(&members, TokenBudget::new(40));
+        assert!(estimate_tokens(&small) <= 40, "{small}");
+        assert!(small.contains("more categories"), "{small}");
+        assert_eq!(assemble_tier0(&members, TokenBudget::new(0)), "");
+    }
+
+    #[test]
+    fn oversized_tier2_is_truncated_not_dropped() {
+        let details = vec![("skill:big".to_string(), "x".repeat(20_000)), ("tool:small".to_string(), "small".to_string())];
+        let (entries, block) = assemble_tier2(&details, TokenBudget::new(2000));
+        assert_eq!(entries.len(), 1);
+        assert!(entries[0].full_text.ends_with("[truncated to fit the token budget]\n"));
+        assert!(estimate_tokens(&block) <= 2000);
+    }
+
+    #[test]
+    fn tier1_skips_a_line_that_cannot_fit_and_tries_the_next() {
+        let candidates = vec![
+            Candidate { id: "a".into(), relevance: 0.9, summary: "a".repeat(100) },
+            Candidate { id: "b".into(), relevance: 0.8, summary: "short".into() },
+        ];
+        let (entries, block) = assemble_tier1(&candidates, TokenBudget::new(12));
+        assert_eq!(entries.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
+        assert!(estimate_tokens(&block) <= 12);
+    }
+
+    fn arb_text() -> impl Strategy<Value = String> {
+        "[a-zé😀 \\n]{0,400}"
+    }
+
+    proptest! {
+        #[test]
+        fn tiers_never_exceed_their_budgets(
+            names in proptest::collection::vec(("[a-z]{1,8}", "[a-z]{1,12}"), 0..60),
+            summaries in proptest::collection::vec(arb_text(), 0..8),
+            details in proptest::collection::vec(arb_text(), 0..3),
+            b0 in 0usize..300, b1 in 0usize..300, b2 in 0usize..300,
+        ) {
+            let members: Vec<CategoryMember> = names.iter().map(|(c, n)| CategoryMember { category: c, name: n }).collect();
+            let tier0 = assemble_tier0(&members, TokenBudget::new(b0));
+            prop_assert!(estimate_tokens(&tier0) <= b0);
+            let candidates: Vec<Candidate> = summaries.iter().enumerate()
+                .map(|(i, s)| Candidate { id: i.to_string(), relevance: 1.0, summary: s.clone() }).collect();
+            let (_, tier1) = assemble_tier1(&candidates, TokenBudget::new(b1));
+            prop_assert!(estimate_tokens(&tier1) <= b1);
+            let details: Vec<(String, String)> = details.into_iter().enumerate().map(|(i, d)| (i.to_string(), d)).collect();
+            let (_, tier2) = assemble_tier2(&details, TokenBudget::new(b2));
+            prop_assert!(estimate_tokens(&tier2) <= b2);
+            let rendered = format!("{tier0}{tier1}{tier2}");
+            prop_assert!(estimate_tokens(&rendered) <= b0 + b1 + b2);
+        }
+    }
+}

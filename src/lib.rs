@@ -1,0 +1,2 @@
+//! capdex
+pub mod core;
