@@ -22,8 +22,8 @@ of them is written as capdex capability folders:
 A few tool manifests (kind: tool) are not in the catalog: they are written here
 so that some of the selected skills' requiredTools resolve. Their names come
 from the skills' requiredTools, their descriptions are paraphrased from the
-catalog extension named in `derived_from`, and their schemas are our own. The
-`echo` tool is capdex's own test capability.
+catalog extension named in `derived_from`, and their schemas are our own. capdex's built-in
+`tool:echo` is not written here: the binary indexes it itself.
 
 Only the Python standard library is used and the output is deterministic: the
 same catalog always gives byte-identical files. Names missing from the catalog
@@ -214,28 +214,6 @@ TOOLS = [
     },
 ]
 
-# capdex's own built-in test capability (not derived from the catalog).
-ECHO = {
-    "name": "echo",
-    "displayName": "Echo",
-    "description": (
-        "Echoes the given text back unchanged; a built-in capability for "
-        "testing the dispatch pipeline."
-    ),
-    "category": "developer-tools",
-    "tags": ["echo", "test", "debug"],
-    "requiredSecrets": [],
-    "hasSideEffects": False,
-    "derived_from": [],
-    "schema_file": False,
-    "inputSchema": {
-        "type": "object",
-        "properties": {"text": {"type": "string", "description": "Text to echo back"}},
-        "required": ["text"],
-        "additionalProperties": False,
-    },
-}
-
 UPSTREAM_PACKAGES = [
     ("@framers/agentos-extensions-registry", "0.18.3", "extension and channel descriptors"),
     ("@framers/agentos-skills-registry", "0.18.4", "skill descriptors"),
@@ -405,9 +383,6 @@ def main(argv=None):
             "`%s`" % i for i in t["derived_from"])
         entries.append((claim(t["name"], "tool"), tool_manifest(t), files, prov))
 
-    entries.append((claim(ECHO["name"], "tool"), tool_manifest(ECHO), {},
-                    "capdex's own test capability"))
-
     # Warn about (never delete) capability folders this run does not produce.
     produced = {e[0] for e in entries}
     for p in sorted(out.iterdir()):
@@ -464,7 +439,7 @@ What was taken and what was changed:
   tool names that the selected skills list in `requiredTools`; capdex wrote
   their descriptions (paraphrasing the catalog extension named below), tags,
   `hasSideEffects` and input schemas (`schema.json` or `inputSchema`) for these
-  examples. `echo` is capdex's own test capability.
+  examples.
 
 | folder | id | source |
 |---|---|---|

@@ -4,16 +4,16 @@
 //! [`Catalog`] snapshot, its vector index and graph, a query vector), so the
 //! Router actor only gathers those and calls it.
 
+use crate::core::catalog::Catalog;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::text::{detail_text, summary_line};
 use crate::core::tiers::{
-    assemble_tier0, assemble_tier1, assemble_tier2, estimate_tokens, Candidate, CategoryMember, Tier1Entry, Tier2Entry,
-    TokenBudget, TokenEstimate,
+    assemble_tier1, assemble_tier2, estimate_tokens, Candidate, Tier1Entry, Tier2Entry, TokenBudget, TokenEstimate,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Discovery settings; defaults are the design's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,7 +74,10 @@ impl DiscoveryConfig {
             }
         }
         if self.tier1_top_k == 0 || self.tier1_top_k > 100 {
-            return Err(ConfigProblem { field: "tier1TopK", problem: format!("must be in 1..=100, got {}", self.tier1_top_k) });
+            return Err(ConfigProblem {
+                field: "tier1TopK",
+                problem: format!("must be in 1..=100, got {}", self.tier1_top_k),
+            });
         }
         if self.tier2_top_k > self.tier1_top_k {
             return Err(ConfigProblem {
@@ -105,39 +108,7 @@ impl DiscoveryFilter {
         self.kind.is_none_or(|kind| descriptor.kind == kind)
             && self.category.as_deref().is_none_or(|category| descriptor.category.eq_ignore_ascii_case(category))
             && (!self.only_available || descriptor.available)
-            && !self.excluded_capability_ids.iter().any(|id| *id == descriptor.id)
-    }
-}
-
-/// An immutable view of every indexed capability, by id.
-#[derive(Clone, Debug, Default)]
-pub struct Catalog {
-    pub version: u64,
-    pub descriptors: BTreeMap<String, CapabilityDescriptor>,
-}
-
-impl Catalog {
-    pub fn get(&self, id: &str) -> Option<&CapabilityDescriptor> {
-        self.descriptors.get(id)
-    }
-
-    pub fn len(&self) -> usize {
-        self.descriptors.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.descriptors.is_empty()
-    }
-
-    /// Builds the Tier 0 map of the capabilities `filter` admits.
-    pub fn tier0(&self, filter: &DiscoveryFilter, budget: TokenBudget) -> String {
-        let members: Vec<CategoryMember<'_>> = self
-            .descriptors
-            .values()
-            .filter(|descriptor| filter.admits(descriptor))
-            .map(|descriptor| CategoryMember { category: &descriptor.category, name: &descriptor.name })
-            .collect();
-        assemble_tier0(&members, budget)
+            && !self.excluded_capability_ids.contains(&descriptor.id)
     }
 }
 
@@ -207,7 +178,8 @@ pub fn discover(
         tier2_tokens: estimate_tokens(&tier2_block),
         total_tokens: estimate_tokens(&tier0) + estimate_tokens(&tier1_block) + estimate_tokens(&tier2_block),
     };
-    let retrieved: BTreeSet<&str> = tier1.iter().map(|e| e.id.as_str()).chain(tier2.iter().map(|e| e.id.as_str())).collect();
+    let retrieved: BTreeSet<&str> =
+        tier1.iter().map(|e| e.id.as_str()).chain(tier2.iter().map(|e| e.id.as_str())).collect();
     let diagnostics = DiscoveryDiagnostics {
         candidates_scanned: ranked.len(),
         capabilities_retrieved: retrieved.len(),
@@ -269,7 +241,8 @@ mod tests {
         let config = DiscoveryConfig::default();
         let filter = DiscoveryFilter::default();
         let tier0 = catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
-        let result = discover(&embedder.embed("send a telegram message"), &catalog, &index, &graph, &config, &filter, tier0);
+        let result =
+            discover(&embedder.embed("send a telegram message"), &catalog, &index, &graph, &config, &filter, tier0);
         assert_eq!(result.tier1[0].id, "channel:telegram");
         assert_eq!(result.tier2[0].id, "channel:telegram");
         assert!(result.token_estimate.total_tokens <= 3000);
@@ -280,8 +253,17 @@ mod tests {
     fn filters_apply() {
         let (catalog, index, graph, embedder) = fixture();
         let config = DiscoveryConfig { tier1_min_relevance: 0.0, ..DiscoveryConfig::default() };
-        let filter = DiscoveryFilter { only_available: true, kind: Some(CapabilityKind::Channel), ..DiscoveryFilter::default() };
-        let result = discover(&embedder.embed("send a discord message"), &catalog, &index, &graph, &config, &filter, String::new());
+        let filter =
+            DiscoveryFilter { only_available: true, kind: Some(CapabilityKind::Channel), ..DiscoveryFilter::default() };
+        let result = discover(
+            &embedder.embed("send a discord message"),
+            &catalog,
+            &index,
+            &graph,
+            &config,
+            &filter,
+            String::new(),
+        );
         assert_eq!(result.tier1.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), vec!["channel:telegram"]);
     }
 

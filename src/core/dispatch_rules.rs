@@ -82,7 +82,9 @@ impl Builtin {
                 kind: CapabilityKind::Tool,
                 name: "echo".into(),
                 display_name: "Echo".into(),
-                description: "Echoes the given text back unchanged; a built-in capability for testing the dispatch pipeline.".into(),
+                description:
+                    "Echoes the given text back unchanged; a built-in capability for testing the dispatch pipeline."
+                        .into(),
                 category: "developer-tools".into(),
                 tags: vec!["echo".into(), "test".into(), "debug".into()],
                 required_secrets: vec![],
@@ -182,7 +184,9 @@ mod tests {
         keyed.idempotency_key = Some(String::new());
         assert_eq!(code(keyed, Some(&echo)), "bad_idempotency_key");
         match check(&request("tool:echo", json!({"text": 3})), Some(&echo)) {
-            Err(DispatchError::InvalidArguments { problems, .. }) => assert!(problems[0].starts_with("/text"), "{problems:?}"),
+            Err(DispatchError::InvalidArguments { problems, .. }) => {
+                assert!(problems[0].starts_with("/text"), "{problems:?}")
+            }
             other => panic!("unexpected {other:?}"),
         }
     }

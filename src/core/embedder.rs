@@ -146,7 +146,8 @@ mod tests {
     fn related_texts_score_higher_than_unrelated() {
         let embedder = HashingEmbedder::default();
         let query = embedder.embed("send a message on telegram");
-        let telegram = embedder.embed("telegram (channel)\nSend messages to Telegram chats and groups\nCategory: communication");
+        let telegram =
+            embedder.embed("telegram (channel)\nSend messages to Telegram chats and groups\nCategory: communication");
         let weather = embedder.embed("weather\nGet the current weather forecast for a city\nCategory: information");
         assert!(dot(&query, &telegram) > dot(&query, &weather) + 0.2);
     }

@@ -159,9 +159,14 @@ impl CapabilityGraph {
     /// Returns the neighbours of `id` with the edges to them, strongest first.
     pub fn neighbours(&self, id: &str) -> Vec<(&str, Edge)> {
         let Some(&node) = self.nodes.get(id) else { return Vec::new() };
-        let mut out: Vec<(&str, Edge)> =
-            self.graph.edges(node).map(|edge| (self.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight())).collect();
-        out.sort_by(|a, b| b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind)));
+        let mut out: Vec<(&str, Edge)> = self
+            .graph
+            .edges(node)
+            .map(|edge| (self.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight()))
+            .collect();
+        out.sort_by(|a, b| {
+            b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind))
+        });
         out
     }
 
@@ -169,7 +174,8 @@ impl CapabilityGraph {
     pub fn stats(&self) -> GraphStats {
         let mut edges_by_kind: BTreeMap<String, usize> = BTreeMap::new();
         for edge in self.graph.edge_weights() {
-            let name = serde_json::to_value(edge.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let name =
+                serde_json::to_value(edge.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
             *edges_by_kind.entry(name).or_insert(0) += 1;
         }
         GraphStats { nodes: self.graph.node_count(), edges: self.graph.edge_count(), edges_by_kind }
@@ -293,7 +299,10 @@ mod tests {
 
     #[test]
     fn edges_of_each_kind_coexist() {
-        let graph = CapabilityGraph::build(&sample(), &[Preset { name: "p".into(), capability_ids: vec!["skill:github".into(), "tool:cli-executor".into()] }]);
+        let graph = CapabilityGraph::build(
+            &sample(),
+            &[Preset { name: "p".into(), capability_ids: vec!["skill:github".into(), "tool:cli-executor".into()] }],
+        );
         let kinds: Vec<EdgeKind> = graph.neighbours("skill:github").iter().map(|(_, edge)| edge.kind).collect();
         // 3 shared tags give TAGGED_WITH 0.9; DEPENDS_ON (loose name match) and COMPOSED_WITH survive beside it.
         assert_eq!(kinds, vec![EdgeKind::DependsOn, EdgeKind::TaggedWith, EdgeKind::ComposedWith]);

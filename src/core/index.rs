@@ -101,7 +101,8 @@ impl VectorIndex {
                 heap.pop();
             }
         }
-        let mut hits: Vec<Hit> = heap.into_iter().map(|scored| Hit { id: scored.id.to_string(), score: scored.score }).collect();
+        let mut hits: Vec<Hit> =
+            heap.into_iter().map(|scored| Hit { id: scored.id.to_string(), score: scored.score }).collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
         hits
     }

@@ -41,6 +41,69 @@ impl OutcomeStatus {
     }
 }
 
+/// How outcomes are grouped into windows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeMode {
+    Global,
+    Organization,
+    OrganizationPersona,
+}
+
+impl ScopeMode {
+    /// Returns the scope key of an outcome: `global`, `<org>` or `<org>/<persona>`.
+    /// Missing ids fall back to the coarser scope (`global` with no organization).
+    pub fn scope_key(self, organization_id: Option<&str>, persona_id: Option<&str>) -> String {
+        let organization = organization_id.filter(|id| !id.is_empty());
+        let persona = persona_id.filter(|id| !id.is_empty());
+        match (self, organization, persona) {
+            (ScopeMode::Global, _, _) | (_, None, _) => "global".to_string(),
+            (ScopeMode::Organization, Some(org), _) | (ScopeMode::OrganizationPersona, Some(org), None) => {
+                org.to_string()
+            }
+            (ScopeMode::OrganizationPersona, Some(org), Some(persona)) => format!("{org}/{persona}"),
+        }
+    }
+}
+
+/// Who judged an outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeSource {
+    Heuristic,
+    RequestOverride,
+}
+
+/// Which tools a turn was offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolSelectionMode {
+    Discovered,
+    All,
+}
+
+/// A turn's outcome as a runtime reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OutcomeReport {
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub organization_id: Option<String>,
+    #[serde(default)]
+    pub persona_id: Option<String>,
+    #[serde(default)]
+    pub status: Option<OutcomeStatus>,
+    #[serde(default)]
+    pub score: Option<f32>,
+    #[serde(default)]
+    pub source: Option<OutcomeSource>,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default)]
+    pub tool_selection_mode: Option<ToolSelectionMode>,
+}
+
 /// One scored task outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,7 +126,9 @@ impl Sample {
     /// Builds a sample from a status and/or a score; the score wins when both are given.
     pub fn new(status: Option<OutcomeStatus>, score: Option<f32>, at_ms: u64) -> Result<Sample, OutcomeError> {
         match (status, score) {
-            (_, Some(score)) if !(score.is_finite() && (0.0..=1.0).contains(&score)) => Err(OutcomeError::ScoreOutOfRange(score)),
+            (_, Some(score)) if !(score.is_finite() && (0.0..=1.0).contains(&score)) => {
+                Err(OutcomeError::ScoreOutOfRange(score))
+            }
             (Some(status), Some(score)) => Ok(Sample { status, score, at_ms }),
             (None, Some(score)) => Ok(Sample { status: OutcomeStatus::from_score(score), score, at_ms }),
             (Some(status), None) => Ok(Sample { status, score: status.score(), at_ms }),
@@ -231,7 +296,16 @@ mod tests {
     #[test]
     fn kpi_counts_and_rates() {
         let mut window = KpiWindow::new(4).unwrap();
-        for (i, status) in [OutcomeStatus::Failed, OutcomeStatus::Success, OutcomeStatus::Partial, OutcomeStatus::Success, OutcomeStatus::Success].into_iter().enumerate() {
+        for (i, status) in [
+            OutcomeStatus::Failed,
+            OutcomeStatus::Success,
+            OutcomeStatus::Partial,
+            OutcomeStatus::Success,
+            OutcomeStatus::Success,
+        ]
+        .into_iter()
+        .enumerate()
+        {
             window.push(sample(status, i as u64));
         }
         let kpi = window.kpi("global");
@@ -241,6 +315,15 @@ mod tests {
         // The partial outcome is the oldest here, so recency weighting rates the window higher.
         assert!(kpi.weighted_success_rate > kpi.average_score);
         assert_eq!(kpi.updated_at_ms, 4);
+    }
+
+    #[test]
+    fn scope_keys() {
+        assert_eq!(ScopeMode::Global.scope_key(Some("acme"), Some("bot")), "global");
+        assert_eq!(ScopeMode::Organization.scope_key(Some("acme"), Some("bot")), "acme");
+        assert_eq!(ScopeMode::OrganizationPersona.scope_key(Some("acme"), Some("bot")), "acme/bot");
+        assert_eq!(ScopeMode::OrganizationPersona.scope_key(Some("acme"), None), "acme");
+        assert_eq!(ScopeMode::OrganizationPersona.scope_key(None, Some("bot")), "global");
     }
 
     #[test]

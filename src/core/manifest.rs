@@ -128,7 +128,8 @@ fn draft_from_map(map: &Map<String, Value>) -> Result<ManifestDraft, ManifestPro
     let (skill_content, skill_content_path) = match map.get("skillContent") {
         None => (None, None),
         Some(Value::String(text)) if looks_like_path(text) => {
-            let path = resolve_skill_content_path(text).map_err(|problem| ManifestProblem::new("skillContent", problem))?;
+            let path =
+                resolve_skill_content_path(text).map_err(|problem| ManifestProblem::new("skillContent", problem))?;
             (None, Some(path))
         }
         Some(Value::String(text)) if !text.trim().is_empty() => (Some(text.clone()), None),
@@ -309,7 +310,9 @@ skillContent: ./SKILL.md
             let text = format!("name: x\nkind: skill\ndescription: d\nskillContent: {bad}\n");
             assert_eq!(refused(&text).0, "skillContent", "{bad}");
         }
-        for bad in ["skillContent: null", "skillContent:", "skillContent: false", "skillContent: 3", "skillContent: \"\""] {
+        for bad in
+            ["skillContent: null", "skillContent:", "skillContent: false", "skillContent: 3", "skillContent: \"\""]
+        {
             let text = format!("name: x\nkind: skill\ndescription: d\n{bad}\n");
             assert_eq!(refused(&text).0, "skillContent", "{bad}");
         }

@@ -5,6 +5,7 @@
 //! Nothing here does I/O or knows about actors, the bus or the store;
 //! `tests/tidy.rs` enforces that.
 
+pub mod catalog;
 pub mod descriptor;
 pub mod discovery;
 pub mod dispatch_rules;

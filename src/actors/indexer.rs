@@ -1,0 +1,246 @@
+//! Indexer: owns the catalog and the vector index. A sync of one origin is
+//! planned by `core::catalog::plan_sync`, embeddings are reused from the store
+//! when model and text are unchanged (so a restart re-embeds nothing), the
+//! rest go to the Embedder, and the new snapshot is published.
+//!
+//! Mailbox ordering: a sync holds the mailbox until it is applied
+//! (`AtomicResponse`), so syncs never interleave. Before replying it has
+//! published the catalog to its subscribers and waited for the GraphBuilder,
+//! so a caller that gets the reply can query the Router straight away.
+
+use crate::actors::embedder::EmbedTexts;
+use crate::actors::graph_builder::BuildGraph;
+use crate::actors::Observe;
+use crate::core::catalog::{plan_sync, Catalog};
+use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::index::VectorIndex;
+use crate::core::text::embedding_text;
+use crate::store::{Store, StoreError, StoredEmbedding};
+use actix::prelude::*;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// Replaces everything `origin` contributed with `descriptors`.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<SyncReport, IndexerError>")]
+pub struct SyncCapabilities {
+    pub origin: String,
+    pub descriptors: Vec<CapabilityDescriptor>,
+}
+
+/// A new catalog and index, published after every change.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct CatalogPublished {
+    pub catalog: Arc<Catalog>,
+    pub index: Arc<VectorIndex>,
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncReport {
+    pub upserted: usize,
+    pub removed: usize,
+    pub unchanged: usize,
+    /// Upserts whose vector was computed now.
+    pub embedded: usize,
+    /// Upserts whose stored vector was still valid.
+    pub reused: usize,
+    pub conflicts: Vec<String>,
+    pub version: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the embedder did not answer: {0}")]
+    Embedder(String),
+    #[error("the embedder returned {actual} vectors for {expected} texts")]
+    EmbedderCount { expected: usize, actual: usize },
+    #[error(transparent)]
+    Index(#[from] crate::core::index::IndexError),
+}
+
+/// What the indexer holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IndexerStats {
+    pub version: u64,
+    pub capabilities: usize,
+    pub syncs: u64,
+    pub embedded_total: u64,
+    pub reused_total: u64,
+}
+
+pub struct Indexer {
+    store: Store,
+    embedder: Recipient<EmbedTexts>,
+    graph_builder: Recipient<BuildGraph>,
+    subscribers: Vec<Recipient<CatalogPublished>>,
+    catalog: Arc<Catalog>,
+    index: Arc<VectorIndex>,
+    stats: IndexerStats,
+}
+
+impl Indexer {
+    /// Builds an indexer over what the store holds. Descriptors whose stored
+    /// vector has the wrong dimension are left out until they are synced again.
+    pub fn load(
+        store: Store,
+        embedder: Recipient<EmbedTexts>,
+        graph_builder: Recipient<BuildGraph>,
+        subscribers: Vec<Recipient<CatalogPublished>>,
+        dimensions: usize,
+    ) -> Result<Indexer, StoreError> {
+        let mut catalog = Catalog::default();
+        let mut index = VectorIndex::new(dimensions);
+        for descriptor in store.descriptors()? {
+            let Some(embedding) = store.embedding(&descriptor.id)? else { continue };
+            if index.upsert(&descriptor.id, &embedding.vector).is_ok() {
+                catalog.descriptors.insert(descriptor.id.clone(), descriptor);
+            }
+        }
+        let stats = IndexerStats { capabilities: catalog.len(), ..IndexerStats::default() };
+        Ok(Indexer {
+            store,
+            embedder,
+            graph_builder,
+            subscribers,
+            catalog: Arc::new(catalog),
+            index: Arc::new(index),
+            stats,
+        })
+    }
+
+    fn publish(&self) {
+        let published = CatalogPublished { catalog: self.catalog.clone(), index: self.index.clone() };
+        for subscriber in &self.subscribers {
+            subscriber.do_send(published.clone());
+        }
+    }
+}
+
+/// Hash of what a vector was computed from: model and embedding text.
+fn text_hash(model_id: &str, text: &str) -> String {
+    let digest =
+        Sha256::new().chain_update(model_id.as_bytes()).chain_update([0u8]).chain_update(text.as_bytes()).finalize();
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+impl Actor for Indexer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Context<Self>) {
+        self.publish();
+        self.graph_builder.do_send(BuildGraph { catalog: self.catalog.clone() });
+    }
+}
+
+impl Handler<SyncCapabilities> for Indexer {
+    type Result = AtomicResponse<Self, Result<SyncReport, IndexerError>>;
+
+    fn handle(&mut self, msg: SyncCapabilities, _: &mut Context<Self>) -> Self::Result {
+        let plan = plan_sync(&self.catalog, &msg.origin, msg.descriptors);
+        let texts: Vec<String> = plan.upserts.iter().map(embedding_text).collect();
+        let embedder = self.embedder.clone();
+        // One round trip to learn the model id, with the texts that might need it.
+        let request = embedder.send(EmbedTexts { texts: Vec::new() });
+        let store = self.store.clone();
+        AtomicResponse::new(Box::pin(
+            async move {
+                let model_id = request.await.map_err(|err| IndexerError::Embedder(err.to_string()))?.model_id;
+                let hashes: Vec<String> = texts.iter().map(|text| text_hash(&model_id, text)).collect();
+                let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(texts.len());
+                let mut missing: Vec<usize> = Vec::new();
+                for (i, descriptor) in plan.upserts.iter().enumerate() {
+                    match store.embedding(&descriptor.id)? {
+                        Some(stored) if stored.model_id == model_id && stored.text_hash == hashes[i] => vectors.push(Some(stored.vector)),
+                        _ => {
+                            vectors.push(None);
+                            missing.push(i);
+                        }
+                    }
+                }
+                let reused = texts.len() - missing.len();
+                if !missing.is_empty() {
+                    let batch: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
+                    let embedded = embedder.send(EmbedTexts { texts: batch }).await.map_err(|err| IndexerError::Embedder(err.to_string()))?;
+                    if embedded.vectors.len() != missing.len() {
+                        return Err(IndexerError::EmbedderCount { expected: missing.len(), actual: embedded.vectors.len() });
+                    }
+                    for (&i, vector) in missing.iter().zip(embedded.vectors) {
+                        store.put_embedding(&plan.upserts[i].id, &StoredEmbedding { model_id: model_id.clone(), text_hash: hashes[i].clone(), vector: vector.clone() })?;
+                        vectors[i] = Some(vector);
+                    }
+                }
+                Ok((plan, vectors, reused, missing.len()))
+            }
+            .into_actor(self)
+            .map(|result, actor, _ctx| {
+                let (plan, vectors, reused, embedded) = result?;
+                let mut catalog = (*actor.catalog).clone();
+                let mut index = (*actor.index).clone();
+                for id in &plan.removals {
+                    actor.store.remove_capability(id)?;
+                    catalog.descriptors.remove(id);
+                    index.remove(id);
+                }
+                for (descriptor, vector) in plan.upserts.iter().zip(vectors) {
+                    let vector = vector.expect("every upsert has a vector by now");
+                    index.upsert(&descriptor.id, &vector)?;
+                    actor.store.put_descriptor(descriptor)?;
+                    catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+                }
+                let changed = !plan.upserts.is_empty() || !plan.removals.is_empty();
+                if changed {
+                    catalog.version = actor.catalog.version + 1;
+                    actor.catalog = Arc::new(catalog);
+                    actor.index = Arc::new(index);
+                    actor.publish();
+                }
+                for (id, holder) in &plan.conflicts {
+                    tracing::warn!(%id, %holder, "capability id already provided by another origin; kept the existing one");
+                }
+                actor.stats.version = actor.catalog.version;
+                actor.stats.capabilities = actor.catalog.len();
+                actor.stats.syncs += 1;
+                actor.stats.embedded_total += embedded as u64;
+                actor.stats.reused_total += reused as u64;
+                metrics::gauge!("capdex_capabilities_indexed").set(actor.catalog.len() as f64);
+                Ok(SyncReport {
+                    upserted: plan.upserts.len(),
+                    removed: plan.removals.len(),
+                    unchanged: plan.unchanged,
+                    embedded,
+                    reused,
+                    conflicts: plan.conflicts.iter().map(|(id, _)| id.clone()).collect(),
+                    version: actor.catalog.version,
+                })
+            })
+            .then(|result: Result<SyncReport, IndexerError>, actor, _ctx| {
+                let build = match &result {
+                    Ok(report) if report.upserted + report.removed > 0 => Some(actor.graph_builder.send(BuildGraph { catalog: actor.catalog.clone() })),
+                    _ => None,
+                };
+                async move {
+                    if let Some(build) = build {
+                        if let Err(err) = build.await {
+                            tracing::warn!(%err, "graph builder did not answer");
+                        }
+                    }
+                    result
+                }
+                .into_actor(actor)
+            }),
+        ))
+    }
+}
+
+impl Handler<Observe<IndexerStats>> for Indexer {
+    type Result = MessageResult<Observe<IndexerStats>>;
+
+    fn handle(&mut self, _: Observe<IndexerStats>, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stats.clone())
+    }
+}

@@ -1,0 +1,95 @@
+//! The actix actors: thin shells that unpack a message, call `core`, and send
+//! the result on. One file per actor; messages live beside their handler.
+//!
+//! Flow: Scanner → Indexer (with Embedder) → GraphBuilder → Router;
+//! Indexer → Router, Dispatcher (catalog snapshots); KpiTelemetry stands alone.
+//! Everything runs on the actix System's single arbiter thread except the
+//! Embedder and Scanner, which are `SyncArbiter` actors (CPU and disk bound).
+
+pub mod dispatcher;
+pub mod embedder;
+pub mod graph_builder;
+pub mod indexer;
+pub mod kpi;
+pub mod router;
+pub mod scanner;
+
+use crate::config::Settings;
+use crate::core::catalog::origin_of;
+use crate::core::dispatch_rules::Builtin;
+use crate::core::embedder::HashingEmbedder;
+use crate::store::Store;
+use actix::prelude::*;
+use std::marker::PhantomData;
+
+/// Asks an actor for a snapshot of its state (`S`), for tests and operators.
+pub struct Observe<S>(PhantomData<S>);
+
+impl<S> Observe<S> {
+    pub fn new() -> Observe<S> {
+        Observe(PhantomData)
+    }
+}
+
+impl<S> Default for Observe<S> {
+    fn default() -> Self {
+        Observe::new()
+    }
+}
+
+impl<S: 'static> Message for Observe<S> {
+    type Result = S;
+}
+
+/// The addresses of every actor.
+#[derive(Clone)]
+pub struct Actors {
+    pub scanner: Addr<scanner::Scanner>,
+    pub embedder: Addr<embedder::Embedder>,
+    pub indexer: Addr<indexer::Indexer>,
+    pub graph_builder: Addr<graph_builder::GraphBuilder>,
+    pub router: Addr<router::Router>,
+    pub dispatcher: Addr<dispatcher::Dispatcher>,
+    pub kpi: Addr<kpi::KpiTelemetry>,
+}
+
+/// Errors while starting the actors.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("failed to load state from the store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("failed to index the built-in capabilities: {0}")]
+    Builtins(String),
+}
+
+/// Starts every actor on the current actix System and indexes the built-ins.
+/// Must run inside a running System.
+pub async fn spawn_all(settings: &Settings, store: Store) -> Result<Actors, SpawnError> {
+    let dimensions = settings.embedder_dimensions;
+    let embedder = SyncArbiter::start(1, move || {
+        embedder::Embedder::new(Box::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")))
+    });
+    let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient()).start();
+    let graph_builder = graph_builder::GraphBuilder::new(Vec::new(), vec![router.clone().recipient()]).start();
+    let dispatcher = dispatcher::Dispatcher::new(store.clone()).start();
+    let indexer = indexer::Indexer::load(
+        store.clone(),
+        embedder.clone().recipient(),
+        graph_builder.clone().recipient(),
+        vec![router.clone().recipient(), dispatcher.clone().recipient()],
+        dimensions,
+    )?
+    .start();
+    let scan_dirs = settings.capability_dirs.clone();
+    let indexer_for_scanner = indexer.clone().recipient();
+    let scanner = SyncArbiter::start(1, move || scanner::Scanner::new(scan_dirs.clone(), indexer_for_scanner.clone()));
+    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.start();
+    let builtins: Vec<_> = Builtin::ALL.iter().map(|builtin| builtin.descriptor()).collect();
+    let origin = origin_of(&builtins[0].source_ref);
+    indexer
+        .send(indexer::SyncCapabilities { origin, descriptors: builtins })
+        .await
+        .map_err(|err| SpawnError::Builtins(err.to_string()))?
+        .map_err(|err| SpawnError::Builtins(err.to_string()))?;
+    Ok(Actors { scanner, embedder, indexer, graph_builder, router, dispatcher, kpi })
+}

@@ -1,0 +1,112 @@
+//! Scanner: reads the CAPABILITY.yaml folders and hands what it found to the
+//! Indexer as one sync of the `manifests` origin. Runs on a `SyncArbiter`
+//! thread (it does blocking disk I/O); a notify watcher re-triggers it.
+
+use crate::actors::indexer::{SyncCapabilities, SyncReport};
+use crate::actors::Observe;
+use crate::sources::manifest_dir::{self, ScanReport};
+use actix::prelude::*;
+use notify_debouncer_full::notify::{EventKind, RecursiveMode};
+use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Scans the folders now and syncs the result into the index.
+#[derive(Message, Debug, Default)]
+#[rtype(result = "Result<ScanOutcome, ScanError>")]
+pub struct ScanManifests;
+
+/// What a scan found and what the index made of it.
+#[derive(Debug, Clone)]
+pub struct ScanOutcome {
+    pub scan: ScanReport,
+    pub sync: SyncReport,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("the indexer did not answer: {0}")]
+    Indexer(String),
+}
+
+/// What the scanner has done so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScannerStats {
+    pub scans: u64,
+    pub last_found: usize,
+    pub last_refused: usize,
+}
+
+pub struct Scanner {
+    dirs: Vec<PathBuf>,
+    indexer: Recipient<SyncCapabilities>,
+    stats: ScannerStats,
+}
+
+impl Scanner {
+    pub fn new(dirs: Vec<PathBuf>, indexer: Recipient<SyncCapabilities>) -> Scanner {
+        Scanner { dirs, indexer, stats: ScannerStats::default() }
+    }
+}
+
+impl Actor for Scanner {
+    type Context = SyncContext<Self>;
+}
+
+impl Handler<ScanManifests> for Scanner {
+    type Result = Result<ScanOutcome, ScanError>;
+
+    fn handle(&mut self, _: ScanManifests, _: &mut SyncContext<Self>) -> Self::Result {
+        let scan = manifest_dir::scan(&self.dirs);
+        for refusal in &scan.refused {
+            tracing::warn!(manifest = %refusal.manifest_path, field = %refusal.field, problem = %refusal.problem, "capability refused");
+        }
+        for warning in &scan.warnings {
+            tracing::warn!("{warning}");
+        }
+        self.stats.scans += 1;
+        self.stats.last_found = scan.descriptors.len();
+        self.stats.last_refused = scan.refused.len();
+        let request = SyncCapabilities { origin: "manifests".to_string(), descriptors: scan.descriptors.clone() };
+        // A sync-arbiter thread may block on the async indexer: it is not the System's thread.
+        let sync = futures::executor::block_on(self.indexer.send(request))
+            .map_err(|err| ScanError::Indexer(err.to_string()))?
+            .map_err(|err| ScanError::Indexer(err.to_string()))?;
+        Ok(ScanOutcome { scan, sync })
+    }
+}
+
+impl Handler<Observe<ScannerStats>> for Scanner {
+    type Result = MessageResult<Observe<ScannerStats>>;
+
+    fn handle(&mut self, _: Observe<ScannerStats>, _: &mut SyncContext<Self>) -> Self::Result {
+        MessageResult(self.stats.clone())
+    }
+}
+
+/// Keeps the folder watcher alive; dropping it stops watching.
+pub struct ManifestWatcher {
+    _debouncer: Debouncer<notify_debouncer_full::notify::RecommendedWatcher, RecommendedCache>,
+}
+
+/// Watches `dirs` (recursively) and sends [`ScanManifests`] to `scanner`
+/// after each burst of changes has been quiet for `debounce`. Folders that do
+/// not exist are skipped with a warning.
+pub fn watch(dirs: &[PathBuf], debounce: Duration, scanner: Addr<Scanner>) -> Result<ManifestWatcher, String> {
+    let mut debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| match result {
+        Ok(events) => {
+            // Opens and reads are noise (some come from the debouncer itself).
+            if events.iter().any(|event| !matches!(event.kind, EventKind::Access(_))) {
+                scanner.do_send(ScanManifests);
+            }
+        }
+        Err(errors) => tracing::warn!(?errors, "capability folder watch reported errors"),
+    })
+    .map_err(|err| format!("failed to start the folder watcher: {err}"))?;
+    for dir in dirs {
+        if let Err(err) = debouncer.watch(dir, RecursiveMode::Recursive) {
+            tracing::warn!(dir = %dir.display(), %err, "capability folder not watched");
+        }
+    }
+    Ok(ManifestWatcher { _debouncer: debouncer })
+}

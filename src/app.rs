@@ -1,0 +1,157 @@
+//! Wiring: opens the store, starts the actors, and runs the CLI's jobs
+//! (`discover` once, or `serve` on NATS) on an actix System.
+//!
+//! Runtime model: everything runs inside `actix_rt::System` (a single-threaded
+//! tokio runtime with a LocalSet); CPU- and disk-bound actors run on
+//! `SyncArbiter` threads. The gateway's tasks are local tasks on that System.
+
+use crate::actors::dispatcher::Dispatch;
+use crate::actors::kpi::RecordOutcome;
+use crate::actors::router::Discover;
+use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
+use crate::actors::{spawn_all, Actors};
+use crate::config::Settings;
+use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
+use crate::core::dispatch_rules::DispatchRequest;
+use crate::core::kpi_window::{AlertEvent, Kpi, OutcomeReport};
+use crate::gateway::service::{Api, Gateway};
+use crate::gateway::wire::{ApiError, DiscoverRequest};
+use crate::store::Store;
+use anyhow::Context as _;
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Opens the store and starts the actors.
+pub async fn start(settings: &Settings) -> anyhow::Result<Actors> {
+    std::fs::create_dir_all(&settings.data_dir)
+        .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
+    let store = Store::open(&settings.data_dir).with_context(|| {
+        "is another capdex process using this data_dir? set --data-dir or CAPDEX_DATA_DIR".to_string()
+    })?;
+    Ok(spawn_all(settings, store).await?)
+}
+
+/// Scans the capability folders and syncs them into the index.
+pub async fn scan(actors: &Actors) -> anyhow::Result<ScanOutcome> {
+    Ok(actors.scanner.send(ScanManifests).await.context("scanner stopped")??)
+}
+
+/// Runs one discovery.
+pub async fn discover(actors: &Actors, query: &str, filter: DiscoveryFilter) -> anyhow::Result<DiscoveryResult> {
+    Ok(actors
+        .router
+        .send(Discover { query: query.to_string(), filter, config: None })
+        .await
+        .context("router stopped")??)
+}
+
+/// The gateway's view of the actors.
+#[derive(Clone)]
+struct ActorApi {
+    actors: Actors,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Api for ActorApi {
+    fn discover(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<DiscoveryResult, ApiError>> {
+        let router = self.actors.router.clone();
+        async move {
+            let filter = request.filter()?;
+            router
+                .send(Discover { query: request.message, filter, config: None })
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+                .map_err(|err| ApiError::internal(err.to_string()))
+        }
+        .boxed_local()
+    }
+
+    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<(Kpi, Option<AlertEvent>), ApiError>> {
+        let kpi = self.actors.kpi.clone();
+        async move {
+            let update = kpi
+                .send(RecordOutcome { report, at_ms: now_ms() })
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+                .map_err(|err| match err {
+                    crate::actors::kpi::KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
+                    other => ApiError::internal(other.to_string()),
+                })?;
+            Ok((update.kpi, update.alert))
+        }
+        .boxed_local()
+    }
+
+    fn dispatch(&self, request: serde_json::Value) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
+        let dispatcher = self.actors.dispatcher.clone();
+        async move {
+            let request: DispatchRequest = serde_json::from_value(request)
+                .map_err(|err| ApiError::bad_request(format!("malformed dispatch request: {err}")))?;
+            let reply = dispatcher
+                .send(Dispatch { request })
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+                .map_err(|err| match err {
+                    crate::actors::dispatcher::DispatchFailure::Refused(refusal) => {
+                        ApiError::new(422, refusal.code(), refusal.to_string())
+                    }
+                    other => ApiError::internal(other.to_string()),
+                })?;
+            serde_json::to_value(reply).map_err(|err| ApiError::internal(err.to_string()))
+        }
+        .boxed_local()
+    }
+}
+
+/// Serves on NATS until SIGINT or SIGTERM.
+pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
+    if let Some(addr) = settings.metrics_listen_addr {
+        crate::telemetry::init_metrics(addr).map_err(anyhow::Error::msg)?;
+    }
+    let actors = start(settings).await?;
+    let outcome = scan(&actors).await?;
+    tracing::info!(
+        found = outcome.scan.descriptors.len(),
+        refused = outcome.scan.refused.len(),
+        embedded = outcome.sync.embedded,
+        reused = outcome.sync.reused,
+        "capability folders indexed"
+    );
+    let _watcher = if settings.watch {
+        Some(
+            scanner::watch(
+                &settings.capability_dirs,
+                Duration::from_millis(settings.watch_debounce_ms),
+                actors.scanner.clone(),
+            )
+            .map_err(anyhow::Error::msg)?,
+        )
+    } else {
+        None
+    };
+    let gateway = Gateway::connect(&settings.nats).await?;
+    gateway.serve(ActorApi { actors }, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = terminate => {},
+    }
+}

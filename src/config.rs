@@ -1,0 +1,436 @@
+//! Configuration: the documented file `config/capdex.toml` (compiled in as the
+//! defaults), an optional user file on top, then `CAPDEX_*` environment
+//! variables, validated into [`Settings`].
+//!
+//! Layering happens on TOML values so that an unknown key anywhere is caught
+//! by `deny_unknown_fields` and reported with its name.
+
+use crate::core::discovery::DiscoveryConfig;
+use crate::core::kpi_window::{AlertPolicy, ScopeMode};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The documented default configuration, as shipped in `config/capdex.toml`.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../config/capdex.toml");
+
+/// Environment variables with the `CAPDEX_` prefix that are not settings.
+pub const RESERVED_ENV: &[&str] = &["CAPDEX_CONFIG", "CAPDEX_NATS_SERVER"];
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: String, message: String },
+    #[error("unknown environment variable {name}: no setting has that name")]
+    UnknownEnv { name: String },
+    #[error("environment variable {name}={value:?} is not valid: {problem}")]
+    BadEnv { name: String, value: String, problem: String },
+    #[error("setting {field} is not valid: {problem}")]
+    Invalid { field: String, problem: String },
+}
+
+/// The file shape; every field is documented in `config/capdex.toml`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSettings {
+    pub data_dir: PathBuf,
+    pub capability_dirs: Vec<PathBuf>,
+    pub watch: bool,
+    pub watch_debounce_ms: u64,
+    pub log: String,
+    pub log_format: String,
+    pub discovery: RawDiscovery,
+    pub embedder: RawEmbedder,
+    pub nats: RawNats,
+    pub kpi: RawKpi,
+    pub metrics: RawMetrics,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscovery {
+    pub tier0_token_budget: usize,
+    pub tier1_token_budget: usize,
+    pub tier2_token_budget: usize,
+    pub tier1_top_k: usize,
+    pub tier2_top_k: usize,
+    pub tier1_min_relevance: f32,
+    pub use_graph_reranking: bool,
+    pub graph_boost_factor: f32,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEmbedder {
+    pub dimensions: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNats {
+    pub url: String,
+    pub subject_prefix: String,
+    pub service_name: String,
+    pub max_payload_bytes: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKpi {
+    pub rolling_window_size: usize,
+    pub scope: ScopeMode,
+    pub emit_alerts: bool,
+    pub alert_below_weighted_success_rate: f32,
+    pub alert_min_samples: usize,
+    pub alert_cooldown_ms: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub listen_addr: String,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Validated settings; each actor receives only its part.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub capability_dirs: Vec<PathBuf>,
+    pub watch: bool,
+    pub watch_debounce_ms: u64,
+    pub log: String,
+    pub log_format: LogFormat,
+    pub discovery: DiscoveryConfig,
+    pub embedder_dimensions: usize,
+    pub nats: NatsSettings,
+    pub kpi: KpiSettings,
+    pub metrics_listen_addr: Option<SocketAddr>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NatsSettings {
+    pub url: String,
+    pub subject_prefix: String,
+    pub service_name: String,
+    pub max_payload_bytes: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct KpiSettings {
+    pub rolling_window_size: usize,
+    pub scope: ScopeMode,
+    pub alerts: AlertPolicy,
+}
+
+impl Settings {
+    /// Loads the defaults, then `file` (if any), then the `CAPDEX_*` variables in `env`.
+    pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Settings, ConfigError> {
+        let mut value = parse_toml("(built-in defaults)", DEFAULT_CONFIG_TOML)?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            let user = parse_toml(&path.display().to_string(), &text)?;
+            merge(&mut value, user);
+        }
+        apply_env(&mut value, env)?;
+        let raw: RawSettings = value.try_into().map_err(|err: toml::de::Error| ConfigError::Parse {
+            path: file.map_or("(environment)".into(), |p| p.display().to_string()),
+            message: err.message().to_string(),
+        })?;
+        Settings::from_raw(raw)
+    }
+
+    /// Validates raw settings.
+    pub fn from_raw(raw: RawSettings) -> Result<Settings, ConfigError> {
+        let invalid = |field: &str, problem: String| ConfigError::Invalid { field: field.to_string(), problem };
+        let discovery = DiscoveryConfig {
+            tier0_token_budget: raw.discovery.tier0_token_budget,
+            tier1_token_budget: raw.discovery.tier1_token_budget,
+            tier2_token_budget: raw.discovery.tier2_token_budget,
+            tier1_top_k: raw.discovery.tier1_top_k,
+            tier2_top_k: raw.discovery.tier2_top_k,
+            tier1_min_relevance: raw.discovery.tier1_min_relevance,
+            use_graph_reranking: raw.discovery.use_graph_reranking,
+            graph_boost_factor: raw.discovery.graph_boost_factor,
+        };
+        discovery
+            .validate()
+            .map_err(|problem| invalid(&format!("discovery.{}", snake(problem.field)), problem.problem))?;
+        if raw.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty".into()));
+        }
+        let log_format = match raw.log_format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(invalid("log_format", format!("must be \"text\" or \"json\", got {other:?}"))),
+        };
+        if !(1..=4096).contains(&raw.embedder.dimensions) {
+            return Err(invalid(
+                "embedder.dimensions",
+                format!("must be in 1..=4096, got {}", raw.embedder.dimensions),
+            ));
+        }
+        validate_prefix(&raw.nats.subject_prefix).map_err(|problem| invalid("nats.subject_prefix", problem))?;
+        if !(raw.nats.url.starts_with("nats://") || raw.nats.url.starts_with("tls://")) {
+            return Err(invalid("nats.url", format!("must start with nats:// or tls://, got {:?}", raw.nats.url)));
+        }
+        if raw.nats.service_name.is_empty()
+            || !raw.nats.service_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(
+                "nats.service_name",
+                format!("must be letters, digits, - or _, got {:?}", raw.nats.service_name),
+            ));
+        }
+        if !(1024..=64 * 1024 * 1024).contains(&raw.nats.max_payload_bytes) {
+            return Err(invalid(
+                "nats.max_payload_bytes",
+                format!("must be in 1024..=67108864, got {}", raw.nats.max_payload_bytes),
+            ));
+        }
+        if !(1..=100_000).contains(&raw.kpi.rolling_window_size) {
+            return Err(invalid(
+                "kpi.rolling_window_size",
+                format!("must be in 1..=100000, got {}", raw.kpi.rolling_window_size),
+            ));
+        }
+        let threshold = raw.kpi.alert_below_weighted_success_rate;
+        if !(threshold.is_finite() && (0.0..=1.0).contains(&threshold)) {
+            return Err(invalid(
+                "kpi.alert_below_weighted_success_rate",
+                format!("must be a number in [0, 1], got {threshold}"),
+            ));
+        }
+        let metrics_listen_addr = match raw.metrics.listen_addr.trim() {
+            "" => None,
+            text => Some(
+                text.parse()
+                    .map_err(|err| invalid("metrics.listen_addr", format!("{text:?} is not host:port ({err})")))?,
+            ),
+        };
+        Ok(Settings {
+            data_dir: raw.data_dir,
+            capability_dirs: raw.capability_dirs,
+            watch: raw.watch,
+            watch_debounce_ms: raw.watch_debounce_ms,
+            log: raw.log,
+            log_format,
+            discovery,
+            embedder_dimensions: raw.embedder.dimensions,
+            nats: NatsSettings {
+                url: raw.nats.url,
+                subject_prefix: raw.nats.subject_prefix,
+                service_name: raw.nats.service_name,
+                max_payload_bytes: raw.nats.max_payload_bytes,
+            },
+            kpi: KpiSettings {
+                rolling_window_size: raw.kpi.rolling_window_size,
+                scope: raw.kpi.scope,
+                alerts: AlertPolicy {
+                    enabled: raw.kpi.emit_alerts,
+                    below_weighted_success_rate: threshold,
+                    min_samples: raw.kpi.alert_min_samples,
+                    cooldown_ms: raw.kpi.alert_cooldown_ms,
+                },
+            },
+            metrics_listen_addr,
+        })
+    }
+}
+
+/// Returns every setting's `CAPDEX_*` variable name with its dotted key.
+pub fn env_names() -> Vec<(String, String)> {
+    let defaults = parse_toml("(built-in defaults)", DEFAULT_CONFIG_TOML).expect("the built-in config parses");
+    let mut names = Vec::new();
+    if let toml::Value::Table(table) = defaults {
+        for (key, value) in table {
+            match value {
+                toml::Value::Table(section) => {
+                    for sub in section.keys() {
+                        names.push((
+                            format!("CAPDEX_{}_{}", key.to_uppercase(), sub.to_uppercase()),
+                            format!("{key}.{sub}"),
+                        ));
+                    }
+                }
+                _ => names.push((format!("CAPDEX_{}", key.to_uppercase()), key)),
+            }
+        }
+    }
+    names
+}
+
+fn parse_toml(origin: &str, text: &str) -> Result<toml::Value, ConfigError> {
+    toml::from_str::<toml::Value>(text)
+        .map_err(|err| ConfigError::Parse { path: origin.to_string(), message: err.to_string() })
+}
+
+fn merge(base: &mut toml::Value, overlay: toml::Value) {
+    match (base, overlay) {
+        (toml::Value::Table(base), toml::Value::Table(overlay)) => {
+            for (key, value) in overlay {
+                match base.get_mut(&key) {
+                    Some(existing) if existing.is_table() && value.is_table() => merge(existing, value),
+                    _ => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, overlay) => *base = overlay,
+    }
+}
+
+fn apply_env(value: &mut toml::Value, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let names: BTreeMap<String, String> = env_names().into_iter().collect();
+    for (name, text) in env.iter().filter(|(name, _)| name.starts_with("CAPDEX_")) {
+        if RESERVED_ENV.contains(&name.as_str()) {
+            continue;
+        }
+        let key = names.get(name).ok_or_else(|| ConfigError::UnknownEnv { name: name.clone() })?;
+        let (section, leaf) = match key.split_once('.') {
+            Some((section, leaf)) => (Some(section), leaf),
+            None => (None, key.as_str()),
+        };
+        let table = match section {
+            Some(section) => value.get_mut(section).and_then(toml::Value::as_table_mut),
+            None => value.as_table_mut(),
+        }
+        .expect("env names come from the defaults' own tables");
+        let bad = |problem: &str| ConfigError::BadEnv {
+            name: name.clone(),
+            value: text.clone(),
+            problem: problem.to_string(),
+        };
+        let parsed = match table.get(leaf) {
+            Some(toml::Value::Integer(_)) => {
+                toml::Value::Integer(text.trim().parse().map_err(|_| bad("expected a whole number"))?)
+            }
+            Some(toml::Value::Float(_)) => {
+                toml::Value::Float(text.trim().parse().map_err(|_| bad("expected a number"))?)
+            }
+            Some(toml::Value::Boolean(_)) => toml::Value::Boolean(match text.trim() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => return Err(bad("expected true or false")),
+            }),
+            Some(toml::Value::Array(_)) => toml::Value::Array(
+                std::env::split_paths(text)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map(|p| toml::Value::String(p.display().to_string()))
+                    .collect(),
+            ),
+            _ => toml::Value::String(text.clone()),
+        };
+        table.insert(leaf.to_string(), parsed);
+    }
+    Ok(())
+}
+
+/// Checks a subject prefix: dot-separated tokens of letters, digits, `-` and `_`.
+fn validate_prefix(prefix: &str) -> Result<(), String> {
+    let ok = !prefix.is_empty()
+        && prefix
+            .split('.')
+            .all(|token| !token.is_empty() && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{prefix:?} is not a subject prefix (dot-separated tokens of letters, digits, - or _)"))
+    }
+}
+
+fn snake(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, ch) in camel.chars().enumerate() {
+        if ch.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(ch.to_ascii_lowercase());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn shipped_file_gives_the_design_defaults() {
+        let settings = Settings::load(None, &env(&[])).unwrap();
+        assert_eq!(settings.discovery, DiscoveryConfig::default());
+        assert_eq!(settings.kpi.alerts, AlertPolicy::default());
+        assert_eq!(settings.kpi.rolling_window_size, 100);
+        assert_eq!(settings.kpi.scope, ScopeMode::OrganizationPersona);
+        assert_eq!(settings.nats.subject_prefix, "capdex.v1");
+    }
+
+    #[test]
+    fn env_overrides_the_file() {
+        let settings = Settings::load(
+            None,
+            &env(&[
+                ("CAPDEX_NATS_URL", "nats://10.0.0.1:4333"),
+                ("CAPDEX_DATA_DIR", "/tmp/x"),
+                ("CAPDEX_DISCOVERY_TIER1_TOP_K", "7"),
+                ("CAPDEX_DISCOVERY_GRAPH_BOOST_FACTOR", "0.2"),
+                ("CAPDEX_CAPABILITY_DIRS", "a:b"),
+                ("CAPDEX_NATS_SERVER", "/ignored"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(settings.nats.url, "nats://10.0.0.1:4333");
+        assert_eq!(settings.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(settings.discovery.tier1_top_k, 7);
+        assert_eq!(settings.discovery.graph_boost_factor, 0.2);
+        assert_eq!(settings.capability_dirs, vec![PathBuf::from("a"), PathBuf::from("b")]);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_TOPK", "3")])).unwrap_err();
+        assert!(matches!(err, ConfigError::UnknownEnv { .. }), "{err}");
+        let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_TIER1_TOP_K", "many")])).unwrap_err();
+        assert!(err.to_string().contains("CAPDEX_DISCOVERY_TIER1_TOP_K"), "{err}");
+        let err = Settings::load(None, &env(&[("CAPDEX_KPI_ALERT_BELOW_WEIGHTED_SUCCESS_RATE", "nan")])).unwrap_err();
+        assert!(err.to_string().contains("kpi.alert_below_weighted_success_rate"), "{err}");
+        let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_TIER2_TOP_K", "9")])).unwrap_err();
+        assert!(err.to_string().contains("discovery.tier2_top_k"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[discovery]\ntier1_topk = 3\n").unwrap();
+        let err = Settings::load(Some(&path), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("tier1_topk"), "{err}");
+        std::fs::write(&path, "[kpi]\nscope = \"planet\"\n").unwrap();
+        assert!(Settings::load(Some(&path), &env(&[])).is_err());
+    }
+
+    #[test]
+    fn every_setting_has_an_env_name() {
+        let names: Vec<String> = env_names().into_iter().map(|(name, _)| name).collect();
+        for expected in
+            ["CAPDEX_DATA_DIR", "CAPDEX_NATS_URL", "CAPDEX_KPI_ALERT_COOLDOWN_MS", "CAPDEX_METRICS_LISTEN_ADDR"]
+        {
+            assert!(names.contains(&expected.to_string()), "{expected}");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The NATS micro service: connects, registers the `capdex` service (so
+//! `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` answer), serves its endpoints in
+//! the default queue group (so several nodes share the load), and publishes
+//! KPI and alert events.
+//!
+//! The service calls back into capdex through the [`Api`] trait, so this
+//! module knows nothing of actors. Requests are handled concurrently, each on
+//! its own local task: a slow request never holds up the others.
+
+use crate::config::NatsSettings;
+use crate::core::discovery::DiscoveryResult;
+use crate::core::kpi_window::{AlertEvent, Kpi, OutcomeReport};
+use crate::gateway::subjects::Subjects;
+use crate::gateway::wire::{self, ApiError, DiscoverRequest, OutcomeReply};
+use async_nats::service::{Request, ServiceExt};
+use async_nats::HeaderMap;
+use futures::future::LocalBoxFuture;
+use futures::StreamExt;
+use serde::Serialize;
+use std::future::Future;
+use std::rc::Rc;
+
+/// What the service asks of the rest of capdex.
+pub trait Api: 'static {
+    fn discover(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<DiscoveryResult, ApiError>>;
+    /// Records an outcome; returns the scope's KPI and any alert it raised.
+    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<(Kpi, Option<AlertEvent>), ApiError>>;
+    fn dispatch(&self, request: serde_json::Value) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("failed to connect to NATS at {url}: {source}")]
+    Connect { url: String, source: async_nats::ConnectError },
+    #[error("failed to start the NATS service {name}: {source}")]
+    Service { name: String, source: async_nats::Error },
+    #[error("failed to add endpoint {subject}: {source}")]
+    Endpoint { subject: String, source: async_nats::Error },
+}
+
+/// A connected gateway.
+pub struct Gateway {
+    client: async_nats::Client,
+    settings: NatsSettings,
+    subjects: Subjects,
+}
+
+impl Gateway {
+    /// Connects to the configured NATS server.
+    pub async fn connect(settings: &NatsSettings) -> Result<Gateway, GatewayError> {
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("{}-{}", settings.service_name, std::process::id()))
+            .connect(&settings.url)
+            .await
+            .map_err(|source| GatewayError::Connect { url: settings.url.clone(), source })?;
+        Ok(Gateway { client, settings: settings.clone(), subjects: Subjects::new(&settings.subject_prefix) })
+    }
+
+    pub fn subjects(&self) -> &Subjects {
+        &self.subjects
+    }
+
+    /// Serves the endpoints until `shutdown` resolves, then stops the service
+    /// (no new requests) and flushes what was published.
+    pub async fn serve<A: Api>(&self, api: A, shutdown: impl Future<Output = ()>) -> Result<(), GatewayError> {
+        let name = self.settings.service_name.clone();
+        let service = self
+            .client
+            .service_builder()
+            .description("capdex: capability discovery and dispatch for AI agents")
+            .start(&name, env!("CARGO_PKG_VERSION"))
+            .await
+            .map_err(|source| GatewayError::Service { name: name.clone(), source })?;
+        let api = Rc::new(api);
+        let shared = Rc::new(Shared {
+            client: self.client.clone(),
+            subjects: self.subjects.clone(),
+            max_payload_bytes: self.settings.max_payload_bytes,
+        });
+        let mut loops = Vec::new();
+        for (subject, endpoint_kind) in [
+            (self.subjects.discover(), EndpointKind::Discover),
+            (self.subjects.outcome(), EndpointKind::Outcome),
+            (self.subjects.dispatch(), EndpointKind::Dispatch),
+        ] {
+            let endpoint = service
+                .endpoint(&subject)
+                .await
+                .map_err(|source| GatewayError::Endpoint { subject: subject.clone(), source })?;
+            let api = api.clone();
+            let shared = shared.clone();
+            loops.push(tokio::task::spawn_local(async move {
+                let mut endpoint = endpoint;
+                while let Some(request) = endpoint.next().await {
+                    tokio::task::spawn_local(handle(endpoint_kind, request, api.clone(), shared.clone()));
+                }
+            }));
+        }
+        tracing::info!(url = %self.settings.url, prefix = %self.subjects.prefix(), "serving on NATS");
+        shutdown.await;
+        tracing::info!("stopping the NATS service");
+        if let Err(err) = service.stop().await {
+            tracing::warn!(%err, "failed to stop the NATS service cleanly");
+        }
+        for task in loops {
+            task.abort();
+        }
+        if let Err(err) = self.client.flush().await {
+            tracing::warn!(%err, "failed to flush NATS on shutdown");
+        }
+        Ok(())
+    }
+}
+
+struct Shared {
+    client: async_nats::Client,
+    subjects: Subjects,
+    max_payload_bytes: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum EndpointKind {
+    Discover,
+    Outcome,
+    Dispatch,
+}
+
+async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared: Rc<Shared>) {
+    let payload = request.message.payload.clone();
+    let result: Result<Vec<u8>, ApiError> = async {
+        match kind {
+            EndpointKind::Discover => {
+                let discover: DiscoverRequest = wire::decode(&payload, shared.max_payload_bytes)?;
+                discover.filter()?;
+                to_json(&api.discover(discover).await?)
+            }
+            EndpointKind::Outcome => {
+                let report: OutcomeReport = wire::decode(&payload, shared.max_payload_bytes)?;
+                let (kpi, alert) = api.outcome(report).await?;
+                publish(&shared.client, shared.subjects.kpi(&kpi.scope_key), &kpi).await;
+                if let Some(alert) = &alert {
+                    publish(&shared.client, shared.subjects.alert(&alert.severity, &alert.scope_key), alert).await;
+                }
+                to_json(&OutcomeReply { accepted: true, kpi })
+            }
+            EndpointKind::Dispatch => {
+                let call: serde_json::Value = wire::decode(&payload, shared.max_payload_bytes)?;
+                to_json(&api.dispatch(call).await?)
+            }
+        }
+    }
+    .await;
+    if request.message.reply.is_none() {
+        if let Err(err) = &result {
+            tracing::warn!(?kind, code = %err.code, message = %err.message, "request without reply subject failed");
+        }
+        return;
+    }
+    let sent = match result {
+        Ok(body) => request.respond(Ok(body.into())).await,
+        Err(err) => {
+            metrics::counter!("capdex_request_errors_total", "code" => err.code.clone()).increment(1);
+            let mut headers = HeaderMap::new();
+            headers.insert(async_nats::service::NATS_SERVICE_ERROR, err.message.as_str());
+            headers.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, err.status.to_string().as_str());
+            let body = serde_json::to_vec(&err).unwrap_or_default();
+            request.respond_with_headers(Ok(body.into()), headers).await
+        }
+    };
+    if let Err(err) = sent {
+        tracing::warn!(%err, "failed to send a reply");
+    }
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(value).map_err(|err| ApiError::internal(format!("failed to encode the reply: {err}")))
+}
+
+async fn publish<T: Serialize>(client: &async_nats::Client, subject: String, event: &T) {
+    match serde_json::to_vec(event) {
+        Ok(body) => {
+            if let Err(err) = client.publish(subject.clone(), body.into()).await {
+                tracing::warn!(%subject, %err, "failed to publish an event");
+            }
+        }
+        Err(err) => tracing::warn!(%subject, %err, "failed to encode an event"),
+    }
+}

@@ -1,0 +1,73 @@
+//! Every NATS subject capdex uses, built from one validated prefix.
+
+/// The default prefix, `capdex.v1`.
+pub const DEFAULT_PREFIX: &str = "capdex.v1";
+
+/// Subjects under a prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subjects {
+    prefix: String,
+}
+
+impl Subjects {
+    /// Returns the subjects under `prefix` (validated by the config).
+    pub fn new(prefix: &str) -> Subjects {
+        Subjects { prefix: prefix.to_string() }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Requests for per-turn discovery context.
+    pub fn discover(&self) -> String {
+        format!("{}.discover", self.prefix)
+    }
+
+    /// Task outcome reports.
+    pub fn outcome(&self) -> String {
+        format!("{}.outcome", self.prefix)
+    }
+
+    /// Capability calls.
+    pub fn dispatch(&self) -> String {
+        format!("{}.dispatch", self.prefix)
+    }
+
+    /// KPI events of one scope.
+    pub fn kpi(&self, scope_key: &str) -> String {
+        format!("{}.kpi.{}", self.prefix, token(scope_key))
+    }
+
+    /// Alert (and recovery) events of one scope.
+    pub fn alert(&self, severity: &str, scope_key: &str) -> String {
+        format!("{}.alert.{}.{}", self.prefix, token(severity), token(scope_key))
+    }
+}
+
+/// Makes a subject token of any text: characters other than letters, digits,
+/// `-` and `_` become `_` (so `acme/bot` is `acme_bot`), and empty becomes `_`.
+pub fn token(text: &str) -> String {
+    let cleaned: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    if cleaned.is_empty() {
+        "_".to_string()
+    } else {
+        cleaned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_live_under_the_prefix() {
+        let subjects = Subjects::new(DEFAULT_PREFIX);
+        assert_eq!(subjects.discover(), "capdex.v1.discover");
+        assert_eq!(subjects.outcome(), "capdex.v1.outcome");
+        assert_eq!(subjects.kpi("acme/bot"), "capdex.v1.kpi.acme_bot");
+        assert_eq!(subjects.alert("warning", "a.b *>"), "capdex.v1.alert.warning.a_b___");
+        assert_eq!(token(""), "_");
+    }
+}

@@ -1,0 +1,247 @@
+//! Reads capability folders: `<dir>/<capability>/CAPABILITY.yaml` (or `.yml`),
+//! with an optional `SKILL.md` and `schema.json` beside it.
+//!
+//! Files are read only when they are regular files reached through no
+//! symbolic link, at most [`MAX_MANIFEST_BYTES`] / [`MAX_ATTACHMENT_BYTES`]
+//! long; on Linux the opened file's real path (from `/proc/self/fd`) must lie
+//! below the capability folder. Anything refused is reported with its path,
+//! field and problem, never fatal to the scan.
+
+use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::manifest::{self, ManifestProblem, MAX_ATTACHMENT_BYTES, MAX_MANIFEST_BYTES};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// A capability folder that was left out, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    pub manifest_path: String,
+    pub field: String,
+    pub problem: String,
+}
+
+/// What one scan found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScanReport {
+    pub descriptors: Vec<CapabilityDescriptor>,
+    pub refused: Vec<Refusal>,
+    /// Problems that left nothing out (a missing scan folder, say).
+    pub warnings: Vec<String>,
+}
+
+const MANIFEST_NAMES: [&str; 2] = ["CAPABILITY.yaml", "CAPABILITY.yml"];
+
+/// Scans `dirs` in order; each subfolder holding a manifest is one capability.
+/// A later manifest with an id already seen is refused, naming the first.
+pub fn scan(dirs: &[PathBuf]) -> ScanReport {
+    let mut report = ScanReport::default();
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for dir in dirs {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(err) => {
+                report.warnings.push(format!("capability folder {} cannot be read: {err}", dir.display()));
+                continue;
+            }
+        };
+        let mut folders: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+            .map(|entry| entry.path())
+            .collect();
+        folders.sort();
+        for folder in folders {
+            let Some(manifest_path) =
+                MANIFEST_NAMES.iter().map(|name| folder.join(name)).find(|p| p.symlink_metadata().is_ok())
+            else {
+                continue;
+            };
+            let shown = manifest_path.display().to_string();
+            match read_capability(&folder, &manifest_path) {
+                Ok(descriptor) => match seen.get(&descriptor.id) {
+                    Some(first) => report.refused.push(Refusal {
+                        manifest_path: shown,
+                        field: "id".into(),
+                        problem: format!("duplicate id {}: already defined by {first}", descriptor.id),
+                    }),
+                    None => {
+                        seen.insert(descriptor.id.clone(), shown);
+                        report.descriptors.push(descriptor);
+                    }
+                },
+                Err(problem) => report.refused.push(Refusal {
+                    manifest_path: shown,
+                    field: problem.field,
+                    problem: problem.problem,
+                }),
+            }
+        }
+    }
+    report
+}
+
+/// Reads one capability folder into a descriptor.
+pub fn read_capability(folder: &Path, manifest_path: &Path) -> Result<CapabilityDescriptor, ManifestProblem> {
+    let text = read_contained(folder, manifest_path, MAX_MANIFEST_BYTES)
+        .map_err(|problem| ManifestProblem::new("(file)", problem))?;
+    let draft = manifest::parse(&text)?;
+    let skill_file = match &draft.skill_content_path {
+        Some(relative) => Some(
+            read_contained(folder, &folder.join(relative), MAX_ATTACHMENT_BYTES)
+                .map_err(|problem| ManifestProblem::new("skillContent", problem))?,
+        ),
+        None if draft.skill_content.is_none() => {
+            read_optional(folder, "SKILL.md").map_err(|problem| ManifestProblem::new("SKILL.md", problem))?
+        }
+        None => None,
+    };
+    let schema_file = match &draft.input_schema {
+        Some(_) => None,
+        None => match read_optional(folder, "schema.json")
+            .map_err(|problem| ManifestProblem::new("schema.json", problem))?
+        {
+            Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(schema @ serde_json::Value::Object(_)) => Some(schema),
+                Ok(_) => return Err(ManifestProblem::new("schema.json", "must hold a JSON object")),
+                Err(err) => return Err(ManifestProblem::new("schema.json", format!("not valid JSON: {err}"))),
+            },
+            None => None,
+        },
+    };
+    Ok(draft.into_descriptor(&manifest_path.display().to_string(), skill_file, schema_file))
+}
+
+fn read_optional(folder: &Path, name: &str) -> Result<Option<String>, String> {
+    let path = folder.join(name);
+    if path.symlink_metadata().is_err() {
+        return Ok(None);
+    }
+    read_contained(folder, &path, MAX_ATTACHMENT_BYTES).map(Some)
+}
+
+/// Reads `path` if it is a regular file below `folder`, reached through no
+/// symbolic link, and at most `max_bytes` long.
+pub fn read_contained(folder: &Path, path: &Path, max_bytes: u64) -> Result<String, String> {
+    let relative =
+        path.strip_prefix(folder).map_err(|_| format!("{} is outside the capability folder", path.display()))?;
+    let mut walked = folder.to_path_buf();
+    for component in relative.components() {
+        walked.push(component);
+        let meta = walked.symlink_metadata().map_err(|err| format!("{} cannot be read: {err}", walked.display()))?;
+        if meta.file_type().is_symlink() {
+            return Err(format!("{} is a symbolic link", walked.display()));
+        }
+    }
+    let meta = path.symlink_metadata().map_err(|err| format!("{} cannot be read: {err}", path.display()))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > max_bytes {
+        return Err(format!("{} is {} bytes, more than the {max_bytes} allowed", path.display(), meta.len()));
+    }
+    let mut file = File::open(path).map_err(|err| format!("{} cannot be opened: {err}", path.display()))?;
+    check_opened_below(&file, folder)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    (&mut file)
+        .take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| format!("{} cannot be read: {err}", path.display()))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(format!("{} grew past the {max_bytes} bytes allowed while being read", path.display()));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+}
+
+/// On Linux, checks through `/proc/self/fd` that the opened file lies below
+/// `folder`; elsewhere (or without /proc) the symlink walk above stands alone.
+#[cfg(target_os = "linux")]
+fn check_opened_below(file: &File, folder: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let (Ok(real), Ok(real_folder)) =
+        (std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())), folder.canonicalize())
+    else {
+        return Ok(());
+    };
+    if real.starts_with(&real_folder) {
+        Ok(())
+    } else {
+        Err(format!("{} resolves outside the capability folder", real.display()))
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn check_opened_below(_file: &File, _folder: &Path) -> Result<(), String> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn write(dir: &Path, folder: &str, file: &str, text: &str) {
+        fs::create_dir_all(dir.join(folder)).unwrap();
+        fs::write(dir.join(folder).join(file), text).unwrap();
+    }
+
+    #[test]
+    fn scans_folders_and_reports_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "notes", "CAPABILITY.yaml", "name: notes\nkind: skill\ndescription: Take notes\n");
+        write(root, "notes", "SKILL.md", "# Notes\nWrite things down.\n");
+        write(root, "search", "CAPABILITY.yml", "name: search\nkind: tool\ndescription: Search\n");
+        write(root, "search", "schema.json", r#"{"type":"object","properties":{"q":{"type":"string"}}}"#);
+        write(root, "broken", "CAPABILITY.yaml", "name: broken\nkind: tool\n");
+        write(root, "dupe", "CAPABILITY.yaml", "id: skill:notes\nname: other\nkind: skill\ndescription: d\n");
+        write(
+            root,
+            "escape",
+            "CAPABILITY.yaml",
+            "name: e\nkind: skill\ndescription: d\nskillContent: ../notes/SKILL.md\n",
+        );
+        write(root, "badschema", "CAPABILITY.yaml", "name: b\nkind: tool\ndescription: d\n");
+        write(root, "badschema", "schema.json", "{not json");
+        fs::create_dir_all(root.join("no-manifest")).unwrap();
+        let report = scan(&[root.to_path_buf(), root.join("missing")]);
+        let ids: Vec<&str> = report.descriptors.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, vec!["skill:notes", "tool:search"]);
+        assert_eq!(report.descriptors[0].full_content.as_deref(), Some("# Notes\nWrite things down.\n"));
+        assert!(report.descriptors[1].full_schema.is_some());
+        let refused: Vec<(&str, &str)> =
+            report.refused.iter().map(|r| (r.manifest_path.rsplit('/').nth(1).unwrap(), r.field.as_str())).collect();
+        assert_eq!(
+            refused,
+            vec![("badschema", "schema.json"), ("broken", "description"), ("dupe", "id"), ("escape", "skillContent")]
+        );
+        assert_eq!(report.warnings.len(), 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::write(root.join("secret.md"), "secret").unwrap();
+        write(root, "linked", "CAPABILITY.yaml", "name: l\nkind: skill\ndescription: d\n");
+        std::os::unix::fs::symlink(root.join("secret.md"), root.join("linked").join("SKILL.md")).unwrap();
+        let report = scan(&[root.to_path_buf()]);
+        assert!(report.descriptors.is_empty());
+        assert_eq!(report.refused[0].field, "SKILL.md");
+        assert!(report.refused[0].problem.contains("symbolic link"));
+    }
+
+    #[test]
+    fn oversized_manifests_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = format!("name: b\nkind: tool\ndescription: {}\n", "x".repeat(MAX_MANIFEST_BYTES as usize));
+        write(dir.path(), "big", "CAPABILITY.yaml", &big);
+        let report = scan(&[dir.path().to_path_buf()]);
+        assert!(report.refused[0].problem.contains("more than"), "{:?}", report.refused);
+    }
+}

@@ -1,0 +1,3 @@
+//! Shared helpers for the integration tests (a real nats-server, etc.).
+
+pub mod nats_server;
