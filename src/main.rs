@@ -44,6 +44,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Scan capability folders into the index (in data_dir) and report what changed.
+    ///
+    /// Unchanged capabilities keep their stored embeddings; refused folders are
+    /// listed with the field at fault.
+    Index {
+        /// A folder of capability folders; repeat for several. Overrides `capability_dirs`.
+        #[arg(long = "dir", value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve discovery, outcomes and dispatch over NATS until SIGINT or SIGTERM.
     ///
     /// Subjects: <prefix>.discover, <prefix>.outcome, <prefix>.dispatch (requests);
@@ -79,28 +91,71 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let filter: DiscoveryFilter = request.filter().map_err(|err| anyhow::anyhow!(err.message))?;
             system.block_on(discover_once(&settings, &message, filter, json))
         }
+        Command::Index { dirs, json } => {
+            if !dirs.is_empty() {
+                settings.capability_dirs = dirs;
+            }
+            system.block_on(index_once(&settings, json))
+        }
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
     }
 }
 
-async fn discover_once(settings: &Settings, message: &str, filter: DiscoveryFilter, json: bool) -> anyhow::Result<()> {
-    let spinner = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_message("scanning and indexing capability folders");
-        bar.enable_steady_tick(std::time::Duration::from_millis(100));
-        bar
-    });
+async fn index_once(settings: &Settings, json: bool) -> anyhow::Result<()> {
+    let spinner = spinner("scanning and indexing capability folders");
     let actors = capdex::app::start(settings).await?;
     let outcome = capdex::app::scan(&actors).await?;
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
+    if json {
+        let report = serde_json::json!({ "scan": { "refused": outcome.scan.refused, "warnings": outcome.scan.warnings,
+            "found": outcome.scan.descriptors.len() }, "sync": outcome.sync });
+        println!("{}", serde_json::to_string_pretty(&report).context("failed to encode the report")?);
+        return Ok(());
+    }
+    print_scan_problems(&outcome);
+    let sync = &outcome.sync;
+    println!(
+        "found {} capabilities ({} refused): {} new or changed ({} embedded, {} reused), {} unchanged, {} removed; index version {}",
+        outcome.scan.descriptors.len(),
+        outcome.scan.refused.len(),
+        sync.upserted,
+        sync.embedded,
+        sync.reused,
+        sync.unchanged,
+        sync.removed,
+        sync.version
+    );
+    Ok(())
+}
+
+fn spinner(message: &'static str) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(message);
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        bar
+    })
+}
+
+fn print_scan_problems(outcome: &capdex::actors::scanner::ScanOutcome) {
     for refusal in &outcome.scan.refused {
         eprintln!("refused {} ({}: {})", refusal.manifest_path, refusal.field, refusal.problem);
     }
     for warning in &outcome.scan.warnings {
         eprintln!("warning: {warning}");
     }
+}
+
+async fn discover_once(settings: &Settings, message: &str, filter: DiscoveryFilter, json: bool) -> anyhow::Result<()> {
+    let spinner = spinner("scanning and indexing capability folders");
+    let actors = capdex::app::start(settings).await?;
+    let outcome = capdex::app::scan(&actors).await?;
+    if let Some(bar) = spinner {
+        bar.finish_and_clear();
+    }
+    print_scan_problems(&outcome);
     let result = capdex::app::discover(&actors, message, filter).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&result).context("failed to encode the result")?);

@@ -101,7 +101,9 @@ impl Indexer {
                 catalog.descriptors.insert(descriptor.id.clone(), descriptor);
             }
         }
-        let stats = IndexerStats { capabilities: catalog.len(), ..IndexerStats::default() };
+        // Versions count changes within a process; a restored catalog starts a new count at 1.
+        catalog.version = u64::from(!catalog.is_empty());
+        let stats = IndexerStats { version: catalog.version, capabilities: catalog.len(), ..IndexerStats::default() };
         Ok(Indexer {
             store,
             embedder,

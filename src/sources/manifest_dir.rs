@@ -198,7 +198,7 @@ mod tests {
         write(root, "search", "CAPABILITY.yml", "name: search\nkind: tool\ndescription: Search\n");
         write(root, "search", "schema.json", r#"{"type":"object","properties":{"q":{"type":"string"}}}"#);
         write(root, "broken", "CAPABILITY.yaml", "name: broken\nkind: tool\n");
-        write(root, "dupe", "CAPABILITY.yaml", "id: skill:notes\nname: other\nkind: skill\ndescription: d\n");
+        write(root, "zdupe", "CAPABILITY.yaml", "id: skill:notes\nname: other\nkind: skill\ndescription: d\n");
         write(
             root,
             "escape",
@@ -217,7 +217,7 @@ mod tests {
             report.refused.iter().map(|r| (r.manifest_path.rsplit('/').nth(1).unwrap(), r.field.as_str())).collect();
         assert_eq!(
             refused,
-            vec![("badschema", "schema.json"), ("broken", "description"), ("dupe", "id"), ("escape", "skillContent")]
+            vec![("badschema", "schema.json"), ("broken", "description"), ("escape", "skillContent"), ("zdupe", "id")]
         );
         assert_eq!(report.warnings.len(), 1);
     }

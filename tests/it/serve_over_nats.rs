@@ -1,0 +1,184 @@
+//! `capdex serve` against a real nats-server: discovery, errors, outcomes,
+//! KPI and alert events, dispatch, and the micro-service endpoints.
+
+use crate::cli::{capdex, examples_dir};
+use crate::support::nats_server::NatsServer;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `capdex serve`, killed on drop.
+struct Served {
+    child: Child,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn serve(nats: &NatsServer) -> (Served, async_nats::Client) {
+    let data = tempfile::tempdir().unwrap();
+    let child = capdex()
+        .arg("serve")
+        .env("CAPDEX_NATS_URL", nats.url())
+        .env("CAPDEX_DATA_DIR", data.path())
+        .env("CAPDEX_CAPABILITY_DIRS", examples_dir())
+        .env("CAPDEX_WATCH", "false")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("capdex serve starts");
+    let served = Served { child, _data: data };
+    let client = async_nats::connect(nats.url()).await.expect("test client connects");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ping =
+            tokio::time::timeout(Duration::from_millis(500), client.request("$SRV.PING.capdex", "".into())).await;
+        if matches!(ping, Ok(Ok(_))) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "capdex serve did not answer $SRV.PING.capdex within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (served, client)
+}
+
+async fn request(client: &async_nats::Client, subject: &str, payload: Vec<u8>) -> async_nats::Message {
+    tokio::time::timeout(Duration::from_secs(10), client.request(subject.to_string(), payload.into()))
+        .await
+        .expect("reply within 10 s")
+        .expect("request succeeds")
+}
+
+fn body(message: &async_nats::Message) -> Value {
+    serde_json::from_slice(&message.payload)
+        .unwrap_or_else(|err| panic!("reply is not JSON ({err}): {:?}", message.payload))
+}
+
+#[tokio::test]
+async fn discover_answers_and_bad_input_gets_an_error_reply() {
+    let nats = NatsServer::start();
+    let (_served, client) = serve(&nats).await;
+
+    let reply = request(
+        &client,
+        "capdex.v1.discover",
+        json!({"message": "send a message on telegram"}).to_string().into_bytes(),
+    )
+    .await;
+    assert!(reply.headers.as_ref().is_none_or(|h| h.get("Nats-Service-Error").is_none()));
+    let result = body(&reply);
+    assert_eq!(result["tier1"][0]["id"], "channel:telegram", "{result}");
+    assert!(result["tokenEstimate"]["totalTokens"].as_u64().unwrap() <= 3000);
+
+    for bad in [
+        b"{not json".to_vec(),
+        br#"{"message": "x", "bogus": true}"#.to_vec(),
+        br#"{"message": ""}"#.to_vec(),
+        br#"{"message":"x","kind":"gadget"}"#.to_vec(),
+    ] {
+        let reply = request(&client, "capdex.v1.discover", bad.clone()).await;
+        let headers = reply.headers.clone().expect("error replies carry headers");
+        assert_eq!(
+            headers.get("Nats-Service-Error-Code").map(|v| v.as_str()),
+            Some("400"),
+            "{}",
+            String::from_utf8_lossy(&bad)
+        );
+        assert!(headers.get("Nats-Service-Error").is_some());
+        let error = body(&reply);
+        assert_eq!(error["code"], "bad_request", "{error}");
+        assert!(!error["message"].as_str().unwrap().is_empty());
+    }
+
+    // Still serving after the bad requests.
+    let reply = request(
+        &client,
+        "capdex.v1.discover",
+        json!({"query": "check the weather forecast", "kind": "skill"}).to_string().into_bytes(),
+    )
+    .await;
+    let result = body(&reply);
+    assert!(
+        result["tier1"].as_array().unwrap().iter().all(|e| e["id"].as_str().unwrap().starts_with("skill:")),
+        "{result}"
+    );
+
+    let info = body(&request(&client, "$SRV.INFO.capdex", Vec::new()).await);
+    let subjects: Vec<&str> =
+        info["endpoints"].as_array().unwrap().iter().map(|e| e["subject"].as_str().unwrap()).collect();
+    assert!(subjects.contains(&"capdex.v1.discover") && subjects.contains(&"capdex.v1.outcome"), "{info}");
+    let stats = body(&request(&client, "$SRV.STATS.capdex", Vec::new()).await);
+    let discover =
+        stats["endpoints"].as_array().unwrap().iter().find(|e| e["subject"] == "capdex.v1.discover").unwrap().clone();
+    assert_eq!(discover["num_requests"].as_u64(), Some(6), "{stats}");
+}
+
+#[tokio::test]
+async fn outcomes_publish_kpis_and_alerts() {
+    let nats = NatsServer::start();
+    let (_served, client) = serve(&nats).await;
+    let mut kpis = client.subscribe("capdex.v1.kpi.>").await.unwrap();
+    let mut alerts = client.subscribe("capdex.v1.alert.>").await.unwrap();
+    client.flush().await.unwrap();
+
+    for i in 0..8 {
+        let outcome = json!({"turnId": format!("t{i}"), "organizationId": "acme", "personaId": "bot", "status": "failed", "capabilities": ["channel:telegram"]});
+        let reply = body(&request(&client, "capdex.v1.outcome", outcome.to_string().into_bytes()).await);
+        assert_eq!(reply["accepted"], true);
+        assert_eq!(reply["kpi"]["sampleCount"].as_u64(), Some(i + 1));
+    }
+    let kpi = tokio::time::timeout(Duration::from_secs(5), kpis.next()).await.unwrap().unwrap();
+    assert_eq!(kpi.subject.as_str(), "capdex.v1.kpi.acme_bot");
+    let kpi = body(&kpi);
+    assert_eq!(kpi["scopeKey"], "acme/bot");
+    for field in [
+        "sampleCount",
+        "successCount",
+        "partialCount",
+        "failedCount",
+        "successRate",
+        "averageScore",
+        "weightedSuccessRate",
+    ] {
+        assert!(kpi.get(field).is_some(), "{field} missing in {kpi}");
+    }
+    let alert =
+        tokio::time::timeout(Duration::from_secs(5), alerts.next()).await.expect("an alert after 8 failures").unwrap();
+    assert_eq!(alert.subject.as_str(), "capdex.v1.alert.critical.acme_bot");
+    let alert = body(&alert);
+    assert_eq!(alert["sampleCount"].as_u64(), Some(8));
+    assert_eq!(alert["threshold"].as_f64().map(|t| (t * 100.0).round()), Some(55.0));
+
+    let bad = request(&client, "capdex.v1.outcome", json!({"score": 1.5}).to_string().into_bytes()).await;
+    assert_eq!(body(&bad)["code"], "bad_request");
+}
+
+#[tokio::test]
+async fn dispatch_runs_echo_validates_and_replays() {
+    let nats = NatsServer::start();
+    let (_served, client) = serve(&nats).await;
+    let call = json!({"capabilityId": "tool:echo", "arguments": {"text": "hello"}, "idempotencyKey": "k-1"});
+    let first = body(&request(&client, "capdex.v1.dispatch", call.to_string().into_bytes()).await);
+    assert_eq!(first["output"]["text"], "hello", "{first}");
+    assert_eq!(first["replayed"], false);
+    let again = body(&request(&client, "capdex.v1.dispatch", call.to_string().into_bytes()).await);
+    assert_eq!(again["replayed"], true);
+
+    let invalid = request(
+        &client,
+        "capdex.v1.dispatch",
+        json!({"capabilityId": "tool:echo", "arguments": {"text": 7}}).to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(invalid.headers.as_ref().unwrap().get("Nats-Service-Error-Code").unwrap().as_str(), "422");
+    assert_eq!(body(&invalid)["code"], "invalid_arguments");
+    let unknown = body(
+        &request(&client, "capdex.v1.dispatch", json!({"capabilityId": "tool:nope"}).to_string().into_bytes()).await,
+    );
+    assert_eq!(unknown["code"], "unknown_capability");
+}
