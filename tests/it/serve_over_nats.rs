@@ -22,13 +22,18 @@ impl Drop for Served {
 }
 
 async fn serve(nats: &NatsServer) -> (Served, async_nats::Client) {
+    serve_dir(nats, &examples_dir(), false).await
+}
+
+async fn serve_dir(nats: &NatsServer, dir: &std::path::Path, watch: bool) -> (Served, async_nats::Client) {
     let data = tempfile::tempdir().unwrap();
     let child = capdex()
         .arg("serve")
         .env("CAPDEX_NATS_URL", nats.url())
         .env("CAPDEX_DATA_DIR", data.path())
-        .env("CAPDEX_CAPABILITY_DIRS", examples_dir())
-        .env("CAPDEX_WATCH", "false")
+        .env("CAPDEX_CAPABILITY_DIRS", dir)
+        .env("CAPDEX_WATCH", watch.to_string())
+        .env("CAPDEX_WATCH_DEBOUNCE_MS", "200")
         .stdout(Stdio::null())
         .spawn()
         .expect("capdex serve starts");
@@ -181,4 +186,56 @@ async fn dispatch_runs_echo_validates_and_replays() {
         &request(&client, "capdex.v1.dispatch", json!({"capabilityId": "tool:nope"}).to_string().into_bytes()).await,
     );
     assert_eq!(unknown["code"], "unknown_capability");
+}
+
+async fn top_ids(client: &async_nats::Client, message: &str) -> Vec<String> {
+    let reply = request(client, "capdex.v1.discover", json!({ "message": message }).to_string().into_bytes()).await;
+    body(&reply)["tier1"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn manifest_folders_are_hot_reloaded() {
+    let nats = NatsServer::start();
+    let caps = tempfile::tempdir().unwrap();
+    let (_served, client) = serve_dir(&nats, caps.path(), true).await;
+    let query = "translate a document into klingon";
+    assert!(!top_ids(&client, query).await.contains(&"tool:klingon-translator".to_string()));
+
+    let folder = caps.path().join("klingon");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("CAPABILITY.yaml"),
+        "name: klingon-translator\nkind: tool\ndescription: Translate a document into Klingon\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !top_ids(&client, query).await.contains(&"tool:klingon-translator".to_string()) {
+        assert!(Instant::now() < deadline, "a new capability folder was not indexed within 15 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    std::fs::remove_dir_all(&folder).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while top_ids(&client, query).await.contains(&"tool:klingon-translator".to_string()) {
+        assert!(Instant::now() < deadline, "a removed capability folder stayed in the index for 15 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_service_cleanly() {
+    let nats = NatsServer::start();
+    let (mut served, _client) = serve(&nats).await;
+    let pid = served.child.id().to_string();
+    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(exit) = served.child.try_wait().unwrap() {
+            assert!(exit.success(), "capdex serve exited with {exit} on SIGTERM");
+            break;
+        }
+        assert!(Instant::now() < deadline, "capdex serve still running 10 s after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
