@@ -6,15 +6,19 @@
 //! `SyncArbiter` threads. The gateway's tasks are local tasks on that System.
 
 use crate::actors::dispatcher::Dispatch;
+use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::RecordOutcome;
 use crate::actors::router::Discover;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
 use crate::actors::{spawn_all, Actors};
 use crate::config::Settings;
+use crate::core::catalog::runtime_origin;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
 use crate::core::dispatch_rules::DispatchRequest;
 use crate::core::kpi_window::{AlertEvent, Kpi, OutcomeReport};
+use crate::core::sources::{normalise_catalog, normalise_sources, Normalised, SourcesPayload};
 use crate::gateway::service::{Api, Gateway};
+use crate::gateway::wire::{runtime_id, ListRequest, RegistrationReply, RemoveRequest};
 use crate::gateway::wire::{ApiError, DiscoverRequest};
 use crate::store::Store;
 use anyhow::Context as _;
@@ -24,12 +28,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Opens the store and starts the actors.
 pub async fn start(settings: &Settings) -> anyhow::Result<Actors> {
+    start_with_events(settings, None).await
+}
+
+/// Like [`start`], sending index change events to `events`.
+pub async fn start_with_events(
+    settings: &Settings,
+    events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
+) -> anyhow::Result<Actors> {
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
     let store = Store::open(&settings.data_dir).with_context(|| {
         "is another capdex process using this data_dir? set --data-dir or CAPDEX_DATA_DIR".to_string()
     })?;
-    Ok(spawn_all(settings, store).await?)
+    Ok(spawn_all(settings, store, events).await?)
 }
 
 /// Scans the capability folders and syncs them into the index.
@@ -46,6 +58,85 @@ pub async fn discover(actors: &Actors, query: &str, filter: DiscoveryFilter) -> 
         .context("router stopped")??)
 }
 
+/// The largest sources or catalog file read, in bytes.
+pub const MAX_SOURCES_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What kind of file `load_file` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileShape {
+    /// `{tools, skills, extensions, channels, presets}`.
+    Sources,
+    /// An array of descriptors.
+    Catalog,
+}
+
+/// Reads a sources or catalog file and indexes it as the origin `file:<path>`;
+/// returns the sync report and the items left out.
+pub async fn load_file(
+    actors: &Actors,
+    path: &std::path::Path,
+    shape: FileShape,
+) -> anyhow::Result<(SyncReport, Normalised)> {
+    let size = std::fs::metadata(path).with_context(|| format!("failed to read {}", path.display()))?.len();
+    anyhow::ensure!(
+        size <= MAX_SOURCES_FILE_BYTES,
+        "{} is {size} bytes, more than the {MAX_SOURCES_FILE_BYTES} allowed",
+        path.display()
+    );
+    let text = std::fs::read_to_string(path).with_context(|| format!("failed to read {}", path.display()))?;
+    let normalised = match shape {
+        FileShape::Sources => {
+            let payload: SourcesPayload = serde_json::from_str(&text).with_context(|| {
+                format!("{} is not a sources file ({{tools, skills, extensions, channels, presets}})", path.display())
+            })?;
+            normalise_sources(&payload)
+        }
+        FileShape::Catalog => {
+            let items: Vec<serde_json::Value> = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a catalog (an array of descriptors)", path.display()))?;
+            normalise_catalog(&items)
+        }
+    };
+    let mut sync = SyncCapabilities::replace(&format!("file:{}", path.display()), normalised.descriptors.clone());
+    sync.presets = Some(normalised.presets.clone());
+    let report = actors.indexer.send(sync).await.context("indexer stopped")??;
+    Ok((report, normalised))
+}
+
+/// Drops capabilities indexed from files (origin `file:*`) other than `keep`,
+/// so a command line's files are exactly what a run sees.
+pub async fn drop_other_files(actors: &Actors, keep: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    let keep: Vec<String> = keep.iter().map(|path| format!("file:{}", path.display())).collect();
+    let catalog = actors.router.send(crate::actors::router::CurrentCatalog).await.context("router stopped")?;
+    let stale: std::collections::BTreeSet<String> = catalog
+        .origins
+        .values()
+        .chain(catalog.presets.keys())
+        .filter(|o| o.starts_with("file:") && !keep.contains(o))
+        .cloned()
+        .collect();
+    for origin in stale {
+        let mut sync = SyncCapabilities::replace(&origin, Vec::new());
+        sync.presets = Some(Vec::new());
+        actors.indexer.send(sync).await.context("indexer stopped")??;
+    }
+    Ok(())
+}
+
+fn registration_reply(report: SyncReport, diagnostics: Vec<serde_json::Value>) -> RegistrationReply {
+    let mut diagnostics = diagnostics;
+    diagnostics
+        .extend(report.conflicts.iter().map(|c| serde_json::json!({"id": c.id, "field": "id", "problem": c.problem})));
+    RegistrationReply {
+        version: report.version,
+        added: report.added,
+        updated: report.updated,
+        removed: report.removed_ids,
+        unchanged: report.unchanged,
+        diagnostics,
+    }
+}
+
 /// The gateway's view of the actors.
 #[derive(Clone)]
 struct ActorApi {
@@ -57,6 +148,69 @@ fn now_ms() -> u64 {
 }
 
 impl Api for ActorApi {
+    fn register(&self, payload: SourcesPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
+        let indexer = self.actors.indexer.clone();
+        async move {
+            let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
+            let normalised = normalise_sources(&payload);
+            let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
+            if !payload.presets.is_empty() {
+                sync.presets = Some(normalised.presets);
+            }
+            let report = indexer
+                .send(sync)
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+                .map_err(|err| ApiError::internal(err.to_string()))?;
+            let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
+            Ok(registration_reply(report, diagnostics))
+        }
+        .boxed_local()
+    }
+
+    fn unregister(&self, request: RemoveRequest) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
+        let indexer = self.actors.indexer.clone();
+        async move {
+            let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref())?);
+            let report = indexer
+                .send(SyncCapabilities::remove(&origin, request.ids))
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+                .map_err(|err| ApiError::internal(err.to_string()))?;
+            Ok(registration_reply(report, Vec::new()))
+        }
+        .boxed_local()
+    }
+
+    fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
+        let router = self.actors.router.clone();
+        async move {
+            let kind = match request.kind.as_deref() {
+                None | Some("any") => None,
+                Some(text) => Some(
+                    crate::core::descriptor::CapabilityKind::parse(text)
+                        .ok_or_else(|| ApiError::bad_request(format!("unknown kind {text:?}")))?,
+                ),
+            };
+            let catalog = router
+                .send(crate::actors::router::CurrentCatalog)
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            let capabilities: Vec<serde_json::Value> = catalog
+                .descriptors
+                .values()
+                .filter(|d| kind.is_none_or(|k| d.kind == k))
+                .filter(|d| request.origin.as_deref().is_none_or(|o| catalog.origin(&d.id) == o))
+                .map(|d| {
+                    serde_json::json!({"id": d.id, "kind": d.kind, "name": d.name, "category": d.category,
+                        "available": d.available, "origin": catalog.origin(&d.id)})
+                })
+                .collect();
+            Ok(serde_json::json!({"version": catalog.version, "totalIndexed": catalog.len(), "capabilities": capabilities}))
+        }
+        .boxed_local()
+    }
+
     fn discover(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<DiscoveryResult, ApiError>> {
         let router = self.actors.router.clone();
         async move {
@@ -112,7 +266,8 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
     if let Some(addr) = settings.metrics_listen_addr {
         crate::telemetry::init_metrics(addr).map_err(anyhow::Error::msg)?;
     }
-    let actors = start(settings).await?;
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let actors = start_with_events(settings, Some(events_tx)).await?;
     let outcome = scan(&actors).await?;
     tracing::info!(
         found = outcome.scan.descriptors.len(),
@@ -134,7 +289,7 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
         None
     };
     let gateway = Gateway::connect(&settings.nats).await?;
-    gateway.serve(ActorApi { actors }, shutdown_signal()).await?;
+    gateway.serve(ActorApi { actors }, events_rx, shutdown_signal()).await?;
     Ok(())
 }
 

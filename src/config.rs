@@ -7,6 +7,7 @@
 
 use crate::core::discovery::DiscoveryConfig;
 use crate::core::kpi_window::{AlertPolicy, ScopeMode};
+use crate::sources::manifest_dir::ScanLimits;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -39,6 +40,8 @@ pub enum ConfigError {
 pub struct RawSettings {
     pub data_dir: PathBuf,
     pub capability_dirs: Vec<PathBuf>,
+    pub max_manifest_bytes: u64,
+    pub max_attachment_bytes: u64,
     pub watch: bool,
     pub watch_debounce_ms: u64,
     pub log: String,
@@ -107,6 +110,7 @@ pub enum LogFormat {
 pub struct Settings {
     pub data_dir: PathBuf,
     pub capability_dirs: Vec<PathBuf>,
+    pub scan_limits: ScanLimits,
     pub watch: bool,
     pub watch_debounce_ms: u64,
     pub log: String,
@@ -219,9 +223,29 @@ impl Settings {
                     .map_err(|err| invalid("metrics.listen_addr", format!("{text:?} is not host:port ({err})")))?,
             ),
         };
+        for (field, value) in
+            [("max_manifest_bytes", raw.max_manifest_bytes), ("max_attachment_bytes", raw.max_attachment_bytes)]
+        {
+            if !(1..=64 * 1024 * 1024).contains(&value) {
+                return Err(invalid(field, format!("must be in 1..=67108864, got {value}")));
+            }
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let capability_dirs = raw
+            .capability_dirs
+            .into_iter()
+            .map(|dir| match (dir.strip_prefix("~"), &home) {
+                (Ok(rest), Some(home)) => home.join(rest),
+                _ => dir,
+            })
+            .collect();
         Ok(Settings {
             data_dir: raw.data_dir,
-            capability_dirs: raw.capability_dirs,
+            capability_dirs,
+            scan_limits: ScanLimits {
+                max_manifest_bytes: raw.max_manifest_bytes,
+                max_attachment_bytes: raw.max_attachment_bytes,
+            },
             watch: raw.watch,
             watch_debounce_ms: raw.watch_debounce_ms,
             log: raw.log,
@@ -325,12 +349,15 @@ fn apply_env(value: &mut toml::Value, env: &BTreeMap<String, String>) -> Result<
                 "false" | "0" | "no" => false,
                 _ => return Err(bad("expected true or false")),
             }),
-            Some(toml::Value::Array(_)) => toml::Value::Array(
-                std::env::split_paths(text)
+            Some(toml::Value::Array(current)) => {
+                let given = std::env::split_paths(text)
                     .filter(|p| !p.as_os_str().is_empty())
-                    .map(|p| toml::Value::String(p.display().to_string()))
-                    .collect(),
-            ),
+                    .map(|p| toml::Value::String(p.display().to_string()));
+                // CAPDEX_CAPABILITY_DIRS adds to the configured folders, as documented.
+                let mut list = if name == "CAPDEX_CAPABILITY_DIRS" { current.clone() } else { Vec::new() };
+                list.extend(given);
+                toml::Value::Array(list)
+            }
             _ => toml::Value::String(text.clone()),
         };
         table.insert(leaf.to_string(), parsed);
@@ -402,7 +429,10 @@ mod tests {
         assert_eq!(settings.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(settings.discovery.tier1_top_k, 7);
         assert_eq!(settings.discovery.graph_boost_factor, 0.2);
-        assert_eq!(settings.capability_dirs, vec![PathBuf::from("a"), PathBuf::from("b")]);
+        let dirs = &settings.capability_dirs;
+        assert_eq!(dirs[dirs.len() - 2..], [PathBuf::from("a"), PathBuf::from("b")]);
+        assert_eq!(dirs[1], PathBuf::from(".capdex/capabilities"));
+        assert!(dirs[0].ends_with(".capdex/capabilities") && !dirs[0].starts_with("~"));
     }
 
     #[test]

@@ -37,6 +37,8 @@ enum Command {
         /// A folder of capability folders; repeat for several. Overrides `capability_dirs`.
         #[arg(long = "dir", value_name = "DIR")]
         dirs: Vec<PathBuf>,
+        #[command(flatten)]
+        files: SourceFiles,
         /// Only this kind: tool, skill, extension, channel, voice, productivity, emergent-tool, or any.
         #[arg(long)]
         kind: Option<String>,
@@ -52,7 +54,19 @@ enum Command {
         /// A folder of capability folders; repeat for several. Overrides `capability_dirs`.
         #[arg(long = "dir", value_name = "DIR")]
         dirs: Vec<PathBuf>,
+        #[command(flatten)]
+        files: SourceFiles,
         /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Scan capability folders and print what was found and what was refused, and why.
+    ///
+    /// Reads only; nothing is indexed. Exit status 0 even when folders are refused.
+    Scan {
+        /// Folders of capability folders (default: the configured `capability_dirs`).
+        dirs: Vec<PathBuf>,
+        /// Print `{"found": [descriptors], "refused": [{manifestPath, field, problem}], "warnings": [...]}`.
         #[arg(long)]
         json: bool,
     },
@@ -61,6 +75,17 @@ enum Command {
     /// Subjects: <prefix>.discover, <prefix>.outcome, <prefix>.dispatch (requests);
     /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events).
     Serve,
+}
+
+/// Capability files to index besides the folders.
+#[derive(clap::Args, Debug, Default)]
+struct SourceFiles {
+    /// A sources file: `{tools, skills, extensions, channels, presets}` as runtimes register them. Repeatable.
+    #[arg(long = "sources", value_name = "FILE")]
+    sources: Vec<PathBuf>,
+    /// A catalog file: a JSON array of capability descriptors. Repeatable.
+    #[arg(long = "catalog", value_name = "FILE")]
+    catalogs: Vec<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -83,28 +108,94 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     capdex::telemetry::init_logging(&settings.log, settings.log_format);
     let system = actix_rt::System::new();
     match cli.command {
-        Command::Discover { message, dirs, kind, json } => {
+        Command::Discover { message, dirs, files, kind, json } => {
             if !dirs.is_empty() {
                 settings.capability_dirs = dirs;
             }
             let request = DiscoverRequest { message: message.clone(), kind, ..DiscoverRequest::default() };
             let filter: DiscoveryFilter = request.filter().map_err(|err| anyhow::anyhow!(err.message))?;
-            system.block_on(discover_once(&settings, &message, filter, json))
+            system.block_on(discover_once(&settings, &files, &message, filter, json))
         }
-        Command::Index { dirs, json } => {
+        Command::Index { dirs, files, json } => {
             if !dirs.is_empty() {
                 settings.capability_dirs = dirs;
             }
-            system.block_on(index_once(&settings, json))
+            system.block_on(index_once(&settings, &files, json))
+        }
+        Command::Scan { dirs, json } => {
+            let dirs = if dirs.is_empty() { settings.capability_dirs.clone() } else { dirs };
+            let report = capdex::sources::manifest_dir::scan_with_refusals(&dirs, settings.scan_limits);
+            if json {
+                let value = serde_json::json!({"found": report.descriptors, "refused": report.refused, "warnings": report.warnings});
+                println!("{}", serde_json::to_string_pretty(&value).context("failed to encode the report")?);
+            } else {
+                for descriptor in &report.descriptors {
+                    println!("found   {:<40} {}", descriptor.id, manifest_path(&descriptor.source_ref));
+                }
+                for refusal in &report.refused {
+                    println!("refused {} ({}: {})", refusal.manifest_path, refusal.field, refusal.problem);
+                }
+                for warning in &report.warnings {
+                    println!("warning {warning}");
+                }
+                println!("{} found, {} refused", report.descriptors.len(), report.refused.len());
+            }
+            Ok(())
         }
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
     }
 }
 
-async fn index_once(settings: &Settings, json: bool) -> anyhow::Result<()> {
+fn manifest_path(source_ref: &capdex::core::descriptor::SourceRef) -> &str {
+    match source_ref {
+        capdex::core::descriptor::SourceRef::Manifest { manifest_path } => manifest_path,
+        _ => "",
+    }
+}
+
+/// Indexes the `--sources` and `--catalog` files; reports items left out on stderr.
+async fn load_files(actors: &capdex::actors::Actors, files: &SourceFiles) -> anyhow::Result<()> {
+    let given: Vec<PathBuf> = files.sources.iter().chain(&files.catalogs).cloned().collect();
+    capdex::app::drop_other_files(actors, &given).await?;
+    let shaped = files
+        .sources
+        .iter()
+        .map(|path| (path, capdex::app::FileShape::Sources))
+        .chain(files.catalogs.iter().map(|path| (path, capdex::app::FileShape::Catalog)));
+    for (path, shape) in shaped {
+        let (report, normalised) = capdex::app::load_file(actors, path, shape).await?;
+        for diagnostic in &normalised.diagnostics {
+            eprintln!(
+                "left out {} {}[{}] ({}: {})",
+                path.display(),
+                diagnostic.section,
+                diagnostic.index,
+                diagnostic.field,
+                diagnostic.problem
+            );
+        }
+        for conflict in &report.conflicts {
+            eprintln!("left out {} {} ({})", path.display(), conflict.id, conflict.problem);
+        }
+        eprintln!(
+            "indexed {}: {} new or changed ({} embedded, {} reused), {} unchanged, {} removed, {} left out",
+            path.display(),
+            report.upserted,
+            report.embedded,
+            report.reused,
+            report.unchanged,
+            report.removed,
+            normalised.diagnostics.len() + report.conflicts.len()
+        );
+    }
+    Ok(())
+}
+
+async fn index_once(settings: &Settings, files: &SourceFiles, json: bool) -> anyhow::Result<()> {
     let spinner = spinner("scanning and indexing capability folders");
     let actors = capdex::app::start(settings).await?;
     let outcome = capdex::app::scan(&actors).await?;
+    load_files(&actors, files).await?;
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
@@ -148,10 +239,17 @@ fn print_scan_problems(outcome: &capdex::actors::scanner::ScanOutcome) {
     }
 }
 
-async fn discover_once(settings: &Settings, message: &str, filter: DiscoveryFilter, json: bool) -> anyhow::Result<()> {
+async fn discover_once(
+    settings: &Settings,
+    files: &SourceFiles,
+    message: &str,
+    filter: DiscoveryFilter,
+    json: bool,
+) -> anyhow::Result<()> {
     let spinner = spinner("scanning and indexing capability folders");
     let actors = capdex::app::start(settings).await?;
     let outcome = capdex::app::scan(&actors).await?;
+    load_files(&actors, files).await?;
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }

@@ -52,7 +52,9 @@ impl Handler<BuildGraph> for GraphBuilder {
 
     fn handle(&mut self, msg: BuildGraph, _: &mut Context<Self>) -> Self::Result {
         let descriptors: Vec<CapabilityDescriptor> = msg.catalog.descriptors.values().cloned().collect();
-        let graph = Arc::new(CapabilityGraph::build(&descriptors, &self.presets));
+        let mut presets = self.presets.clone();
+        presets.extend(msg.catalog.all_presets());
+        let graph = Arc::new(CapabilityGraph::build(&descriptors, &presets));
         let stats = graph.stats();
         for subscriber in &self.subscribers {
             subscriber.do_send(GraphPublished { version: msg.catalog.version, graph: graph.clone() });

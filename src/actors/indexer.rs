@@ -1,5 +1,5 @@
-//! Indexer: owns the catalog and the vector index. A sync of one origin is
-//! planned by `core::catalog::plan_sync`, embeddings are reused from the store
+//! Indexer: owns the catalog and the vector index. A change by one origin is
+//! planned by `core::catalog::plan_change`, embeddings are reused from the store
 //! when model and text are unchanged (so a restart re-embeds nothing), the
 //! rest go to the Embedder, and the new snapshot is published.
 //!
@@ -11,8 +11,9 @@
 use crate::actors::embedder::EmbedTexts;
 use crate::actors::graph_builder::BuildGraph;
 use crate::actors::Observe;
-use crate::core::catalog::{plan_sync, Catalog};
+use crate::core::catalog::{plan_change, Catalog, ChangeMode, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::graph::Preset;
 use crate::core::index::VectorIndex;
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError, StoredEmbedding};
@@ -20,12 +21,79 @@ use actix::prelude::*;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
-/// Replaces everything `origin` contributed with `descriptors`.
+/// A change by one origin: `descriptors` replace (or are merged into) what it
+/// contributed, `removals` drop ids it holds, and `presets`, when given,
+/// replace its presets.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<SyncReport, IndexerError>")]
 pub struct SyncCapabilities {
     pub origin: String,
     pub descriptors: Vec<CapabilityDescriptor>,
+    pub mode: ChangeMode,
+    pub removals: Vec<String>,
+    pub presets: Option<Vec<Preset>>,
+    /// Offers the source refused before they reached the index, reported in the index event.
+    pub refused: Vec<Refused>,
+}
+
+/// Something a source could not offer: a manifest path or registration item, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refused {
+    pub source: String,
+    pub field: String,
+    pub problem: String,
+}
+
+/// Published after every change that reached the index (and for every
+/// refusal), for the `capdex.v1.events.index` subject.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexEvent {
+    pub version: u64,
+    pub origin: String,
+    pub added: Vec<String>,
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+    pub refused: Vec<Refused>,
+}
+
+impl SyncCapabilities {
+    /// Everything `origin` offers now; what it offered before and not now goes.
+    pub fn replace(origin: &str, descriptors: Vec<CapabilityDescriptor>) -> SyncCapabilities {
+        SyncCapabilities {
+            origin: origin.to_string(),
+            descriptors,
+            mode: ChangeMode::Replace,
+            removals: Vec::new(),
+            presets: None,
+            refused: Vec::new(),
+        }
+    }
+
+    /// Adds or updates `descriptors` for `origin`, keeping the rest.
+    pub fn merge(origin: &str, descriptors: Vec<CapabilityDescriptor>) -> SyncCapabilities {
+        SyncCapabilities {
+            origin: origin.to_string(),
+            descriptors,
+            mode: ChangeMode::Merge,
+            removals: Vec::new(),
+            presets: None,
+            refused: Vec::new(),
+        }
+    }
+
+    /// Removes `ids` held by `origin`.
+    pub fn remove(origin: &str, ids: Vec<String>) -> SyncCapabilities {
+        SyncCapabilities {
+            origin: origin.to_string(),
+            descriptors: Vec::new(),
+            mode: ChangeMode::Merge,
+            removals: ids,
+            presets: None,
+            refused: Vec::new(),
+        }
+    }
 }
 
 /// A new catalog and index, published after every change.
@@ -40,6 +108,12 @@ pub struct CatalogPublished {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncReport {
+    /// Ids that were not indexed before.
+    pub added: Vec<String>,
+    /// Ids whose descriptor changed.
+    pub updated: Vec<String>,
+    /// Ids dropped.
+    pub removed_ids: Vec<String>,
     pub upserted: usize,
     pub removed: usize,
     pub unchanged: usize,
@@ -47,7 +121,7 @@ pub struct SyncReport {
     pub embedded: usize,
     /// Upserts whose stored vector was still valid.
     pub reused: usize,
-    pub conflicts: Vec<String>,
+    pub conflicts: Vec<Conflict>,
     pub version: u64,
 }
 
@@ -80,6 +154,10 @@ pub struct Indexer {
     subscribers: Vec<Recipient<CatalogPublished>>,
     catalog: Arc<Catalog>,
     index: Arc<VectorIndex>,
+    /// The catalog version the GraphBuilder was last asked to build.
+    graph_version: u64,
+    /// Where index events go (the gateway, when serving).
+    events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
     stats: IndexerStats,
 }
 
@@ -95,15 +173,19 @@ impl Indexer {
     ) -> Result<Indexer, StoreError> {
         let mut catalog = Catalog::default();
         let mut index = VectorIndex::new(dimensions);
-        for descriptor in store.descriptors()? {
+        for stored in store.descriptors()? {
+            let descriptor = stored.descriptor;
             let Some(embedding) = store.embedding(&descriptor.id)? else { continue };
             if index.upsert(&descriptor.id, &embedding.vector).is_ok() {
+                catalog.origins.insert(descriptor.id.clone(), stored.origin);
                 catalog.descriptors.insert(descriptor.id.clone(), descriptor);
             }
         }
+        catalog.presets = store.presets()?.into_iter().collect();
         // Versions count changes within a process; a restored catalog starts a new count at 1.
         catalog.version = u64::from(!catalog.is_empty());
         let stats = IndexerStats { version: catalog.version, capabilities: catalog.len(), ..IndexerStats::default() };
+        let graph_version = catalog.version;
         Ok(Indexer {
             store,
             embedder,
@@ -111,8 +193,16 @@ impl Indexer {
             subscribers,
             catalog: Arc::new(catalog),
             index: Arc::new(index),
+            graph_version,
+            events: None,
             stats,
         })
+    }
+
+    /// Sends an [`IndexEvent`] for every change to `events`.
+    pub fn with_events(mut self, events: tokio::sync::mpsc::UnboundedSender<IndexEvent>) -> Indexer {
+        self.events = Some(events);
+        self
     }
 
     fn publish(&self) {
@@ -143,7 +233,15 @@ impl Handler<SyncCapabilities> for Indexer {
     type Result = AtomicResponse<Self, Result<SyncReport, IndexerError>>;
 
     fn handle(&mut self, msg: SyncCapabilities, _: &mut Context<Self>) -> Self::Result {
-        let plan = plan_sync(&self.catalog, &msg.origin, msg.descriptors);
+        let plan = plan_change(&self.catalog, &msg.origin, msg.descriptors, msg.mode, &msg.removals);
+        let origin = msg.origin;
+        let presets = msg.presets;
+        let mut refused = msg.refused;
+        refused.extend(plan.conflicts.iter().map(|c| Refused {
+            source: c.id.clone(),
+            field: "id".into(),
+            problem: c.problem.clone(),
+        }));
         let texts: Vec<String> = plan.upserts.iter().map(embedding_text).collect();
         let embedder = self.embedder.clone();
         // One round trip to learn the model id, with the texts that might need it.
@@ -179,30 +277,58 @@ impl Handler<SyncCapabilities> for Indexer {
                 Ok((plan, vectors, reused, missing.len()))
             }
             .into_actor(self)
-            .map(|result, actor, _ctx| {
+            .map(move |result, actor, _ctx| {
                 let (plan, vectors, reused, embedded) = result?;
                 let mut catalog = (*actor.catalog).clone();
                 let mut index = (*actor.index).clone();
                 for id in &plan.removals {
                     actor.store.remove_capability(id)?;
                     catalog.descriptors.remove(id);
+                    catalog.origins.remove(id);
                     index.remove(id);
                 }
+                let (mut added, mut updated) = (Vec::new(), Vec::new());
                 for (descriptor, vector) in plan.upserts.iter().zip(vectors) {
                     let vector = vector.expect("every upsert has a vector by now");
                     index.upsert(&descriptor.id, &vector)?;
-                    actor.store.put_descriptor(descriptor)?;
-                    catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+                    actor.store.put_descriptor(&origin, descriptor)?;
+                    let previous = catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+                    catalog.origins.insert(descriptor.id.clone(), origin.clone());
+                    if previous.is_some() { updated.push(descriptor.id.clone()) } else { added.push(descriptor.id.clone()) }
                 }
-                let changed = !plan.upserts.is_empty() || !plan.removals.is_empty();
+                let mut presets_changed = false;
+                if let Some(presets) = presets {
+                    if catalog.presets.get(&origin).map_or(!presets.is_empty(), |held| *held != presets) {
+                        actor.store.put_presets(&origin, &presets)?;
+                        if presets.is_empty() {
+                            catalog.presets.remove(&origin);
+                        } else {
+                            catalog.presets.insert(origin.clone(), presets);
+                        }
+                        presets_changed = true;
+                    }
+                }
+                let changed = !plan.upserts.is_empty() || !plan.removals.is_empty() || presets_changed;
                 if changed {
                     catalog.version = actor.catalog.version + 1;
                     actor.catalog = Arc::new(catalog);
                     actor.index = Arc::new(index);
                     actor.publish();
                 }
-                for (id, holder) in &plan.conflicts {
-                    tracing::warn!(%id, %holder, "capability id already provided by another origin; kept the existing one");
+                for conflict in &plan.conflicts {
+                    tracing::warn!(id = %conflict.id, problem = %conflict.problem, %origin, "capability offer not taken");
+                }
+                if changed || !refused.is_empty() {
+                    if let Some(events) = &actor.events {
+                        let _ = events.send(IndexEvent {
+                            version: actor.catalog.version,
+                            origin: origin.clone(),
+                            added: added.clone(),
+                            updated: updated.clone(),
+                            removed: plan.removals.clone(),
+                            refused,
+                        });
+                    }
                 }
                 actor.stats.version = actor.catalog.version;
                 actor.stats.capabilities = actor.catalog.len();
@@ -211,18 +337,24 @@ impl Handler<SyncCapabilities> for Indexer {
                 actor.stats.reused_total += reused as u64;
                 metrics::gauge!("capdex_capabilities_indexed").set(actor.catalog.len() as f64);
                 Ok(SyncReport {
+                    added,
+                    updated,
+                    removed_ids: plan.removals.clone(),
                     upserted: plan.upserts.len(),
                     removed: plan.removals.len(),
                     unchanged: plan.unchanged,
                     embedded,
                     reused,
-                    conflicts: plan.conflicts.iter().map(|(id, _)| id.clone()).collect(),
+                    conflicts: plan.conflicts,
                     version: actor.catalog.version,
                 })
             })
             .then(|result: Result<SyncReport, IndexerError>, actor, _ctx| {
                 let build = match &result {
-                    Ok(report) if report.upserted + report.removed > 0 => Some(actor.graph_builder.send(BuildGraph { catalog: actor.catalog.clone() })),
+                    Ok(_) if actor.graph_version != actor.catalog.version => {
+                        actor.graph_version = actor.catalog.version;
+                        Some(actor.graph_builder.send(BuildGraph { catalog: actor.catalog.clone() }))
+                    }
                     _ => None,
                 };
                 async move {

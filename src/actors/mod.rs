@@ -15,7 +15,7 @@ pub mod router;
 pub mod scanner;
 
 use crate::config::Settings;
-use crate::core::catalog::origin_of;
+use crate::core::catalog::BUILTIN_ORIGIN;
 use crate::core::dispatch_rules::Builtin;
 use crate::core::embedder::HashingEmbedder;
 use crate::store::Store;
@@ -63,8 +63,12 @@ pub enum SpawnError {
 }
 
 /// Starts every actor on the current actix System and indexes the built-ins.
-/// Must run inside a running System.
-pub async fn spawn_all(settings: &Settings, store: Store) -> Result<Actors, SpawnError> {
+/// Index changes are sent to `index_events` when given. Must run inside a running System.
+pub async fn spawn_all(
+    settings: &Settings,
+    store: Store,
+    index_events: Option<tokio::sync::mpsc::UnboundedSender<indexer::IndexEvent>>,
+) -> Result<Actors, SpawnError> {
     let dimensions = settings.embedder_dimensions;
     let embedder = SyncArbiter::start(1, move || {
         embedder::Embedder::new(Box::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")))
@@ -72,22 +76,27 @@ pub async fn spawn_all(settings: &Settings, store: Store) -> Result<Actors, Spaw
     let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient()).start();
     let graph_builder = graph_builder::GraphBuilder::new(Vec::new(), vec![router.clone().recipient()]).start();
     let dispatcher = dispatcher::Dispatcher::new(store.clone()).start();
-    let indexer = indexer::Indexer::load(
+    let mut indexer = indexer::Indexer::load(
         store.clone(),
         embedder.clone().recipient(),
         graph_builder.clone().recipient(),
         vec![router.clone().recipient(), dispatcher.clone().recipient()],
         dimensions,
-    )?
-    .start();
+    )?;
+    if let Some(events) = index_events {
+        indexer = indexer.with_events(events);
+    }
+    let indexer = indexer.start();
     let scan_dirs = settings.capability_dirs.clone();
     let indexer_for_scanner = indexer.clone().recipient();
-    let scanner = SyncArbiter::start(1, move || scanner::Scanner::new(scan_dirs.clone(), indexer_for_scanner.clone()));
+    let scan_limits = settings.scan_limits;
+    let scanner = SyncArbiter::start(1, move || {
+        scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
+    });
     let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.start();
     let builtins: Vec<_> = Builtin::ALL.iter().map(|builtin| builtin.descriptor()).collect();
-    let origin = origin_of(&builtins[0].source_ref);
     indexer
-        .send(indexer::SyncCapabilities { origin, descriptors: builtins })
+        .send(indexer::SyncCapabilities::replace(BUILTIN_ORIGIN, builtins))
         .await
         .map_err(|err| SpawnError::Builtins(err.to_string()))?
         .map_err(|err| SpawnError::Builtins(err.to_string()))?;

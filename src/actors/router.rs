@@ -26,6 +26,11 @@ pub struct Discover {
     pub config: Option<DiscoveryConfig>,
 }
 
+/// Asks for the catalog snapshot the router serves from.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Arc<Catalog>")]
+pub struct CurrentCatalog;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {
     #[error("the embedder did not answer: {0}")]
@@ -139,6 +144,14 @@ impl Handler<Discover> for Router {
             metrics::histogram!("capdex_discover_duration_seconds").record(started.elapsed().as_secs_f64());
             Ok(result)
         }))
+    }
+}
+
+impl Handler<CurrentCatalog> for Router {
+    type Result = MessageResult<CurrentCatalog>;
+
+    fn handle(&mut self, _: CurrentCatalog, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.catalog.clone())
     }
 }
 

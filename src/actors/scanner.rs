@@ -2,12 +2,15 @@
 //! Indexer as one sync of the `manifests` origin. Runs on a `SyncArbiter`
 //! thread (it does blocking disk I/O); a notify watcher re-triggers it.
 
-use crate::actors::indexer::{SyncCapabilities, SyncReport};
+use crate::actors::indexer::{Refused, SyncCapabilities, SyncReport};
 use crate::actors::Observe;
-use crate::sources::manifest_dir::{self, ScanReport};
+use crate::core::catalog::MANIFESTS_ORIGIN;
+use crate::core::descriptor::{CapabilityDescriptor, SourceRef};
+use crate::sources::manifest_dir::{self, ScanLimits, ScanReport};
 use actix::prelude::*;
 use notify_debouncer_full::notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -39,13 +42,17 @@ pub struct ScannerStats {
 
 pub struct Scanner {
     dirs: Vec<PathBuf>,
+    limits: ScanLimits,
     indexer: Recipient<SyncCapabilities>,
+    /// The last valid descriptor read from each manifest path: a manifest that
+    /// turns invalid keeps it indexed (and is reported refused) until fixed or deleted.
+    last_good: HashMap<String, CapabilityDescriptor>,
     stats: ScannerStats,
 }
 
 impl Scanner {
-    pub fn new(dirs: Vec<PathBuf>, indexer: Recipient<SyncCapabilities>) -> Scanner {
-        Scanner { dirs, indexer, stats: ScannerStats::default() }
+    pub fn new(dirs: Vec<PathBuf>, limits: ScanLimits, indexer: Recipient<SyncCapabilities>) -> Scanner {
+        Scanner { dirs, limits, indexer, last_good: HashMap::new(), stats: ScannerStats::default() }
     }
 }
 
@@ -57,7 +64,23 @@ impl Handler<ScanManifests> for Scanner {
     type Result = Result<ScanOutcome, ScanError>;
 
     fn handle(&mut self, _: ScanManifests, _: &mut SyncContext<Self>) -> Self::Result {
-        let scan = manifest_dir::scan(&self.dirs);
+        let scan = manifest_dir::scan_with_refusals(&self.dirs, self.limits);
+        let mut offered = scan.descriptors.clone();
+        let mut last_good: HashMap<String, CapabilityDescriptor> = HashMap::new();
+        for descriptor in &scan.descriptors {
+            if let SourceRef::Manifest { manifest_path } = &descriptor.source_ref {
+                last_good.insert(manifest_path.clone(), descriptor.clone());
+            }
+        }
+        for refusal in &scan.refused {
+            if let Some(previous) = self.last_good.get(&refusal.manifest_path) {
+                if !offered.iter().any(|d| d.id == previous.id) {
+                    offered.push(previous.clone());
+                    last_good.insert(refusal.manifest_path.clone(), previous.clone());
+                }
+            }
+        }
+        self.last_good = last_good;
         for refusal in &scan.refused {
             tracing::warn!(manifest = %refusal.manifest_path, field = %refusal.field, problem = %refusal.problem, "capability refused");
         }
@@ -67,7 +90,12 @@ impl Handler<ScanManifests> for Scanner {
         self.stats.scans += 1;
         self.stats.last_found = scan.descriptors.len();
         self.stats.last_refused = scan.refused.len();
-        let request = SyncCapabilities { origin: "manifests".to_string(), descriptors: scan.descriptors.clone() };
+        let mut request = SyncCapabilities::replace(MANIFESTS_ORIGIN, offered);
+        request.refused = scan
+            .refused
+            .iter()
+            .map(|r| Refused { source: r.manifest_path.clone(), field: r.field.clone(), problem: r.problem.clone() })
+            .collect();
         // A sync-arbiter thread may block on the async indexer: it is not the System's thread.
         let sync = futures::executor::block_on(self.indexer.send(request))
             .map_err(|err| ScanError::Indexer(err.to_string()))?

@@ -65,16 +65,24 @@ impl fmt::Display for CapabilityKind {
     }
 }
 
-/// Where a descriptor came from, so Tier 2 content can be traced back.
+/// What kind of source a descriptor was normalised from, so Tier 2 content
+/// can be traced back (the design's `sourceRef` union, plus capdex's built-ins).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum SourceRef {
+    /// A runtime's tool.
+    Tool,
+    /// A skill; `skillPath` names its SKILL.md when known.
+    #[serde(rename_all = "camelCase")]
+    Skill { skill_path: Option<String> },
+    /// A catalog extension (pack).
+    #[serde(rename_all = "camelCase")]
+    Extension { package_name: Option<String>, extension_id: String },
+    /// A messaging channel.
+    Channel,
     /// A CAPABILITY.yaml manifest on disk.
     #[serde(rename_all = "camelCase")]
     Manifest { manifest_path: String },
-    /// Registered by an agent runtime over the bus.
-    #[serde(rename_all = "camelCase")]
-    Registration { registered_by: String },
     /// Built into capdex itself (for example `tool:echo`).
     Builtin,
 }

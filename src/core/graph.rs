@@ -55,6 +55,7 @@ pub const TAG_MAX_FANOUT: usize = 64;
 
 /// A named group of capabilities used together.
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Preset {
     pub name: String,
     pub capability_ids: Vec<String>,

@@ -14,5 +14,6 @@ pub mod graph;
 pub mod index;
 pub mod kpi_window;
 pub mod manifest;
+pub mod sources;
 pub mod text;
 pub mod tiers;

@@ -10,8 +10,11 @@
 use crate::config::NatsSettings;
 use crate::core::discovery::DiscoveryResult;
 use crate::core::kpi_window::{AlertEvent, Kpi, OutcomeReport};
+use crate::core::sources::SourcesPayload;
 use crate::gateway::subjects::Subjects;
-use crate::gateway::wire::{self, ApiError, DiscoverRequest, OutcomeReply};
+use crate::gateway::wire::{
+    ApiError, Codec, DiscoverRequest, ListRequest, OutcomeReply, RegistrationReply, RemoveRequest,
+};
 use async_nats::service::{Request, ServiceExt};
 use async_nats::HeaderMap;
 use futures::future::LocalBoxFuture;
@@ -26,6 +29,12 @@ pub trait Api: 'static {
     /// Records an outcome; returns the scope's KPI and any alert it raised.
     fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<(Kpi, Option<AlertEvent>), ApiError>>;
     fn dispatch(&self, request: serde_json::Value) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
+    /// Upserts a runtime's batch of capabilities.
+    fn register(&self, payload: SourcesPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
+    /// Removes capabilities a runtime registered.
+    fn unregister(&self, request: RemoveRequest) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
+    /// Lists what is indexed.
+    fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +71,13 @@ impl Gateway {
 
     /// Serves the endpoints until `shutdown` resolves, then stops the service
     /// (no new requests) and flushes what was published.
-    pub async fn serve<A: Api>(&self, api: A, shutdown: impl Future<Output = ()>) -> Result<(), GatewayError> {
+    /// Events of type `E` received on `events` are published on `events.index`.
+    pub async fn serve<A: Api, E: Serialize + 'static>(
+        &self,
+        api: A,
+        mut index_events: tokio::sync::mpsc::UnboundedReceiver<E>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), GatewayError> {
         let name = self.settings.service_name.clone();
         let service = self
             .client
@@ -82,6 +97,9 @@ impl Gateway {
             (self.subjects.discover(), EndpointKind::Discover),
             (self.subjects.outcome(), EndpointKind::Outcome),
             (self.subjects.dispatch(), EndpointKind::Dispatch),
+            (self.subjects.capabilities_upsert(), EndpointKind::Upsert),
+            (self.subjects.capabilities_remove(), EndpointKind::Remove),
+            (self.subjects.capabilities_list(), EndpointKind::List),
         ] {
             let endpoint = service
                 .endpoint(&subject)
@@ -96,6 +114,13 @@ impl Gateway {
                 }
             }));
         }
+        let events_client = self.client.clone();
+        let events_subject = self.subjects.events_index();
+        loops.push(tokio::task::spawn_local(async move {
+            while let Some(event) = index_events.recv().await {
+                publish(&events_client, events_subject.clone(), &event).await;
+            }
+        }));
         tracing::info!(url = %self.settings.url, prefix = %self.subjects.prefix(), "serving on NATS");
         shutdown.await;
         tracing::info!("stopping the NATS service");
@@ -123,29 +148,54 @@ enum EndpointKind {
     Discover,
     Outcome,
     Dispatch,
+    Upsert,
+    Remove,
+    List,
 }
 
 async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared: Rc<Shared>) {
     let payload = request.message.payload.clone();
+    let content_type = request
+        .message
+        .headers
+        .as_ref()
+        .and_then(|headers| headers.get("Content-Type"))
+        .map(|v| v.as_str().to_string());
+    let codec = Codec::from_content_type(content_type.as_deref());
+    let max = shared.max_payload_bytes;
+    // An empty body means "no arguments" for the requests that have none required.
+    let empty = payload.is_empty();
     let result: Result<Vec<u8>, ApiError> = async {
         match kind {
             EndpointKind::Discover => {
-                let discover: DiscoverRequest = wire::decode(&payload, shared.max_payload_bytes)?;
+                let discover: DiscoverRequest = codec.decode(&payload, max)?;
                 discover.filter()?;
-                to_json(&api.discover(discover).await?)
+                codec.encode(&api.discover(discover).await?)
             }
             EndpointKind::Outcome => {
-                let report: OutcomeReport = wire::decode(&payload, shared.max_payload_bytes)?;
+                let report: OutcomeReport = codec.decode(&payload, max)?;
                 let (kpi, alert) = api.outcome(report).await?;
                 publish(&shared.client, shared.subjects.kpi(&kpi.scope_key), &kpi).await;
                 if let Some(alert) = &alert {
                     publish(&shared.client, shared.subjects.alert(&alert.severity, &alert.scope_key), alert).await;
                 }
-                to_json(&OutcomeReply { accepted: true, kpi })
+                codec.encode(&OutcomeReply { accepted: true, kpi })
             }
             EndpointKind::Dispatch => {
-                let call: serde_json::Value = wire::decode(&payload, shared.max_payload_bytes)?;
-                to_json(&api.dispatch(call).await?)
+                let call: serde_json::Value = codec.decode(&payload, max)?;
+                codec.encode(&api.dispatch(call).await?)
+            }
+            EndpointKind::Upsert => {
+                let batch: SourcesPayload = codec.decode(&payload, max)?;
+                codec.encode(&api.register(batch).await?)
+            }
+            EndpointKind::Remove => {
+                let remove: RemoveRequest = codec.decode(&payload, max)?;
+                codec.encode(&api.unregister(remove).await?)
+            }
+            EndpointKind::List => {
+                let list: ListRequest = if empty { ListRequest::default() } else { codec.decode(&payload, max)? };
+                codec.encode(&api.list(list).await?)
             }
         }
     }
@@ -156,24 +206,23 @@ async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared
         }
         return;
     }
+    let mut headers = HeaderMap::new();
+    if codec == Codec::Msgpack {
+        headers.insert("Content-Type", crate::gateway::wire::MSGPACK_CONTENT_TYPE);
+    }
     let sent = match result {
-        Ok(body) => request.respond(Ok(body.into())).await,
+        Ok(body) => request.respond_with_headers(Ok(body.into()), headers).await,
         Err(err) => {
             metrics::counter!("capdex_request_errors_total", "code" => err.code.clone()).increment(1);
-            let mut headers = HeaderMap::new();
             headers.insert(async_nats::service::NATS_SERVICE_ERROR, err.message.as_str());
             headers.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, err.status.to_string().as_str());
-            let body = serde_json::to_vec(&err).unwrap_or_default();
+            let body = codec.encode(&err).unwrap_or_default();
             request.respond_with_headers(Ok(body.into()), headers).await
         }
     };
     if let Err(err) = sent {
         tracing::warn!(%err, "failed to send a reply");
     }
-}
-
-fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
-    serde_json::to_vec(value).map_err(|err| ApiError::internal(format!("failed to encode the reply: {err}")))
 }
 
 async fn publish<T: Serialize>(client: &async_nats::Client, subject: String, event: &T) {

@@ -34,6 +34,26 @@ impl Subjects {
         format!("{}.dispatch", self.prefix)
     }
 
+    /// Capability registration: upsert a batch.
+    pub fn capabilities_upsert(&self) -> String {
+        format!("{}.capabilities.upsert", self.prefix)
+    }
+
+    /// Capability registration: remove ids.
+    pub fn capabilities_remove(&self) -> String {
+        format!("{}.capabilities.remove", self.prefix)
+    }
+
+    /// Capability registration: list what is indexed.
+    pub fn capabilities_list(&self) -> String {
+        format!("{}.capabilities.list", self.prefix)
+    }
+
+    /// Index change events.
+    pub fn events_index(&self) -> String {
+        format!("{}.events.index", self.prefix)
+    }
+
     /// KPI events of one scope.
     pub fn kpi(&self, scope_key: &str) -> String {
         format!("{}.kpi.{}", self.prefix, token(scope_key))

@@ -75,16 +75,104 @@ impl ApiError {
     }
 }
 
+/// How a payload is encoded: JSON by default, msgpack when the request says
+/// `Content-Type: application/msgpack` (the reply mirrors the request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    Json,
+    Msgpack,
+}
+
+/// The content type that selects msgpack.
+pub const MSGPACK_CONTENT_TYPE: &str = "application/msgpack";
+
+impl Codec {
+    /// Picks the codec from a `Content-Type` header value.
+    pub fn from_content_type(content_type: Option<&str>) -> Codec {
+        match content_type {
+            Some(value) if value.trim().eq_ignore_ascii_case(MSGPACK_CONTENT_TYPE) => Codec::Msgpack,
+            _ => Codec::Json,
+        }
+    }
+
+    /// Decodes a request, turning every failure into a `bad_request`.
+    pub fn decode<T: serde::de::DeserializeOwned>(self, payload: &[u8], max_bytes: usize) -> Result<T, ApiError> {
+        if payload.len() > max_bytes {
+            return Err(ApiError::new(
+                413,
+                "payload_too_large",
+                format!("payload is {} bytes, the limit is {max_bytes}", payload.len()),
+            ));
+        }
+        match self {
+            Codec::Json => serde_json::from_slice(payload)
+                .map_err(|err| ApiError::bad_request(format!("malformed request: {err}"))),
+            Codec::Msgpack => rmp_serde::from_slice(payload)
+                .map_err(|err| ApiError::bad_request(format!("malformed msgpack request: {err}"))),
+        }
+    }
+
+    /// Encodes a reply or event.
+    pub fn encode<T: Serialize>(self, value: &T) -> Result<Vec<u8>, ApiError> {
+        match self {
+            Codec::Json => {
+                serde_json::to_vec(value).map_err(|err| ApiError::internal(format!("failed to encode: {err}")))
+            }
+            Codec::Msgpack => {
+                rmp_serde::to_vec_named(value).map_err(|err| ApiError::internal(format!("failed to encode: {err}")))
+            }
+        }
+    }
+}
+
 /// Decodes a JSON request, turning every failure into a `bad_request`.
 pub fn decode<T: serde::de::DeserializeOwned>(payload: &[u8], max_bytes: usize) -> Result<T, ApiError> {
-    if payload.len() > max_bytes {
-        return Err(ApiError::new(
-            413,
-            "payload_too_large",
-            format!("payload is {} bytes, the limit is {max_bytes}", payload.len()),
-        ));
+    Codec::Json.decode(payload, max_bytes)
+}
+
+/// `capdex.v1.capabilities.remove` request.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoveRequest {
+    #[serde(default)]
+    pub runtime_id: Option<String>,
+    pub ids: Vec<String>,
+}
+
+/// `capdex.v1.capabilities.list` request.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListRequest {
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub origin: Option<String>,
+}
+
+/// The runtime id a registration belongs to: `default` when none is given.
+pub fn runtime_id(given: Option<&str>) -> Result<String, ApiError> {
+    match given.map(str::trim) {
+        None | Some("") => Ok("default".to_string()),
+        Some(id) if id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) => {
+            Ok(id.to_string())
+        }
+        Some(id) => {
+            Err(ApiError::bad_request(format!("runtimeId {id:?} must be 1 to 128 letters, digits, '-', '_' or '.'")))
+        }
     }
-    serde_json::from_slice(payload).map_err(|err| ApiError::bad_request(format!("malformed request: {err}")))
+}
+
+/// The reply to a registration change.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistrationReply {
+    pub version: u64,
+    pub added: Vec<String>,
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+    pub unchanged: usize,
+    /// Items not indexed, each with its section, index or id, field and problem.
+    pub diagnostics: Vec<serde_json::Value>,
 }
 
 /// `capdex.v1.outcome` reply.
@@ -112,5 +200,11 @@ mod tests {
         let bad_kind = DiscoverRequest { message: "x".into(), kind: Some("gadget".into()), ..Default::default() };
         assert_eq!(bad_kind.filter().unwrap_err().code, "bad_request");
         assert_eq!(DiscoverRequest::default().filter().unwrap_err().code, "bad_request");
+        let packed = rmp_serde::to_vec_named(&serde_json::json!({"message": "hi"})).unwrap();
+        let request: DiscoverRequest =
+            Codec::from_content_type(Some("application/msgpack")).decode(&packed, 1024).unwrap();
+        assert_eq!(request.message, "hi");
+        assert_eq!(runtime_id(None).unwrap(), "default");
+        assert!(runtime_id(Some("a b")).is_err());
     }
 }

@@ -9,6 +9,25 @@
 
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::manifest::{self, ManifestProblem, MAX_ATTACHMENT_BYTES, MAX_MANIFEST_BYTES};
+
+/// Size limits for the files a scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanLimits {
+    pub max_manifest_bytes: u64,
+    pub max_attachment_bytes: u64,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits { max_manifest_bytes: MAX_MANIFEST_BYTES, max_attachment_bytes: MAX_ATTACHMENT_BYTES }
+    }
+}
+
+/// Whether the `/proc/self/fd` containment check ran for every file read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Containment {
+    unchecked: bool,
+}
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -36,10 +55,17 @@ pub struct ScanReport {
 
 const MANIFEST_NAMES: [&str; 2] = ["CAPABILITY.yaml", "CAPABILITY.yml"];
 
+/// Scans `dirs` in order with the default limits; see [`scan_with_refusals`].
+pub fn scan(dirs: &[PathBuf]) -> ScanReport {
+    scan_with_refusals(dirs, ScanLimits::default())
+}
+
 /// Scans `dirs` in order; each subfolder holding a manifest is one capability.
 /// A later manifest with an id already seen is refused, naming the first.
-pub fn scan(dirs: &[PathBuf]) -> ScanReport {
+/// When the Linux containment check cannot run, the report carries one warning.
+pub fn scan_with_refusals(dirs: &[PathBuf], limits: ScanLimits) -> ScanReport {
     let mut report = ScanReport::default();
+    let mut containment = Containment::default();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     for dir in dirs {
         let entries = match std::fs::read_dir(dir) {
@@ -62,7 +88,7 @@ pub fn scan(dirs: &[PathBuf]) -> ScanReport {
                 continue;
             };
             let shown = manifest_path.display().to_string();
-            match read_capability(&folder, &manifest_path) {
+            match read_checked(&folder, &manifest_path, limits, &mut containment) {
                 Ok(descriptor) => match seen.get(&descriptor.id) {
                     Some(first) => report.refused.push(Refusal {
                         manifest_path: shown,
@@ -85,24 +111,39 @@ pub fn scan(dirs: &[PathBuf]) -> ScanReport {
     report
 }
 
-/// Reads one capability folder into a descriptor.
+/// Reads one capability folder into a descriptor, with the default limits.
 pub fn read_capability(folder: &Path, manifest_path: &Path) -> Result<CapabilityDescriptor, ManifestProblem> {
-    let text = read_contained(folder, manifest_path, MAX_MANIFEST_BYTES)
-        .map_err(|problem| ManifestProblem::new("(file)", problem))?;
+    read_checked(folder, manifest_path, ScanLimits::default(), &mut Containment::default())
+}
+
+fn read_checked(
+    folder: &Path,
+    manifest_path: &Path,
+    limits: ScanLimits,
+    containment: &mut Containment,
+) -> Result<CapabilityDescriptor, ManifestProblem> {
+    let mut read = |path: &Path, max_bytes: u64| -> Result<String, String> {
+        let (text, checked) = read_contained_checked(folder, path, max_bytes)?;
+        containment.unchecked |= !checked;
+        Ok(text)
+    };
+    let text =
+        read(manifest_path, limits.max_manifest_bytes).map_err(|problem| ManifestProblem::new("(file)", problem))?;
     let draft = manifest::parse(&text)?;
     let skill_file = match &draft.skill_content_path {
         Some(relative) => Some(
-            read_contained(folder, &folder.join(relative), MAX_ATTACHMENT_BYTES)
+            read(&folder.join(relative), limits.max_attachment_bytes)
                 .map_err(|problem| ManifestProblem::new("skillContent", problem))?,
         ),
         None if draft.skill_content.is_none() => {
-            read_optional(folder, "SKILL.md").map_err(|problem| ManifestProblem::new("SKILL.md", problem))?
+            read_optional(folder, "SKILL.md", &mut |path| read(path, limits.max_attachment_bytes))
+                .map_err(|problem| ManifestProblem::new("SKILL.md", problem))?
         }
         None => None,
     };
     let schema_file = match &draft.input_schema {
         Some(_) => None,
-        None => match read_optional(folder, "schema.json")
+        None => match read_optional(folder, "schema.json", &mut |path| read(path, limits.max_attachment_bytes))
             .map_err(|problem| ManifestProblem::new("schema.json", problem))?
         {
             Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
@@ -116,17 +157,26 @@ pub fn read_capability(folder: &Path, manifest_path: &Path) -> Result<Capability
     Ok(draft.into_descriptor(&manifest_path.display().to_string(), skill_file, schema_file))
 }
 
-fn read_optional(folder: &Path, name: &str) -> Result<Option<String>, String> {
+fn read_optional(
+    folder: &Path,
+    name: &str,
+    read: &mut dyn FnMut(&Path) -> Result<String, String>,
+) -> Result<Option<String>, String> {
     let path = folder.join(name);
     if path.symlink_metadata().is_err() {
         return Ok(None);
     }
-    read_contained(folder, &path, MAX_ATTACHMENT_BYTES).map(Some)
+    read(&path).map(Some)
 }
 
 /// Reads `path` if it is a regular file below `folder`, reached through no
 /// symbolic link, and at most `max_bytes` long.
 pub fn read_contained(folder: &Path, path: &Path, max_bytes: u64) -> Result<String, String> {
+    read_contained_checked(folder, path, max_bytes).map(|(text, _)| text)
+}
+
+/// Like [`read_contained`]; also says whether the `/proc` containment check ran.
+fn read_contained_checked(folder: &Path, path: &Path, max_bytes: u64) -> Result<(String, bool), String> {
     let relative =
         path.strip_prefix(folder).map_err(|_| format!("{} is outside the capability folder", path.display()))?;
     let mut walked = folder.to_path_buf();
@@ -145,7 +195,7 @@ pub fn read_contained(folder: &Path, path: &Path, max_bytes: u64) -> Result<Stri
         return Err(format!("{} is {} bytes, more than the {max_bytes} allowed", path.display(), meta.len()));
     }
     let mut file = File::open(path).map_err(|err| format!("{} cannot be opened: {err}", path.display()))?;
-    check_opened_below(&file, folder)?;
+    let checked = check_opened_below(&file, folder)?;
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     (&mut file)
         .take(max_bytes + 1)
@@ -154,29 +204,31 @@ pub fn read_contained(folder: &Path, path: &Path, max_bytes: u64) -> Result<Stri
     if bytes.len() as u64 > max_bytes {
         return Err(format!("{} grew past the {max_bytes} bytes allowed while being read", path.display()));
     }
-    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+    let text = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
+    Ok((text, checked))
 }
 
 /// On Linux, checks through `/proc/self/fd` that the opened file lies below
-/// `folder`; elsewhere (or without /proc) the symlink walk above stands alone.
+/// `folder`; returns whether the check ran (it cannot without `/proc` or the
+/// folder's real path, and never runs elsewhere), so the scan can warn once.
 #[cfg(target_os = "linux")]
-fn check_opened_below(file: &File, folder: &Path) -> Result<(), String> {
+fn check_opened_below(file: &File, folder: &Path) -> Result<bool, String> {
     use std::os::fd::AsRawFd;
     let (Ok(real), Ok(real_folder)) =
         (std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())), folder.canonicalize())
     else {
-        return Ok(());
+        return Ok(false);
     };
     if real.starts_with(&real_folder) {
-        Ok(())
+        Ok(true)
     } else {
         Err(format!("{} resolves outside the capability folder", real.display()))
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn check_opened_below(_file: &File, _folder: &Path) -> Result<(), String> {
-    Ok(())
+fn check_opened_below(_file: &File, _folder: &Path) -> Result<bool, String> {
+    Ok(false)
 }
 
 #[cfg(test)]

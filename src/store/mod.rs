@@ -4,7 +4,8 @@
 //!
 //! | tree | key | value |
 //! |---|---|---|
-//! | `descriptors` | capability id | [`CapabilityDescriptor`] |
+//! | `descriptors` | capability id | [`StoredDescriptor`]: origin and descriptor |
+//! | `presets` | origin | its presets |
 //! | `embeddings` | capability id | [`StoredEmbedding`] (model id, text hash, vector) |
 //! | `kpi_windows` | scope key | [`KpiWindow`] |
 //! | `dispatch_results` | idempotency key | the reply first given for it |
@@ -14,6 +15,7 @@
 //! [`Store::flush`] before acknowledging.
 
 use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::graph::Preset;
 use crate::core::kpi_window::KpiWindow;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -31,6 +33,14 @@ pub enum StoreError {
     Decode { tree: &'static str, key: String, source: rmp_serde::decode::Error },
 }
 
+/// A descriptor as stored, with the origin that holds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredDescriptor {
+    pub origin: String,
+    pub descriptor: CapabilityDescriptor,
+}
+
 /// An embedding as stored: valid while model and text hash still match.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -43,6 +53,7 @@ pub struct StoredEmbedding {
 const DESCRIPTORS: &str = "descriptors";
 const EMBEDDINGS: &str = "embeddings";
 const KPI_WINDOWS: &str = "kpi_windows";
+const PRESETS: &str = "presets";
 const DISPATCH_RESULTS: &str = "dispatch_results";
 
 /// Typed access to capdex's sled database. Cheap to clone.
@@ -53,6 +64,7 @@ pub struct Store {
     embeddings: sled::Tree,
     kpi_windows: sled::Tree,
     dispatch_results: sled::Tree,
+    presets: sled::Tree,
 }
 
 impl Store {
@@ -66,17 +78,41 @@ impl Store {
             embeddings: tree(EMBEDDINGS)?,
             kpi_windows: tree(KPI_WINDOWS)?,
             dispatch_results: tree(DISPATCH_RESULTS)?,
+            presets: tree(PRESETS)?,
             db,
         })
     }
 
-    /// Returns every stored descriptor, in id order.
-    pub fn descriptors(&self) -> Result<Vec<CapabilityDescriptor>, StoreError> {
+    /// Returns every stored descriptor with its origin, in id order.
+    pub fn descriptors(&self) -> Result<Vec<StoredDescriptor>, StoreError> {
         all(&self.descriptors, DESCRIPTORS).map(|rows| rows.into_iter().map(|(_, d)| d).collect())
     }
 
-    pub fn put_descriptor(&self, descriptor: &CapabilityDescriptor) -> Result<(), StoreError> {
-        put(&self.descriptors, DESCRIPTORS, &descriptor.id, descriptor)
+    pub fn put_descriptor(&self, origin: &str, descriptor: &CapabilityDescriptor) -> Result<(), StoreError> {
+        put(
+            &self.descriptors,
+            DESCRIPTORS,
+            &descriptor.id,
+            &StoredDescriptor { origin: origin.to_string(), descriptor: descriptor.clone() },
+        )
+    }
+
+    /// Returns every origin's presets.
+    pub fn presets(&self) -> Result<Vec<(String, Vec<Preset>)>, StoreError> {
+        all(&self.presets, PRESETS)
+    }
+
+    /// Stores an origin's presets; an empty list removes them.
+    pub fn put_presets(&self, origin: &str, presets: &[Preset]) -> Result<(), StoreError> {
+        if presets.is_empty() {
+            self.presets.remove(origin).map_err(|source| StoreError::Sled {
+                action: "remove",
+                tree: PRESETS,
+                source,
+            })?;
+            return Ok(());
+        }
+        put(&self.presets, PRESETS, origin, &presets.to_vec())
     }
 
     /// Removes a descriptor and its embedding.
@@ -170,14 +206,21 @@ mod tests {
         window.push(Sample::new(Some(OutcomeStatus::Success), None, 1).unwrap());
         {
             let store = Store::open(dir.path()).unwrap();
-            store.put_descriptor(&descriptor).unwrap();
+            store.put_descriptor("builtin", &descriptor).unwrap();
+            store
+                .put_presets("runtime:a", &[Preset { name: "p".into(), capability_ids: vec!["tool:echo".into()] }])
+                .unwrap();
             store.put_embedding(&descriptor.id, &embedding).unwrap();
             store.put_kpi_window("global", &window).unwrap();
             store.put_dispatch_result("k1", &serde_json::json!({"text": "hi"})).unwrap();
             store.flush().unwrap();
         }
         let store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.descriptors().unwrap(), vec![descriptor.clone()]);
+        assert_eq!(
+            store.descriptors().unwrap(),
+            vec![StoredDescriptor { origin: "builtin".into(), descriptor: descriptor.clone() }]
+        );
+        assert_eq!(store.presets().unwrap()[0].1[0].name, "p");
         assert_eq!(store.embedding(&descriptor.id).unwrap(), Some(embedding));
         assert_eq!(store.kpi_windows().unwrap(), vec![("global".to_string(), window)]);
         assert_eq!(store.dispatch_result::<serde_json::Value>("k1").unwrap(), Some(serde_json::json!({"text": "hi"})));
