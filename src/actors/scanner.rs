@@ -85,7 +85,8 @@ impl Handler<ScanManifests> for Scanner {
             tracing::warn!(manifest = %refusal.manifest_path, field = %refusal.field, problem = %refusal.problem, "capability refused");
         }
         for warning in &scan.warnings {
-            tracing::warn!("{warning}");
+            // Missing folders are normal (the default folders often do not exist).
+            tracing::debug!("{warning}");
         }
         self.stats.scans += 1;
         self.stats.last_found = scan.descriptors.len();
@@ -133,7 +134,7 @@ pub fn watch(dirs: &[PathBuf], debounce: Duration, scanner: Addr<Scanner>) -> Re
     .map_err(|err| format!("failed to start the folder watcher: {err}"))?;
     for dir in dirs {
         if let Err(err) = debouncer.watch(dir, RecursiveMode::Recursive) {
-            tracing::warn!(dir = %dir.display(), %err, "capability folder not watched");
+            tracing::info!(dir = %dir.display(), %err, "capability folder not watched (restart capdex after creating it)");
         }
     }
     Ok(ManifestWatcher { _debouncer: debouncer })

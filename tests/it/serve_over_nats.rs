@@ -239,3 +239,166 @@ async fn sigterm_stops_the_service_cleanly() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+async fn request_msgpack(client: &async_nats::Client, subject: &str, value: &Value) -> async_nats::Message {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Content-Type", "application/msgpack");
+    let payload = rmp_serde::to_vec_named(value).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request_with_headers(subject.to_string(), headers, payload.into()),
+    )
+    .await
+    .expect("reply within 10 s")
+    .expect("request succeeds")
+}
+
+#[tokio::test]
+async fn runtimes_register_list_and_remove_capabilities() {
+    let nats = NatsServer::start();
+    let caps = tempfile::tempdir().unwrap();
+    let (_served, client) = serve_dir(&nats, caps.path(), false).await;
+    let mut events = client.subscribe("capdex.v1.events.index").await.unwrap();
+    client.flush().await.unwrap();
+
+    let batch = json!({
+        "runtimeId": "agent-1",
+        "tools": [
+            {"name": "invoice-lookup", "description": "Look up an invoice by number and return its status",
+             "inputSchema": {"type": "object", "properties": {"number": {"type": "string"}}, "required": ["number"]}},
+            {"description": "a tool without a name"}
+        ],
+        "skills": [{"name": "refund-policy", "description": "Explain the refund policy", "content": "# Refunds\nWithin 30 days."}],
+        "extensions": [{"name": "stripe-pack", "description": "Stripe payments pack", "available": true}],
+        "channels": [{"platform": "zulip", "displayName": "Zulip"}],
+        "presets": [{"presetName": "billing", "capabilityIds": ["tool:invoice-lookup", "skill:refund-policy"]}]
+    });
+    let reply = body(&request(&client, "capdex.v1.capabilities.upsert", batch.to_string().into_bytes()).await);
+    assert_eq!(reply["added"].as_array().unwrap().len(), 4, "{reply}");
+    assert!(reply["version"].as_u64().unwrap() >= 2);
+    assert_eq!(reply["diagnostics"][0]["section"], "tools", "{reply}");
+    assert_eq!(reply["diagnostics"][0]["field"], "name");
+
+    let event = tokio::time::timeout(Duration::from_secs(5), events.next()).await.expect("an index event").unwrap();
+    let event = body(&event);
+    assert_eq!(event["origin"], "runtime:agent-1");
+    assert_eq!(event["added"].as_array().unwrap().len(), 4);
+
+    assert_eq!(
+        top_ids(&client, "look up the status of invoice 42").await.first().map(String::as_str),
+        Some("tool:invoice-lookup")
+    );
+    let again = body(&request(&client, "capdex.v1.capabilities.upsert", batch.to_string().into_bytes()).await);
+    assert_eq!(again["unchanged"].as_u64(), Some(4), "{again}");
+
+    let listed =
+        body(&request(&client, "capdex.v1.capabilities.list", br#"{"origin": "runtime:agent-1"}"#.to_vec()).await);
+    let ids: Vec<&str> = listed["capabilities"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 4, "{listed}");
+
+    // Another runtime cannot remove agent-1's capabilities; agent-1 can, in msgpack.
+    let foreign = body(
+        &request(
+            &client,
+            "capdex.v1.capabilities.remove",
+            br#"{"runtimeId": "agent-2", "ids": ["tool:invoice-lookup"]}"#.to_vec(),
+        )
+        .await,
+    );
+    assert!(foreign["removed"].as_array().unwrap().is_empty(), "{foreign}");
+    let removed = request_msgpack(
+        &client,
+        "capdex.v1.capabilities.remove",
+        &json!({"runtimeId": "agent-1", "ids": ["tool:invoice-lookup"]}),
+    )
+    .await;
+    assert_eq!(removed.headers.as_ref().unwrap().get("Content-Type").unwrap().as_str(), "application/msgpack");
+    let removed: Value = rmp_serde::from_slice(&removed.payload).unwrap();
+    assert_eq!(removed["removed"], json!(["tool:invoice-lookup"]));
+    assert!(!top_ids(&client, "look up the status of invoice 42").await.contains(&"tool:invoice-lookup".to_string()));
+
+    let discover =
+        request_msgpack(&client, "capdex.v1.discover", &json!({"message": "explain the refund policy"})).await;
+    let result: Value = rmp_serde::from_slice(&discover.payload).unwrap();
+    assert_eq!(result["tier1"][0]["id"], "skill:refund-policy", "{result}");
+
+    let bad = request(&client, "capdex.v1.capabilities.upsert", br#"{"tools": [], "unknown": 1}"#.to_vec()).await;
+    assert_eq!(body(&bad)["code"], "bad_request");
+}
+
+#[tokio::test]
+async fn hot_reload_edits_invalidations_and_restores() {
+    let nats = NatsServer::start();
+    let caps = tempfile::tempdir().unwrap();
+    let folder = caps.path().join("forecast");
+    std::fs::create_dir_all(&folder).unwrap();
+    let good = "name: forecast\nkind: tool\ndescription: Weather forecast for a city\n";
+    std::fs::write(folder.join("CAPABILITY.yaml"), good).unwrap();
+    let (_served, client) = serve_dir(&nats, caps.path(), true).await;
+    let mut events = client.subscribe("capdex.v1.events.index").await.unwrap();
+    client.flush().await.unwrap();
+    let summary = |client: async_nats::Client| async move {
+        let reply =
+            request(&client, "capdex.v1.discover", json!({"message": "forecast"}).to_string().into_bytes()).await;
+        body(&reply)["tier1"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == "tool:forecast")
+            .map(|e| e["summaryText"].as_str().unwrap().to_string())
+    };
+    let wait_for = |expected: Option<&'static str>| {
+        let client = client.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let got = summary(client.clone()).await;
+                let ok = match expected {
+                    Some(text) => got.as_deref().is_some_and(|s| s.contains(text)),
+                    None => got.is_none(),
+                };
+                if ok {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "waited 15 s for {expected:?}, have {got:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    wait_for(Some("Weather forecast")).await;
+
+    // Edit: the new description reaches the index.
+    std::fs::write(
+        folder.join("CAPABILITY.yaml"),
+        "name: forecast\nkind: tool\ndescription: Forecast of rain and sun\n",
+    )
+    .unwrap();
+    wait_for(Some("Forecast of rain")).await;
+
+    // Invalidate: the last good version stays, and the refusal is reported.
+    std::fs::write(folder.join("CAPABILITY.yaml"), "name: forecast\nkind: tool\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let event =
+            tokio::time::timeout(Duration::from_secs(15), events.next()).await.expect("an index event").unwrap();
+        let event = body(&event);
+        if event["refused"].as_array().is_some_and(|r| r.iter().any(|r| r["field"] == "description")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal event");
+    }
+    assert!(summary(client.clone()).await.is_some_and(|s| s.contains("Forecast of rain")));
+
+    // Restore with a SKILL-less edit of schema.json: a new parameter shows up.
+    std::fs::write(
+        folder.join("CAPABILITY.yaml"),
+        "name: forecast\nkind: tool\ndescription: Forecast of rain and sun\n",
+    )
+    .unwrap();
+    std::fs::write(folder.join("schema.json"), r#"{"type":"object","properties":{"city":{"type":"string"}}}"#).unwrap();
+    wait_for(Some("Params: city")).await;
+
+    // Delete: gone from the index.
+    std::fs::remove_dir_all(&folder).unwrap();
+    wait_for(None).await;
+}
