@@ -1,0 +1,13 @@
+//! Fuzzes registration normalisation: any JSON payload normalises to
+//! descriptors and diagnostics, never a panic, and ids follow the conventions.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(payload) = serde_json::from_slice::<capdex::core::sources::SourcesPayload>(data) else { return };
+    let normalised = capdex::core::sources::normalise_sources(&payload);
+    for descriptor in &normalised.descriptors {
+        assert!(descriptor.id.starts_with(&format!("{}:", descriptor.kind)));
+    }
+});
