@@ -72,7 +72,10 @@ impl ManifestDraft {
             available: self.available,
             has_side_effects: self.has_side_effects,
             full_schema: self.input_schema.or(schema_file),
-            full_content: self.skill_content.or(skill_file),
+            // A SKILL.md's front matter is metadata the manifest already carries: Tier 2 shows the body.
+            full_content: self
+                .skill_content
+                .or(skill_file.and_then(|text| crate::core::sources::split_front_matter(&text).1)),
             source_ref: SourceRef::Manifest { manifest_path: manifest_path.to_string() },
         }
     }
