@@ -1,4 +1,4 @@
-//! Indexer: owns the catalog and the vector index. A sync of one origin is
+//! Indexer: owns the catalog, the vector index and the lexical index. A sync of one origin is
 //! planned by `core::catalog::plan_sync`, embeddings are reused from the store
 //! when model and text are unchanged (so a restart re-embeds nothing), the
 //! rest go to the Embedder, and the new snapshot is published.
@@ -14,6 +14,7 @@ use crate::actors::Observe;
 use crate::core::catalog::{plan_sync, Catalog};
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::index::VectorIndex;
+use crate::core::lexical::LexicalIndex;
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError, StoredEmbedding};
 use actix::prelude::*;
@@ -28,12 +29,14 @@ pub struct SyncCapabilities {
     pub descriptors: Vec<CapabilityDescriptor>,
 }
 
-/// A new catalog and index, published after every change.
+/// A new catalog with its vector and lexical indexes (all of one version),
+/// published after every change.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct CatalogPublished {
     pub catalog: Arc<Catalog>,
     pub index: Arc<VectorIndex>,
+    pub lexical: Arc<LexicalIndex>,
 }
 
 /// What one sync did.
@@ -80,6 +83,7 @@ pub struct Indexer {
     subscribers: Vec<Recipient<CatalogPublished>>,
     catalog: Arc<Catalog>,
     index: Arc<VectorIndex>,
+    lexical: Arc<LexicalIndex>,
     stats: IndexerStats,
 }
 
@@ -104,6 +108,8 @@ impl Indexer {
         // Versions count changes within a process; a restored catalog starts a new count at 1.
         catalog.version = u64::from(!catalog.is_empty());
         let stats = IndexerStats { version: catalog.version, capabilities: catalog.len(), ..IndexerStats::default() };
+        // The lexical index has corpus-wide statistics (idf, average length), so it is rebuilt whole.
+        let lexical = LexicalIndex::build(catalog.descriptors.values());
         Ok(Indexer {
             store,
             embedder,
@@ -111,12 +117,17 @@ impl Indexer {
             subscribers,
             catalog: Arc::new(catalog),
             index: Arc::new(index),
+            lexical: Arc::new(lexical),
             stats,
         })
     }
 
     fn publish(&self) {
-        let published = CatalogPublished { catalog: self.catalog.clone(), index: self.index.clone() };
+        let published = CatalogPublished {
+            catalog: self.catalog.clone(),
+            index: self.index.clone(),
+            lexical: self.lexical.clone(),
+        };
         for subscriber in &self.subscribers {
             subscriber.do_send(published.clone());
         }
@@ -197,6 +208,7 @@ impl Handler<SyncCapabilities> for Indexer {
                 let changed = !plan.upserts.is_empty() || !plan.removals.is_empty();
                 if changed {
                     catalog.version = actor.catalog.version + 1;
+                    actor.lexical = Arc::new(LexicalIndex::build(catalog.descriptors.values()));
                     actor.catalog = Arc::new(catalog);
                     actor.index = Arc::new(index);
                     actor.publish();

@@ -84,6 +84,15 @@ impl VectorIndex {
         true
     }
 
+    /// Returns the cosine of `query` with the vector of `id`, if indexed.
+    pub fn cosine(&self, id: &str, query: &[f32]) -> Option<f32> {
+        if query.len() != self.dimensions {
+            return None;
+        }
+        let row = *self.rows.get(id)?;
+        Some(dot(query, &self.vectors[row * self.dimensions..(row + 1) * self.dimensions]))
+    }
+
     /// Returns the `k` ids closest to `query` that pass `keep`, best first.
     /// Ties are broken by id so results never depend on insertion order.
     pub fn search(&self, query: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
@@ -168,6 +177,10 @@ mod tests {
         assert_eq!(hits[0].id, "b");
         index.upsert("c", &[1.0, 0.0]).unwrap();
         assert_eq!(index.search(&[1.0, 0.0], 1, |_| true)[0].id, "c");
+        assert_eq!(index.cosine("c", &[1.0, 0.0]), Some(1.0));
+        assert_eq!(index.cosine("b", &[1.0, 0.0]), Some(0.0));
+        assert_eq!(index.cosine("a", &[1.0, 0.0]), None);
+        assert_eq!(index.cosine("c", &[1.0]), None);
     }
 
     proptest! {
