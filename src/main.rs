@@ -61,6 +61,30 @@ enum Command {
     /// Subjects: <prefix>.discover, <prefix>.outcome, <prefix>.dispatch (requests);
     /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events).
     Serve,
+    /// Rank every query of a benchmark against its tools and print Recall@1/5/10, NDCG@5/10 and MRR.
+    ///
+    /// Formats as in ../shared/data/README.md; the metrics are those of its bench/eval.py. Example:
+    ///   capdex eval --tools bench/seal-tools/tools.jsonl --queries bench/seal-tools/dev_queries.jsonl --out run.jsonl
+    Eval {
+        /// Tools, one JSON object a line: {"id","name","description","category","tags","params"}.
+        #[arg(long, value_name = "FILE")]
+        tools: PathBuf,
+        /// Queries, one JSON object a line: {"query","relevant":[ids]}.
+        #[arg(long, value_name = "FILE")]
+        queries: PathBuf,
+        /// Write the run file here: {"query_idx","ranked":[ids]} a line.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Ranked ids per query (MRR looks this deep).
+        #[arg(long, default_value_t = 20)]
+        depth: usize,
+        /// Rank without the graph re-ranking.
+        #[arg(long)]
+        no_graph: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -81,6 +105,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         settings.data_dir = dir;
     }
     capdex::telemetry::init_logging(&settings.log, settings.log_format);
+    if let Command::Eval { tools, queries, out, depth, no_graph, json } = cli.command {
+        let mut config = settings.discovery.clone();
+        config.use_graph_reranking &= !no_graph;
+        let options = capdex::eval::EvalOptions {
+            tools,
+            queries,
+            out,
+            depth: depth.max(1),
+            config,
+            dimensions: settings.embedder_dimensions,
+        };
+        return print_eval(&capdex::eval::run(&options)?, json);
+    }
     let system = actix_rt::System::new();
     match cli.command {
         Command::Discover { message, dirs, kind, json } => {
@@ -98,6 +135,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             system.block_on(index_once(&settings, json))
         }
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
+        Command::Eval { .. } => unreachable!("eval runs without the actor system"),
     }
 }
 
@@ -162,5 +200,26 @@ async fn discover_once(settings: &Settings, message: &str, filter: DiscoveryFilt
     } else {
         print!("{}", result.rendered);
     }
+    Ok(())
+}
+
+fn print_eval(report: &capdex::eval::EvalReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report).context("failed to encode the report")?);
+        return Ok(());
+    }
+    let metrics = &report.metrics;
+    println!("{:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}", "n", "R@1", "R@5", "R@10", "NDCG@5", "NDCG@10", "MRR");
+    println!(
+        "{:>6} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
+        metrics.queries,
+        metrics.recall_at_1,
+        metrics.recall_at_5,
+        metrics.recall_at_10,
+        metrics.ndcg_at_5,
+        metrics.ndcg_at_10,
+        metrics.mrr
+    );
+    eprintln!("{} tools indexed in {:.0} ms; {:.2} ms a query", report.tools, report.build_ms, report.query_ms_mean);
     Ok(())
 }
