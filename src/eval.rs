@@ -2,7 +2,7 @@
 //! `queries.jsonl` through the core (no actors), writes the run file and
 //! scores it with `core::evaluation`.
 //!
-//! The ranking is the one discovery uses ([`rank`]: hybrid retrieval, clause
+//! The ranking is the one discovery uses ([`crate::core::retrieval::rank`]: hybrid retrieval, clause
 //! fusion, graph re-ranking as configured), read to `depth` results, with no
 //! relevance minimum (a run file is a ranking, not a prompt).
 
@@ -12,8 +12,8 @@ use crate::core::embedder::{Embed, HashingEmbedder};
 use crate::core::evaluation::{aggregate, score_query, Metrics, QueryRecord, RunLine, ToolRecord};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
-use crate::core::lexical::LexicalIndex;
-use crate::core::retrieval::{query_texts, rank, Indexes, Query};
+use crate::core::lexical::{FieldWeights, LexicalIndex};
+use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query};
 use crate::core::text::embedding_text;
 use serde::de::DeserializeOwned;
 use std::io::Write;
@@ -30,6 +30,10 @@ pub struct EvalOptions {
     pub depth: usize,
     pub config: DiscoveryConfig,
     pub dimensions: usize,
+    /// Fusion weights; the default is the one discovery uses.
+    pub fusion: Fusion,
+    /// Lexical field weights; the default is the one discovery uses.
+    pub field_weights: FieldWeights,
 }
 
 /// The outcome of one evaluation.
@@ -85,7 +89,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
             .map_err(|_| EvalError::Dimensions)?;
         catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
     }
-    let lexical = LexicalIndex::build(&descriptors);
+    let lexical = LexicalIndex::build_with(&descriptors, options.field_weights);
     let graph = CapabilityGraph::build(&descriptors, &[]);
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     let indexes = Indexes { catalog: &catalog, vectors: &vectors, lexical: &lexical, graph: &graph };
@@ -99,7 +103,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         .map(|(query_idx, record)| {
             let texts = query_texts(&record.query);
             let query = Query::new(texts.clone(), embedder.embed_batch(&texts));
-            let ranking = rank(&query, &indexes, &filter, options.depth, graph_boost);
+            let ranking = rank_with(&query, &indexes, &filter, options.depth, graph_boost, options.fusion);
             RunLine { query_idx, ranked: ranking.hits.into_iter().take(options.depth).map(|hit| hit.id).collect() }
         })
         .collect();

@@ -3,7 +3,8 @@
 //!
 //! Fields and their weights ([`FieldWeights`]): the name and display name
 //! (split on camelCase, snake_case and kebab-case by [`word_tokens`]), the
-//! description, the category, the tags and the parameter names. Terms are
+//! description, the category, the tags, the parameter names and (weight 0 by
+//! default, so off) the parameter descriptions. Terms are
 //! [`index_terms`]: lower-cased word tokens, stopwords dropped, stemmed.
 //!
 //! Scoring is BM25F in its simple form: a term's frequency in a document is
@@ -43,13 +44,21 @@ pub struct FieldWeights {
     pub category: f32,
     pub tags: f32,
     pub parameters: f32,
+    /// The descriptions of the parameters in the input schema.
+    pub parameter_descriptions: f32,
 }
 
 /// The weights capdex uses: a name is the densest statement of intent, the
 /// description carries most of the words, category, tags and parameter names
 /// add context.
-pub const FIELD_WEIGHTS: FieldWeights =
-    FieldWeights { name: 2.5, description: 1.0, category: 0.5, tags: 1.0, parameters: 0.5 };
+pub const FIELD_WEIGHTS: FieldWeights = FieldWeights {
+    name: 2.5,
+    description: 1.0,
+    category: 0.5,
+    tags: 1.0,
+    parameters: 0.5,
+    parameter_descriptions: 0.0,
+};
 
 /// A term's postings: the documents holding it and its weighted frequency there.
 type Postings = Vec<(u32, f32)>;
@@ -115,6 +124,7 @@ impl LexicalIndex {
                 name_text.push_str(&descriptor.display_name);
             }
             let parameters = descriptor.parameter_names().join(" ");
+            let parameter_descriptions = parameter_descriptions(descriptor);
             let tags = descriptor.tags.join(" ");
             for (text, weight) in [
                 (name_text.as_str(), weights.name),
@@ -122,7 +132,11 @@ impl LexicalIndex {
                 (descriptor.category.as_str(), weights.category),
                 (tags.as_str(), weights.tags),
                 (parameters.as_str(), weights.parameters),
+                (parameter_descriptions.as_str(), weights.parameter_descriptions),
             ] {
+                if weight <= 0.0 {
+                    continue;
+                }
                 for term in index_terms(text) {
                     let next_id = index.terms.len() as u32;
                     let term_id = *index.terms.entry(term).or_insert(next_id);
@@ -267,6 +281,21 @@ impl PartialEq for Worst {
     }
 }
 impl Eq for Worst {}
+
+/// Returns the descriptions of the top-level parameters of the input schema, joined.
+fn parameter_descriptions(descriptor: &CapabilityDescriptor) -> String {
+    let Some(properties) = descriptor
+        .full_schema
+        .as_ref()
+        .and_then(|schema| schema.get("properties"))
+        .and_then(|properties| properties.as_object())
+    else {
+        return String::new();
+    };
+    let descriptions: Vec<&str> =
+        properties.values().filter_map(|property| property.get("description")?.as_str()).collect();
+    descriptions.join(" ")
+}
 
 /// The spelling exact-name matching compares: lower-cased letters and digits
 /// only, so `Web Search`, `web-search` and `web_search` meet.

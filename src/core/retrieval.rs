@@ -16,11 +16,16 @@
 //! capability's. The weights sum to 1, so `s_p` is in [0, 1]. Then
 //!
 //! ```text
-//! relevance(d) = max(s_whole(d), CLAUSE_WEIGHT · max_c s_c(d))
+//! relevance(d) = max(s_whole(d), CLAUSE_WEIGHT · max_c top_whole · s_c(d) / top_c)
 //! ```
 //!
-//! so a capability that answers one clause of a many-part request well is
-//! relevant even though it matches little of the whole message. A message
+//! where `top_p` is the best `s_p` among the candidates. A clause is thus
+//! ranked on its own and its ranking is fused with the whole message's: the
+//! best capability for a clause is taken to be `CLAUSE_WEIGHT` times as
+//! relevant as the best one for the whole message, so every part of a
+//! many-part request reaches the top, and no clause can score above what the
+//! whole message earned (a short clause's own normalised score is inflated by
+//! its small reference). A message
 //! that is exactly a capability's id, name or display name (case, spaces and
 //! punctuation ignored) gives that capability relevance 1 and ranks it first,
 //! before every inexact hit.
@@ -48,11 +53,26 @@ pub const LEXICAL_WEIGHT: f32 = 0.6;
 /// Share of the dense (cosine) signal in a part's score.
 pub const DENSE_WEIGHT: f32 = 1.0 - LEXICAL_WEIGHT;
 /// Discount on a clause's score relative to the whole message's.
-pub const CLAUSE_WEIGHT: f32 = 1.0;
+pub const CLAUSE_WEIGHT: f32 = 0.9;
 /// A clause needs this many index terms to be searched on its own.
 pub const MIN_CLAUSE_TERMS: usize = 2;
 /// At most this many clauses are searched (the first ones).
 pub const MAX_CLAUSES: usize = 8;
+
+/// The fusion weights of the module docs; [`Fusion::default`] is capdex's one configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fusion {
+    /// Share of the lexical signal; the dense signal gets `1 − lexical`.
+    pub lexical: f32,
+    /// Discount on a clause's score; 0 turns clause fusion off.
+    pub clause: f32,
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion { lexical: LEXICAL_WEIGHT, clause: CLAUSE_WEIGHT }
+    }
+}
 
 /// The immutable indexes one discovery reads, all of the same catalog version.
 #[derive(Clone, Copy, Debug)]
@@ -176,6 +196,17 @@ pub fn candidate_count(limit: usize) -> usize {
 /// Ranks the capabilities `filter` admits for `query`, best first, at most
 /// `limit` of them, without the graph (see the module docs).
 pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, limit: usize) -> Ranking {
+    retrieve_with(query, indexes, filter, limit, Fusion::default())
+}
+
+/// [`retrieve`] with explicit fusion weights (for evaluation and ablation).
+pub fn retrieve_with(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    fusion: Fusion,
+) -> Ranking {
     let Some(whole) = query.parts.first() else { return Ranking::default() };
     if limit == 0 {
         return Ranking::default();
@@ -183,7 +214,9 @@ pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, 
     let admits_id = |id: &str| indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
     let lexical = indexes.lexical;
     let per_signal = candidate_count(limit);
-    let lexical_scores: Vec<LexicalScores> = query.parts.iter().map(|part| lexical.score(&part.text)).collect();
+    let n_parts = if fusion.clause > 0.0 { query.parts.len() } else { 1 };
+    let parts = &query.parts[..n_parts];
+    let lexical_scores: Vec<LexicalScores> = parts.iter().map(|part| lexical.score(&part.text)).collect();
     let mut candidates: Vec<String> = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut add = |id: &str, candidates: &mut Vec<String>| {
@@ -212,20 +245,38 @@ pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, 
     // Dense lexical lookups: one map per part from document to normalised score.
     let lexical_maps: Vec<HashMap<u32, f32>> =
         lexical_scores.iter().map(|scores| scores.scores.iter().copied().collect()).collect();
-    let mut hits: Vec<RankedHit> = candidates
+    // part_scores[i][p]: candidate i's score s_p on part p.
+    let part_scores: Vec<Vec<f32>> = candidates
         .iter()
         .map(|id| {
             let doc = lexical.doc(id);
-            let part_score = |part_idx: usize| {
-                let lex = doc.and_then(|doc| lexical_maps[part_idx].get(&doc).copied()).unwrap_or(0.0);
-                let cosine = indexes.vectors.cosine(id, &query.parts[part_idx].vector).unwrap_or(0.0).max(0.0);
-                LEXICAL_WEIGHT * lex + DENSE_WEIGHT * cosine
-            };
-            let whole_score = part_score(0);
-            let clause_score = (1..query.parts.len()).map(part_score).fold(0.0f32, f32::max);
+            parts
+                .iter()
+                .zip(&lexical_maps)
+                .map(|(part, lexical_map)| {
+                    let lex = doc.and_then(|doc| lexical_map.get(&doc).copied()).unwrap_or(0.0);
+                    let cosine = indexes.vectors.cosine(id, &part.vector).unwrap_or(0.0).max(0.0);
+                    fusion.lexical * lex + (1.0 - fusion.lexical) * cosine
+                })
+                .collect()
+        })
+        .collect();
+    let part_tops: Vec<f32> =
+        (0..n_parts).map(|p| part_scores.iter().map(|scores| scores[p]).fold(0.0f32, f32::max)).collect();
+    let whole_top = part_tops.first().copied().unwrap_or(0.0);
+    let mut hits: Vec<RankedHit> = candidates
+        .iter()
+        .zip(&part_scores)
+        .map(|(id, scores)| {
+            let clause_score = (1..n_parts)
+                .filter(|&p| part_tops[p] > 0.0)
+                .map(|p| whole_top * scores[p] / part_tops[p])
+                .fold(0.0f32, f32::max);
             let exact_kind = exact.iter().find(|(exact_id, _)| exact_id == id).map(|(_, kind)| *kind);
-            let relevance =
-                if exact_kind.is_some() { 1.0 } else { whole_score.max(CLAUSE_WEIGHT * clause_score).clamp(0.0, 1.0) };
+            let relevance = match exact_kind {
+                Some(_) => 1.0,
+                None => scores[0].max(fusion.clause * clause_score).clamp(0.0, 1.0),
+            };
             RankedHit { id: id.clone(), relevance, exact: exact_kind }
         })
         .collect();
@@ -246,7 +297,19 @@ pub fn rank(
     limit: usize,
     graph_boost: Option<f32>,
 ) -> Ranking {
-    let retrieved = retrieve(query, indexes, filter, limit);
+    rank_with(query, indexes, filter, limit, graph_boost, Fusion::default())
+}
+
+/// [`rank`] with explicit fusion weights (for evaluation and ablation).
+pub fn rank_with(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    graph_boost: Option<f32>,
+    fusion: Fusion,
+) -> Ranking {
+    let retrieved = retrieve_with(query, indexes, filter, limit, fusion);
     let Some(boost) = graph_boost else { return retrieved };
     if retrieved.hits.is_empty() {
         return retrieved;

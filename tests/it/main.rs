@@ -3,5 +3,7 @@
 
 mod cli;
 mod compose_and_config;
+mod eval;
+mod exact_names;
 mod serve_over_nats;
 mod support;
