@@ -3,8 +3,9 @@
 //!
 //! Fields and their weights ([`FieldWeights`]): the name and display name
 //! (split on camelCase, snake_case and kebab-case by [`word_tokens`]), the
-//! description, the category, the tags, the parameter names and (weight 0 by
-//! default, so off) the parameter descriptions. Terms are
+//! description, the category, the tags, the parameter names and, at a low
+//! weight, the parameter descriptions (what a tool needs says a lot about
+//! what it does, but schemas are verbose). Terms are
 //! [`index_terms`]: lower-cased word tokens, stopwords dropped, stemmed.
 //!
 //! Scoring is BM25F in its simple form: a term's frequency in a document is
@@ -57,7 +58,7 @@ pub const FIELD_WEIGHTS: FieldWeights = FieldWeights {
     category: 0.5,
     tags: 1.0,
     parameters: 0.5,
-    parameter_descriptions: 0.0,
+    parameter_descriptions: 0.3,
 };
 
 /// A term's postings: the documents holding it and its weighted frequency there.
