@@ -217,15 +217,21 @@ impl LexicalIndex {
         if reference <= 0.0 {
             return LexicalScores::default();
         }
-        let mut accumulator: HashMap<u32, f32> = HashMap::new();
+        // A dense accumulator and a list of touched documents: no hashing per posting.
+        let mut accumulator: Vec<f32> = vec![0.0; self.ids.len()];
+        let mut touched: Vec<u32> = Vec::new();
         for &term in &query_terms {
             let idf = self.idf[term as usize];
             for &(doc, tf) in &self.postings[term as usize] {
                 let saturated = tf * (K1 + 1.0) / (tf + self.length_norms[doc as usize]);
-                *accumulator.entry(doc).or_insert(0.0) += idf * saturated;
+                let slot = &mut accumulator[doc as usize];
+                if *slot == 0.0 {
+                    touched.push(doc);
+                }
+                *slot += idf * saturated;
             }
         }
-        let scores = accumulator.into_iter().map(|(doc, score)| (doc, (score / reference).min(1.0))).collect();
+        let scores = touched.into_iter().map(|doc| (doc, (accumulator[doc as usize] / reference).min(1.0))).collect();
         LexicalScores { scores }
     }
 

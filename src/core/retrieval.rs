@@ -255,9 +255,17 @@ pub fn retrieve_with(
             add(lexical.id(doc), &mut candidates);
         }
     }
-    // Dense lexical lookups: one map per part from document to normalised score.
-    let lexical_maps: Vec<HashMap<u32, f32>> =
-        lexical_scores.iter().map(|scores| scores.scores.iter().copied().collect()).collect();
+    // Lexical lookups: one array per part from document to normalised score.
+    let lexical_maps: Vec<Vec<f32>> = lexical_scores
+        .iter()
+        .map(|scores| {
+            let mut by_doc = vec![0.0f32; lexical.len()];
+            for &(doc, score) in &scores.scores {
+                by_doc[doc as usize] = score;
+            }
+            by_doc
+        })
+        .collect();
     // part_scores[i][p]: candidate i's score s_p on part p.
     let part_scores: Vec<Vec<f32>> = candidates
         .iter()
@@ -267,7 +275,7 @@ pub fn retrieve_with(
                 .iter()
                 .zip(&lexical_maps)
                 .map(|(part, lexical_map)| {
-                    let lex = doc.and_then(|doc| lexical_map.get(&doc).copied()).unwrap_or(0.0);
+                    let lex = doc.map(|doc| lexical_map[doc as usize]).unwrap_or(0.0);
                     let cosine = indexes.vectors.cosine(id, &part.vector).unwrap_or(0.0).max(0.0);
                     fusion.lexical * lex + (1.0 - fusion.lexical) * cosine
                 })
