@@ -184,15 +184,18 @@ pub fn run(n: usize, n_queries: usize, dimensions: usize, config: &DiscoveryConf
     let started = Instant::now();
     let texts: Vec<String> = descriptors.iter().map(embedding_text).collect();
     let mut vectors = VectorIndex::new(embedder.dimensions());
-    let mut catalog = Catalog::default();
     for (descriptor, vector) in descriptors.iter().zip(embedder.embed_batch(&texts)) {
         vectors.upsert(&descriptor.id, &vector).expect("the embedder's dimension is the index's");
-        catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
     }
+    drop(texts);
     let lexical = LexicalIndex::build(&descriptors);
     let graph = CapabilityGraph::build(&descriptors, &[]);
+    // The catalog takes the descriptors over, as the Indexer holds them: one copy.
+    let catalog = Catalog {
+        version: 1,
+        descriptors: descriptors.into_iter().map(|descriptor| (descriptor.id.clone(), descriptor)).collect(),
+    };
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
-    drop(texts);
     let indexes = Indexes { catalog: &catalog, vectors: &vectors, lexical: &lexical, graph: &graph };
     let filter = DiscoveryFilter::default();
     let tier0 = catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
