@@ -183,7 +183,7 @@ pub fn run(n: usize, n_queries: usize, dimensions: usize, config: &DiscoveryConf
 
     let started = Instant::now();
     let texts: Vec<String> = descriptors.iter().map(embedding_text).collect();
-    let mut vectors = VectorIndex::new(embedder.dimensions());
+    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
     for (descriptor, vector) in descriptors.iter().zip(embedder.embed_batch(&texts)) {
         vectors.upsert(&descriptor.id, &vector).expect("the embedder's dimension is the index's");
     }

@@ -79,7 +79,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let started = Instant::now();
     let descriptors: Vec<_> = tools.iter().map(ToolRecord::to_descriptor).collect();
     let mut catalog = Catalog::default();
-    let mut vectors = VectorIndex::new(embedder.dimensions());
+    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
     for descriptor in &descriptors {
         if catalog.descriptors.contains_key(&descriptor.id) {
             continue;

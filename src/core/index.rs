@@ -42,6 +42,17 @@ impl VectorIndex {
         VectorIndex { dimensions, columns: vec![Vec::new(); dimensions], ..VectorIndex::default() }
     }
 
+    /// Returns an empty index with room for `capacity` vectors, so a bulk
+    /// load does not grow (and transiently double) its columns.
+    pub fn with_capacity(dimensions: usize, capacity: usize) -> VectorIndex {
+        VectorIndex {
+            dimensions,
+            ids: Vec::with_capacity(capacity),
+            columns: (0..dimensions).map(|_| Vec::with_capacity(capacity)).collect(),
+            rows: HashMap::with_capacity(capacity),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.ids.len()
     }
@@ -195,7 +206,7 @@ mod tests {
 
     #[test]
     fn remove_keeps_rows_consistent() {
-        let mut index = VectorIndex::new(2);
+        let mut index = VectorIndex::with_capacity(2, 3);
         for (id, v) in [("a", [1.0, 0.0]), ("b", [0.0, 1.0]), ("c", [0.6, 0.8])] {
             index.upsert(id, &v).unwrap();
         }
