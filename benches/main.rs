@@ -1,5 +1,5 @@
 //! Benchmarks of the pure core: embedding, exact search, graph build and the
-//! whole per-turn discovery on a 1,000-capability catalog.
+//! lexical index, the whole per-turn discovery on a 1,000-capability catalog.
 //!
 //! Run with `cargo bench`; `cargo test --all-targets` runs each once as a smoke test.
 
@@ -9,6 +9,8 @@ use capdex::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter};
 use capdex::core::embedder::{Embed, HashingEmbedder};
 use capdex::core::graph::CapabilityGraph;
 use capdex::core::index::VectorIndex;
+use capdex::core::lexical::LexicalIndex;
+use capdex::core::retrieval::{query_texts, Indexes, Query};
 use capdex::core::text::embedding_text;
 use capdex::core::tiers::TokenBudget;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -59,6 +61,8 @@ fn benches(c: &mut Criterion) {
         catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
     }
     let graph = CapabilityGraph::build(&descriptors, &[]);
+    let lexical = LexicalIndex::build(&descriptors);
+    let indexes = Indexes { catalog: &catalog, vectors: &index, lexical: &lexical, graph: &graph };
     let config = DiscoveryConfig::default();
     let filter = DiscoveryFilter::default();
     let query = "could you track the flights in booking and send me the invoices";
@@ -67,17 +71,21 @@ fn benches(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function("embedder/embed_query", |b| b.iter(|| embedder.embed(black_box(query))));
     let query_vector = embedder.embed(query);
+    let texts_of_query = query_texts(query);
+    let prepared = Query::new(texts_of_query.clone(), embedder.embed_batch(&texts_of_query));
+    group.bench_function("lexical/score_1000", |b| b.iter(|| lexical.score(black_box(query)).top(10, |_| true)));
     group.bench_function("index/search_top10_of_1000", |b| {
         b.iter(|| index.search(black_box(&query_vector), 10, |_| true))
     });
     group.bench_function("discovery/discover_1000", |b| {
         b.iter(|| {
             let tier0 = catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
-            discover(black_box(&query_vector), &catalog, &index, &graph, &config, &filter, tier0)
+            discover(black_box(&prepared), &indexes, &config, &filter, tier0)
         })
     });
     group.throughput(Throughput::Elements(1000));
     group.bench_function("graph/build_1000", |b| b.iter(|| CapabilityGraph::build(black_box(&descriptors), &[])));
+    group.bench_function("lexical/build_1000", |b| b.iter(|| LexicalIndex::build(black_box(&descriptors))));
     group.bench_function("embedder/embed_1000_capabilities", |b| b.iter(|| embedder.embed_batch(black_box(&texts))));
     group.finish();
 }

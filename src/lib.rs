@@ -6,12 +6,15 @@
 //! - [`gateway`]: the only module that speaks NATS;
 //! - [`store`]: the only module that speaks sled;
 //! - [`sources`]: reading capability folders from disk;
+//! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
 //! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring.
 
 pub mod actors;
 pub mod app;
+pub mod bench;
 pub mod config;
 pub mod core;
+pub mod eval;
 pub mod gateway;
 pub mod sources;
 pub mod store;

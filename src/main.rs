@@ -75,6 +75,55 @@ enum Command {
     /// Subjects: <prefix>.discover, <prefix>.outcome, <prefix>.dispatch (requests);
     /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events).
     Serve,
+    /// Time index building and in-process discovery on a seeded synthetic catalog.
+    ///
+    /// Prints build time, discover latency p50/p99, candidates per query and peak RSS. Example:
+    ///   capdex bench --synthetic 10000 --json
+    Bench {
+        /// Number of synthetic capabilities.
+        #[arg(long, value_name = "N")]
+        synthetic: usize,
+        /// Number of synthetic queries.
+        #[arg(long, default_value_t = 1000)]
+        queries: usize,
+        /// Print the report as JSON (keys n, buildMs, p50Us, p99Us, rssBytes, ...).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rank every query of a benchmark against its tools and print Recall@1/5/10, NDCG@5/10 and MRR.
+    ///
+    /// Formats as in ../shared/data/README.md; the metrics are those of its bench/eval.py. Example:
+    ///   capdex eval --tools bench/seal-tools/tools.jsonl --queries bench/seal-tools/dev_queries.jsonl --out run.jsonl
+    Eval {
+        /// Tools, one JSON object a line: {"id","name","description","category","tags","params"}.
+        #[arg(long, value_name = "FILE")]
+        tools: PathBuf,
+        /// Queries, one JSON object a line: {"query","relevant":[ids]}.
+        #[arg(long, value_name = "FILE")]
+        queries: PathBuf,
+        /// Write the run file here: {"query_idx","ranked":[ids]} a line.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Ranked ids per query (MRR looks this deep).
+        #[arg(long, default_value_t = 20)]
+        depth: usize,
+        /// Rank without the graph re-ranking.
+        #[arg(long)]
+        no_graph: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Ablation: share of the lexical signal in [0, 1] (default: capdex's).
+        #[arg(long, value_name = "W")]
+        lexical_weight: Option<f32>,
+        /// Ablation: clause weight, 0 turns clause fusion off (default: capdex's).
+        #[arg(long, value_name = "W")]
+        clause_weight: Option<f32>,
+        /// Ablation: lexical field weights name,description,category,tags,parameters,parameter descriptions
+        /// (default: capdex's).
+        #[arg(long, value_name = "N,D,C,T,P,PD")]
+        field_weights: Option<String>,
+    },
 }
 
 /// Capability files to index besides the folders.
@@ -106,6 +155,48 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         settings.data_dir = dir;
     }
     capdex::telemetry::init_logging(&settings.log, settings.log_format);
+    if let Command::Eval { tools, queries, out, depth, no_graph, json, lexical_weight, clause_weight, field_weights } =
+        cli.command
+    {
+        let mut config = settings.discovery.clone();
+        config.use_graph_reranking &= !no_graph;
+        let mut fusion = capdex::core::retrieval::Fusion::default();
+        fusion.lexical = lexical_weight.unwrap_or(fusion.lexical).clamp(0.0, 1.0);
+        fusion.clause = clause_weight.unwrap_or(fusion.clause).clamp(0.0, 1.0);
+        let field_weights = match field_weights {
+            Some(text) => parse_field_weights(&text)?,
+            None => capdex::core::lexical::FIELD_WEIGHTS,
+        };
+        let options = capdex::eval::EvalOptions {
+            tools,
+            queries,
+            out,
+            depth: depth.max(1),
+            config,
+            dimensions: settings.embedder_dimensions,
+            fusion,
+            field_weights,
+        };
+        return print_eval(&capdex::eval::run(&options)?, json);
+    }
+    if let Command::Bench { synthetic, queries, json } = cli.command {
+        let report = capdex::bench::run(synthetic, queries, settings.embedder_dimensions, &settings.discovery);
+        if json {
+            println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
+        } else {
+            println!(
+                "{} capabilities built in {:.0} ms; {} queries: p50 {:.0} µs, p99 {:.0} µs, {:.1} candidates a query; peak RSS {:.1} MB",
+                report.n,
+                report.build_ms,
+                report.queries,
+                report.p50_us,
+                report.p99_us,
+                report.candidates_per_query,
+                report.rss_bytes as f64 / 1e6
+            );
+        }
+        return Ok(());
+    }
     let system = actix_rt::System::new();
     match cli.command {
         Command::Discover { message, dirs, files, kind, json } => {
@@ -143,6 +234,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
+        Command::Eval { .. } | Command::Bench { .. } => unreachable!("eval and bench run without the actor system"),
     }
 }
 
@@ -261,4 +353,38 @@ async fn discover_once(
         print!("{}", result.rendered);
     }
     Ok(())
+}
+
+fn print_eval(report: &capdex::eval::EvalReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report).context("failed to encode the report")?);
+        return Ok(());
+    }
+    let metrics = &report.metrics;
+    println!("{:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}", "n", "R@1", "R@5", "R@10", "NDCG@5", "NDCG@10", "MRR");
+    println!(
+        "{:>6} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
+        metrics.queries,
+        metrics.recall_at_1,
+        metrics.recall_at_5,
+        metrics.recall_at_10,
+        metrics.ndcg_at_5,
+        metrics.ndcg_at_10,
+        metrics.mrr
+    );
+    eprintln!("{} tools indexed in {:.0} ms; {:.2} ms a query", report.tools, report.build_ms, report.query_ms_mean);
+    Ok(())
+}
+
+fn parse_field_weights(text: &str) -> anyhow::Result<capdex::core::lexical::FieldWeights> {
+    let values: Vec<f32> = text
+        .split(',')
+        .map(|part| part.trim().parse::<f32>().with_context(|| format!("bad field weight {part:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    let [name, description, category, tags, parameters, parameter_descriptions] = values[..] else {
+        anyhow::bail!(
+            "--field-weights needs six numbers: name,description,category,tags,parameters,parameter descriptions"
+        );
+    };
+    Ok(capdex::core::lexical::FieldWeights { name, description, category, tags, parameters, parameter_descriptions })
 }

@@ -1,5 +1,5 @@
-//! Indexer: owns the catalog and the vector index. A change by one origin is
-//! planned by `core::catalog::plan_change`, embeddings are reused from the store
+//! Indexer: owns the catalog, the vector index and the lexical index. A change by one
+//! origin is planned by `core::catalog::plan_change`, embeddings are reused from the store
 //! when model and text are unchanged (so a restart re-embeds nothing), the
 //! rest go to the Embedder, and the new snapshot is published.
 //!
@@ -15,6 +15,7 @@ use crate::core::catalog::{plan_change, Catalog, ChangeMode, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::graph::Preset;
 use crate::core::index::VectorIndex;
+use crate::core::lexical::LexicalIndex;
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError, StoredEmbedding};
 use actix::prelude::*;
@@ -96,12 +97,14 @@ impl SyncCapabilities {
     }
 }
 
-/// A new catalog and index, published after every change.
+/// A new catalog with its vector and lexical indexes (all of one version),
+/// published after every change.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct CatalogPublished {
     pub catalog: Arc<Catalog>,
     pub index: Arc<VectorIndex>,
+    pub lexical: Arc<LexicalIndex>,
 }
 
 /// What one sync did.
@@ -158,6 +161,7 @@ pub struct Indexer {
     graph_version: u64,
     /// Where index events go (the gateway, when serving).
     events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
+    lexical: Arc<LexicalIndex>,
     stats: IndexerStats,
 }
 
@@ -186,6 +190,8 @@ impl Indexer {
         catalog.version = u64::from(!catalog.is_empty());
         let stats = IndexerStats { version: catalog.version, capabilities: catalog.len(), ..IndexerStats::default() };
         let graph_version = catalog.version;
+        // The lexical index has corpus-wide statistics (idf, average length), so it is rebuilt whole.
+        let lexical = LexicalIndex::build(catalog.descriptors.values());
         Ok(Indexer {
             store,
             embedder,
@@ -195,6 +201,7 @@ impl Indexer {
             index: Arc::new(index),
             graph_version,
             events: None,
+            lexical: Arc::new(lexical),
             stats,
         })
     }
@@ -206,7 +213,11 @@ impl Indexer {
     }
 
     fn publish(&self) {
-        let published = CatalogPublished { catalog: self.catalog.clone(), index: self.index.clone() };
+        let published = CatalogPublished {
+            catalog: self.catalog.clone(),
+            index: self.index.clone(),
+            lexical: self.lexical.clone(),
+        };
         for subscriber in &self.subscribers {
             subscriber.do_send(published.clone());
         }
@@ -311,6 +322,7 @@ impl Handler<SyncCapabilities> for Indexer {
                 let changed = !plan.upserts.is_empty() || !plan.removals.is_empty() || presets_changed;
                 if changed {
                     catalog.version = actor.catalog.version + 1;
+                    actor.lexical = Arc::new(LexicalIndex::build(catalog.descriptors.values()));
                     actor.catalog = Arc::new(catalog);
                     actor.index = Arc::new(index);
                     actor.publish();

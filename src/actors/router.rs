@@ -1,5 +1,5 @@
-//! Router: answers discovery queries. It holds the latest catalog, index and
-//! graph snapshots (published by the Indexer and GraphBuilder), asks the
+//! Router: answers discovery queries. It holds the latest catalog, vector
+//! index, lexical index and graph snapshots (published by the Indexer and GraphBuilder), asks the
 //! Embedder for the query vector, and calls `core::discovery::discover`.
 
 use crate::actors::embedder::EmbedTexts;
@@ -10,6 +10,8 @@ use crate::core::catalog::Catalog;
 use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
+use crate::core::lexical::LexicalIndex;
+use crate::core::retrieval::{query_texts, Indexes, Query};
 use crate::core::tiers::TokenBudget;
 use actix::prelude::*;
 use std::collections::HashMap;
@@ -53,6 +55,7 @@ pub struct Router {
     embedder: Recipient<EmbedTexts>,
     catalog: Arc<Catalog>,
     index: Arc<VectorIndex>,
+    lexical: Arc<LexicalIndex>,
     graph: Arc<CapabilityGraph>,
     graph_version: u64,
     /// Tier 0 per (filter, budget), valid for `tier0_version` only.
@@ -68,6 +71,7 @@ impl Router {
             embedder,
             catalog: Arc::new(Catalog::default()),
             index: Arc::new(VectorIndex::default()),
+            lexical: Arc::new(LexicalIndex::default()),
             graph: Arc::new(CapabilityGraph::default()),
             graph_version: 0,
             tier0_cache: HashMap::new(),
@@ -106,6 +110,7 @@ impl Handler<CatalogPublished> for Router {
     fn handle(&mut self, msg: CatalogPublished, _: &mut Context<Self>) {
         self.catalog = msg.catalog;
         self.index = msg.index;
+        self.lexical = msg.lexical;
     }
 }
 
@@ -125,7 +130,9 @@ impl Handler<Discover> for Router {
 
     fn handle(&mut self, msg: Discover, _: &mut Context<Self>) -> Self::Result {
         let started = Instant::now();
-        let request = self.embedder.send(EmbedTexts { texts: vec![msg.query] });
+        // The whole message and its clauses are embedded in one request.
+        let texts = query_texts(&msg.query);
+        let request = self.embedder.send(EmbedTexts { texts: texts.clone() });
         Box::pin(request.into_actor(self).map(move |embedded, actor, _| {
             let config = match msg.config {
                 Some(config) => {
@@ -135,10 +142,15 @@ impl Handler<Discover> for Router {
                 None => actor.config.clone(),
             };
             let embedded = embedded.map_err(|err| RouterError::Embedder(err.to_string()))?;
-            let query_vector = embedded.vectors.into_iter().next().unwrap_or_default();
+            let query = Query::new(texts, embedded.vectors);
             let tier0 = actor.tier0(&msg.filter, TokenBudget::new(config.tier0_token_budget));
-            let result =
-                discover(&query_vector, &actor.catalog, &actor.index, &actor.graph, &config, &msg.filter, tier0);
+            let indexes = Indexes {
+                catalog: &actor.catalog,
+                vectors: &actor.index,
+                lexical: &actor.lexical,
+                graph: &actor.graph,
+            };
+            let result = discover(&query, &indexes, &config, &msg.filter, tier0);
             actor.queries += 1;
             metrics::counter!("capdex_discover_requests_total").increment(1);
             metrics::histogram!("capdex_discover_duration_seconds").record(started.elapsed().as_secs_f64());

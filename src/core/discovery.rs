@@ -1,13 +1,11 @@
 //! Per-turn discovery: search, graph re-rank, token-budgeted tiers.
 //!
 //! [`discover`] is the whole per-turn pipeline over immutable inputs (a
-//! [`Catalog`] snapshot, its vector index and graph, a query vector), so the
-//! Router actor only gathers those and calls it.
+//! catalog snapshot with its vector index, lexical index and graph, and the
+//! embedded query), so the Router actor only gathers those and calls it.
 
-use crate::core::catalog::Catalog;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
-use crate::core::graph::CapabilityGraph;
-use crate::core::index::VectorIndex;
+use crate::core::retrieval::{rank, Indexes, Query, RankedHit};
 use crate::core::text::{detail_text, summary_line};
 use crate::core::tiers::{
     assemble_tier1, assemble_tier2, estimate_tokens, Candidate, Tier1Entry, Tier2Entry, TokenBudget, TokenEstimate,
@@ -134,36 +132,40 @@ pub struct DiscoveryResult {
     pub diagnostics: DiscoveryDiagnostics,
 }
 
-/// Runs one discovery: search `index` with `query_vector`, re-rank with
-/// `graph`, and assemble the tiers within `config`'s budgets.
+/// Runs one discovery: rank the admitted capabilities for `query` (hybrid
+/// retrieval and graph re-ranking, [`rank`]), pick Tier 1 with the
+/// dependency rule below, and assemble the tiers within `config`'s budgets.
+///
+/// # Tier 1 and dependencies
+///
+/// Tier 1 holds at most `tier1TopK` entries. Walking the ranking best first,
+/// every capability with relevance ≥ `tier1MinRelevance` that is not yet in
+/// Tier 1 is added, and right after it, while room remains:
+/// 1. the capabilities it depends on (its `DEPENDS_ON` edges in their
+///    direction, by id), then
+/// 2. the capabilities it shares a preset with (`COMPOSED_WITH`), best
+///    ranked first, then by id,
+///
+/// each only if the filter admits it and it is not yet in Tier 1, whatever
+/// its own relevance (its entry carries its ranked relevance, or 0 when the
+/// ranking did not reach it). Dependencies are one hop deep: a dependency's
+/// own dependencies follow only if it reaches the minimum itself.
 pub fn discover(
-    query_vector: &[f32],
-    catalog: &Catalog,
-    index: &VectorIndex,
-    graph: &CapabilityGraph,
+    query: &Query,
+    indexes: &Indexes<'_>,
     config: &DiscoveryConfig,
     filter: &DiscoveryFilter,
     tier0: String,
 ) -> DiscoveryResult {
-    let keep = |id: &str| catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
-    let hits = index.search(query_vector, config.tier1_top_k * 2, keep);
-    let scored: Vec<(String, f32)> = hits.into_iter().map(|hit| (hit.id, hit.score)).collect();
-    let ranked = if config.use_graph_reranking && !scored.is_empty() {
-        graph.rerank(&scored, config.graph_boost_factor, keep)
-    } else {
-        scored
-    };
-    let candidates: Vec<Candidate> = ranked
-        .iter()
-        .filter(|(_, score)| *score >= config.tier1_min_relevance)
-        .filter_map(|(id, score)| {
-            catalog.get(id).map(|descriptor| Candidate {
-                id: id.clone(),
-                relevance: score.clamp(0.0, 1.0),
-                summary: summary_line(descriptor),
-            })
+    let catalog = indexes.catalog;
+    let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
+    let ranking = rank(query, indexes, filter, config.tier1_top_k * 2, graph_boost);
+    let chosen = tier1_with_dependencies(&ranking.hits, indexes, config, filter);
+    let candidates: Vec<Candidate> = chosen
+        .into_iter()
+        .filter_map(|(id, relevance)| {
+            catalog.get(&id).map(|descriptor| Candidate { id, relevance, summary: summary_line(descriptor) })
         })
-        .take(config.tier1_top_k)
         .collect();
     let (tier1, tier1_block) = assemble_tier1(&candidates, TokenBudget::new(config.tier1_token_budget));
     let details: Vec<(String, String)> = tier1
@@ -181,7 +183,7 @@ pub fn discover(
     let retrieved: BTreeSet<&str> =
         tier1.iter().map(|e| e.id.as_str()).chain(tier2.iter().map(|e| e.id.as_str())).collect();
     let diagnostics = DiscoveryDiagnostics {
-        candidates_scanned: ranked.len(),
+        candidates_scanned: ranking.candidates_scanned,
         capabilities_retrieved: retrieved.len(),
         total_indexed: catalog.len(),
     };
@@ -190,11 +192,52 @@ pub fn discover(
     DiscoveryResult { tier0, tier1, tier2, token_estimate, rendered, diagnostics }
 }
 
+/// Picks Tier 1 from `hits` by the rule in [`discover`]'s docs; returns ids with relevance.
+fn tier1_with_dependencies(
+    hits: &[RankedHit],
+    indexes: &Indexes<'_>,
+    config: &DiscoveryConfig,
+    filter: &DiscoveryFilter,
+) -> Vec<(String, f32)> {
+    let relevance_of = |id: &str| hits.iter().find(|hit| hit.id == id).map(|hit| hit.relevance);
+    let admitted = |id: &str| indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
+    let mut chosen: Vec<(String, f32)> = Vec::with_capacity(config.tier1_top_k);
+    let is_chosen = |chosen: &[(String, f32)], id: &str| chosen.iter().any(|(existing, _)| existing == id);
+    for hit in hits.iter().filter(|hit| hit.relevance >= config.tier1_min_relevance) {
+        if chosen.len() >= config.tier1_top_k {
+            break;
+        }
+        if is_chosen(&chosen, &hit.id) {
+            continue;
+        }
+        chosen.push((hit.id.clone(), hit.relevance));
+        let mut partners: Vec<&str> = indexes.graph.composed_with(&hit.id);
+        partners.sort_by(|a, b| {
+            relevance_of(b).unwrap_or(0.0).total_cmp(&relevance_of(a).unwrap_or(0.0)).then_with(|| a.cmp(b))
+        });
+        let followers = indexes.graph.dependencies(&hit.id).iter().map(String::as_str).chain(partners);
+        for follower in followers {
+            if chosen.len() >= config.tier1_top_k {
+                break;
+            }
+            if admitted(follower) && !is_chosen(&chosen, follower) {
+                chosen.push((follower.to_string(), relevance_of(follower).unwrap_or(0.0)));
+            }
+        }
+    }
+    chosen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::catalog::Catalog;
     use crate::core::descriptor::SourceRef;
     use crate::core::embedder::{Embed, HashingEmbedder};
+    use crate::core::graph::{CapabilityGraph, Preset};
+    use crate::core::index::VectorIndex;
+    use crate::core::lexical::LexicalIndex;
+    use crate::core::retrieval::query_texts;
     use crate::core::text::embedding_text;
 
     fn descriptor(id: &str, description: &str, category: &str, available: bool) -> CapabilityDescriptor {
@@ -217,54 +260,126 @@ mod tests {
         }
     }
 
-    fn fixture() -> (Catalog, VectorIndex, CapabilityGraph, HashingEmbedder) {
-        let embedder = HashingEmbedder::default();
-        let descriptors = vec![
-            descriptor("channel:telegram", "Send and receive messages in Telegram chats", "communication", true),
-            descriptor("channel:discord", "Send messages to Discord servers and channels", "communication", false),
-            descriptor("tool:weather", "Get the weather forecast for a city", "information", true),
-            descriptor("tool:web-search", "Search the web for current information", "information", true),
-        ];
-        let mut index = VectorIndex::new(embedder.dimensions());
-        let mut catalog = Catalog::default();
-        for descriptor in &descriptors {
-            index.upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor))).unwrap();
-            catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+    struct Fixture {
+        catalog: Catalog,
+        vectors: VectorIndex,
+        lexical: LexicalIndex,
+        graph: CapabilityGraph,
+        embedder: HashingEmbedder,
+    }
+
+    impl Fixture {
+        fn new(descriptors: Vec<CapabilityDescriptor>, presets: &[Preset]) -> Fixture {
+            let embedder = HashingEmbedder::default();
+            let mut vectors = VectorIndex::new(embedder.dimensions());
+            let mut catalog = Catalog::default();
+            for descriptor in &descriptors {
+                vectors.upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor))).unwrap();
+                catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+            }
+            let lexical = LexicalIndex::build(&descriptors);
+            let graph = CapabilityGraph::build(&descriptors, presets);
+            Fixture { catalog, vectors, lexical, graph, embedder }
         }
-        let graph = CapabilityGraph::build(&descriptors, &[]);
-        (catalog, index, graph, embedder)
+
+        fn discover(&self, message: &str, config: &DiscoveryConfig, filter: &DiscoveryFilter) -> DiscoveryResult {
+            let texts = query_texts(message);
+            let vectors = texts.iter().map(|text| self.embedder.embed(text)).collect();
+            let indexes =
+                Indexes { catalog: &self.catalog, vectors: &self.vectors, lexical: &self.lexical, graph: &self.graph };
+            let tier0 = self.catalog.tier0(filter, TokenBudget::new(config.tier0_token_budget));
+            discover(&Query::new(texts, vectors), &indexes, config, filter, tier0)
+        }
+    }
+
+    fn fixture() -> Fixture {
+        Fixture::new(
+            vec![
+                descriptor("channel:telegram", "Send and receive messages in Telegram chats", "communication", true),
+                descriptor("channel:discord", "Send messages to Discord servers and channels", "communication", false),
+                descriptor("tool:weather", "Get the weather forecast for a city", "information", true),
+                descriptor("tool:web-search", "Search the web for current information", "information", true),
+            ],
+            &[],
+        )
+    }
+
+    fn tier1_ids(result: &DiscoveryResult) -> Vec<&str> {
+        result.tier1.iter().map(|entry| entry.id.as_str()).collect()
     }
 
     #[test]
     fn finds_the_relevant_capability_within_budget() {
-        let (catalog, index, graph, embedder) = fixture();
+        let fixture = fixture();
         let config = DiscoveryConfig::default();
-        let filter = DiscoveryFilter::default();
-        let tier0 = catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
-        let result =
-            discover(&embedder.embed("send a telegram message"), &catalog, &index, &graph, &config, &filter, tier0);
+        let result = fixture.discover("send a telegram message", &config, &DiscoveryFilter::default());
         assert_eq!(result.tier1[0].id, "channel:telegram");
         assert_eq!(result.tier2[0].id, "channel:telegram");
         assert!(result.token_estimate.total_tokens <= 3000);
         assert!(result.rendered.contains("Relevant capabilities:\n1. telegram (channel)"));
+        assert!(result.diagnostics.candidates_scanned >= 1);
     }
 
     #[test]
     fn filters_apply() {
-        let (catalog, index, graph, embedder) = fixture();
+        let fixture = fixture();
         let config = DiscoveryConfig { tier1_min_relevance: 0.0, ..DiscoveryConfig::default() };
         let filter =
             DiscoveryFilter { only_available: true, kind: Some(CapabilityKind::Channel), ..DiscoveryFilter::default() };
-        let result = discover(
-            &embedder.embed("send a discord message"),
-            &catalog,
-            &index,
-            &graph,
-            &config,
-            &filter,
-            String::new(),
-        );
-        assert_eq!(result.tier1.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), vec!["channel:telegram"]);
+        let result = fixture.discover("send a discord message", &config, &filter);
+        assert_eq!(tier1_ids(&result), vec!["channel:telegram"]);
+    }
+
+    #[test]
+    fn an_exact_name_ranks_first() {
+        let result = fixture().discover("Web-Search", &DiscoveryConfig::default(), &DiscoveryFilter::default());
+        assert_eq!(result.tier1[0].id, "tool:web-search");
+        assert_eq!(result.tier1[0].relevance, 1.0);
+    }
+
+    fn with_dependencies() -> Fixture {
+        let mut github = descriptor("skill:github", "Manage GitHub issues and pull requests", "developer", true);
+        github.required_tools = vec!["cli-executor".into()];
+        let mut deploy = descriptor("skill:deploy", "Deploy the site to production", "developer", true);
+        deploy.required_tools = vec!["cli-executor".into()];
+        Fixture::new(
+            vec![
+                github,
+                deploy,
+                descriptor("tool:cli-executor", "Run shell commands", "system", true),
+                descriptor("tool:slack-post", "Post to a Slack channel", "communication", true),
+                descriptor("tool:notes", "Keep notes", "productivity", true),
+            ],
+            &[Preset { name: "release".into(), capability_ids: vec!["skill:github".into(), "tool:slack-post".into()] }],
+        )
+    }
+
+    #[test]
+    fn a_dependency_follows_its_dependent_into_tier1_even_below_the_minimum() {
+        let fixture = with_dependencies();
+        let config = DiscoveryConfig::default();
+        let result =
+            fixture.discover("open a github issue about the pull request", &config, &DiscoveryFilter::default());
+        let ids = tier1_ids(&result);
+        assert_eq!(&ids[..3], &["skill:github", "tool:cli-executor", "tool:slack-post"], "{ids:?}");
+        assert!(result.tier1[1].relevance < config.tier1_min_relevance, "{:?}", result.tier1);
+        // A dependency is never listed twice, and nothing unrelated is pulled in.
+        assert!(!ids.contains(&"tool:notes"));
+        assert_eq!(ids.iter().filter(|id| **id == "tool:cli-executor").count(), 1);
+    }
+
+    #[test]
+    fn dependencies_obey_filters_and_the_top_k() {
+        let fixture = with_dependencies();
+        let message = "open a github issue about the pull request";
+        let skills = DiscoveryFilter { kind: Some(CapabilityKind::Skill), ..DiscoveryFilter::default() };
+        assert_eq!(tier1_ids(&fixture.discover(message, &DiscoveryConfig::default(), &skills)), vec!["skill:github"]);
+        let excluded =
+            DiscoveryFilter { excluded_capability_ids: vec!["tool:cli-executor".into()], ..DiscoveryFilter::default() };
+        let ids = fixture.discover(message, &DiscoveryConfig::default(), &excluded);
+        assert_eq!(tier1_ids(&ids), vec!["skill:github", "tool:slack-post"]);
+        let one = DiscoveryConfig { tier1_top_k: 1, tier2_top_k: 1, ..DiscoveryConfig::default() };
+        assert_eq!(tier1_ids(&fixture.discover(message, &one, &DiscoveryFilter::default())), vec!["skill:github"]);
     }
 
     #[test]

@@ -79,14 +79,19 @@ impl Embed for HashingEmbedder {
         terms.sort_unstable();
         for (term, count) in &terms {
             let weight = 1.0 + (*count as f32).ln();
-            add_feature(&mut vector, &format!("w:{term}"), weight);
-            let padded: Vec<char> = format!("#{term}#").chars().collect();
+            add_hashed_feature(&mut vector, fnv1a64_continue(fnv1a64(b"w:"), term.as_bytes()), weight);
+            // Trigrams of `#term#`, hashed as `c:<trigram>` without building the strings.
+            let padded: Vec<char> = std::iter::once('#').chain(term.chars()).chain(std::iter::once('#')).collect();
             let n_trigrams = padded.len().saturating_sub(2);
             if n_trigrams > 0 {
                 let trigram_weight = weight * TRIGRAM_WEIGHT / (n_trigrams as f32).sqrt();
+                let prefix = fnv1a64(b"c:");
                 for window in padded.windows(3) {
-                    let trigram: String = window.iter().collect();
-                    add_feature(&mut vector, &format!("c:{trigram}"), trigram_weight);
+                    let mut hash = prefix;
+                    for ch in window {
+                        hash = fnv1a64_continue(hash, ch.encode_utf8(&mut [0u8; 4]).as_bytes());
+                    }
+                    add_hashed_feature(&mut vector, hash, trigram_weight);
                 }
             }
         }
@@ -95,8 +100,7 @@ impl Embed for HashingEmbedder {
     }
 }
 
-fn add_feature(vector: &mut [f32], feature: &str, weight: f32) {
-    let hash = fnv1a64(feature.as_bytes());
+fn add_hashed_feature(vector: &mut [f32], hash: u64, weight: f32) {
     let bucket = (hash % vector.len() as u64) as usize;
     let sign = if hash >> 63 == 0 { 1.0 } else { -1.0 };
     vector[bucket] += sign * weight;
@@ -104,7 +108,11 @@ fn add_feature(vector: &mut [f32], feature: &str, weight: f32) {
 
 /// FNV-1a, 64 bit: stable across platforms and releases, unlike `DefaultHasher`.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a64_continue(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// Continues an FNV-1a 64 hash over more bytes: hashing `a` then `b` equals hashing `a ++ b`.
+pub fn fnv1a64_continue(mut hash: u64, bytes: &[u8]) -> u64 {
     for byte in bytes {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
@@ -171,6 +179,52 @@ mod tests {
         let plain: f32 = left.iter().zip(&right).map(|(a, b)| a * b).sum();
         assert!((dot(&left, &right) - plain).abs() < 1e-3);
         assert_eq!(dot(&[], &[]), 0.0);
+    }
+
+    /// The embedder as first written, building every feature string: the
+    /// streaming hashes must give the very same vectors (stored vectors stay valid).
+    fn reference_embed(dimensions: usize, text: &str) -> Vec<f32> {
+        let mut vector = vec![0.0f32; dimensions];
+        let mut term_counts: HashMap<String, u32> = HashMap::new();
+        for token in word_tokens(text) {
+            if !is_stopword(&token) {
+                *term_counts.entry(stem(&token)).or_insert(0) += 1;
+            }
+        }
+        let mut terms: Vec<(String, u32)> = term_counts.into_iter().collect();
+        terms.sort_unstable();
+        let mut add = |feature: &str, weight: f32| add_hashed_feature(&mut vector, fnv1a64(feature.as_bytes()), weight);
+        for (term, count) in &terms {
+            let weight = 1.0 + (*count as f32).ln();
+            add(&format!("w:{term}"), weight);
+            let padded: Vec<char> = format!("#{term}#").chars().collect();
+            let n_trigrams = padded.len().saturating_sub(2);
+            if n_trigrams > 0 {
+                let trigram_weight = weight * TRIGRAM_WEIGHT / (n_trigrams as f32).sqrt();
+                for window in padded.windows(3) {
+                    let trigram: String = window.iter().collect();
+                    add(&format!("c:{trigram}"), trigram_weight);
+                }
+            }
+        }
+        normalize(&mut vector);
+        vector
+    }
+
+    #[test]
+    fn streaming_hashes_match_the_reference() {
+        let embedder = HashingEmbedder::default();
+        for text in ["Search the web for current information", "getUserById café naïve 東京 x", "", "a b c searches"]
+        {
+            assert_eq!(embedder.embed(text), reference_embed(DEFAULT_DIMENSIONS, text), "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn streaming_hashes_match_the_reference_on_any_text(text in "\\PC{0,60}") {
+            proptest::prop_assert_eq!(HashingEmbedder::default().embed(&text), reference_embed(DEFAULT_DIMENSIONS, &text));
+        }
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct GraphStats {
 pub struct CapabilityGraph {
     graph: UnGraph<String, Edge>,
     nodes: HashMap<String, NodeIndex>,
+    /// The direction the undirected graph forgets: dependent id → the ids it
+    /// depends on (resolved `requiredTools`), sorted.
+    dependencies: HashMap<String, Vec<String>>,
 }
 
 impl CapabilityGraph {
@@ -104,6 +107,13 @@ impl CapabilityGraph {
             for required in &descriptor.required_tools {
                 if let Some(target) = resolver.resolve(required) {
                     add(&descriptor.id, target, EdgeKind::DependsOn, DEPENDS_ON_WEIGHT);
+                    if target != descriptor.id {
+                        let targets = graph.dependencies.entry(descriptor.id.clone()).or_default();
+                        if !targets.iter().any(|existing| existing == target) {
+                            targets.push(target.to_string());
+                            targets.sort();
+                        }
+                    }
                 }
             }
         }
@@ -169,6 +179,24 @@ impl CapabilityGraph {
             b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind))
         });
         out
+    }
+
+    /// Returns the capabilities `id` depends on (its `DEPENDS_ON` edges in
+    /// their direction), sorted by id.
+    pub fn dependencies(&self, id: &str) -> &[String] {
+        self.dependencies.get(id).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Returns the capabilities that share a preset with `id` (`COMPOSED_WITH`), sorted by id.
+    pub fn composed_with(&self, id: &str) -> Vec<&str> {
+        let mut partners: Vec<&str> = self
+            .neighbours(id)
+            .into_iter()
+            .filter(|(_, edge)| edge.kind == EdgeKind::ComposedWith)
+            .map(|(partner, _)| partner)
+            .collect();
+        partners.sort_unstable();
+        partners
     }
 
     /// Returns node and edge counts.
@@ -305,6 +333,9 @@ mod tests {
             &[Preset { name: "p".into(), capability_ids: vec!["skill:github".into(), "tool:cli-executor".into()] }],
         );
         let kinds: Vec<EdgeKind> = graph.neighbours("skill:github").iter().map(|(_, edge)| edge.kind).collect();
+        assert_eq!(graph.dependencies("skill:github"), ["tool:cli-executor".to_string()]);
+        assert!(graph.dependencies("tool:cli-executor").is_empty(), "DEPENDS_ON keeps its direction");
+        assert_eq!(graph.composed_with("tool:cli-executor"), vec!["skill:github"]);
         // 3 shared tags give TAGGED_WITH 0.9; DEPENDS_ON (loose name match) and COMPOSED_WITH survive beside it.
         assert_eq!(kinds, vec![EdgeKind::DependsOn, EdgeKind::TaggedWith, EdgeKind::ComposedWith]);
         let stats = graph.stats();

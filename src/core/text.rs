@@ -183,6 +183,12 @@ pub fn word_tokens(text: &str) -> Vec<String> {
     tokens
 }
 
+/// Returns the terms a text is indexed and searched with: [`word_tokens`],
+/// stopwords dropped, each word [`stem`]med.
+pub fn index_terms(text: &str) -> Vec<String> {
+    word_tokens(text).into_iter().filter(|token| !is_stopword(token)).map(|token| stem(&token)).collect()
+}
+
 /// English words too common to say anything about intent.
 const STOPWORDS: &[&str] = &[
     "a", "about", "an", "and", "any", "are", "as", "at", "be", "by", "can", "could", "do", "for", "from", "get",

@@ -3,6 +3,8 @@
 
 mod cli;
 mod compose_and_config;
+mod eval;
+mod exact_names;
 mod hostile_manifests;
 mod serve_over_nats;
 mod support;

@@ -1,0 +1,295 @@
+//! Retrieval evaluation: the benchmark tool and query records, their mapping
+//! to descriptors, and the quality metrics of `../shared/data/bench/eval.py`.
+//!
+//! Definitions (binary relevance; `R` is the set of relevant ids; the ranked
+//! list is deduplicated keeping first occurrences; a query with no ranking
+//! scores 0 everywhere):
+//!
+//! ```text
+//! Recall@k = |R ∩ top_k| / |R|
+//! NDCG@k   = DCG@k / IDCG@k,  DCG@k = Σ_{i<k, ranked[i] ∈ R} 1/log2(i+2),
+//!                             IDCG@k = Σ_{i<min(k,|R|)} 1/log2(i+2)
+//! MRR      = 1/(1 + rank of the first relevant id) over the whole list, 0 if none
+//! ```
+//!
+//! Each is averaged over every query (macro average) and reported ×100.
+
+use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, SourceRef};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::HashSet;
+
+/// One line of a `tools.jsonl`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ToolRecord {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub params: Vec<ToolParam>,
+}
+
+/// One parameter of a [`ToolRecord`].
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ToolParam {
+    pub name: String,
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// One line of a `queries.jsonl`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct QueryRecord {
+    pub query: String,
+    pub relevant: Vec<String>,
+}
+
+/// One line of a run file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunLine {
+    pub query_idx: usize,
+    pub ranked: Vec<String>,
+}
+
+impl ToolRecord {
+    /// Maps the record to a tool descriptor whose id is the record's id, so a
+    /// run file names tools the way the query file does; parameters become
+    /// the properties of its input schema, in order.
+    pub fn to_descriptor(&self) -> CapabilityDescriptor {
+        let mut properties = Map::new();
+        for param in &self.params {
+            let mut property = Map::new();
+            if let Some(kind) = &param.kind {
+                property.insert("type".into(), Value::String(kind.clone()));
+            }
+            if let Some(description) = &param.description {
+                property.insert("description".into(), Value::String(description.clone()));
+            }
+            properties.insert(param.name.clone(), Value::Object(property));
+        }
+        let required: Vec<&str> = self.params.iter().filter(|p| p.required).map(|p| p.name.as_str()).collect();
+        CapabilityDescriptor {
+            id: self.id.clone(),
+            kind: CapabilityKind::Tool,
+            name: self.name.clone(),
+            display_name: display_name_from(&self.name),
+            description: self.description.clone(),
+            category: self.category.clone().unwrap_or_default(),
+            tags: self.tags.clone(),
+            required_secrets: vec![],
+            required_tools: vec![],
+            available: true,
+            has_side_effects: None,
+            full_schema: (!self.params.is_empty())
+                .then(|| json!({"type": "object", "properties": properties, "required": required})),
+            full_content: None,
+            source_ref: SourceRef::Builtin,
+        }
+    }
+}
+
+/// Macro-averaged metrics ×100, as `eval.py` prints them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metrics {
+    pub queries: usize,
+    #[serde(rename = "recallAt1")]
+    pub recall_at_1: f64,
+    #[serde(rename = "recallAt5")]
+    pub recall_at_5: f64,
+    #[serde(rename = "recallAt10")]
+    pub recall_at_10: f64,
+    #[serde(rename = "ndcgAt5")]
+    pub ndcg_at_5: f64,
+    #[serde(rename = "ndcgAt10")]
+    pub ndcg_at_10: f64,
+    pub mrr: f64,
+}
+
+/// The metrics of one query, as fractions.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueryScores {
+    pub recall_at_1: f64,
+    pub recall_at_5: f64,
+    pub recall_at_10: f64,
+    pub ndcg_at_5: f64,
+    pub ndcg_at_10: f64,
+    pub mrr: f64,
+}
+
+/// Scores one ranked list against the relevant ids.
+///
+/// # Examples
+/// ```
+/// use capdex::core::evaluation::score_query;
+/// let scores = score_query(&["b".into(), "a".into()], &["a".into()]);
+/// assert_eq!(scores.mrr, 0.5);
+/// assert_eq!(scores.recall_at_1, 0.0);
+/// ```
+pub fn score_query(ranked: &[String], relevant: &[String]) -> QueryScores {
+    let relevant: HashSet<&str> = relevant.iter().map(String::as_str).collect();
+    if relevant.is_empty() {
+        return QueryScores::default();
+    }
+    let mut seen: HashSet<&str> = HashSet::new();
+    let ranked: Vec<&str> = ranked.iter().map(String::as_str).filter(|id| seen.insert(id)).collect();
+    let recall =
+        |k: usize| ranked.iter().take(k).filter(|id| relevant.contains(*id)).count() as f64 / relevant.len() as f64;
+    let ndcg = |k: usize| {
+        let dcg: f64 = ranked
+            .iter()
+            .take(k)
+            .enumerate()
+            .filter(|(_, id)| relevant.contains(*id))
+            .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
+            .sum();
+        let ideal: f64 = (0..k.min(relevant.len())).map(|i| 1.0 / ((i + 2) as f64).log2()).sum();
+        if ideal > 0.0 {
+            dcg / ideal
+        } else {
+            0.0
+        }
+    };
+    let mrr = ranked.iter().position(|id| relevant.contains(id)).map(|i| 1.0 / (i + 1) as f64).unwrap_or(0.0);
+    QueryScores {
+        recall_at_1: recall(1),
+        recall_at_5: recall(5),
+        recall_at_10: recall(10),
+        ndcg_at_5: ndcg(5),
+        ndcg_at_10: ndcg(10),
+        mrr,
+    }
+}
+
+/// Averages per-query scores over `n_queries` (queries missing from `scores` count 0) and scales ×100.
+pub fn aggregate(scores: &[QueryScores], n_queries: usize) -> Metrics {
+    let n = n_queries.max(1) as f64;
+    let mean = |field: fn(&QueryScores) -> f64| 100.0 * scores.iter().map(field).sum::<f64>() / n;
+    Metrics {
+        queries: n_queries,
+        recall_at_1: mean(|s| s.recall_at_1),
+        recall_at_5: mean(|s| s.recall_at_5),
+        recall_at_10: mean(|s| s.recall_at_10),
+        ndcg_at_5: mean(|s| s.ndcg_at_5),
+        ndcg_at_10: mean(|s| s.ndcg_at_10),
+        mrr: mean(|s| s.mrr),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ids(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_string).collect()
+    }
+
+    fn check(ranked: &str, relevant: &str, expect: QueryScores) {
+        let scores = score_query(&ids(ranked), &ids(relevant));
+        for (got, want) in [
+            (scores.recall_at_1, expect.recall_at_1),
+            (scores.recall_at_5, expect.recall_at_5),
+            (scores.recall_at_10, expect.recall_at_10),
+            (scores.ndcg_at_5, expect.ndcg_at_5),
+            (scores.ndcg_at_10, expect.ndcg_at_10),
+            (scores.mrr, expect.mrr),
+        ] {
+            assert!((got - want).abs() < 1e-12, "{ranked} / {relevant}: {scores:?} != {expect:?}");
+        }
+    }
+
+    #[test]
+    fn definitions() {
+        let one = QueryScores {
+            recall_at_1: 1.0,
+            recall_at_5: 1.0,
+            recall_at_10: 1.0,
+            ndcg_at_5: 1.0,
+            ndcg_at_10: 1.0,
+            mrr: 1.0,
+        };
+        check("a b c", "a", one);
+        check("x", "a", QueryScores::default());
+        check("", "a", QueryScores::default());
+        // Second place: DCG 1/log2(3); a duplicate of a non-relevant id does not push it down.
+        let second = 1.0 / 3f64.log2();
+        check(
+            "x x a",
+            "a",
+            QueryScores {
+                recall_at_1: 0.0,
+                recall_at_5: 1.0,
+                recall_at_10: 1.0,
+                ndcg_at_5: second,
+                ndcg_at_10: second,
+                mrr: 0.5,
+            },
+        );
+        // Two relevant, one found at rank 1: IDCG counts both.
+        let ideal = 1.0 + second;
+        check(
+            "a x",
+            "a b",
+            QueryScores {
+                recall_at_1: 0.5,
+                recall_at_5: 0.5,
+                recall_at_10: 0.5,
+                ndcg_at_5: 1.0 / ideal,
+                ndcg_at_10: 1.0 / ideal,
+                mrr: 1.0,
+            },
+        );
+        // Beyond 10 only MRR sees it.
+        let far = "q w e r t y u i o p a";
+        check(far, "a", QueryScores { mrr: 1.0 / 11.0, ..QueryScores::default() });
+    }
+
+    #[test]
+    fn aggregate_counts_missing_queries_as_zero() {
+        let perfect = score_query(&ids("a"), &ids("a"));
+        let metrics = aggregate(&[perfect], 2);
+        assert_eq!(metrics.recall_at_1, 50.0);
+        assert_eq!(metrics.mrr, 50.0);
+        assert_eq!(metrics.queries, 2);
+    }
+
+    #[test]
+    fn records_map_to_tool_descriptors() {
+        let record: ToolRecord = serde_json::from_str(
+            r#"{"id": "getWeather", "name": "getWeather", "description": "Weather", "category": "Travel", "tags": ["t"],
+                "params": [{"name": "city", "type": "str", "description": "City", "required": true}, {"name": "days", "type": "int", "required": false}]}"#,
+        )
+        .unwrap();
+        let descriptor = record.to_descriptor();
+        assert_eq!(descriptor.id, "getWeather");
+        assert_eq!(descriptor.kind, CapabilityKind::Tool);
+        assert_eq!(descriptor.parameter_names(), vec!["city", "days"]);
+        assert_eq!(descriptor.full_schema.unwrap()["required"], json!(["city"]));
+        let bare: ToolRecord = serde_json::from_str(r#"{"id": "x", "name": "x", "description": "d"}"#).unwrap();
+        assert!(bare.to_descriptor().full_schema.is_none());
+    }
+
+    proptest! {
+        #[test]
+        fn metrics_are_fractions_and_monotone(
+            ranked in proptest::collection::vec("[a-f]", 0..12),
+            relevant in proptest::collection::vec("[a-f]", 1..4),
+        ) {
+            let scores = score_query(&ranked, &relevant);
+            for value in [scores.recall_at_1, scores.recall_at_5, scores.recall_at_10, scores.ndcg_at_5, scores.ndcg_at_10, scores.mrr] {
+                prop_assert!((0.0..=1.0 + 1e-12).contains(&value));
+            }
+            prop_assert!(scores.recall_at_1 <= scores.recall_at_5 && scores.recall_at_5 <= scores.recall_at_10);
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! The lexical index: BM25F over a capability's fields, with postings lists,
+//! plus the exact-name table.
+//!
+//! Fields and their weights ([`FieldWeights`]): the name and display name
+//! (split on camelCase, snake_case and kebab-case by [`word_tokens`]), the
+//! description, the category, the tags, the parameter names and, at a low
+//! weight, the parameter descriptions (what a tool needs says a lot about
+//! what it does, but schemas are verbose). Terms are
+//! [`index_terms`]: lower-cased word tokens, stopwords dropped, stemmed.
+//!
+//! Scoring is BM25F in its simple form: a term's frequency in a document is
+//! the weighted sum of its frequencies in the fields, `tf = Σ_f w_f · tf_f`,
+//! the document length is `len = Σ_f w_f · len_f`, and
+//!
+//! ```text
+//! bm25(q, d) = Σ_{t ∈ q, distinct} idf(t) · tf·(k1 + 1) / (tf + k1·(1 − b + b·len/avglen))
+//! idf(t)     = ln(1 + (N − df + 0.5) / (df + 0.5))
+//! ```
+//!
+//! To give one relevance in [0, 1], the score is divided by the query's
+//! reference score, `Σ_{t ∈ q, t in the vocabulary} idf(t)`: the score of a
+//! document of average length holding every query term exactly once with
+//! weight 1 (a term the index has never seen cannot match anything, so it is
+//! left out). The quotient is capped at 1. It reads as "the share of the
+//! query's information the document matches".
+//!
+//! A search touches only the postings of the query's terms (an accumulator per
+//! document) and keeps the best `k` with a bounded heap.
+
+use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::text::index_terms;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+/// BM25 saturation.
+pub const K1: f32 = 1.2;
+/// BM25 length normalisation.
+pub const B: f32 = 0.75;
+
+/// Weight of each field in the BM25F term frequency.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FieldWeights {
+    pub name: f32,
+    pub description: f32,
+    pub category: f32,
+    pub tags: f32,
+    pub parameters: f32,
+    /// The descriptions of the parameters in the input schema.
+    pub parameter_descriptions: f32,
+}
+
+/// The weights capdex uses: a name is the densest statement of intent, the
+/// description carries most of the words, category, tags and parameter names
+/// add context.
+pub const FIELD_WEIGHTS: FieldWeights = FieldWeights {
+    name: 2.5,
+    description: 1.0,
+    category: 0.5,
+    tags: 1.0,
+    parameters: 0.5,
+    parameter_descriptions: 0.3,
+};
+
+/// A term's postings: the documents holding it and its weighted frequency there.
+type Postings = Vec<(u32, f32)>;
+
+/// An immutable BM25F index over descriptors; rebuilt as a whole on change.
+#[derive(Clone, Debug, Default)]
+pub struct LexicalIndex {
+    ids: Vec<String>,
+    docs: HashMap<String, u32>,
+    terms: HashMap<String, u32>,
+    postings: Vec<Postings>,
+    idf: Vec<f32>,
+    /// `k1·(1 − b + b·len/avglen)` per document.
+    length_norms: Vec<f32>,
+    /// Loose spelling of each id, name and display name → documents, best match kind first.
+    exact: HashMap<String, Vec<(u32, ExactMatch)>>,
+}
+
+/// How a query met a capability's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ExactMatch {
+    /// The query is the capability's display name.
+    DisplayName,
+    /// The query is the capability's name.
+    Name,
+    /// The query is the capability's id.
+    Id,
+}
+
+/// The lexical side of one query: a normalised score per touched document.
+#[derive(Clone, Debug, Default)]
+pub struct LexicalScores {
+    /// `(document, relevance in [0, 1])`, unordered.
+    pub scores: Vec<(u32, f32)>,
+}
+
+impl LexicalIndex {
+    /// Builds the index over `descriptors` with [`FIELD_WEIGHTS`].
+    pub fn build<'a>(descriptors: impl IntoIterator<Item = &'a CapabilityDescriptor>) -> LexicalIndex {
+        LexicalIndex::build_with(descriptors, FIELD_WEIGHTS)
+    }
+
+    /// Builds the index with explicit field weights. A repeated id keeps its first descriptor.
+    pub fn build_with<'a>(
+        descriptors: impl IntoIterator<Item = &'a CapabilityDescriptor>,
+        weights: FieldWeights,
+    ) -> LexicalIndex {
+        let mut index = LexicalIndex::default();
+        let mut lengths: Vec<f32> = Vec::new();
+        let mut doc_terms: HashMap<u32, f32> = HashMap::new();
+        for descriptor in descriptors {
+            if index.docs.contains_key(&descriptor.id) {
+                continue;
+            }
+            let doc = index.ids.len() as u32;
+            index.ids.push(descriptor.id.clone());
+            index.docs.insert(descriptor.id.clone(), doc);
+            doc_terms.clear();
+            let mut length = 0.0f32;
+            let mut name_text = descriptor.name.clone();
+            if descriptor.display_name != descriptor.name {
+                name_text.push(' ');
+                name_text.push_str(&descriptor.display_name);
+            }
+            let parameters = descriptor.parameter_names().join(" ");
+            let parameter_descriptions = parameter_descriptions(descriptor);
+            let tags = descriptor.tags.join(" ");
+            for (text, weight) in [
+                (name_text.as_str(), weights.name),
+                (descriptor.description.as_str(), weights.description),
+                (descriptor.category.as_str(), weights.category),
+                (tags.as_str(), weights.tags),
+                (parameters.as_str(), weights.parameters),
+                (parameter_descriptions.as_str(), weights.parameter_descriptions),
+            ] {
+                if weight <= 0.0 {
+                    continue;
+                }
+                for term in index_terms(text) {
+                    let next_id = index.terms.len() as u32;
+                    let term_id = *index.terms.entry(term).or_insert(next_id);
+                    *doc_terms.entry(term_id).or_insert(0.0) += weight;
+                    length += weight;
+                }
+            }
+            let mut entries: Vec<(u32, f32)> = doc_terms.iter().map(|(&term, &tf)| (term, tf)).collect();
+            entries.sort_unstable_by_key(|&(term, _)| term);
+            for (term, tf) in entries {
+                if term as usize >= index.postings.len() {
+                    index.postings.resize(term as usize + 1, Vec::new());
+                }
+                index.postings[term as usize].push((doc, tf));
+            }
+            lengths.push(length);
+            for (key, kind) in [
+                (loose_key(&descriptor.id), ExactMatch::Id),
+                (loose_key(&descriptor.name), ExactMatch::Name),
+                (loose_key(&descriptor.display_name), ExactMatch::DisplayName),
+            ] {
+                if key.is_empty() {
+                    continue;
+                }
+                let slot = index.exact.entry(key).or_default();
+                match slot.iter_mut().find(|(existing, _)| *existing == doc) {
+                    Some(entry) => entry.1 = entry.1.max(kind),
+                    None => slot.push((doc, kind)),
+                }
+            }
+        }
+        index.postings.resize(index.terms.len(), Vec::new());
+        let n_docs = index.ids.len() as f32;
+        index.idf = index
+            .postings
+            .iter()
+            .map(|postings| {
+                let df = postings.len() as f32;
+                (1.0 + (n_docs - df + 0.5) / (df + 0.5)).ln()
+            })
+            .collect();
+        let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f32>() / n_docs };
+        let average = if average > 0.0 { average } else { 1.0 };
+        index.length_norms = lengths.iter().map(|length| K1 * (1.0 - B + B * length / average)).collect();
+        for matches in index.exact.values_mut() {
+            matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        }
+        index
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Returns the id of document `doc`.
+    pub fn id(&self, doc: u32) -> &str {
+        &self.ids[doc as usize]
+    }
+
+    /// Returns the document of `id`.
+    pub fn doc(&self, id: &str) -> Option<u32> {
+        self.docs.get(id).copied()
+    }
+
+    /// Scores every document that holds a term of `query`, normalised to [0, 1]
+    /// as the module docs describe.
+    pub fn score(&self, query: &str) -> LexicalScores {
+        let mut query_terms: Vec<u32> =
+            index_terms(query).into_iter().filter_map(|term| self.terms.get(&term).copied()).collect();
+        query_terms.sort_unstable();
+        query_terms.dedup();
+        let reference: f32 = query_terms.iter().map(|&term| self.idf[term as usize]).sum();
+        if reference <= 0.0 {
+            return LexicalScores::default();
+        }
+        // A dense accumulator and a list of touched documents: no hashing per posting.
+        let mut accumulator: Vec<f32> = vec![0.0; self.ids.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        for &term in &query_terms {
+            let idf = self.idf[term as usize];
+            for &(doc, tf) in &self.postings[term as usize] {
+                let saturated = tf * (K1 + 1.0) / (tf + self.length_norms[doc as usize]);
+                let slot = &mut accumulator[doc as usize];
+                if *slot == 0.0 {
+                    touched.push(doc);
+                }
+                *slot += idf * saturated;
+            }
+        }
+        let scores = touched.into_iter().map(|doc| (doc, (accumulator[doc as usize] / reference).min(1.0))).collect();
+        LexicalScores { scores }
+    }
+
+    /// Returns the documents whose id, name or display name is `query`, once
+    /// case, spaces and punctuation are ignored; the strongest match first.
+    pub fn exact_matches(&self, query: &str) -> &[(u32, ExactMatch)] {
+        self.exact.get(&loose_key(query)).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+impl LexicalScores {
+    /// Returns the best `k` documents that pass `keep`, best first (ties by document).
+    pub fn top(&self, k: usize, keep: impl Fn(u32) -> bool) -> Vec<(u32, f32)> {
+        if k == 0 {
+            return Vec::new();
+        }
+        let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k + 1);
+        for &(doc, score) in &self.scores {
+            if heap.len() == k && heap.peek().is_some_and(|worst| Worst(doc, score) > *worst) {
+                continue;
+            }
+            if !keep(doc) {
+                continue;
+            }
+            heap.push(Worst(doc, score));
+            if heap.len() > k {
+                heap.pop();
+            }
+        }
+        let mut top: Vec<(u32, f32)> = heap.into_iter().map(|Worst(doc, score)| (doc, score)).collect();
+        top.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        top
+    }
+}
+
+/// A heap entry ordered so the worst hit is on top: a lower score is
+/// "greater", and among equal scores the higher document is.
+#[derive(Clone, Copy, Debug)]
+struct Worst(u32, f32);
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.1.total_cmp(&self.1).then_with(|| self.0.cmp(&other.0))
+    }
+}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+
+/// Returns the descriptions of the top-level parameters of the input schema, joined.
+fn parameter_descriptions(descriptor: &CapabilityDescriptor) -> String {
+    let Some(properties) = descriptor
+        .full_schema
+        .as_ref()
+        .and_then(|schema| schema.get("properties"))
+        .and_then(|properties| properties.as_object())
+    else {
+        return String::new();
+    };
+    let descriptions: Vec<&str> =
+        properties.values().filter_map(|property| property.get("description")?.as_str()).collect();
+    descriptions.join(" ")
+}
+
+/// The spelling exact-name matching compares: lower-cased letters and digits
+/// only, so `Web Search`, `web-search` and `web_search` meet.
+pub fn loose_key(text: &str) -> String {
+    text.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::descriptor::{CapabilityKind, SourceRef};
+    use proptest::prelude::*;
+
+    fn descriptor(name: &str, description: &str, tags: &[&str]) -> CapabilityDescriptor {
+        CapabilityDescriptor {
+            id: format!("tool:{name}"),
+            kind: CapabilityKind::Tool,
+            name: name.into(),
+            display_name: crate::core::descriptor::display_name_from(name),
+            description: description.into(),
+            category: "misc".into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            required_secrets: vec![],
+            required_tools: vec![],
+            available: true,
+            has_side_effects: None,
+            full_schema: Some(serde_json::json!({"type": "object", "properties": {"cityName": {"type": "string"}}})),
+            full_content: None,
+            source_ref: SourceRef::Builtin,
+        }
+    }
+
+    fn sample() -> Vec<CapabilityDescriptor> {
+        vec![
+            descriptor("getWeatherForecast", "Forecast for the coming days", &["weather"]),
+            descriptor("send_email", "Send an email message to a recipient", &["mail"]),
+            descriptor("web-search", "Search the web for current information", &["search"]),
+            descriptor("news-search", "Search recent news articles", &["news", "search"]),
+        ]
+    }
+
+    fn ranked(index: &LexicalIndex, query: &str) -> Vec<String> {
+        index.score(query).top(10, |_| true).into_iter().map(|(doc, _)| index.id(doc).to_string()).collect()
+    }
+
+    #[test]
+    fn names_split_and_match() {
+        let index = LexicalIndex::build(&sample());
+        assert_eq!(ranked(&index, "weather forecast")[0], "tool:getWeatherForecast");
+        assert_eq!(ranked(&index, "emails")[0], "tool:send_email");
+        assert_eq!(ranked(&index, "web")[0], "tool:web-search");
+        // Parameter names are a field too: `cityName` splits into `city`.
+        assert_eq!(ranked(&index, "city").len(), 4);
+        assert!(ranked(&index, "zebra").is_empty());
+    }
+
+    #[test]
+    fn scores_are_unit_and_full_matches_score_high() {
+        let index = LexicalIndex::build(&sample());
+        for query in ["search", "news search", "send email now", "the of", "web search for news"] {
+            for (_, score) in index.score(query).scores {
+                assert!((0.0..=1.0).contains(&score), "{query}: {score}");
+            }
+        }
+        let best = index.score("news search").top(1, |_| true)[0];
+        assert_eq!(index.id(best.0), "tool:news-search");
+        assert!(best.1 > 0.8, "{best:?}");
+    }
+
+    #[test]
+    fn exact_names_ignore_case_and_punctuation() {
+        let index = LexicalIndex::build(&sample());
+        let doc = index.doc("tool:web-search").unwrap();
+        assert_eq!(index.exact_matches("Web Search"), &[(doc, ExactMatch::Name)]);
+        assert_eq!(index.exact_matches("tool:web-search"), &[(doc, ExactMatch::Id)]);
+        assert!(index.exact_matches("web").is_empty());
+    }
+
+    #[test]
+    fn top_filters() {
+        let index = LexicalIndex::build(&sample());
+        let news = index.doc("tool:news-search").unwrap();
+        let top = index.score("search").top(5, |doc| doc != news);
+        assert!(top.iter().all(|(doc, _)| *doc != news));
+        assert_eq!(top.len(), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn top_matches_a_full_sort(
+            words in proptest::collection::vec(proptest::sample::select(vec!["alpha", "beta", "gamma", "delta", "search", "send"]), 1..6),
+            n_docs in 1usize..30,
+            k in 0usize..8,
+        ) {
+            let descriptors: Vec<CapabilityDescriptor> = (0..n_docs)
+                .map(|i| descriptor(&format!("cap{i}"), &words.iter().cycle().skip(i).take(1 + i % 4).copied().collect::<Vec<_>>().join(" "), &[]))
+                .collect();
+            let index = LexicalIndex::build(&descriptors);
+            let scores = index.score(&words.join(" "));
+            let mut all = scores.scores.clone();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            all.truncate(k);
+            prop_assert_eq!(scores.top(k, |_| true), all);
+            for (_, score) in scores.scores {
+                prop_assert!((0.0..=1.0).contains(&score));
+            }
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! Hybrid retrieval: BM25F, dense cosine and exact names fused into one
+//! relevance in [0, 1], then re-ranked over the capability graph.
+//!
+//! # The relevance of a capability `d` for a message
+//!
+//! A message is split into its clauses ([`query_texts`]); the whole message
+//! and each clause are *parts* `p`, each with its own text and vector. For
+//! one part:
+//!
+//! ```text
+//! s_p(d) = LEXICAL_WEIGHT · lex_p(d) + DENSE_WEIGHT · max(0, cos_p(d))
+//! ```
+//!
+//! where `lex_p` is the normalised BM25F score of [`LexicalIndex::score`]
+//! (in [0, 1]) and `cos_p` the cosine of the part's vector with the
+//! capability's. The weights sum to 1, so `s_p` is in [0, 1]. Then
+//!
+//! ```text
+//! relevance(d) = max(s_whole(d), CLAUSE_WEIGHT · max_c top_whole · s_c(d) / top_c)
+//! ```
+//!
+//! where `top_p` is the best `s_p` among the candidates. A clause is thus
+//! ranked on its own and its ranking is fused with the whole message's: the
+//! best capability for a clause is taken to be `CLAUSE_WEIGHT` times as
+//! relevant as the best one for the whole message, so every part of a
+//! many-part request reaches the top, and no clause can score above what the
+//! whole message earned (a short clause's own normalised score is inflated by
+//! its small reference). A message
+//! that is exactly a capability's id, name or display name (case, spaces and
+//! punctuation ignored) gives that capability relevance 1 and ranks it first,
+//! before every inexact hit.
+//!
+//! Filters apply before ranking: only admitted capabilities enter the
+//! candidate set, and a candidate of relevance 0 is dropped. Candidates are
+//! the best [`candidate_count`] of the dense
+//! search on the whole message and of the lexical search on every part
+//! (postings lists and bounded heaps, never a sort of the catalog); every
+//! candidate is then scored on every part.
+//!
+//! [`rank`] adds the graph re-ranking ([`CapabilityGraph::rerank`]) and caps
+//! the result at 1; exact-name matches stay first.
+
+use crate::core::catalog::Catalog;
+use crate::core::discovery::DiscoveryFilter;
+use crate::core::graph::CapabilityGraph;
+use crate::core::index::VectorIndex;
+use crate::core::lexical::{ExactMatch, LexicalIndex, LexicalScores};
+use crate::core::text::index_terms;
+use std::collections::HashMap;
+
+/// Share of the lexical (BM25F) signal in a part's score.
+pub const LEXICAL_WEIGHT: f32 = 0.6;
+/// Share of the dense (cosine) signal in a part's score.
+pub const DENSE_WEIGHT: f32 = 1.0 - LEXICAL_WEIGHT;
+/// Discount on a clause's score relative to the whole message's.
+pub const CLAUSE_WEIGHT: f32 = 0.9;
+/// A clause needs this many index terms to be searched on its own.
+pub const MIN_CLAUSE_TERMS: usize = 2;
+/// A word ending in one of these ends a clause.
+pub const CLAUSE_ENDS: [char; 4] = ['.', ';', '!', '?'];
+/// Words that start a new clause (and are dropped).
+pub const CLAUSE_WORDS: &[&str] = &["then"];
+/// At most this many clauses are searched (the first ones).
+pub const MAX_CLAUSES: usize = 8;
+
+/// The fusion weights of the module docs; [`Fusion::default`] is capdex's one configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fusion {
+    /// Share of the lexical signal; the dense signal gets `1 − lexical`.
+    pub lexical: f32,
+    /// Discount on a clause's score; 0 turns clause fusion off.
+    pub clause: f32,
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion { lexical: LEXICAL_WEIGHT, clause: CLAUSE_WEIGHT }
+    }
+}
+
+/// The immutable indexes one discovery reads, all of the same catalog version.
+#[derive(Clone, Copy, Debug)]
+pub struct Indexes<'a> {
+    pub catalog: &'a Catalog,
+    pub vectors: &'a VectorIndex,
+    pub lexical: &'a LexicalIndex,
+    pub graph: &'a CapabilityGraph,
+}
+
+/// One searchable part of a message: its text and its vector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryPart {
+    pub text: String,
+    pub vector: Vec<f32>,
+}
+
+/// A message ready to search: `parts[0]` is the whole message, the rest its clauses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Query {
+    pub parts: Vec<QueryPart>,
+}
+
+impl Query {
+    /// Pairs the texts of [`query_texts`] with their vectors, in order.
+    pub fn new(texts: Vec<String>, vectors: Vec<Vec<f32>>) -> Query {
+        Query { parts: texts.into_iter().zip(vectors).map(|(text, vector)| QueryPart { text, vector }).collect() }
+    }
+
+    /// Returns the whole message's text.
+    pub fn text(&self) -> &str {
+        self.parts.first().map(|part| part.text.as_str()).unwrap_or("")
+    }
+}
+
+/// One ranked capability.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankedHit {
+    pub id: String,
+    /// In [0, 1].
+    pub relevance: f32,
+    /// Set when the message is exactly this capability's id, name or display name.
+    pub exact: Option<ExactMatch>,
+}
+
+/// The outcome of a ranking.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ranking {
+    /// Best first.
+    pub hits: Vec<RankedHit>,
+    /// Distinct admitted capabilities that were scored.
+    pub candidates_scanned: usize,
+}
+
+/// Returns the texts to embed and search for `message`: the message itself,
+/// then its clauses when it has at least two.
+///
+/// Clauses are sentences: they end at [`CLAUSE_ENDS`] and line breaks, and
+/// before a [`CLAUSE_WORDS`] word (`then`; a trailing `and` is dropped). A
+/// clause with fewer than [`MIN_CLAUSE_TERMS`] index terms joins the next
+/// one. Finer cuts (commas, every `and`) were tried and lost on both
+/// benchmarks: fragments match noise.
+///
+/// # Examples
+/// ```
+/// use capdex::core::retrieval::query_texts;
+/// assert_eq!(query_texts("book a flight to Rome and then reserve a hotel room"),
+///            vec!["book a flight to Rome and then reserve a hotel room", "book a flight to Rome", "reserve a hotel room"]);
+/// assert_eq!(query_texts("Find flights to Rome. Email me the options!").len(), 3);
+/// assert_eq!(query_texts("send an email"), vec!["send an email"]);
+/// ```
+pub fn query_texts(message: &str) -> Vec<String> {
+    let mut clauses: Vec<String> = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    let flush = |current: &mut Vec<&str>, clauses: &mut Vec<String>| {
+        let text = current.join(" ");
+        current.clear();
+        let text = text.trim_matches(|c: char| !c.is_alphanumeric()).to_string();
+        if text.is_empty() {
+            return;
+        }
+        match clauses.last_mut() {
+            Some(last) if index_terms(last).len() < MIN_CLAUSE_TERMS => {
+                last.push(' ');
+                last.push_str(&text);
+            }
+            _ => clauses.push(text),
+        }
+    };
+    for line in message.lines() {
+        for word in line.split_whitespace() {
+            let lower = word.to_lowercase();
+            if CLAUSE_WORDS.contains(&lower.as_str()) {
+                if current.last().is_some_and(|last| last.eq_ignore_ascii_case("and")) {
+                    current.pop();
+                }
+                flush(&mut current, &mut clauses);
+                continue;
+            }
+            let ends_clause = word.ends_with(CLAUSE_ENDS);
+            current.push(word);
+            if ends_clause {
+                flush(&mut current, &mut clauses);
+            }
+        }
+        flush(&mut current, &mut clauses);
+    }
+    flush(&mut current, &mut clauses);
+    // A short last clause belongs to the one before it.
+    if clauses.len() >= 2 && index_terms(&clauses[clauses.len() - 1]).len() < MIN_CLAUSE_TERMS {
+        let last = clauses.pop().unwrap_or_default();
+        if let Some(previous) = clauses.last_mut() {
+            previous.push(' ');
+            previous.push_str(&last);
+        }
+    }
+    clauses.truncate(MAX_CLAUSES);
+    let mut texts = vec![message.to_string()];
+    if clauses.len() >= 2 {
+        texts.extend(clauses);
+    }
+    texts
+}
+
+/// Returns how many candidates each signal contributes for `limit` results.
+pub fn candidate_count(limit: usize) -> usize {
+    (limit * 4).max(40)
+}
+
+/// Ranks the capabilities `filter` admits for `query`, best first, at most
+/// `limit` of them, without the graph (see the module docs).
+pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, limit: usize) -> Ranking {
+    retrieve_with(query, indexes, filter, limit, Fusion::default())
+}
+
+/// [`retrieve`] with explicit fusion weights (for evaluation and ablation).
+pub fn retrieve_with(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    fusion: Fusion,
+) -> Ranking {
+    let Some(whole) = query.parts.first() else { return Ranking::default() };
+    if limit == 0 {
+        return Ranking::default();
+    }
+    let admits_id = |id: &str| indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
+    let lexical = indexes.lexical;
+    let per_signal = candidate_count(limit);
+    let n_parts = if fusion.clause > 0.0 { query.parts.len() } else { 1 };
+    let parts = &query.parts[..n_parts];
+    let lexical_scores: Vec<LexicalScores> = parts.iter().map(|part| lexical.score(&part.text)).collect();
+    let mut candidates: Vec<String> = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut add = |id: &str, candidates: &mut Vec<String>| {
+        if !seen.contains_key(id) {
+            seen.insert(id.to_string(), candidates.len());
+            candidates.push(id.to_string());
+        }
+    };
+    let exact: Vec<(String, ExactMatch)> = lexical
+        .exact_matches(&whole.text)
+        .iter()
+        .map(|&(doc, kind)| (lexical.id(doc).to_string(), kind))
+        .filter(|(id, _)| admits_id(id))
+        .collect();
+    for (id, _) in &exact {
+        add(id, &mut candidates);
+    }
+    for hit in indexes.vectors.search(&whole.vector, per_signal, admits_id) {
+        add(&hit.id, &mut candidates);
+    }
+    for scores in &lexical_scores {
+        for (doc, _) in scores.top(per_signal, |doc| admits_id(lexical.id(doc))) {
+            add(lexical.id(doc), &mut candidates);
+        }
+    }
+    // Lexical lookups: one array per part from document to normalised score.
+    let lexical_maps: Vec<Vec<f32>> = lexical_scores
+        .iter()
+        .map(|scores| {
+            let mut by_doc = vec![0.0f32; lexical.len()];
+            for &(doc, score) in &scores.scores {
+                by_doc[doc as usize] = score;
+            }
+            by_doc
+        })
+        .collect();
+    // part_scores[i][p]: candidate i's score s_p on part p.
+    let part_scores: Vec<Vec<f32>> = candidates
+        .iter()
+        .map(|id| {
+            let doc = lexical.doc(id);
+            parts
+                .iter()
+                .zip(&lexical_maps)
+                .map(|(part, lexical_map)| {
+                    let lex = doc.map(|doc| lexical_map[doc as usize]).unwrap_or(0.0);
+                    let cosine = indexes.vectors.cosine(id, &part.vector).unwrap_or(0.0).max(0.0);
+                    fusion.lexical * lex + (1.0 - fusion.lexical) * cosine
+                })
+                .collect()
+        })
+        .collect();
+    let part_tops: Vec<f32> =
+        (0..n_parts).map(|p| part_scores.iter().map(|scores| scores[p]).fold(0.0f32, f32::max)).collect();
+    let whole_top = part_tops.first().copied().unwrap_or(0.0);
+    let mut hits: Vec<RankedHit> = candidates
+        .iter()
+        .zip(&part_scores)
+        .map(|(id, scores)| {
+            let clause_score = (1..n_parts)
+                .filter(|&p| part_tops[p] > 0.0)
+                .map(|p| whole_top * scores[p] / part_tops[p])
+                .fold(0.0f32, f32::max);
+            let exact_kind = exact.iter().find(|(exact_id, _)| exact_id == id).map(|(_, kind)| *kind);
+            let relevance = match exact_kind {
+                Some(_) => 1.0,
+                None => scores[0].max(fusion.clause * clause_score).clamp(0.0, 1.0),
+            };
+            RankedHit { id: id.clone(), relevance, exact: exact_kind }
+        })
+        .collect();
+    let candidates_scanned = hits.len();
+    // A candidate no signal found relevant is noise; keeping it would let it boost its graph neighbours.
+    hits.retain(|hit| hit.relevance > 0.0);
+    sort_hits(&mut hits);
+    hits.truncate(limit);
+    Ranking { hits, candidates_scanned }
+}
+
+/// Runs [`retrieve`] for `limit` hits and, when `graph_boost` is `Some`,
+/// re-ranks them over the graph (pull-ins obey `filter`), capping relevance at 1.
+pub fn rank(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    graph_boost: Option<f32>,
+) -> Ranking {
+    rank_with(query, indexes, filter, limit, graph_boost, Fusion::default())
+}
+
+/// [`rank`] with explicit fusion weights (for evaluation and ablation).
+pub fn rank_with(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    graph_boost: Option<f32>,
+    fusion: Fusion,
+) -> Ranking {
+    let retrieved = retrieve_with(query, indexes, filter, limit, fusion);
+    let Some(boost) = graph_boost else { return retrieved };
+    if retrieved.hits.is_empty() {
+        return retrieved;
+    }
+    let scored: Vec<(String, f32)> = retrieved.hits.iter().map(|hit| (hit.id.clone(), hit.relevance)).collect();
+    let exact: HashMap<&str, ExactMatch> =
+        retrieved.hits.iter().filter_map(|hit| hit.exact.map(|kind| (hit.id.as_str(), kind))).collect();
+    let keep = |id: &str| indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
+    let mut hits: Vec<RankedHit> = indexes
+        .graph
+        .rerank(&scored, boost, keep)
+        .into_iter()
+        .map(|(id, score)| {
+            let exact_kind = exact.get(id.as_str()).copied();
+            RankedHit { relevance: score.clamp(0.0, 1.0), exact: exact_kind, id }
+        })
+        .collect();
+    sort_hits(&mut hits);
+    Ranking { hits, candidates_scanned: retrieved.candidates_scanned }
+}
+
+/// Exact matches first (id, then name, then display name), then relevance, then id.
+fn sort_hits(hits: &mut [RankedHit]) {
+    hits.sort_by(|a, b| {
+        b.exact.cmp(&a.exact).then_with(|| b.relevance.total_cmp(&a.relevance)).then_with(|| a.id.cmp(&b.id))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+    use crate::core::embedder::{Embed, HashingEmbedder};
+    use crate::core::text::embedding_text;
+    use proptest::prelude::*;
+
+    fn descriptor(id: &str, description: &str, category: &str, available: bool) -> CapabilityDescriptor {
+        let (kind, name) = id.split_once(':').unwrap();
+        CapabilityDescriptor {
+            id: id.into(),
+            kind: CapabilityKind::parse(kind).unwrap(),
+            name: name.into(),
+            display_name: crate::core::descriptor::display_name_from(name),
+            description: description.into(),
+            category: category.into(),
+            tags: vec![],
+            required_secrets: vec![],
+            required_tools: vec![],
+            available,
+            has_side_effects: None,
+            full_schema: None,
+            full_content: None,
+            source_ref: SourceRef::Builtin,
+        }
+    }
+
+    struct Fixture {
+        catalog: Catalog,
+        vectors: VectorIndex,
+        lexical: LexicalIndex,
+        graph: CapabilityGraph,
+        embedder: HashingEmbedder,
+    }
+
+    impl Fixture {
+        fn new(descriptors: Vec<CapabilityDescriptor>) -> Fixture {
+            let embedder = HashingEmbedder::default();
+            let mut vectors = VectorIndex::new(embedder.dimensions());
+            let mut catalog = Catalog::default();
+            for descriptor in &descriptors {
+                vectors.upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor))).unwrap();
+                catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+            }
+            let lexical = LexicalIndex::build(&descriptors);
+            let graph = CapabilityGraph::build(&descriptors, &[]);
+            Fixture { catalog, vectors, lexical, graph, embedder }
+        }
+
+        fn indexes(&self) -> Indexes<'_> {
+            Indexes { catalog: &self.catalog, vectors: &self.vectors, lexical: &self.lexical, graph: &self.graph }
+        }
+
+        fn query(&self, message: &str) -> Query {
+            let texts = query_texts(message);
+            let vectors = texts.iter().map(|text| self.embedder.embed(text)).collect();
+            Query::new(texts, vectors)
+        }
+
+        fn ids(&self, message: &str, filter: &DiscoveryFilter) -> Vec<String> {
+            retrieve(&self.query(message), &self.indexes(), filter, 10).hits.into_iter().map(|hit| hit.id).collect()
+        }
+    }
+
+    fn sample() -> Vec<CapabilityDescriptor> {
+        vec![
+            descriptor("channel:telegram", "Send and receive messages in Telegram chats", "communication", true),
+            descriptor("channel:discord", "Send messages to Discord servers and channels", "communication", false),
+            descriptor("tool:weather", "Get the weather forecast for a city", "information", true),
+            descriptor("tool:web-search", "Search the web for current information", "information", true),
+            descriptor("tool:search", "Full text search over your notes", "productivity", true),
+            descriptor("tool:book-flight", "Book a flight ticket between two airports", "travel", true),
+            descriptor("tool:reserve-hotel", "Reserve a hotel room in a city", "travel", true),
+        ]
+    }
+
+    #[test]
+    fn lexical_and_dense_agree_on_the_obvious() {
+        let fixture = Fixture::new(sample());
+        assert_eq!(fixture.ids("what's the weather forecast in Paris", &DiscoveryFilter::default())[0], "tool:weather");
+        assert_eq!(fixture.ids("send a telegram message", &DiscoveryFilter::default())[0], "channel:telegram");
+    }
+
+    #[test]
+    fn exact_names_rank_first() {
+        let fixture = Fixture::new(sample());
+        // "search" is in web-search's name and description too, but only tool:search is called that.
+        let ranking = retrieve(&fixture.query("Search"), &fixture.indexes(), &DiscoveryFilter::default(), 5);
+        assert_eq!(ranking.hits[0].id, "tool:search");
+        assert_eq!(ranking.hits[0].relevance, 1.0);
+        assert_eq!(ranking.hits[0].exact, Some(ExactMatch::Name));
+        assert_eq!(fixture.ids("Web Search", &DiscoveryFilter::default())[0], "tool:web-search");
+        // Filters still hold for exact names.
+        let tools_only = DiscoveryFilter { kind: Some(CapabilityKind::Channel), ..DiscoveryFilter::default() };
+        assert!(!fixture.ids("search", &tools_only).contains(&"tool:search".to_string()));
+    }
+
+    #[test]
+    fn filters_apply_before_ranking() {
+        let fixture = Fixture::new(sample());
+        let filter = DiscoveryFilter {
+            only_available: true,
+            excluded_capability_ids: vec!["tool:weather".into()],
+            ..DiscoveryFilter::default()
+        };
+        let ids = fixture.ids("send a discord message about the weather", &filter);
+        assert!(!ids.contains(&"channel:discord".to_string()));
+        assert!(!ids.contains(&"tool:weather".to_string()));
+        let travel = DiscoveryFilter { category: Some("TRAVEL".into()), ..DiscoveryFilter::default() };
+        assert!(fixture.ids("book a flight", &travel).iter().all(|id| id.contains("flight") || id.contains("hotel")));
+    }
+
+    #[test]
+    fn clauses_bring_every_intent_up() {
+        let fixture = Fixture::new(sample());
+        let ids = fixture.ids(
+            "Book a flight to Rome. Then reserve a hotel room. Also check the weather forecast in Rome.",
+            &DiscoveryFilter::default(),
+        );
+        let top3: Vec<&str> = ids.iter().take(3).map(String::as_str).collect();
+        for wanted in ["tool:book-flight", "tool:reserve-hotel", "tool:weather"] {
+            assert!(top3.contains(&wanted), "{wanted} not in {top3:?}");
+        }
+    }
+
+    #[test]
+    fn clause_splitting() {
+        assert_eq!(query_texts(""), vec![""]);
+        assert_eq!(query_texts("weather. ok"), vec!["weather. ok"]);
+        assert_eq!(
+            query_texts("Find flights to Rome; after that, send the itinerary to Bob by email."),
+            vec![
+                "Find flights to Rome; after that, send the itinerary to Bob by email.",
+                "Find flights to Rome",
+                "after that, send the itinerary to Bob by email"
+            ]
+        );
+        // Line breaks end clauses; decimals and commas do not; a short sentence joins the next.
+        assert_eq!(
+            query_texts("Hi.\nCompute the gain at 47.7 Hz, please\nThen get the rock type"),
+            vec![
+                "Hi.\nCompute the gain at 47.7 Hz, please\nThen get the rock type",
+                "Hi Compute the gain at 47.7 Hz, please",
+                "get the rock type"
+            ]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn relevance_is_unit_ordered_and_admitted(
+            message in "[a-z ]{0,40}",
+            only_available in any::<bool>(),
+            limit in 0usize..8,
+        ) {
+            let fixture = Fixture::new(sample());
+            let filter = DiscoveryFilter { only_available, ..DiscoveryFilter::default() };
+            let ranking = rank(&fixture.query(&message), &fixture.indexes(), &filter, limit, Some(0.15));
+            for pair in ranking.hits.windows(2) {
+                prop_assert!(pair[0].exact > pair[1].exact || (pair[0].exact == pair[1].exact && pair[0].relevance >= pair[1].relevance));
+            }
+            for hit in &ranking.hits {
+                prop_assert!((0.0..=1.0).contains(&hit.relevance));
+                prop_assert!(filter.admits(fixture.catalog.get(&hit.id).unwrap()));
+            }
+        }
+    }
+}

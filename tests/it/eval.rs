@@ -1,0 +1,106 @@
+//! `capdex eval` against the reference scorer: on a sample of each benchmark,
+//! the figures capdex prints equal those `../shared/data/bench/eval.py`
+//! computes from the run file capdex writes.
+
+use crate::cli::capdex;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn bench_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/bench")
+}
+
+/// Copies the first `n` lines of `from` to `to`.
+fn head(from: &Path, to: &Path, n: usize) {
+    let text = std::fs::read_to_string(from).unwrap_or_else(|err| panic!("cannot read {}: {err}", from.display()));
+    let lines: Vec<&str> = text.lines().take(n).collect();
+    std::fs::write(to, lines.join("\n") + "\n").unwrap();
+}
+
+/// Writes the first `n` tools of `from` plus every tool a query of `queries` needs.
+fn sample_tools(from: &Path, queries: &Path, to: &Path, n: usize) {
+    let needed: std::collections::HashSet<String> = std::fs::read_to_string(queries)
+        .unwrap()
+        .lines()
+        .flat_map(|line| {
+            let query: Value = serde_json::from_str(line).unwrap();
+            query["relevant"].as_array().unwrap().iter().map(|id| id.as_str().unwrap().to_string()).collect::<Vec<_>>()
+        })
+        .collect();
+    let text = std::fs::read_to_string(from).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .enumerate()
+        .filter(|(i, line)| {
+            *i < n || serde_json::from_str::<Value>(line).unwrap()["id"].as_str().is_some_and(|id| needed.contains(id))
+        })
+        .map(|(_, line)| line)
+        .collect();
+    std::fs::write(to, lines.join("\n") + "\n").unwrap();
+}
+
+fn check_agreement(set: &str, n_tools: usize, n_queries: usize) {
+    let bench = bench_dir();
+    let script = bench.join("eval.py");
+    assert!(
+        script.is_file(),
+        "{} is missing: this test compares capdex eval with the reference scorer in ../shared/data/bench \
+         (the shared data folder next to the repository)",
+        script.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, queries, run) =
+        (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"), dir.path().join("run.jsonl"));
+    head(&bench.join(set).join("dev_queries.jsonl"), &queries, n_queries);
+    sample_tools(&bench.join(set).join("tools.jsonl"), &queries, &tools, n_tools);
+    let output = capdex()
+        .args(["eval", "--json", "--tools"])
+        .arg(&tools)
+        .arg("--queries")
+        .arg(&queries)
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .expect("capdex runs");
+    assert!(output.status.success(), "capdex eval failed: {}", String::from_utf8_lossy(&output.stderr));
+    let ours: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let reference = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&queries)
+        .arg(&run)
+        .arg("--json")
+        .output()
+        .expect("python3 runs (the reference scorer needs it)");
+    assert!(reference.status.success(), "eval.py failed: {}", String::from_utf8_lossy(&reference.stderr));
+    let theirs: Value = serde_json::from_slice(&reference.stdout).unwrap();
+    let theirs = &theirs["ALL"];
+    assert_eq!(theirs["n"].as_u64(), Some(n_queries as u64));
+    assert_eq!(ours["metrics"]["queries"].as_u64(), Some(n_queries as u64));
+    for (key, reference_key) in [
+        ("recallAt1", "R@1"),
+        ("recallAt5", "R@5"),
+        ("recallAt10", "R@10"),
+        ("ndcgAt5", "NDCG@5"),
+        ("ndcgAt10", "NDCG@10"),
+        ("mrr", "MRR"),
+    ] {
+        let (a, b) = (ours["metrics"][key].as_f64().unwrap(), theirs[reference_key].as_f64().unwrap());
+        assert!((a - b).abs() < 1e-9, "{set} {key}: capdex {a} but eval.py {b}");
+    }
+    assert!(ours["metrics"]["ndcgAt10"].as_f64().unwrap() > 10.0, "a sample this easy is not all misses: {ours}");
+    // The run names tools by the ids of the tools file.
+    let first_line = std::fs::read_to_string(&run).unwrap().lines().next().unwrap().to_string();
+    let line: Value = serde_json::from_str(&first_line).unwrap();
+    assert_eq!(line["query_idx"], 0);
+    assert!(!line["ranked"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn eval_agrees_with_the_reference_scorer_on_seal_tools() {
+    check_agreement("seal-tools", 600, 60);
+}
+
+#[test]
+fn eval_agrees_with_the_reference_scorer_on_metatool() {
+    check_agreement("metatool", 199, 120);
+}
