@@ -14,6 +14,7 @@ pub mod graph;
 pub mod index;
 pub mod kpi_window;
 pub mod manifest;
+pub mod scg;
 pub mod sources;
 pub mod text;
 pub mod tiers;
