@@ -4,6 +4,7 @@
 mod cli;
 mod compose_and_config;
 mod hostile_manifests;
+mod scg_cli;
 mod scg_real_specs;
 mod serve_over_nats;
 mod support;

@@ -143,7 +143,8 @@ struct AlignedEntity<'a> {
 }
 
 /// What linking produced, with counts for reports.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Links {
     /// Entity-to-entity and field-to-field RESOLVES_TO edges.
     pub resolves_to: Vec<Edge>,
