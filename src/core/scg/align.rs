@@ -38,6 +38,8 @@ pub const STOP_FIELD_WEIGHT: f32 = 0.25;
 pub const MAX_LINK_WEIGHT: f32 = 0.95;
 /// At most this many producers feed one input field through CONSUMES.
 pub const MAX_PRODUCERS_PER_INPUT: usize = 5;
+/// Factor on a CONSUMES edge between two sources: a shared name across APIs is weaker evidence.
+pub const CROSS_SOURCE_CONSUMES_FACTOR: f32 = 0.6;
 
 /// Concepts that say little about what an entity is.
 pub const STOP_FIELDS: [&str; 16] = [
@@ -228,6 +230,10 @@ impl TypeAligner {
     }
 }
 
+fn source_of(source_key: &str) -> &str {
+    source_key.split('#').next().unwrap_or(source_key)
+}
+
 fn oriented(a: &str, b: &str, weight: f32, evidence: Vec<String>) -> Edge {
     let (source, target) = if a <= b { (a, b) } else { (b, a) };
     Edge { source: source.to_string(), target: target.to_string(), kind: EdgeKind::ResolvesTo, weight, evidence }
@@ -310,21 +316,27 @@ fn consumes(graphs: &[&SourceGraph]) -> Vec<Edge> {
     for (concept, consumer, input_key) in consumed {
         let Some(producers) = produced.get(&concept) else { continue };
         // Rarer concepts make stronger chains.
-        let weight = 0.3 + 0.5 * ((1.0 + n_concepts / producers.len() as f32).ln() / (1.0 + n_concepts).ln());
-        for (_, producer, output_key) in
-            producers.iter().filter(|(_, producer, _)| *producer != consumer).take(MAX_PRODUCERS_PER_INPUT)
-        {
+        let base = 0.3 + 0.5 * ((1.0 + n_concepts / producers.len() as f32).ln() / (1.0 + n_concepts).ln());
+        let consumer_source = source_of(&input_key);
+        // Producers in the consumer's own source first: a chain within one API is the likelier one.
+        let mut ranked: Vec<&(usize, String, String)> =
+            producers.iter().filter(|(_, producer, _)| *producer != consumer).collect();
+        ranked.sort_by_key(|(count, _, output_key)| {
+            (source_of(output_key) != consumer_source, *count, output_key.clone())
+        });
+        for (_, producer, output_key) in ranked.into_iter().take(MAX_PRODUCERS_PER_INPUT) {
             let key = (producer.clone(), consumer.clone());
             if edges.contains_key(&key) {
                 continue;
             }
+            let factor = if source_of(output_key) == consumer_source { 1.0 } else { CROSS_SOURCE_CONSUMES_FACTOR };
             edges.insert(
                 key,
                 Edge {
                     source: producer.clone(),
                     target: consumer.clone(),
                     kind: EdgeKind::Consumes,
-                    weight: weight.min(MAX_LINK_WEIGHT),
+                    weight: (base * factor).min(MAX_LINK_WEIGHT),
                     evidence: vec![format!("binds={output_key}->{input_key}"), format!("concept={concept}")],
                 },
             );
@@ -425,6 +437,43 @@ mod tests {
         let twins_right = entity_graph("b", &[("Other", &["id", "name"])]);
         assert_eq!(published_original_alignment_count(&[&twins_left, &twins_right]), 1);
         assert_eq!(TypeAligner.link(&[&twins_left, &twins_right]).n_entity_edges, 0);
+    }
+
+    fn chain_graph(source: &str, producer_field: &str, consumer_input: &str) -> SourceGraph {
+        let mut builder = GraphBuilder::new(source, source);
+        let producer = builder.node("list", NodeKind::Capability, "list", "", None);
+        let output =
+            builder.node("list.response.item", NodeKind::Field, producer_field, "", Some(&builder.key("list")));
+        builder.edge(&producer, &output, EdgeKind::Produces);
+        let id_output = builder.node("list.response.id", NodeKind::Field, "id", "", Some(&builder.key("list")));
+        builder.edge(&producer, &id_output, EdgeKind::Produces);
+        let consumer = builder.node("get", NodeKind::Capability, "get", "", None);
+        let input = builder.node("get.input", NodeKind::Field, consumer_input, "", Some(&builder.key("get")));
+        builder.edge(&consumer, &input, EdgeKind::SupportsQuery);
+        let id_input = builder.node("get.id", NodeKind::Field, "id", "", Some(&builder.key("get")));
+        builder.edge(&consumer, &id_input, EdgeKind::SupportsQuery);
+        builder.finish(SourceKind::Openapi)
+    }
+
+    #[test]
+    fn consumes_chains_on_informative_names_and_prefers_its_own_source() {
+        let left = chain_graph("a", "repoName", "repo_name");
+        let right = chain_graph("b", "repo_names", "repoName");
+        let links = TypeAligner.link(&[&left, &right]);
+        // Within each source, and across both ways; never on `id`.
+        assert_eq!(links.consumes.len(), 4, "{:#?}", links.consumes);
+        assert!(links.consumes.iter().all(|edge| edge.evidence.iter().any(|e| e == "concept=repo_name")));
+        let within = links
+            .consumes
+            .iter()
+            .find(|edge| edge.evidence[0].starts_with("binds=a#") && edge.evidence[0].contains("->a#"))
+            .unwrap();
+        let across = links
+            .consumes
+            .iter()
+            .find(|edge| edge.evidence[0].starts_with("binds=b#") && edge.evidence[0].contains("->a#"))
+            .unwrap();
+        assert!(within.weight > across.weight);
     }
 
     #[test]

@@ -148,6 +148,18 @@ mod tests {
         assert!(map_source("a", Some(SourceKind::Openapi), &deep).is_err());
     }
 
+    #[test]
+    fn yaml_swagger2_maps_like_json() {
+        let yaml = "swagger: '2.0'\ninfo: {title: Pets}\ndefinitions:\n  Pet:\n    properties:\n      name: {type: string}\n      tag: {type: string}\npaths:\n  /pets/{petId}:\n    parameters:\n      - {name: petId, in: path, required: true, type: string}\n    get:\n      operationId: showPetById\n      responses:\n        '200':\n          schema: {$ref: '#/definitions/Pet'}\n";
+        let from_yaml = map_source("pets", None, yaml).unwrap();
+        let json = serde_json::to_string(&parse_document(yaml).unwrap()).unwrap();
+        let from_json = map_source("pets", None, &json).unwrap();
+        assert_eq!(from_yaml, from_json);
+        let keys: Vec<&str> = from_yaml.nodes.iter().map(|node| node.source_key.as_str()).collect();
+        assert!(keys.contains(&"pets#showPetById.petId") && keys.contains(&"pets#Pet.tag"), "{keys:?}");
+        assert_eq!(from_yaml.count_edges(model::EdgeKind::Produces), 2);
+    }
+
     proptest! {
         #[test]
         fn arbitrary_text_never_panics(text in ".{0,400}") {
