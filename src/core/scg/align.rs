@@ -166,22 +166,39 @@ impl TypeAligner {
     pub fn link(&self, graphs: &[&SourceGraph]) -> Links {
         let entities = entities(graphs);
         let n_entities = entities.len().max(1) as f32;
-        let mut document_frequency: BTreeMap<&str, usize> = BTreeMap::new();
-        for entity in &entities {
-            for concept in entity.concepts.keys() {
-                *document_frequency.entry(concept.as_str()).or_insert(0) += 1;
+        // Concepts interned in name order, so sums run in the same order whatever the graph order.
+        let concept_names: Vec<&str> = entities
+            .iter()
+            .flat_map(|entity| entity.concepts.keys().map(String::as_str))
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .collect();
+        let concept_ids: BTreeMap<&str, u32> =
+            concept_names.iter().enumerate().map(|(at, name)| (*name, at as u32)).collect();
+        let lists: Vec<Vec<u32>> = entities
+            .iter()
+            .map(|entity| entity.concepts.keys().map(|concept| concept_ids[concept.as_str()]).collect())
+            .collect();
+        let mut document_frequency = vec![0usize; concept_names.len()];
+        for list in &lists {
+            for &concept in list {
+                document_frequency[concept as usize] += 1;
             }
         }
-        let weight = |concept: &str| -> f32 {
-            let df = document_frequency.get(concept).copied().unwrap_or(1) as f32;
-            let idf = (1.0 + n_entities / df).ln() / (1.0 + n_entities).ln();
-            if is_stop_field(concept) {
-                idf * STOP_FIELD_WEIGHT
-            } else {
-                idf
-            }
-        };
-        let totals: Vec<f32> = entities.iter().map(|entity| entity.concepts.keys().map(|c| weight(c)).sum()).collect();
+        let stop: Vec<bool> = concept_names.iter().map(|name| is_stop_field(name)).collect();
+        let weights: Vec<f32> = document_frequency
+            .iter()
+            .zip(&stop)
+            .map(|(&df, &is_stop)| {
+                let idf = (1.0 + n_entities / df.max(1) as f32).ln() / (1.0 + n_entities).ln();
+                if is_stop {
+                    idf * STOP_FIELD_WEIGHT
+                } else {
+                    idf
+                }
+            })
+            .collect();
+        let totals: Vec<f32> = lists.iter().map(|list| list.iter().map(|&c| weights[c as usize]).sum()).collect();
         let mut links = Links::default();
         for (left_idx, left) in entities.iter().enumerate() {
             for (right_idx, right) in entities.iter().enumerate().skip(left_idx + 1) {
@@ -190,14 +207,17 @@ impl TypeAligner {
                 }
                 links.n_pairs_compared += 1;
                 let names_equal = left.node.name.eq_ignore_ascii_case(&right.node.name);
-                let shared: Vec<&String> =
-                    left.concepts.keys().filter(|concept| right.concepts.contains_key(*concept)).collect();
-                let informative: Vec<&&String> = shared.iter().filter(|concept| !is_stop_field(concept)).collect();
+                let shared = intersect(&lists[left_idx], &lists[right_idx]);
+                let informative: Vec<&str> = shared
+                    .iter()
+                    .filter(|&&concept| !stop[concept as usize])
+                    .map(|&concept| concept_names[concept as usize])
+                    .collect();
                 let gate = informative.len() >= MIN_SHARED_INFORMATIVE || (names_equal && !informative.is_empty());
                 if !gate || totals[left_idx] <= 0.0 || totals[right_idx] <= 0.0 {
                     continue;
                 }
-                let overlap: f32 = shared.iter().map(|concept| weight(concept)).sum::<f32>()
+                let overlap: f32 = shared.iter().map(|&concept| weights[concept as usize]).sum::<f32>()
                     / (totals[left_idx] * totals[right_idx]).sqrt();
                 let score = (overlap + if names_equal { EXACT_NAME_BONUS } else { 0.0 }).min(1.0);
                 if score < ALIGN_THRESHOLD {
@@ -206,13 +226,13 @@ impl TypeAligner {
                 let edge_weight = score.min(MAX_LINK_WEIGHT);
                 let evidence = vec![
                     format!("overlap={overlap:.3}"),
-                    format!("shared={}", informative.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(",")),
+                    format!("shared={}", informative.join(",")),
                     format!("name_match={names_equal}"),
                 ];
                 links.resolves_to.push(oriented(&left.node.id, &right.node.id, edge_weight, evidence));
                 links.n_entity_edges += 1;
                 for concept in informative {
-                    let (left_field, right_field) = (left.concepts[*concept], right.concepts[*concept]);
+                    let (left_field, right_field) = (left.concepts[concept], right.concepts[concept]);
                     let (low, high) = if left.node.source_key <= right.node.source_key {
                         (left.node, right.node)
                     } else {
@@ -228,6 +248,23 @@ impl TypeAligner {
         links.consumes = consumes(graphs);
         links
     }
+}
+
+/// Returns the common elements of two sorted lists.
+fn intersect(left: &[u32], right: &[u32]) -> Vec<u32> {
+    let (mut left_at, mut right_at, mut out) = (0, 0, Vec::new());
+    while left_at < left.len() && right_at < right.len() {
+        match left[left_at].cmp(&right[right_at]) {
+            std::cmp::Ordering::Less => left_at += 1,
+            std::cmp::Ordering::Greater => right_at += 1,
+            std::cmp::Ordering::Equal => {
+                out.push(left[left_at]);
+                left_at += 1;
+                right_at += 1;
+            }
+        }
+    }
+    out
 }
 
 fn source_of(source_key: &str) -> &str {
