@@ -86,17 +86,18 @@ pub fn parse_document(text: &str) -> Result<Value, MapError> {
 
 /// Guesses the kind of a source from its text: SQL DDL, an MCP tool list, or OpenAPI.
 pub fn infer_kind(text: &str) -> Result<SourceKind, MapError> {
-    let upper = text.to_ascii_uppercase();
-    if upper.contains("CREATE TABLE") && !text.trim_start().starts_with('{') {
+    // Documents first: an OpenAPI description may well mention CREATE TABLE.
+    if let Ok(document) = parse_document(text) {
+        if document.get("openapi").is_some() || document.get("swagger").is_some() {
+            return Ok(SourceKind::Openapi);
+        }
+        let tools = document.get("tools").or_else(|| document.get("result").and_then(|result| result.get("tools")));
+        if tools.is_some_and(Value::is_array) || document.is_array() {
+            return Ok(SourceKind::Mcp);
+        }
+    }
+    if text.to_ascii_uppercase().contains("CREATE TABLE") {
         return Ok(SourceKind::Sql);
-    }
-    let document = parse_document(text).map_err(|_| MapError::UnknownKind)?;
-    if document.get("openapi").is_some() || document.get("swagger").is_some() {
-        return Ok(SourceKind::Openapi);
-    }
-    let tools = document.get("tools").or_else(|| document.get("result").and_then(|result| result.get("tools")));
-    if tools.is_some_and(Value::is_array) || document.is_array() {
-        return Ok(SourceKind::Mcp);
     }
     Err(MapError::UnknownKind)
 }
@@ -136,6 +137,11 @@ mod tests {
         assert_eq!(infer_kind("swagger: '2.0'\npaths: {}\n"), Ok(SourceKind::Openapi));
         assert_eq!(infer_kind(r#"{"tools": []}"#), Ok(SourceKind::Mcp));
         assert_eq!(infer_kind(r#"{"x": 1}"#), Err(MapError::UnknownKind));
+        assert_eq!(
+            infer_kind("openapi: 3.0.0\ninfo: {description: 'mirrors CREATE TABLE statements'}\n"),
+            Ok(SourceKind::Openapi)
+        );
+        assert_eq!(infer_kind("-- chinook\nCREATE TABLE [Album] ([AlbumId] INTEGER);"), Ok(SourceKind::Sql));
     }
 
     #[test]
