@@ -10,6 +10,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod scg_cli;
+
 /// capdex tells AI agents which of their capabilities matter for the turn at
 /// hand, within a token budget, and runs the capability calls they make.
 #[derive(Parser, Debug)]
@@ -124,6 +126,51 @@ enum Command {
         #[arg(long, value_name = "N,D,C,T,P,PD")]
         field_weights: Option<String>,
     },
+    /// Map a source into the Source Capability Graph (stored in data_dir).
+    ///
+    /// FILE is an OpenAPI 3.x / Swagger 2 document (JSON or YAML), an MCP tools/list
+    /// result (JSON), or SQL DDL (PostgreSQL or SQLite). Re-mapping replaces the source.
+    Map {
+        file: PathBuf,
+        /// The source's id, used in source keys `<id>#<Name>` ([A-Za-z0-9._-]).
+        #[arg(long)]
+        source_id: String,
+        /// openapi, mcp or sql; inferred from the content when omitted.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Enable the source in this workspace; repeatable.
+        #[arg(long = "workspace", value_name = "WS")]
+        workspaces: Vec<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rank route recipes for a query over the mapped sources.
+    Route {
+        query: String,
+        /// Only sources enabled in this workspace (none enabled: no recipes).
+        #[arg(long)]
+        workspace: Option<String>,
+        /// How many recipes (1-50).
+        #[arg(short, long, default_value_t = capdex::core::scg::route::DEFAULT_K)]
+        k: usize,
+        /// Print `{"recipes": [{"sourceKey", "steps", "score"}]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a graph node's typed neighbourhood (by id or source key).
+    Observe {
+        node: String,
+        /// Only sources enabled in this workspace.
+        #[arg(long)]
+        workspace: Option<String>,
+        /// Only edges of this kind (HAS_ENTITY, HAS_FIELD, RESOLVES_TO, exposes, SUPPORTS_QUERY, PRODUCES, CONSUMES, builds); repeatable.
+        #[arg(long = "edge-kind", value_name = "KIND")]
+        edge_kinds: Vec<String>,
+        /// Print the observation as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Capability files to index besides the folders.
@@ -235,6 +282,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
         Command::Eval { .. } | Command::Bench { .. } => unreachable!("eval and bench run without the actor system"),
+        Command::Map { file, source_id, kind, workspaces, json } => scg_cli::map(
+            &settings,
+            scg_cli::MapArgs {
+                file: &file,
+                source_id: &source_id,
+                kind: kind.as_deref(),
+                workspaces: &workspaces,
+                json,
+            },
+        ),
+        Command::Route { query, workspace, k, json } => {
+            scg_cli::route(&settings, &query, workspace.as_deref(), k, json)
+        }
+        Command::Observe { node, workspace, edge_kinds, json } => {
+            scg_cli::observe(&settings, &node, workspace.as_deref(), &edge_kinds, json)
+        }
     }
 }
 

@@ -17,6 +17,7 @@ pub mod kpi_window;
 pub mod lexical;
 pub mod manifest;
 pub mod retrieval;
+pub mod scg;
 pub mod sources;
 pub mod text;
 pub mod tiers;

@@ -9,10 +9,13 @@
 //! | `embeddings` | capability id | [`StoredEmbedding`] (model id, text hash, vector) |
 //! | `kpi_windows` | scope key | [`KpiWindow`] |
 //! | `dispatch_results` | idempotency key | the reply first given for it |
+//! | `scg_sources`, `scg_links` | see [`scg`] | the Source Capability Graph |
 //!
 //! Guarantees: a write returns after sled has it in its page cache; callers
 //! that promise durability (dispatch results, acknowledged outcomes) call
 //! [`Store::flush`] before acknowledging.
+
+pub mod scg;
 
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::graph::Preset;

@@ -1,0 +1,60 @@
+//! `capdex map`, `route` and `observe` on one data dir: the commands build on each other.
+
+use crate::cli::capdex;
+use crate::scg_real_specs::shared_data;
+use serde_json::Value;
+use std::path::Path;
+
+fn run_json(data_dir: &Path, args: &[&str]) -> Value {
+    let output = capdex().arg("--data-dir").arg(data_dir).args(args).output().expect("capdex runs");
+    assert!(output.status.success(), "capdex {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+#[test]
+fn map_route_observe_on_one_data_dir() {
+    let data = shared_data();
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = data.join("sql/chinook.sqlite-ddl.sql");
+    let report = run_json(
+        dir.path(),
+        &["map", ddl.to_str().unwrap(), "--source-id", "chinook", "--workspace", "music", "--json"],
+    );
+    assert_eq!(report["kind"], "sql");
+    assert_eq!(report["changed"], true);
+    assert_eq!(report["nodeCounts"]["entity_type"], 11);
+    // Re-mapping the same file changes nothing.
+    let again = run_json(dir.path(), &["map", ddl.to_str().unwrap(), "--source-id", "chinook", "--json"]);
+    assert_eq!(again["changed"], false);
+    assert_eq!(again["driftHash"], report["driftHash"]);
+    assert_eq!(again["workspaces"], serde_json::json!(["music"]));
+    let mcp = data.join("mcp/github.json");
+    run_json(dir.path(), &["map", mcp.to_str().unwrap(), "--source-id", "github", "--kind", "mcp", "--json"]);
+
+    let routed = run_json(dir.path(), &["route", "invoice lines of a track", "--workspace", "music", "--json"]);
+    let recipes = routed["recipes"].as_array().unwrap();
+    assert!(!recipes.is_empty() && recipes.len() <= 5);
+    for recipe in recipes {
+        assert!(recipe["sourceKey"].as_str().unwrap().starts_with("chinook#"), "{recipe}");
+        assert!(recipe["score"].as_f64().unwrap() > 0.0);
+        assert!(recipe["steps"].as_array().unwrap().iter().all(|step| step.as_str().unwrap().starts_with("chinook#")));
+    }
+    let unscoped = run_json(dir.path(), &["route", "create a pull request", "--json"]);
+    assert!(unscoped["recipes"][0]["sourceKey"].as_str().unwrap().starts_with("github#"), "{unscoped}");
+    let empty = run_json(dir.path(), &["route", "create a pull request", "--workspace", "nobody", "--json"]);
+    assert_eq!(empty["recipes"], serde_json::json!([]));
+
+    let observed = run_json(dir.path(), &["observe", "chinook#InvoiceLine", "--edge-kind", "RESOLVES_TO", "--json"]);
+    assert_eq!(observed["node"]["kind"], "entity_type");
+    let neighbours: Vec<&str> =
+        observed["edges"].as_array().unwrap().iter().map(|edge| edge["neighbourKey"].as_str().unwrap()).collect();
+    assert!(neighbours.contains(&"chinook#Invoice") && neighbours.contains(&"chinook#Track"), "{neighbours:?}");
+    let hidden = capdex()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["observe", "github#create_pull_request", "--workspace", "music"])
+        .output()
+        .unwrap();
+    assert!(!hidden.status.success(), "a workspace must not observe a source it did not enable");
+}
