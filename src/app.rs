@@ -6,16 +6,17 @@
 //! `SyncArbiter` threads. The gateway's tasks are local tasks on that System.
 
 use crate::actors::dispatcher::Dispatch;
-use crate::actors::kpi::RecordOutcome;
+use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
 use crate::actors::router::Discover;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
 use crate::actors::{spawn_all, Actors};
 use crate::config::Settings;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
 use crate::core::dispatch_rules::DispatchRequest;
-use crate::core::kpi_window::{AlertEvent, Kpi, OutcomeReport};
+use crate::core::kpi_window::OutcomeReport;
+use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
 use crate::gateway::service::{Api, Gateway};
-use crate::gateway::wire::{ApiError, DiscoverRequest};
+use crate::gateway::wire::{ApiError, DiscoverRequest, PlanReply, RecordedOutcome};
 use crate::store::Store;
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
@@ -50,6 +51,8 @@ pub async fn discover(actors: &Actors, query: &str, filter: DiscoveryFilter) -> 
 #[derive(Clone)]
 struct ActorApi {
     actors: Actors,
+    planner: PlannerDefaults,
+    adaptive: crate::core::turn_planner::AdaptivePolicy,
 }
 
 fn now_ms() -> u64 {
@@ -70,7 +73,49 @@ impl Api for ActorApi {
         .boxed_local()
     }
 
-    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<(Kpi, Option<AlertEvent>), ApiError>> {
+    fn plan(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<PlanReply, ApiError>> {
+        let (router, kpi) = (self.actors.router.clone(), self.actors.kpi.clone());
+        let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
+        async move {
+            let filter = request.filter()?;
+            let options = request.plan.clone().unwrap_or_default();
+            let at_ms = now_ms();
+            let view = kpi
+                .send(ViewScope {
+                    organization_id: options.organization_id.clone(),
+                    persona_id: options.persona_id.clone(),
+                    at_ms,
+                })
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            let discovered = match router.send(Discover { query: request.message, filter, config: None }).await {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(err)) => Err(err.to_string()),
+                Err(err) => Err(format!("the router is unavailable: {err}")),
+            };
+            let discovery_outcome = match &discovered {
+                Ok(result) => DiscoveryOutcome::found(result.tier1.iter().map(|entry| entry.id.clone()).collect()),
+                Err(reason) => DiscoveryOutcome::Failed(reason.clone()),
+            };
+            let adapt = view.adaptive_applies.then_some(&adaptive);
+            let plan = turn_planner::plan(&defaults, &options.overrides(), &discovery_outcome, adapt)
+                .map_err(|err| ApiError::new(if err.code() == "discovery_failed" { 503 } else { 400 }, err.code(), err.to_string()))?;
+            metrics::counter!(
+                "capdex_plans_total",
+                "selection_mode" => if plan.tool_selection_mode == crate::core::kpi_window::ToolSelectionMode::All { "all" } else { "discovered" },
+                "fallback_reason" => plan.fallback_reason.clone().unwrap_or_else(|| "none".to_string()),
+            )
+            .increment(1);
+            let (discovery, discovery_error) = match discovered {
+                Ok(result) => (Some(result), None),
+                Err(reason) => (None, Some(reason)),
+            };
+            Ok(PlanReply { plan, kpi: view.kpi, discovery, discovery_error })
+        }
+        .boxed_local()
+    }
+
+    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<RecordedOutcome, ApiError>> {
         let kpi = self.actors.kpi.clone();
         async move {
             let update = kpi
@@ -78,10 +123,10 @@ impl Api for ActorApi {
                 .await
                 .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
                 .map_err(|err| match err {
-                    crate::actors::kpi::KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
+                    KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
                     other => ApiError::internal(other.to_string()),
                 })?;
-            Ok((update.kpi, update.alert))
+            Ok(RecordedOutcome { kpi: update.kpi, alert: update.alert, duplicate: update.duplicate })
         }
         .boxed_local()
     }
@@ -105,6 +150,39 @@ impl Api for ActorApi {
         }
         .boxed_local()
     }
+}
+
+/// Returns every stored scope's KPI at `now_ms`, read from the data dir
+/// without changing it. Fails while another capdex process holds the data dir.
+pub fn stored_kpis(settings: &Settings, now_ms: u64) -> anyhow::Result<Vec<crate::core::kpi_window::Kpi>> {
+    let store = Store::open(&settings.data_dir).with_context(|| {
+        format!("cannot read {} (is capdex serve using it? then use `capdex kpi --watch`)", settings.data_dir.display())
+    })?;
+    let scopes = store.kpi_scopes()?;
+    Ok(scopes
+        .into_iter()
+        .map(|scope| {
+            let samples = scope.samples.into_iter().map(|(_, sample)| sample);
+            let (window, _) = crate::core::kpi_window::KpiWindow::restore(settings.kpi.window, samples);
+            window.kpi(&scope.scope_key, now_ms)
+        })
+        .collect())
+}
+
+/// Prints every KPI event published on NATS until SIGINT or SIGTERM, one JSON line each.
+pub async fn watch_kpis(settings: &Settings) -> anyhow::Result<()> {
+    let gateway = Gateway::connect(&settings.nats).await?;
+    gateway
+        .watch(&gateway.subjects().kpi_all(), shutdown_signal(), |payload| {
+            println!("{}", String::from_utf8_lossy(payload))
+        })
+        .await?;
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn epoch_ms() -> u64 {
+    now_ms()
 }
 
 /// Serves on NATS until SIGINT or SIGTERM.
@@ -134,7 +212,8 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
         None
     };
     let gateway = Gateway::connect(&settings.nats).await?;
-    gateway.serve(ActorApi { actors }, shutdown_signal()).await?;
+    let api = ActorApi { actors, planner: settings.planner.clone(), adaptive: settings.kpi.adaptive.clone() };
+    gateway.serve(api, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -3,5 +3,6 @@
 
 mod cli;
 mod compose_and_config;
+mod kpi_over_nats;
 mod serve_over_nats;
 mod support;
