@@ -1,7 +1,8 @@
 //! Benchmarks of task outcomes: through the pure KPI core (`kpi_window::record`
 //! on a 100-sample window), and through the KpiTelemetry actor in-process with
 //! a real sled store, where every reply waits for its outcome to be durable
-//! (group commit), 10,000 outcomes in flight per iteration over 100 scopes.
+//! (group commit): 10,000 outcomes in flight per iteration over 100 scopes,
+//! and one at a time (a flush per outcome).
 //!
 //! Run with `cargo bench --bench kpi`; `cargo test --all-targets` runs each once as a smoke test.
 
@@ -66,6 +67,14 @@ fn benches(c: &mut Criterion) {
                     reply.expect("the actor answers").expect("the outcome is recorded");
                 }
             })
+        })
+    });
+    // One outcome at a time: each pays a whole flush, the latency a lone caller sees.
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("record_outcome_durable_1_in_flight", |b| {
+        b.iter(|| {
+            next += 1;
+            system.block_on(kpi.send(RecordOutcome { report: report(next), at_ms: next }))
         })
     });
     group.finish();

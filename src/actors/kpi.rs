@@ -7,9 +7,10 @@
 //! 1. the report is validated whole (`OutcomeReport::validate`); a refused
 //!    report changes nothing;
 //! 2. the sample is applied to a copy of the scope's window and state;
-//! 3. the change is written to sled as one atomic batch (in the mailbox's
-//!    order, so writes land in arrival order);
-//! 4. only then is the copy committed in memory;
+//! 3. the change is written to sled (in the mailbox's order, so writes land
+//!    in arrival order; `Store::write_kpi`);
+//! 4. only then is the copy committed in memory (after a store error the
+//!    sample may still be on disk; a retry with its `turnId` is not counted twice);
 //! 5. the reply waits for a flush covering the write (`Store::durable`, a
 //!    group commit shared by concurrent outcomes): an acknowledged outcome
 //!    survives a crash.
@@ -86,6 +87,9 @@ pub struct KpiTelemetry {
     settings: KpiSettings,
     scopes: HashMap<String, Scope>,
     outcomes: u64,
+    /// Scopes in alert and scopes planned adaptively, kept for the gauges.
+    alerting: usize,
+    adaptive_degraded: usize,
 }
 
 impl KpiTelemetry {
@@ -110,17 +114,17 @@ impl KpiTelemetry {
             let meta = stored.meta.unwrap_or_default();
             scopes.insert(stored.scope_key, Scope { window, meta, seqs, next_seq });
         }
-        let telemetry = KpiTelemetry { store, settings, scopes, outcomes: 0 };
+        let alerting = scopes.values().filter(|scope| scope.meta.alert.degraded).count();
+        let adaptive_degraded = scopes.values().filter(|scope| scope.meta.adaptive.degraded).count();
+        let telemetry = KpiTelemetry { store, settings, scopes, outcomes: 0, alerting, adaptive_degraded };
         telemetry.publish_gauges();
         Ok(telemetry)
     }
 
     fn publish_gauges(&self) {
-        let alerting = self.scopes.values().filter(|scope| scope.meta.alert.degraded).count();
-        let adaptive = self.scopes.values().filter(|scope| scope.meta.adaptive.degraded).count();
         metrics::gauge!("capdex_kpi_scopes").set(self.scopes.len() as f64);
-        metrics::gauge!("capdex_kpi_scopes_alerting").set(alerting as f64);
-        metrics::gauge!("capdex_kpi_scopes_adaptive_degraded").set(adaptive as f64);
+        metrics::gauge!("capdex_kpi_scopes_alerting").set(self.alerting as f64);
+        metrics::gauge!("capdex_kpi_scopes_adaptive_degraded").set(self.adaptive_degraded as f64);
     }
 
     /// Validates, applies and stores one outcome; memory changes only after the store accepted it.
@@ -156,6 +160,10 @@ impl KpiTelemetry {
         scope.seqs.drain(..recorded.evicted);
         scope.seqs.push_back(next_seq);
         scope.next_seq = next_seq + 1;
+        let flags = |meta: &ScopeMeta| (usize::from(meta.alert.degraded), usize::from(meta.adaptive.degraded));
+        let ((alert_before, adaptive_before), (alert_after, adaptive_after)) = (flags(&scope.meta), flags(&meta));
+        self.alerting = self.alerting + alert_after - alert_before;
+        self.adaptive_degraded = self.adaptive_degraded + adaptive_after - adaptive_before;
         scope.window = window;
         scope.meta = meta;
         debug_assert_eq!(scope.seqs.len(), scope.window.len());

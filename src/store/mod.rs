@@ -11,9 +11,9 @@
 //! | `dispatch_results` | idempotency key | the reply first given for it |
 //!
 //! A KPI window is stored as one key per sample, numbered in arrival order,
-//! so a restart reads every window back in order; each outcome is one atomic
-//! sled batch (append its sample, remove the evicted ones, store the meta if
-//! it changed), so a window and its alert state never disagree.
+//! so a restart reads every window back in order; each outcome appends its
+//! sample, stores the scope's meta if it changed, and removes evicted samples,
+//! in that order (see [`Store::write_kpi`] for why every crash prefix is sound).
 //!
 //! Guarantees: a write returns after sled has it in its page cache; callers
 //! that promise durability (dispatch results, acknowledged outcomes) call
@@ -52,7 +52,7 @@ pub struct StoredScope {
     pub meta: Option<ScopeMeta>,
 }
 
-/// One outcome's change to a scope, applied atomically by [`Store::write_kpi`].
+/// One outcome's change to a scope, applied by [`Store::write_kpi`].
 #[derive(Clone, Debug)]
 pub struct KpiWrite<'a> {
     pub scope_key: &'a str,
@@ -170,21 +170,40 @@ impl Store {
         Ok(scopes)
     }
 
-    /// Applies one outcome's change to a scope as one atomic batch.
+    /// Applies one outcome's change to a scope: the new sample first, then
+    /// the meta, then the removals of evicted samples.
+    ///
+    /// These are plain inserts, not one `sled::Batch`: a batch takes sled's
+    /// global write lock, which waits for every running flush, and so would
+    /// serialise outcomes behind fsyncs and defeat the group commit. sled
+    /// recovers a prefix of the writes, and the order above keeps every prefix
+    /// sound: a crash may keep the sample without its meta (the next outcome
+    /// re-evaluates it) or without the removals (a restore trims the window
+    /// to its capacity and horizon).
     pub fn write_kpi(&self, write: &KpiWrite<'_>) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for seq in write.remove {
-            batch.remove(sample_key(write.scope_key, *seq));
-        }
+        let insert = |key: Vec<u8>, bytes: Vec<u8>| {
+            self.kpi.insert(key, bytes).map(|_| ()).map_err(|source| StoreError::Sled {
+                action: "insert",
+                tree: KPI,
+                source,
+            })
+        };
         if let Some((seq, sample)) = write.append {
             let bytes = rmp_serde::to_vec_named(sample).map_err(|source| StoreError::Encode { tree: KPI, source })?;
-            batch.insert(sample_key(write.scope_key, seq), bytes);
+            insert(sample_key(write.scope_key, seq), bytes)?;
         }
         if let Some(meta) = write.meta {
             let bytes = rmp_serde::to_vec_named(meta).map_err(|source| StoreError::Encode { tree: KPI, source })?;
-            batch.insert(meta_key(write.scope_key), bytes);
+            insert(meta_key(write.scope_key), bytes)?;
         }
-        self.kpi.apply_batch(batch).map_err(|source| StoreError::Sled { action: "apply a batch", tree: KPI, source })
+        for seq in write.remove {
+            self.kpi.remove(sample_key(write.scope_key, *seq)).map_err(|source| StoreError::Sled {
+                action: "remove",
+                tree: KPI,
+                source,
+            })?;
+        }
+        Ok(())
     }
 
     /// Resolves once every write made before the call is durable. Concurrent

@@ -188,3 +188,104 @@ async fn plans_fall_back_adapt_to_a_degraded_scope_and_recover() {
     }
     assert!(between_thresholds_seen, "the scope stayed adapted between 0.7 and 0.8");
 }
+
+#[tokio::test]
+async fn bad_outcomes_are_refused_whole_and_kpi_watch_follows_events() {
+    let nats = NatsServer::start();
+    let caps = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let (_serving, client) =
+        serve(&nats, caps.path(), data.path(), &[("CAPDEX_METRICS_LISTEN_ADDR", metrics_addr.as_str())]).await;
+    for bad in [
+        json!({"organizationId": "acme", "status": "success", "score": 0.1}),
+        json!({"organizationId": "acme", "status": "done"}),
+        json!({"organizationId": "acme", "score": "0.5"}),
+        json!({"organizationId": "", "status": "failed"}),
+        json!({"organizationId": "acme", "status": "failed", "capabilities": [""]}),
+        json!({"organizationId": "acme", "status": "failed", "toolSelectionMode": "some"}),
+        json!({"organizationId": "acme", "status": "failed", "mood": "bad"}),
+        json!({"organizationId": "acme"}),
+    ] {
+        let reply = body(&request(&client, "capdex.v1.outcome", bad.to_string().into_bytes()).await);
+        assert_eq!(reply["code"], "bad_request", "{bad} → {reply}");
+    }
+    // Nothing of the refused outcomes was applied: the scope's first good outcome is its first sample.
+    let good = json!({"organizationId": "acme", "status": "partial", "source": "request_override", "toolSelectionMode": "all"});
+    let reply = body(&request(&client, "capdex.v1.outcome", good.to_string().into_bytes()).await);
+    assert_eq!(reply["kpi"]["sampleCount"], 1, "{reply}");
+
+    let mut watch = Serving(
+        capdex()
+            .args(["kpi", "--watch"])
+            .env("CAPDEX_NATS_URL", nats.url())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = watch.0.stdout.take().unwrap();
+    let (lines, mut received) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    // The watcher subscribes asynchronously: keep reporting until it prints an event.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let line = loop {
+        request(&client, "capdex.v1.outcome", good.to_string().into_bytes()).await;
+        if let Ok(Some(line)) = tokio::time::timeout(std::time::Duration::from_millis(200), received.recv()).await {
+            break line;
+        }
+        assert!(std::time::Instant::now() < deadline, "capdex kpi --watch printed nothing within 20 s");
+    };
+    let event: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(event["scopeKey"], "acme", "{event}");
+    assert!(event["sampleCount"].as_u64().unwrap() >= 2);
+
+    let metrics = scrape(&metrics_addr);
+    for expected in ["capdex_outcomes_total{status=\"partial\"}", "capdex_kpi_scopes 1", "capdex_kpi_scopes_alerting 0"]
+    {
+        assert!(metrics.contains(expected), "{expected} missing from /metrics:\n{metrics}");
+    }
+}
+
+/// GET /metrics from the Prometheus listener.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// The target: p99 ≤ 50 ms from the outcome that crosses the alert
+/// threshold to the alert event, over NATS (100 scopes, 8 failures each).
+#[tokio::test]
+async fn alert_latency_p99_is_within_50_ms() {
+    let nats = NatsServer::start();
+    let caps = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (_serving, client) = serve(&nats, caps.path(), data.path(), &[]).await;
+    let mut alerts = client.subscribe("capdex.v1.alert.>").await.unwrap();
+    client.flush().await.unwrap();
+    let mut latencies = Vec::new();
+    for scope in 0..100 {
+        let persona = format!("latency{scope}");
+        for turn in 0..7 {
+            request(&client, "capdex.v1.outcome", outcome(&persona, turn, "failed")).await;
+        }
+        let started = std::time::Instant::now();
+        client.publish("capdex.v1.outcome", outcome(&persona, 7, "failed").into()).await.unwrap();
+        let alert = tokio::time::timeout(std::time::Duration::from_secs(5), alerts.next()).await.unwrap().unwrap();
+        latencies.push(started.elapsed());
+        assert_eq!(alert.subject.as_str(), format!("capdex.v1.alert.critical.acme_{persona}"));
+    }
+    latencies.sort();
+    let (p50, p99) = (latencies[49], latencies[98]);
+    eprintln!("alert latency over NATS: p50 {p50:?}, p99 {p99:?}, max {:?}", latencies[99]);
+    assert!(p99 <= std::time::Duration::from_millis(50), "p99 {p99:?} (p50 {p50:?})");
+}
