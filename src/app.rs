@@ -53,6 +53,31 @@ struct ActorApi {
     actors: Actors,
     planner: PlannerDefaults,
     adaptive: crate::core::turn_planner::AdaptivePolicy,
+    discovery_retries: Retries,
+}
+
+/// How often a failed discovery is tried again before a plan falls back, and the pause between tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Retries {
+    max_retries: u32,
+    backoff: Duration,
+}
+
+/// Runs `attempt` until it succeeds or `retries.max_retries` retries have failed; returns the last result.
+async fn with_retries<T, F, Fut>(retries: Retries, mut attempt: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let mut result = attempt().await;
+    for _ in 0..retries.max_retries {
+        if result.is_ok() {
+            break;
+        }
+        actix_rt::time::sleep(retries.backoff).await;
+        result = attempt().await;
+    }
+    result
 }
 
 fn now_ms() -> u64 {
@@ -76,6 +101,7 @@ impl Api for ActorApi {
     fn plan(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<PlanReply, ApiError>> {
         let (router, kpi) = (self.actors.router.clone(), self.actors.kpi.clone());
         let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
+        let retries = self.discovery_retries;
         async move {
             let filter = request.filter()?;
             let options = request.plan.clone().unwrap_or_default();
@@ -88,11 +114,15 @@ impl Api for ActorApi {
                 })
                 .await
                 .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
-            let discovered = match router.send(Discover { query: request.message, filter, config: None }).await {
-                Ok(Ok(result)) => Ok(result),
-                Ok(Err(err)) => Err(err.to_string()),
-                Err(err) => Err(format!("the router is unavailable: {err}")),
-            };
+            let discover = Discover { query: request.message, filter, config: None };
+            let discovered = with_retries(retries, || async {
+                match router.send(discover.clone()).await {
+                    Ok(Ok(result)) => Ok(result),
+                    Ok(Err(err)) => Err(err.to_string()),
+                    Err(err) => Err(format!("the router is unavailable: {err}")),
+                }
+            })
+            .await;
             let discovery_outcome = match &discovered {
                 Ok(result) => DiscoveryOutcome::found(result.tier1.iter().map(|entry| entry.id.clone()).collect()),
                 Err(reason) => DiscoveryOutcome::Failed(reason.clone()),
@@ -212,7 +242,15 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
         None
     };
     let gateway = Gateway::connect(&settings.nats).await?;
-    let api = ActorApi { actors, planner: settings.planner.clone(), adaptive: settings.kpi.adaptive.clone() };
+    let api = ActorApi {
+        actors,
+        planner: settings.planner.clone(),
+        adaptive: settings.kpi.adaptive.clone(),
+        discovery_retries: Retries {
+            max_retries: settings.planner_discovery_max_retries,
+            backoff: Duration::from_millis(settings.planner_discovery_retry_backoff_ms),
+        },
+    };
     gateway.serve(api, shutdown_signal()).await?;
     Ok(())
 }
@@ -232,5 +270,36 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = terminate => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[actix_rt::test]
+    async fn discovery_is_retried_before_a_plan_falls_back() {
+        let retries = Retries { max_retries: 1, backoff: Duration::from_millis(5) };
+        let calls = Cell::new(0);
+        let flaky = || {
+            calls.set(calls.get() + 1);
+            let call = calls.get();
+            async move {
+                if call == 1 {
+                    Err("embedder busy".to_string())
+                } else {
+                    Ok(call)
+                }
+            }
+        };
+        assert_eq!(with_retries(retries, flaky).await, Ok(2));
+        calls.set(0);
+        let failing = || {
+            calls.set(calls.get() + 1);
+            async { Err::<u32, _>("embedder down".to_string()) }
+        };
+        assert_eq!(with_retries(retries, failing).await, Err("embedder down".to_string()));
+        assert_eq!(calls.get(), 2, "one try and one retry");
     }
 }

@@ -103,6 +103,8 @@ pub struct RawKpi {
 pub struct RawPlanner {
     pub default_tool_failure_mode: ToolFailureMode,
     pub default_tool_selection_mode: ToolSelectionMode,
+    pub discovery_max_retries: u32,
+    pub discovery_retry_backoff_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -132,6 +134,8 @@ pub struct Settings {
     pub nats: NatsSettings,
     pub kpi: KpiSettings,
     pub planner: PlannerDefaults,
+    pub planner_discovery_max_retries: u32,
+    pub planner_discovery_retry_backoff_ms: u64,
     pub metrics_listen_addr: Option<SocketAddr>,
 }
 
@@ -266,6 +270,18 @@ impl Settings {
                 format!("must be at most {}, got {}", 365 * DAY_MS, raw.kpi.horizon_ms),
             ));
         }
+        if raw.planner.discovery_max_retries > 5 {
+            return Err(invalid(
+                "planner.discovery_max_retries",
+                format!("must be at most 5, got {}", raw.planner.discovery_max_retries),
+            ));
+        }
+        if raw.planner.discovery_retry_backoff_ms > 10_000 {
+            return Err(invalid(
+                "planner.discovery_retry_backoff_ms",
+                format!("must be at most 10000, got {}", raw.planner.discovery_retry_backoff_ms),
+            ));
+        }
         let window = WindowSpec::new(raw.kpi.rolling_window_size, raw.kpi.horizon_ms)
             .ok_or_else(|| invalid("kpi.rolling_window_size", "must not be 0".into()))?;
         let metrics_listen_addr = match raw.metrics.listen_addr.trim() {
@@ -312,6 +328,8 @@ impl Settings {
                 tool_failure_mode: raw.planner.default_tool_failure_mode,
                 tool_selection_mode: raw.planner.default_tool_selection_mode,
             },
+            planner_discovery_max_retries: raw.planner.discovery_max_retries,
+            planner_discovery_retry_backoff_ms: raw.planner.discovery_retry_backoff_ms,
             metrics_listen_addr,
         })
     }

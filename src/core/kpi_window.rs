@@ -321,9 +321,10 @@ impl KpiWindow {
 
     /// Appends a sample observed at `sample.at_ms` (also "now"), first
     /// dropping stale samples, then the oldest while over capacity. A sample
-    /// whose turn is already in the window is refused as a duplicate.
+    /// whose turn is among the live samples is refused as a duplicate.
     pub fn push(&mut self, sample: Sample) -> Pushed {
-        if sample.turn.is_some() && self.samples.iter().any(|s| s.turn == sample.turn) {
+        let live = self.first_live(sample.at_ms);
+        if sample.turn.is_some() && self.samples.range(live..).any(|s| s.turn == sample.turn) {
             return Pushed::Duplicate;
         }
         let mut evicted = self.evict(sample.at_ms);
@@ -623,6 +624,11 @@ mod tests {
         let other = OutcomeReport { turn_id: Some("t2".into()), score: Some(0.9), ..Default::default() };
         assert_eq!(window.push(other.validate(3).unwrap()), Pushed::Appended { evicted: 0 });
         assert_eq!(window.kpi("s", 3).sample_count, 2);
+        // Only live samples count: past the horizon the same turn is a new sample.
+        let mut window = KpiWindow::new(WindowSpec::new(10, 100).unwrap());
+        window.push(report.validate(1).unwrap());
+        assert_eq!(window.push(report.validate(101).unwrap()), Pushed::Duplicate);
+        assert_eq!(window.push(report.validate(102).unwrap()), Pushed::Appended { evicted: 1 });
     }
 
     #[test]
