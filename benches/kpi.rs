@@ -63,9 +63,11 @@ fn benches(c: &mut Criterion) {
             next += IN_FLIGHT;
             system.block_on(async {
                 let sends = (first..first + IN_FLIGHT).map(|i| kpi.send(RecordOutcome { report: report(i), at_ms: i }));
-                for reply in futures::future::join_all(sends).await {
-                    reply.expect("the actor answers").expect("the outcome is recorded");
-                }
+                let acknowledged = sends.map(|send| async {
+                    let recorded = send.await.expect("the actor answers").expect("the outcome is recorded");
+                    recorded.once_durable().await.expect("the outcome is durable")
+                });
+                futures::future::join_all(acknowledged).await
             })
         })
     });
@@ -74,7 +76,10 @@ fn benches(c: &mut Criterion) {
     group.bench_function("record_outcome_durable_1_in_flight", |b| {
         b.iter(|| {
             next += 1;
-            system.block_on(kpi.send(RecordOutcome { report: report(next), at_ms: next }))
+            system.block_on(async {
+                let recorded = kpi.send(RecordOutcome { report: report(next), at_ms: next }).await;
+                recorded.expect("the actor answers").expect("the outcome is recorded").once_durable().await
+            })
         })
     });
     group.finish();

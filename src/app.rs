@@ -151,11 +151,15 @@ impl Api for ActorApi {
             let update = kpi
                 .send(RecordOutcome { report, at_ms: now_ms() })
                 .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
-                .map_err(|err| match err {
-                    KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
-                    other => ApiError::internal(other.to_string()),
-                })?;
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            let update = match update {
+                Ok(recorded) => recorded.once_durable().await,
+                Err(err) => Err(err),
+            }
+            .map_err(|err| match err {
+                KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
+                other => ApiError::internal(other.to_string()),
+            })?;
             Ok(RecordedOutcome { kpi: update.kpi, alert: update.alert, duplicate: update.duplicate })
         }
         .boxed_local()

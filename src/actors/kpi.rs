@@ -11,25 +11,46 @@
 //!    in arrival order; `Store::write_kpi`);
 //! 4. only then is the copy committed in memory (after a store error the
 //!    sample may still be on disk; a retry with its `turnId` is not counted twice);
-//! 5. the reply waits for a flush covering the write (`Store::durable`, a
-//!    group commit shared by concurrent outcomes): an acknowledged outcome
-//!    survives a crash.
+//! 5. the caller waits for a flush covering the write (`Recorded::once_durable`,
+//!    a group commit shared by concurrent outcomes) before acknowledging: an
+//!    acknowledged outcome survives a crash.
 //!
 //! A retried turn (same `turnId` still in the window) is not counted again.
 
 use crate::actors::Observe;
 use crate::config::KpiSettings;
 use crate::core::kpi_window::{record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, ScopeMeta};
-use crate::store::{KpiWrite, Store, StoreError};
+use crate::store::{Durable, KpiWrite, Store, StoreError};
 use actix::prelude::*;
 use std::collections::{HashMap, VecDeque};
 
 /// Records one outcome observed at `at_ms` (milliseconds since the epoch).
+/// The answer must be awaited with [`Recorded::once_durable`] before the
+/// outcome is acknowledged.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<KpiUpdate, KpiError>")]
+#[rtype(result = "Result<Recorded, KpiError>")]
 pub struct RecordOutcome {
     pub report: OutcomeReport,
     pub at_ms: u64,
+}
+
+/// An applied outcome whose write may not be durable yet.
+///
+/// The wait happens in the caller, not in the actor: an actix context polls
+/// every future it has spawned whenever it wakes, so thousands of outcomes
+/// waiting for a flush inside the actor would cost quadratic time.
+#[derive(Debug)]
+pub struct Recorded {
+    update: KpiUpdate,
+    durable: Durable,
+}
+
+impl Recorded {
+    /// Returns the update once the outcome's write is durable.
+    pub async fn once_durable(self) -> Result<KpiUpdate, KpiError> {
+        self.durable.await?;
+        Ok(self.update)
+    }
 }
 
 /// Asks for a scope's KPI and whether adaptive execution applies to it now.
@@ -184,16 +205,12 @@ impl Actor for KpiTelemetry {
 }
 
 impl Handler<RecordOutcome> for KpiTelemetry {
-    type Result = ResponseFuture<Result<KpiUpdate, KpiError>>;
+    type Result = Result<Recorded, KpiError>;
 
     fn handle(&mut self, msg: RecordOutcome, _: &mut Context<Self>) -> Self::Result {
-        let applied = self.apply(&msg.report, msg.at_ms);
-        let durable = self.store.durable();
-        Box::pin(async move {
-            let update = applied?;
-            durable.await?;
-            Ok(update)
-        })
+        let update = self.apply(&msg.report, msg.at_ms)?;
+        // Registered after the write (and for a duplicate, after the write it repeats).
+        Ok(Recorded { update, durable: self.store.durable() })
     }
 }
 
@@ -259,6 +276,10 @@ mod tests {
         Settings::load(None, &Default::default()).unwrap().kpi
     }
 
+    async fn record(kpi: &Addr<KpiTelemetry>, report: OutcomeReport, at_ms: u64) -> Result<KpiUpdate, KpiError> {
+        kpi.send(RecordOutcome { report, at_ms }).await.unwrap()?.once_durable().await
+    }
+
     /// Opens the store again once the stopped actor has let go of it.
     async fn reopen(dir: &std::path::Path) -> Store {
         for _ in 0..500 {
@@ -285,14 +306,13 @@ mod tests {
         {
             let kpi = KpiTelemetry::load(Store::open(dir.path()).unwrap(), settings()).unwrap().start();
             for i in 0..8 {
-                let update = kpi.send(RecordOutcome { report: failed(&format!("t{i}")), at_ms: 1_000 + i }).await;
-                let update = update.unwrap().unwrap();
+                let update = record(&kpi, failed(&format!("t{i}")), 1_000 + i).await.unwrap();
                 assert_eq!(update.alert.is_some(), i == 7, "{update:?}");
             }
-            let again = kpi.send(RecordOutcome { report: failed("t3"), at_ms: 2_000 }).await.unwrap().unwrap();
+            let again = record(&kpi, failed("t3"), 2_000).await.unwrap();
             assert!(again.duplicate && again.kpi.sample_count == 8);
             let bad = OutcomeReport { score: Some(f32::NAN), ..failed("t9") };
-            assert!(kpi.send(RecordOutcome { report: bad, at_ms: 2_001 }).await.unwrap().is_err());
+            assert!(record(&kpi, bad, 2_001).await.is_err());
             let view = kpi.send(ViewScope { organization_id: Some("acme".into()), persona_id: None, at_ms: 2_002 });
             assert!(view.await.unwrap().adaptive_applies);
         }
@@ -301,7 +321,7 @@ mod tests {
         assert_eq!(snapshot.kpis.len(), 1);
         assert_eq!(snapshot.kpis[0].sample_count, 8);
         // The alert state came back too: still within the cooldown, no second alert.
-        let update = kpi.send(RecordOutcome { report: failed("t10"), at_ms: 3_000 }).await.unwrap().unwrap();
+        let update = record(&kpi, failed("t10"), 3_000).await.unwrap();
         assert_eq!(update.alert, None);
         assert_eq!(update.kpi.sample_count, 9);
     }
@@ -312,7 +332,7 @@ mod tests {
         {
             let kpi = KpiTelemetry::load(Store::open(dir.path()).unwrap(), settings()).unwrap().start();
             for i in 0..20 {
-                kpi.send(RecordOutcome { report: failed(&format!("t{i}")), at_ms: i }).await.unwrap().unwrap();
+                record(&kpi, failed(&format!("t{i}")), i).await.unwrap();
             }
         }
         let mut small = settings();

@@ -44,6 +44,25 @@ pub enum StoreError {
     Key { tree: &'static str, key: String },
 }
 
+/// Resolves once the writes made before [`Store::durable`] was called are durable.
+#[derive(Debug)]
+#[must_use = "a write is durable only once this resolves"]
+pub struct Durable {
+    receiver: futures::channel::oneshot::Receiver<Result<(), String>>,
+}
+
+impl std::future::Future for Durable {
+    type Output = Result<(), StoreError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.receiver).poll(cx).map(|received| match received {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(StoreError::Durable { message }),
+            Err(_) => Err(StoreError::Durable { message: "the flush thread stopped".into() }),
+        })
+    }
+}
+
 /// One scope's window as stored: samples with their sequence numbers, oldest first.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoredScope {
@@ -206,17 +225,10 @@ impl Store {
         Ok(())
     }
 
-    /// Resolves once every write made before the call is durable. Concurrent
-    /// callers share one flush (group commit).
-    pub fn durable(&self) -> impl std::future::Future<Output = Result<(), StoreError>> + 'static {
-        let receiver = self.group_flush.durable();
-        async move {
-            match receiver.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(message)) => Err(StoreError::Durable { message }),
-                Err(_) => Err(StoreError::Durable { message: "the flush thread stopped".into() }),
-            }
-        }
+    /// Returns a future that resolves once every write made before the call
+    /// is durable. Concurrent callers share one flush (group commit).
+    pub fn durable(&self) -> Durable {
+        Durable { receiver: self.group_flush.durable() }
     }
 
     pub fn dispatch_result<T: DeserializeOwned>(&self, idempotency_key: &str) -> Result<Option<T>, StoreError> {
