@@ -148,11 +148,11 @@ impl Api for ActorApi {
     fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<RecordedOutcome, ApiError>> {
         let kpi = self.actors.kpi.clone();
         async move {
-            let update = kpi
+            let recorded = kpi
                 .send(RecordOutcome { report, at_ms: now_ms() })
                 .await
                 .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
-            let update = match update {
+            let update = match recorded {
                 Ok(recorded) => recorded.once_durable().await,
                 Err(err) => Err(err),
             }
