@@ -7,7 +7,7 @@
 
 use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
-use crate::actors::kpi::RecordOutcome;
+use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
 use crate::actors::router::Discover;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
 use crate::actors::{spawn_all, Actors};
@@ -15,11 +15,12 @@ use crate::config::Settings;
 use crate::core::catalog::runtime_origin;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
 use crate::core::dispatch_rules::DispatchRequest;
-use crate::core::kpi_window::{AlertEvent, Kpi, OutcomeReport};
+use crate::core::kpi_window::OutcomeReport;
 use crate::core::sources::{normalise_catalog, normalise_sources, Normalised, SourcesPayload};
+use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
 use crate::gateway::service::{Api, Gateway};
 use crate::gateway::wire::{runtime_id, ListRequest, RegistrationReply, RemoveRequest};
-use crate::gateway::wire::{ApiError, DiscoverRequest};
+use crate::gateway::wire::{ApiError, DiscoverRequest, PlanReply, RecordedOutcome};
 use crate::store::Store;
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
@@ -141,6 +142,33 @@ fn registration_reply(report: SyncReport, diagnostics: Vec<serde_json::Value>) -
 #[derive(Clone)]
 struct ActorApi {
     actors: Actors,
+    planner: PlannerDefaults,
+    adaptive: crate::core::turn_planner::AdaptivePolicy,
+    discovery_retries: Retries,
+}
+
+/// How often a failed discovery is tried again before a plan falls back, and the pause between tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Retries {
+    max_retries: u32,
+    backoff: Duration,
+}
+
+/// Runs `attempt` until it succeeds or `retries.max_retries` retries have failed; returns the last result.
+async fn with_retries<T, F, Fut>(retries: Retries, mut attempt: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let mut result = attempt().await;
+    for _ in 0..retries.max_retries {
+        if result.is_ok() {
+            break;
+        }
+        actix_rt::time::sleep(retries.backoff).await;
+        result = attempt().await;
+    }
+    result
 }
 
 fn now_ms() -> u64 {
@@ -224,18 +252,69 @@ impl Api for ActorApi {
         .boxed_local()
     }
 
-    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<(Kpi, Option<AlertEvent>), ApiError>> {
+    fn plan(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<PlanReply, ApiError>> {
+        let (router, kpi) = (self.actors.router.clone(), self.actors.kpi.clone());
+        let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
+        let retries = self.discovery_retries;
+        async move {
+            let filter = request.filter()?;
+            let options = request.plan.clone().unwrap_or_default();
+            let at_ms = now_ms();
+            let view = kpi
+                .send(ViewScope {
+                    organization_id: options.organization_id.clone(),
+                    persona_id: options.persona_id.clone(),
+                    at_ms,
+                })
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            let discover = Discover { query: request.message, filter, config: None };
+            let discovered = with_retries(retries, || async {
+                match router.send(discover.clone()).await {
+                    Ok(Ok(result)) => Ok(result),
+                    Ok(Err(err)) => Err(err.to_string()),
+                    Err(err) => Err(format!("the router is unavailable: {err}")),
+                }
+            })
+            .await;
+            let discovery_outcome = match &discovered {
+                Ok(result) => DiscoveryOutcome::found(result.tier1.iter().map(|entry| entry.id.clone()).collect()),
+                Err(reason) => DiscoveryOutcome::Failed(reason.clone()),
+            };
+            let adapt = view.adaptive_applies.then_some(&adaptive);
+            let plan = turn_planner::plan(&defaults, &options.overrides(), &discovery_outcome, adapt)
+                .map_err(|err| ApiError::new(if err.code() == "discovery_failed" { 503 } else { 400 }, err.code(), err.to_string()))?;
+            metrics::counter!(
+                "capdex_plans_total",
+                "selection_mode" => if plan.tool_selection_mode == crate::core::kpi_window::ToolSelectionMode::All { "all" } else { "discovered" },
+                "fallback_reason" => plan.fallback_reason.clone().unwrap_or_else(|| "none".to_string()),
+            )
+            .increment(1);
+            let (discovery, discovery_error) = match discovered {
+                Ok(result) => (Some(result), None),
+                Err(reason) => (None, Some(reason)),
+            };
+            Ok(PlanReply { plan, kpi: view.kpi, discovery, discovery_error })
+        }
+        .boxed_local()
+    }
+
+    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<RecordedOutcome, ApiError>> {
         let kpi = self.actors.kpi.clone();
         async move {
-            let update = kpi
+            let recorded = kpi
                 .send(RecordOutcome { report, at_ms: now_ms() })
                 .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
-                .map_err(|err| match err {
-                    crate::actors::kpi::KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
-                    other => ApiError::internal(other.to_string()),
-                })?;
-            Ok((update.kpi, update.alert))
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            let update = match recorded {
+                Ok(recorded) => recorded.once_durable().await,
+                Err(err) => Err(err),
+            }
+            .map_err(|err| match err {
+                KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
+                other => ApiError::internal(other.to_string()),
+            })?;
+            Ok(RecordedOutcome { kpi: update.kpi, alert: update.alert, duplicate: update.duplicate })
         }
         .boxed_local()
     }
@@ -259,6 +338,39 @@ impl Api for ActorApi {
         }
         .boxed_local()
     }
+}
+
+/// Returns every stored scope's KPI at `now_ms`, read from the data dir
+/// without changing it. Fails while another capdex process holds the data dir.
+pub fn stored_kpis(settings: &Settings, now_ms: u64) -> anyhow::Result<Vec<crate::core::kpi_window::Kpi>> {
+    let store = Store::open(&settings.data_dir).with_context(|| {
+        format!("cannot read {} (is capdex serve using it? then use `capdex kpi --watch`)", settings.data_dir.display())
+    })?;
+    let scopes = store.kpi_scopes()?;
+    Ok(scopes
+        .into_iter()
+        .map(|scope| {
+            let samples = scope.samples.into_iter().map(|(_, sample)| sample);
+            let (window, _) = crate::core::kpi_window::KpiWindow::restore(settings.kpi.window, samples);
+            window.kpi(&scope.scope_key, now_ms)
+        })
+        .collect())
+}
+
+/// Prints every KPI event published on NATS until SIGINT or SIGTERM, one JSON line each.
+pub async fn watch_kpis(settings: &Settings) -> anyhow::Result<()> {
+    let gateway = Gateway::connect(&settings.nats).await?;
+    gateway
+        .watch(&gateway.subjects().kpi_all(), shutdown_signal(), |payload| {
+            println!("{}", String::from_utf8_lossy(payload))
+        })
+        .await?;
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn epoch_ms() -> u64 {
+    now_ms()
 }
 
 /// Serves on NATS until SIGINT or SIGTERM.
@@ -289,7 +401,16 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
         None
     };
     let gateway = Gateway::connect(&settings.nats).await?;
-    gateway.serve(ActorApi { actors }, events_rx, shutdown_signal()).await?;
+    let api = ActorApi {
+        actors,
+        planner: settings.planner.clone(),
+        adaptive: settings.kpi.adaptive.clone(),
+        discovery_retries: Retries {
+            max_retries: settings.planner_discovery_max_retries,
+            backoff: Duration::from_millis(settings.planner_discovery_retry_backoff_ms),
+        },
+    };
+    gateway.serve(api, events_rx, shutdown_signal()).await?;
     Ok(())
 }
 
@@ -308,5 +429,36 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = terminate => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[actix_rt::test]
+    async fn discovery_is_retried_before_a_plan_falls_back() {
+        let retries = Retries { max_retries: 1, backoff: Duration::from_millis(5) };
+        let calls = Cell::new(0);
+        let flaky = || {
+            calls.set(calls.get() + 1);
+            let call = calls.get();
+            async move {
+                if call == 1 {
+                    Err("embedder busy".to_string())
+                } else {
+                    Ok(call)
+                }
+            }
+        };
+        assert_eq!(with_retries(retries, flaky).await, Ok(2));
+        calls.set(0);
+        let failing = || {
+            calls.set(calls.get() + 1);
+            async { Err::<u32, _>("embedder down".to_string()) }
+        };
+        assert_eq!(with_retries(retries, failing).await, Err("embedder down".to_string()));
+        assert_eq!(calls.get(), 2, "one try and one retry");
     }
 }

@@ -6,7 +6,8 @@
 //! by `deny_unknown_fields` and reported with its name.
 
 use crate::core::discovery::DiscoveryConfig;
-use crate::core::kpi_window::{AlertPolicy, ScopeMode};
+use crate::core::kpi_window::{AlertPolicy, ScopeMode, ToolSelectionMode, WindowSpec};
+use crate::core::turn_planner::{AdaptivePolicy, PlannerDefaults, ToolFailureMode};
 use crate::sources::manifest_dir::ScanLimits;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -50,6 +51,7 @@ pub struct RawSettings {
     pub embedder: RawEmbedder,
     pub nats: RawNats,
     pub kpi: RawKpi,
+    pub planner: RawPlanner,
     pub metrics: RawMetrics,
 }
 
@@ -90,6 +92,22 @@ pub struct RawKpi {
     pub alert_below_weighted_success_rate: f32,
     pub alert_min_samples: usize,
     pub alert_cooldown_ms: u64,
+    pub horizon_ms: u64,
+    pub adaptive_enabled: bool,
+    pub adaptive_min_samples: usize,
+    pub adaptive_min_weighted_success_rate: f32,
+    pub adaptive_recover_weighted_success_rate: f32,
+    pub adaptive_force_all_tools_when_degraded: bool,
+    pub adaptive_force_fail_open_when_degraded: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlanner {
+    pub default_tool_failure_mode: ToolFailureMode,
+    pub default_tool_selection_mode: ToolSelectionMode,
+    pub discovery_max_retries: u32,
+    pub discovery_retry_backoff_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -119,6 +137,9 @@ pub struct Settings {
     pub embedder_dimensions: usize,
     pub nats: NatsSettings,
     pub kpi: KpiSettings,
+    pub planner: PlannerDefaults,
+    pub planner_discovery_max_retries: u32,
+    pub planner_discovery_retry_backoff_ms: u64,
     pub metrics_listen_addr: Option<SocketAddr>,
 }
 
@@ -132,9 +153,10 @@ pub struct NatsSettings {
 
 #[derive(Clone, Debug)]
 pub struct KpiSettings {
-    pub rolling_window_size: usize,
+    pub window: WindowSpec,
     pub scope: ScopeMode,
     pub alerts: AlertPolicy,
+    pub adaptive: AdaptivePolicy,
 }
 
 impl Settings {
@@ -209,13 +231,63 @@ impl Settings {
                 format!("must be in 1..=100000, got {}", raw.kpi.rolling_window_size),
             ));
         }
-        let threshold = raw.kpi.alert_below_weighted_success_rate;
-        if !(threshold.is_finite() && (0.0..=1.0).contains(&threshold)) {
+        let rate = |field: &str, value: f32| {
+            if value.is_finite() && (0.0..=1.0).contains(&value) {
+                Ok(value)
+            } else {
+                Err(invalid(field, format!("must be a number in [0, 1], got {value}")))
+            }
+        };
+        let threshold = rate("kpi.alert_below_weighted_success_rate", raw.kpi.alert_below_weighted_success_rate)?;
+        let adaptive_min = rate("kpi.adaptive_min_weighted_success_rate", raw.kpi.adaptive_min_weighted_success_rate)?;
+        let adaptive_recover =
+            rate("kpi.adaptive_recover_weighted_success_rate", raw.kpi.adaptive_recover_weighted_success_rate)?;
+        if adaptive_recover < adaptive_min {
             return Err(invalid(
-                "kpi.alert_below_weighted_success_rate",
-                format!("must be a number in [0, 1], got {threshold}"),
+                "kpi.adaptive_recover_weighted_success_rate",
+                format!(
+                    "must be at least kpi.adaptive_min_weighted_success_rate ({adaptive_min}), got {adaptive_recover}"
+                ),
             ));
         }
+        for (field, value) in [
+            ("kpi.alert_min_samples", raw.kpi.alert_min_samples),
+            ("kpi.adaptive_min_samples", raw.kpi.adaptive_min_samples),
+        ] {
+            if !(1..=raw.kpi.rolling_window_size).contains(&value) {
+                return Err(invalid(
+                    field,
+                    format!("must be in 1..=kpi.rolling_window_size ({}), got {value}", raw.kpi.rolling_window_size),
+                ));
+            }
+        }
+        const DAY_MS: u64 = 86_400_000;
+        if raw.kpi.alert_cooldown_ms > DAY_MS {
+            return Err(invalid(
+                "kpi.alert_cooldown_ms",
+                format!("must be at most {DAY_MS}, got {}", raw.kpi.alert_cooldown_ms),
+            ));
+        }
+        if raw.kpi.horizon_ms > 365 * DAY_MS {
+            return Err(invalid(
+                "kpi.horizon_ms",
+                format!("must be at most {}, got {}", 365 * DAY_MS, raw.kpi.horizon_ms),
+            ));
+        }
+        if raw.planner.discovery_max_retries > 5 {
+            return Err(invalid(
+                "planner.discovery_max_retries",
+                format!("must be at most 5, got {}", raw.planner.discovery_max_retries),
+            ));
+        }
+        if raw.planner.discovery_retry_backoff_ms > 10_000 {
+            return Err(invalid(
+                "planner.discovery_retry_backoff_ms",
+                format!("must be at most 10000, got {}", raw.planner.discovery_retry_backoff_ms),
+            ));
+        }
+        let window = WindowSpec::new(raw.kpi.rolling_window_size, raw.kpi.horizon_ms)
+            .ok_or_else(|| invalid("kpi.rolling_window_size", "must not be 0".into()))?;
         let metrics_listen_addr = match raw.metrics.listen_addr.trim() {
             "" => None,
             text => Some(
@@ -259,7 +331,7 @@ impl Settings {
                 max_payload_bytes: raw.nats.max_payload_bytes,
             },
             kpi: KpiSettings {
-                rolling_window_size: raw.kpi.rolling_window_size,
+                window,
                 scope: raw.kpi.scope,
                 alerts: AlertPolicy {
                     enabled: raw.kpi.emit_alerts,
@@ -267,7 +339,21 @@ impl Settings {
                     min_samples: raw.kpi.alert_min_samples,
                     cooldown_ms: raw.kpi.alert_cooldown_ms,
                 },
+                adaptive: AdaptivePolicy {
+                    enabled: raw.kpi.adaptive_enabled,
+                    min_samples: raw.kpi.adaptive_min_samples,
+                    min_weighted_success_rate: adaptive_min,
+                    recover_weighted_success_rate: adaptive_recover,
+                    force_all_tools_when_degraded: raw.kpi.adaptive_force_all_tools_when_degraded,
+                    force_fail_open_when_degraded: raw.kpi.adaptive_force_fail_open_when_degraded,
+                },
             },
+            planner: PlannerDefaults {
+                tool_failure_mode: raw.planner.default_tool_failure_mode,
+                tool_selection_mode: raw.planner.default_tool_selection_mode,
+            },
+            planner_discovery_max_retries: raw.planner.discovery_max_retries,
+            planner_discovery_retry_backoff_ms: raw.planner.discovery_retry_backoff_ms,
             metrics_listen_addr,
         })
     }
@@ -406,7 +492,9 @@ mod tests {
         let settings = Settings::load(None, &env(&[])).unwrap();
         assert_eq!(settings.discovery, DiscoveryConfig::default());
         assert_eq!(settings.kpi.alerts, AlertPolicy::default());
-        assert_eq!(settings.kpi.rolling_window_size, 100);
+        assert_eq!(settings.kpi.window, WindowSpec::new(100, 0).unwrap());
+        assert_eq!(settings.kpi.adaptive, AdaptivePolicy::default());
+        assert_eq!(settings.planner, PlannerDefaults::default());
         assert_eq!(settings.kpi.scope, ScopeMode::OrganizationPersona);
         assert_eq!(settings.nats.subject_prefix, "capdex.v1");
     }
@@ -443,6 +531,21 @@ mod tests {
         assert!(err.to_string().contains("CAPDEX_DISCOVERY_TIER1_TOP_K"), "{err}");
         let err = Settings::load(None, &env(&[("CAPDEX_KPI_ALERT_BELOW_WEIGHTED_SUCCESS_RATE", "nan")])).unwrap_err();
         assert!(err.to_string().contains("kpi.alert_below_weighted_success_rate"), "{err}");
+        for (name, value, field) in [
+            ("CAPDEX_KPI_ADAPTIVE_MIN_WEIGHTED_SUCCESS_RATE", "NaN", "kpi.adaptive_min_weighted_success_rate"),
+            ("CAPDEX_KPI_ADAPTIVE_RECOVER_WEIGHTED_SUCCESS_RATE", "0.5", "kpi.adaptive_recover_weighted_success_rate"),
+            ("CAPDEX_KPI_ALERT_BELOW_WEIGHTED_SUCCESS_RATE", "1.5", "kpi.alert_below_weighted_success_rate"),
+            ("CAPDEX_KPI_ALERT_MIN_SAMPLES", "0", "kpi.alert_min_samples"),
+            ("CAPDEX_KPI_ADAPTIVE_MIN_SAMPLES", "101", "kpi.adaptive_min_samples"),
+            ("CAPDEX_KPI_ALERT_COOLDOWN_MS", "99999999999", "kpi.alert_cooldown_ms"),
+        ] {
+            let err = Settings::load(None, &env(&[(name, value)])).unwrap_err();
+            assert!(err.to_string().contains(field), "{name}={value}: {err}");
+        }
+        let err = Settings::load(None, &env(&[("CAPDEX_KPI_ALERT_BELOW_WEIGHTED_SUCCESS_RATE", "low")])).unwrap_err();
+        assert!(err.to_string().contains("CAPDEX_KPI_ALERT_BELOW_WEIGHTED_SUCCESS_RATE"), "{err}");
+        let err = Settings::load(None, &env(&[("CAPDEX_PLANNER_DEFAULT_TOOL_FAILURE_MODE", "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("maybe"), "{err}");
         let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_TIER2_TOP_K", "9")])).unwrap_err();
         assert!(err.to_string().contains("discovery.tier2_top_k"), "{err}");
         let dir = tempfile::tempdir().unwrap();

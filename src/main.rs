@@ -171,6 +171,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print every scope's current KPI from the data dir, or follow KPI events over NATS.
+    ///
+    /// Without --watch it reads data_dir (so capdex serve must not be running on it);
+    /// with --watch it prints each <prefix>.kpi.<scope> event as one JSON line.
+    Kpi {
+        /// Print JSON (one array) instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Follow the KPI events published on NATS until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
 }
 
 /// Capability files to index besides the folders.
@@ -298,6 +310,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Observe { node, workspace, edge_kinds, json } => {
             scg_cli::observe(&settings, &node, workspace.as_deref(), &edge_kinds, json)
         }
+        Command::Kpi { json, watch } => {
+            if watch {
+                system.block_on(capdex::app::watch_kpis(&settings))
+            } else {
+                print_kpis(&capdex::app::stored_kpis(&settings, capdex::app::epoch_ms())?, json)
+            }
+        }
     }
 }
 
@@ -373,6 +392,31 @@ async fn index_once(settings: &Settings, files: &SourceFiles, json: bool) -> any
         sync.removed,
         sync.version
     );
+    Ok(())
+}
+
+fn print_kpis(kpis: &[capdex::core::kpi_window::Kpi], json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(kpis).context("failed to encode the KPIs")?);
+        return Ok(());
+    }
+    println!(
+        "{:<32} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8}",
+        "scope", "samples", "success", "partial", "failed", "success%", "avgScore", "weighted"
+    );
+    for kpi in kpis {
+        println!(
+            "{:<32} {:>7} {:>7} {:>7} {:>7} {:>8.3} {:>8.3} {:>8.3}",
+            kpi.scope_key,
+            kpi.sample_count,
+            kpi.success_count,
+            kpi.partial_count,
+            kpi.failed_count,
+            kpi.success_rate,
+            kpi.average_score,
+            kpi.weighted_success_rate
+        );
+    }
     Ok(())
 }
 

@@ -3,8 +3,15 @@
 //! Metric names follow `capdex_<name>_<unit>[_total]` with low-cardinality labels:
 //! `capdex_discover_requests_total`, `capdex_discover_duration_seconds`,
 //! `capdex_capabilities_indexed`, `capdex_embedder_texts_total`,
-//! `capdex_outcomes_total{status}`, `capdex_kpi_alerts_total{severity}`,
+//! `capdex_outcomes_total{status}`, `capdex_outcomes_duplicate_total`,
+//! `capdex_kpi_alerts_total{severity}` (severity `warning`, `critical`, `recovered`),
+//! `capdex_kpi_scopes`, `capdex_kpi_scopes_alerting`, `capdex_kpi_scopes_adaptive_degraded`
+//! (gauges: scopes held, scopes in alert, scopes planned adaptively),
+//! `capdex_plans_total{selection_mode, fallback_reason}`,
+//! `capdex_store_flush_duration_seconds`, `capdex_store_flush_callers` (group-commit batch sizes),
 //! `capdex_dispatch_total{outcome}`, `capdex_request_errors_total{code}`.
+//! Per-scope KPI values are not labels (scopes are unbounded): they are on
+//! `capdex.v1.kpi.<scope>` and `capdex kpi`.
 
 use crate::config::LogFormat;
 use std::net::SocketAddr;

@@ -1,14 +1,27 @@
 //! Rolling task-outcome windows, their KPIs, and alert decisions.
 //!
-//! A [`KpiWindow`] keeps the last `rolling_window_size` outcomes of one scope.
-//! Its [`Kpi`] carries counts, the plain success rate, the mean score and a
-//! recency-weighted success rate: the mean score with weights that halve every
-//! `window / 4` samples going back, so a recent slump shows before it has
-//! filled the window. [`AlertPolicy::evaluate`] turns a KPI into an alert or a
-//! recovery, with a per-scope cooldown.
+//! An [`OutcomeReport`] is validated whole into a [`Sample`] before anything
+//! changes ([`OutcomeReport::validate`]). A [`KpiWindow`] keeps, per scope,
+//! the last `capacity` samples that are also within the optional time horizon
+//! ([`WindowSpec`]); which samples are live is decided in one place,
+//! [`horizon_start_ms`]. Its [`Kpi`] carries counts, the plain success rate,
+//! the mean score, and the recency-weighted success rate (see
+//! [`KpiWindow::kpi`] for its exact definition). [`AlertPolicy::evaluate`]
+//! turns a KPI into an alert or a recovery, with a per-scope cooldown, and
+//! [`record`] applies one sample to a scope's window and state.
 
+use crate::core::turn_planner::{AdaptivePolicy, AdaptiveState};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+
+/// The longest id (`turnId`, `organizationId`, `personaId`, capability id) accepted, in characters.
+pub const MAX_ID_CHARS: usize = 256;
+/// The most capability ids one outcome may list.
+pub const MAX_CAPABILITIES: usize = 256;
+/// A score at or above this is a success when no status is given.
+pub const SUCCESS_MIN_SCORE: f32 = 0.7;
+/// A score at or above this (and below [`SUCCESS_MIN_SCORE`]) is a partial success.
+pub const PARTIAL_MIN_SCORE: f32 = 0.3;
 
 /// How a turn ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,14 +42,23 @@ impl OutcomeStatus {
         }
     }
 
-    /// The status a bare score stands for: ≥ 0.75 success, ≥ 0.25 partial.
+    /// The status a bare score stands for: ≥ 0.7 success, ≥ 0.3 partial, else failed
+    /// (the design's bands for a numeric `taskOutcome`).
     pub fn from_score(score: f32) -> OutcomeStatus {
-        if score >= 0.75 {
+        if score >= SUCCESS_MIN_SCORE {
             OutcomeStatus::Success
-        } else if score >= 0.25 {
+        } else if score >= PARTIAL_MIN_SCORE {
             OutcomeStatus::Partial
         } else {
             OutcomeStatus::Failed
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeStatus::Success => "success",
+            OutcomeStatus::Partial => "partial",
+            OutcomeStatus::Failed => "failed",
         }
     }
 }
@@ -104,13 +126,16 @@ pub struct OutcomeReport {
     pub tool_selection_mode: Option<ToolSelectionMode>,
 }
 
-/// One scored task outcome.
+/// One scored task outcome. `turn` is a 64-bit FNV-1a hash of the `turnId`,
+/// used to count a retried outcome once.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sample {
     pub status: OutcomeStatus,
     pub score: f32,
     pub at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u64>,
 }
 
 /// Rejections of an outcome.
@@ -120,20 +145,120 @@ pub enum OutcomeError {
     ScoreOutOfRange(f32),
     #[error("an outcome needs a status or a score")]
     Missing,
+    #[error("status {status} contradicts score {score} (a {status} scores {band})")]
+    Contradiction { status: &'static str, score: f32, band: &'static str },
+    #[error("{field} {problem}")]
+    BadId { field: &'static str, problem: String },
+    #[error("capabilities lists {0} ids, the limit is {MAX_CAPABILITIES}")]
+    TooManyCapabilities(usize),
 }
 
 impl Sample {
-    /// Builds a sample from a status and/or a score; the score wins when both are given.
+    /// Builds a sample from a status and/or a score. When both are given they
+    /// must agree on the band ([`OutcomeStatus::from_score`]).
     pub fn new(status: Option<OutcomeStatus>, score: Option<f32>, at_ms: u64) -> Result<Sample, OutcomeError> {
         match (status, score) {
             (_, Some(score)) if !(score.is_finite() && (0.0..=1.0).contains(&score)) => {
                 Err(OutcomeError::ScoreOutOfRange(score))
             }
-            (Some(status), Some(score)) => Ok(Sample { status, score, at_ms }),
-            (None, Some(score)) => Ok(Sample { status: OutcomeStatus::from_score(score), score, at_ms }),
-            (Some(status), None) => Ok(Sample { status, score: status.score(), at_ms }),
+            (Some(status), Some(score)) if OutcomeStatus::from_score(score) != status => {
+                Err(OutcomeError::Contradiction { status: status.as_str(), score, band: band(status) })
+            }
+            (Some(status), Some(score)) => Ok(Sample { status, score, at_ms, turn: None }),
+            (None, Some(score)) => Ok(Sample { status: OutcomeStatus::from_score(score), score, at_ms, turn: None }),
+            (Some(status), None) => Ok(Sample { status, score: status.score(), at_ms, turn: None }),
             (None, None) => Err(OutcomeError::Missing),
         }
+    }
+}
+
+fn band(status: OutcomeStatus) -> &'static str {
+    match status {
+        OutcomeStatus::Success => "at least 0.7",
+        OutcomeStatus::Partial => "from 0.3 up to 0.7",
+        OutcomeStatus::Failed => "below 0.3",
+    }
+}
+
+impl OutcomeReport {
+    /// Checks every field and returns the sample the report stands for; it
+    /// changes nothing, so a refused report leaves no trace.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use capdex::core::kpi_window::{OutcomeReport, OutcomeStatus};
+    /// let report = OutcomeReport { status: Some(OutcomeStatus::Partial), ..Default::default() };
+    /// assert_eq!(report.validate(7).unwrap().score, 0.5);
+    /// assert!(OutcomeReport::default().validate(7).is_err());
+    /// ```
+    pub fn validate(&self, at_ms: u64) -> Result<Sample, OutcomeError> {
+        check_id("turnId", self.turn_id.as_deref())?;
+        check_id("organizationId", self.organization_id.as_deref())?;
+        check_id("personaId", self.persona_id.as_deref())?;
+        if self.capabilities.len() > MAX_CAPABILITIES {
+            return Err(OutcomeError::TooManyCapabilities(self.capabilities.len()));
+        }
+        for id in &self.capabilities {
+            check_id("capabilities[]", Some(id))?;
+        }
+        let mut sample = Sample::new(self.status, self.score, at_ms)?;
+        sample.turn = self.turn_id.as_deref().map(fnv1a64);
+        Ok(sample)
+    }
+}
+
+/// Ids are non-empty, at most [`MAX_ID_CHARS`] characters, and free of control characters.
+fn check_id(field: &'static str, id: Option<&str>) -> Result<(), OutcomeError> {
+    let Some(id) = id else { return Ok(()) };
+    let problem = if id.is_empty() {
+        "must not be empty".to_string()
+    } else if id.chars().count() > MAX_ID_CHARS {
+        format!("is longer than {MAX_ID_CHARS} characters")
+    } else if id.chars().any(char::is_control) {
+        "must not contain control characters".to_string()
+    } else {
+        return Ok(());
+    };
+    Err(OutcomeError::BadId { field, problem })
+}
+
+fn fnv1a64(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The shape of every window: how many samples it keeps, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowSpec {
+    capacity: usize,
+    horizon_ms: u64,
+}
+
+impl WindowSpec {
+    /// Returns a spec, `None` for a zero capacity. A zero `horizon_ms` keeps samples regardless of age.
+    pub fn new(capacity: usize, horizon_ms: u64) -> Option<WindowSpec> {
+        (capacity > 0).then_some(WindowSpec { capacity, horizon_ms })
+    }
+
+    pub fn capacity(self) -> usize {
+        self.capacity
+    }
+
+    pub fn horizon_ms(self) -> u64 {
+        self.horizon_ms
+    }
+}
+
+/// Returns the oldest timestamp still inside the horizon at `now_ms`: a
+/// sample is live exactly when `sample.at_ms >= horizon_start_ms(..)`.
+/// With the horizon off (`0`) every sample is live. This is the only place
+/// that decides whether a sample is stale.
+pub fn horizon_start_ms(now_ms: u64, horizon_ms: u64) -> u64 {
+    if horizon_ms == 0 {
+        0
+    } else {
+        now_ms.saturating_sub(horizon_ms)
     }
 }
 
@@ -152,28 +277,89 @@ pub struct Kpi {
     pub updated_at_ms: u64,
 }
 
-/// The last `capacity` outcomes of one scope.
+/// What [`KpiWindow::push`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Appended; `evicted` samples left from the front (too many or too old).
+    Appended { evicted: usize },
+    /// A sample of the same turn is already in the window: nothing changed.
+    Duplicate,
+}
+
+/// The live samples of one scope, oldest first, timestamps never decreasing.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KpiWindow {
-    capacity: usize,
+    spec: WindowSpec,
     samples: VecDeque<Sample>,
 }
 
 impl KpiWindow {
-    /// Returns an empty window, `None` for a zero capacity.
-    pub fn new(capacity: usize) -> Option<KpiWindow> {
-        (capacity > 0).then(|| KpiWindow { capacity, samples: VecDeque::with_capacity(capacity) })
+    /// Returns an empty window.
+    pub fn new(spec: WindowSpec) -> KpiWindow {
+        KpiWindow { spec, samples: VecDeque::with_capacity(spec.capacity.min(1024)) }
     }
 
-    /// Appends a sample, dropping the oldest when full.
-    pub fn push(&mut self, sample: Sample) {
-        if self.samples.len() == self.capacity {
+    /// Rebuilds a window from stored samples (oldest first) under `spec`,
+    /// keeping the newest `capacity` of them; returns how many were dropped
+    /// from the front.
+    pub fn restore(spec: WindowSpec, stored: impl IntoIterator<Item = Sample>) -> (KpiWindow, usize) {
+        let mut window = KpiWindow::new(spec);
+        let mut dropped = 0;
+        for sample in stored {
+            window.append(sample);
+            if window.samples.len() > spec.capacity {
+                window.samples.pop_front();
+                dropped += 1;
+            }
+        }
+        (window, dropped)
+    }
+
+    pub fn spec(&self) -> WindowSpec {
+        self.spec
+    }
+
+    /// Appends a sample observed at `sample.at_ms` (also "now"), first
+    /// dropping stale samples, then the oldest while over capacity. A sample
+    /// whose turn is among the live samples is refused as a duplicate.
+    pub fn push(&mut self, sample: Sample) -> Pushed {
+        let live = self.first_live(sample.at_ms);
+        if sample.turn.is_some() && self.samples.range(live..).any(|s| s.turn == sample.turn) {
+            return Pushed::Duplicate;
+        }
+        let mut evicted = self.evict(sample.at_ms);
+        self.append(sample);
+        if self.samples.len() > self.spec.capacity {
             self.samples.pop_front();
+            evicted += 1;
+        }
+        debug_assert!(self.samples.len() <= self.spec.capacity);
+        Pushed::Appended { evicted }
+    }
+
+    /// Drops the samples that are stale at `now_ms`; returns how many.
+    pub fn evict(&mut self, now_ms: u64) -> usize {
+        let stale = self.first_live(now_ms);
+        self.samples.drain(..stale);
+        stale
+    }
+
+    /// Appends, clamping a timestamp that went backwards (a clock step) to the
+    /// newest one so the window stays ordered by time.
+    fn append(&mut self, mut sample: Sample) {
+        if let Some(last) = self.samples.back() {
+            sample.at_ms = sample.at_ms.max(last.at_ms);
         }
         self.samples.push_back(sample);
-        debug_assert!(self.samples.len() <= self.capacity);
     }
 
+    /// The index of the first sample live at `now_ms`.
+    fn first_live(&self, now_ms: u64) -> usize {
+        let start = horizon_start_ms(now_ms, self.spec.horizon_ms);
+        self.samples.partition_point(|s| s.at_ms < start)
+    }
+
+    /// Every stored sample, oldest first (stale ones included until the next push).
     pub fn len(&self) -> usize {
         self.samples.len()
     }
@@ -186,29 +372,44 @@ impl KpiWindow {
         self.samples.iter()
     }
 
-    /// Computes the KPI of the window.
-    pub fn kpi(&self, scope_key: &str) -> Kpi {
-        let n = self.samples.len();
-        let count = |status| self.samples.iter().filter(|s| s.status == status).count();
-        let success_count = count(OutcomeStatus::Success);
-        let half_life = (self.capacity as f32 / 4.0).max(1.0);
-        let (mut weighted, mut weights) = (0.0f32, 0.0f32);
-        for (age, sample) in self.samples.iter().rev().enumerate() {
-            let weight = 0.5f32.powf(age as f32 / half_life);
-            weighted += weight * sample.score;
+    /// Computes the KPI of the samples live at `now_ms`.
+    ///
+    /// `successRate` is successes / samples and `averageScore` the mean score.
+    /// `weightedSuccessRate` is the mean score weighted by recency: the
+    /// newest sample weighs 1, and each step back in the window multiplies
+    /// the weight by `0.5^(1/h)` with `h = max(1, capacity / 4)`, so weights
+    /// halve every quarter window (25 samples at the default size of 100):
+    /// `Σ wᵢ·scoreᵢ / Σ wᵢ`. A recent slump therefore shows long before it
+    /// fills the window, and a recovery lifts it as fast. All rates are in
+    /// [0, 1], and 0 for an empty window.
+    pub fn kpi(&self, scope_key: &str, now_ms: u64) -> Kpi {
+        let live = self.samples.range(self.first_live(now_ms)..);
+        let n = live.len();
+        let (mut success_count, mut partial_count, mut failed_count, mut score_sum) = (0, 0, 0, 0.0f64);
+        let decay = 0.5f64.powf(1.0 / (self.spec.capacity as f64 / 4.0).max(1.0));
+        let (mut weight, mut weighted, mut weights) = (1.0f64, 0.0f64, 0.0f64);
+        for sample in live.clone().rev() {
+            match sample.status {
+                OutcomeStatus::Success => success_count += 1,
+                OutcomeStatus::Partial => partial_count += 1,
+                OutcomeStatus::Failed => failed_count += 1,
+            }
+            score_sum += f64::from(sample.score);
+            weighted += weight * f64::from(sample.score);
             weights += weight;
+            weight *= decay;
         }
-        let ratio = |a: f32, b: f32| if b > 0.0 { a / b } else { 0.0 };
+        let ratio = |a: f64, b: f64| if b > 0.0 { (a / b).clamp(0.0, 1.0) as f32 } else { 0.0 };
         Kpi {
             scope_key: scope_key.to_string(),
             sample_count: n,
             success_count,
-            partial_count: count(OutcomeStatus::Partial),
-            failed_count: count(OutcomeStatus::Failed),
-            success_rate: ratio(success_count as f32, n as f32),
-            average_score: ratio(self.samples.iter().map(|s| s.score).sum(), n as f32),
+            partial_count,
+            failed_count,
+            success_rate: ratio(success_count as f64, n as f64),
+            average_score: ratio(score_sum, n as f64),
             weighted_success_rate: ratio(weighted, weights),
-            updated_at_ms: self.samples.back().map_or(0, |s| s.at_ms),
+            updated_at_ms: live.last().map_or(0, |s| s.at_ms),
         }
     }
 }
@@ -251,12 +452,19 @@ pub struct AlertEvent {
 
 impl AlertPolicy {
     /// Decides whether `kpi` raises an alert (or a recovery) and updates `state`.
+    ///
+    /// An alert needs at least `min_samples` samples and a weighted success
+    /// rate below the threshold, and at most one alert per `cooldown_ms` per
+    /// scope; it is `critical` below half the threshold, else `warning`. A
+    /// degraded scope whose rate climbs back to the threshold gets one
+    /// `recovered` event (no cooldown, never before an alert).
     pub fn evaluate(&self, kpi: &Kpi, state: &mut AlertState, now_ms: u64) -> Option<AlertEvent> {
         if !self.enabled || kpi.sample_count < self.min_samples {
             return None;
         }
         let value = kpi.weighted_success_rate;
         let threshold = self.below_weighted_success_rate;
+        debug_assert!(threshold.is_finite(), "thresholds are validated in config");
         let event = |severity: &str, reason: String| AlertEvent {
             severity: severity.to_string(),
             reason,
@@ -284,10 +492,64 @@ impl AlertPolicy {
     }
 }
 
+/// A scope's alerting and adaptive-execution memory, stored beside its window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScopeMeta {
+    pub alert: AlertState,
+    pub adaptive: AdaptiveState,
+}
+
+/// What recording one sample did to a scope.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    pub kpi: Kpi,
+    pub alert: Option<AlertEvent>,
+    /// How many samples left the window's front.
+    pub evicted: usize,
+    /// Whether the scope's [`ScopeMeta`] changed (and must be stored).
+    pub meta_changed: bool,
+    /// The sample was a retry of a turn already counted: nothing changed.
+    pub duplicate: bool,
+}
+
+/// Applies one sample to a scope: window, KPI, alert and adaptive state.
+pub fn record(
+    scope_key: &str,
+    window: &mut KpiWindow,
+    meta: &mut ScopeMeta,
+    sample: Sample,
+    alerts: &AlertPolicy,
+    adaptive: &AdaptivePolicy,
+) -> Recorded {
+    let now_ms = sample.at_ms;
+    match window.push(sample) {
+        Pushed::Duplicate => Recorded {
+            kpi: window.kpi(scope_key, now_ms),
+            alert: None,
+            evicted: 0,
+            meta_changed: false,
+            duplicate: true,
+        },
+        Pushed::Appended { evicted } => {
+            let kpi = window.kpi(scope_key, now_ms);
+            let before = meta.clone();
+            let alert = alerts.evaluate(&kpi, &mut meta.alert, now_ms);
+            adaptive.update(&kpi, &mut meta.adaptive, now_ms);
+            let meta_changed = *meta != before;
+            Recorded { kpi, alert, evicted, meta_changed, duplicate: false }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn spec(capacity: usize) -> WindowSpec {
+        WindowSpec::new(capacity, 0).unwrap()
+    }
 
     fn sample(status: OutcomeStatus, at_ms: u64) -> Sample {
         Sample::new(Some(status), None, at_ms).unwrap()
@@ -295,7 +557,7 @@ mod tests {
 
     #[test]
     fn kpi_counts_and_rates() {
-        let mut window = KpiWindow::new(4).unwrap();
+        let mut window = KpiWindow::new(spec(4));
         for (i, status) in [
             OutcomeStatus::Failed,
             OutcomeStatus::Success,
@@ -308,13 +570,81 @@ mod tests {
         {
             window.push(sample(status, i as u64));
         }
-        let kpi = window.kpi("global");
+        let kpi = window.kpi("global", 4);
         assert_eq!((kpi.sample_count, kpi.success_count, kpi.partial_count, kpi.failed_count), (4, 3, 1, 0));
         assert_eq!(kpi.success_rate, 0.75);
         assert_eq!(kpi.average_score, 0.875);
         // The partial outcome is the oldest here, so recency weighting rates the window higher.
         assert!(kpi.weighted_success_rate > kpi.average_score);
         assert_eq!(kpi.updated_at_ms, 4);
+    }
+
+    #[test]
+    fn weighted_rate_follows_the_documented_formula() {
+        // Capacity 8: h = 2, so weights go 1, 2^-1/2, 2^-1, ... newest first.
+        let mut window = KpiWindow::new(spec(8));
+        window.push(sample(OutcomeStatus::Success, 0));
+        window.push(sample(OutcomeStatus::Failed, 1));
+        let w = 0.5f64.sqrt();
+        let expected = (w * 1.0) / (1.0 + w);
+        assert!((f64::from(window.kpi("s", 1).weighted_success_rate) - expected).abs() < 1e-6);
+        // A slump after many successes shows in the weighted rate before the average.
+        let mut window = KpiWindow::new(spec(100));
+        for i in 0..80 {
+            window.push(sample(OutcomeStatus::Success, i));
+        }
+        for i in 80..100 {
+            window.push(sample(OutcomeStatus::Failed, i));
+        }
+        let kpi = window.kpi("s", 100);
+        assert_eq!(kpi.average_score, 0.8);
+        assert!(kpi.weighted_success_rate < 0.55, "{kpi:?}");
+    }
+
+    #[test]
+    fn the_horizon_drops_stale_samples() {
+        let mut window = KpiWindow::new(WindowSpec::new(10, 1_000).unwrap());
+        window.push(sample(OutcomeStatus::Failed, 0));
+        window.push(sample(OutcomeStatus::Failed, 500));
+        assert_eq!(window.kpi("s", 999).sample_count, 2);
+        assert_eq!(window.kpi("s", 1_000).sample_count, 2, "at exactly the horizon a sample is live");
+        assert_eq!(window.kpi("s", 1_001).sample_count, 1);
+        assert_eq!(window.push(sample(OutcomeStatus::Success, 1_600)), Pushed::Appended { evicted: 2 });
+        assert_eq!(window.kpi("s", 1_600).success_rate, 1.0);
+        assert_eq!(window.kpi("s", 5_000).sample_count, 0);
+        assert_eq!(window.kpi("s", 5_000).weighted_success_rate, 0.0);
+    }
+
+    #[test]
+    fn retried_turns_count_once() {
+        let mut window = KpiWindow::new(spec(10));
+        let report = OutcomeReport { turn_id: Some("t1".into()), score: Some(0.9), ..Default::default() };
+        assert_eq!(window.push(report.validate(1).unwrap()), Pushed::Appended { evicted: 0 });
+        assert_eq!(window.push(report.validate(2).unwrap()), Pushed::Duplicate);
+        let other = OutcomeReport { turn_id: Some("t2".into()), score: Some(0.9), ..Default::default() };
+        assert_eq!(window.push(other.validate(3).unwrap()), Pushed::Appended { evicted: 0 });
+        assert_eq!(window.kpi("s", 3).sample_count, 2);
+        // Only live samples count: past the horizon the same turn is a new sample.
+        let mut window = KpiWindow::new(WindowSpec::new(10, 100).unwrap());
+        window.push(report.validate(1).unwrap());
+        assert_eq!(window.push(report.validate(101).unwrap()), Pushed::Duplicate);
+        assert_eq!(window.push(report.validate(102).unwrap()), Pushed::Appended { evicted: 1 });
+    }
+
+    #[test]
+    fn clock_steps_back_keep_the_window_ordered() {
+        let mut window = KpiWindow::new(spec(3));
+        window.push(sample(OutcomeStatus::Success, 100));
+        window.push(sample(OutcomeStatus::Success, 40));
+        assert_eq!(window.samples().map(|s| s.at_ms).collect::<Vec<_>>(), vec![100, 100]);
+    }
+
+    #[test]
+    fn restore_keeps_the_newest_under_a_smaller_capacity() {
+        let stored: Vec<Sample> = (0..5).map(|i| sample(OutcomeStatus::Success, i)).collect();
+        let (window, dropped) = KpiWindow::restore(spec(3), stored);
+        assert_eq!(dropped, 2);
+        assert_eq!(window.samples().map(|s| s.at_ms).collect::<Vec<_>>(), vec![2, 3, 4]);
     }
 
     #[test]
@@ -326,49 +656,115 @@ mod tests {
         assert_eq!(ScopeMode::OrganizationPersona.scope_key(None, Some("bot")), "global");
     }
 
+    fn refused(report: OutcomeReport) -> String {
+        report.validate(0).unwrap_err().to_string()
+    }
+
     #[test]
     fn bad_outcomes_are_refused() {
         assert!(matches!(Sample::new(None, Some(f32::NAN), 0), Err(OutcomeError::ScoreOutOfRange(_))));
         assert_eq!(Sample::new(None, None, 0), Err(OutcomeError::Missing));
         assert!(matches!(Sample::new(None, Some(1.5), 0), Err(OutcomeError::ScoreOutOfRange(_))));
+        assert!(matches!(Sample::new(None, Some(-0.1), 0), Err(OutcomeError::ScoreOutOfRange(_))));
         assert_eq!(Sample::new(None, Some(0.5), 0).unwrap().status, OutcomeStatus::Partial);
+        assert_eq!(Sample::new(None, Some(0.7), 0).unwrap().status, OutcomeStatus::Success);
+        assert_eq!(Sample::new(None, Some(0.29), 0).unwrap().status, OutcomeStatus::Failed);
+        assert!(Sample::new(Some(OutcomeStatus::Success), Some(0.85), 0).is_ok());
+        let contradiction = |status| OutcomeReport { status: Some(status), score: Some(0.1), ..Default::default() };
+        assert!(refused(contradiction(OutcomeStatus::Success)).contains("contradicts"));
+        let base = OutcomeReport { status: Some(OutcomeStatus::Success), ..Default::default() };
+        assert!(refused(OutcomeReport { turn_id: Some(String::new()), ..base.clone() }).starts_with("turnId"));
+        let long = "x".repeat(MAX_ID_CHARS + 1);
+        assert!(refused(OutcomeReport { organization_id: Some(long), ..base.clone() }).starts_with("organizationId"));
+        assert!(refused(OutcomeReport { persona_id: Some("a\nb".into()), ..base.clone() }).starts_with("personaId"));
+        assert!(refused(OutcomeReport { capabilities: vec![String::new()], ..base.clone() }).starts_with("capab"));
+        let many = vec!["tool:x".to_string(); MAX_CAPABILITIES + 1];
+        assert!(refused(OutcomeReport { capabilities: many, ..base.clone() }).contains("limit"));
+        assert!(base.validate(0).is_ok());
     }
 
     #[test]
     fn alerts_respect_min_samples_cooldown_and_recover() {
         let policy = AlertPolicy::default();
-        let mut window = KpiWindow::new(100).unwrap();
+        let mut window = KpiWindow::new(spec(100));
         let mut state = AlertState::default();
         for i in 0..7 {
             window.push(sample(OutcomeStatus::Failed, i));
-            assert_eq!(policy.evaluate(&window.kpi("g"), &mut state, i), None);
+            assert_eq!(policy.evaluate(&window.kpi("g", i), &mut state, i), None);
         }
         window.push(sample(OutcomeStatus::Failed, 7));
-        let alert = policy.evaluate(&window.kpi("g"), &mut state, 7).unwrap();
+        let alert = policy.evaluate(&window.kpi("g", 7), &mut state, 7).unwrap();
         assert_eq!((alert.severity.as_str(), alert.sample_count), ("critical", 8));
         window.push(sample(OutcomeStatus::Failed, 8));
-        assert_eq!(policy.evaluate(&window.kpi("g"), &mut state, 1_000), None, "cooldown holds");
-        assert!(policy.evaluate(&window.kpi("g"), &mut state, 60_007).is_some(), "cooldown over");
+        assert_eq!(policy.evaluate(&window.kpi("g", 8), &mut state, 1_000), None, "cooldown holds");
+        assert!(policy.evaluate(&window.kpi("g", 8), &mut state, 60_007).is_some(), "cooldown over");
         for i in 0..30 {
             window.push(sample(OutcomeStatus::Success, 70_000 + i));
         }
-        let recovered = policy.evaluate(&window.kpi("g"), &mut state, 70_030).unwrap();
+        let recovered = policy.evaluate(&window.kpi("g", 70_030), &mut state, 70_030).unwrap();
         assert_eq!(recovered.severity, "recovered");
-        assert_eq!(policy.evaluate(&window.kpi("g"), &mut state, 70_031), None);
+        assert_eq!(policy.evaluate(&window.kpi("g", 70_031), &mut state, 70_031), None);
+    }
+
+    #[test]
+    fn a_warning_between_half_and_the_threshold() {
+        let policy = AlertPolicy::default();
+        let mut window = KpiWindow::new(spec(100));
+        for i in 0..10 {
+            window.push(sample(OutcomeStatus::Partial, i));
+        }
+        let alert = policy.evaluate(&window.kpi("g", 10), &mut AlertState::default(), 10).unwrap();
+        assert_eq!(alert.severity, "warning");
     }
 
     proptest! {
         #[test]
         fn rates_stay_in_the_unit_interval(scores in proptest::collection::vec(0.0f32..=1.0, 0..300), capacity in 1usize..120) {
-            let mut window = KpiWindow::new(capacity).unwrap();
+            let mut window = KpiWindow::new(spec(capacity));
             for (i, score) in scores.iter().enumerate() {
                 window.push(Sample::new(None, Some(*score), i as u64).unwrap());
             }
-            let kpi = window.kpi("s");
+            let kpi = window.kpi("s", scores.len() as u64);
             prop_assert!(kpi.sample_count == scores.len().min(capacity));
             prop_assert_eq!(kpi.success_count + kpi.partial_count + kpi.failed_count, kpi.sample_count);
             for rate in [kpi.success_rate, kpi.average_score, kpi.weighted_success_rate] {
-                prop_assert!((0.0..=1.0 + 1e-5).contains(&rate));
+                prop_assert!((0.0..=1.0).contains(&rate));
+            }
+        }
+
+        /// Every window holds exactly the samples a naive model keeps: the
+        /// newest `capacity` of those within the horizon, in order.
+        #[test]
+        fn every_window_contains_only_its_samples_within_horizon(
+            steps in proptest::collection::vec((0u64..400, 0.0f32..=1.0), 1..200),
+            capacity in 1usize..50,
+            horizon_ms in prop_oneof![Just(0u64), 1u64..3_000],
+            read_after in 0u64..5_000,
+        ) {
+            let spec = WindowSpec::new(capacity, horizon_ms).unwrap();
+            let mut window = KpiWindow::new(spec);
+            let mut model: Vec<Sample> = Vec::new();
+            let mut now = 0u64;
+            for (gap, score) in steps {
+                now += gap;
+                let sample = Sample::new(None, Some(score), now).unwrap();
+                let pushed = window.push(sample);
+                prop_assert!(pushed != Pushed::Duplicate);
+                model.push(sample);
+                let start = horizon_start_ms(now, horizon_ms);
+                for s in window.samples() {
+                    prop_assert!(s.at_ms >= start && s.at_ms <= now);
+                }
+                let live: Vec<&Sample> = model.iter().filter(|s| s.at_ms >= start).collect();
+                let expected: Vec<&Sample> = live[live.len().saturating_sub(capacity)..].to_vec();
+                prop_assert_eq!(window.samples().collect::<Vec<_>>(), expected);
+            }
+            let later = now + read_after;
+            let kpi = window.kpi("s", later);
+            let start = horizon_start_ms(later, horizon_ms);
+            prop_assert_eq!(kpi.sample_count, window.samples().filter(|s| s.at_ms >= start).count());
+            for rate in [kpi.success_rate, kpi.average_score, kpi.weighted_success_rate] {
+                prop_assert!((0.0..=1.0).contains(&rate));
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The pure core: capability descriptors, manifests, texts, the built-in
 //! embedder, retrieval, the capability graph, token-budgeted tiers, KPI
-//! windows and dispatch rules.
+//! windows, dispatch rules and the turn planner.
 //!
 //! Nothing here does I/O or knows about actors, the bus or the store;
 //! `tests/tidy.rs` enforces that.
@@ -21,3 +21,4 @@ pub mod scg;
 pub mod sources;
 pub mod text;
 pub mod tiers;
+pub mod turn_planner;

@@ -9,11 +9,12 @@
 
 use crate::config::NatsSettings;
 use crate::core::discovery::DiscoveryResult;
-use crate::core::kpi_window::{AlertEvent, Kpi, OutcomeReport};
+use crate::core::kpi_window::OutcomeReport;
 use crate::core::sources::SourcesPayload;
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{
-    ApiError, Codec, DiscoverRequest, ListRequest, OutcomeReply, RegistrationReply, RemoveRequest,
+    ApiError, Codec, DiscoverReply, DiscoverRequest, ListRequest, OutcomeReply, PlanReply, PlanRequest,
+    RecordedOutcome, RegistrationReply, RemoveRequest,
 };
 use async_nats::service::{Request, ServiceExt};
 use async_nats::HeaderMap;
@@ -23,11 +24,17 @@ use serde::Serialize;
 use std::future::Future;
 use std::rc::Rc;
 
+/// The longest each shutdown step (stop the service, flush) may take.
+const SHUTDOWN_STEP: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the service asks of the rest of capdex.
 pub trait Api: 'static {
     fn discover(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<DiscoveryResult, ApiError>>;
-    /// Records an outcome; returns the scope's KPI and any alert it raised.
-    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<(Kpi, Option<AlertEvent>), ApiError>>;
+    /// Plans a turn: runs the discovery of `request` and the turn planner for `request.plan`.
+    fn plan(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<PlanReply, ApiError>>;
+    /// Records an outcome and replies once it is durable; returns the scope's
+    /// KPI and any alert it raised.
+    fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<RecordedOutcome, ApiError>>;
     fn dispatch(&self, request: serde_json::Value) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
     /// Upserts a runtime's batch of capabilities.
     fn register(&self, payload: SourcesPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
@@ -43,6 +50,8 @@ pub enum GatewayError {
     Connect { url: String, source: async_nats::ConnectError },
     #[error("failed to start the NATS service {name}: {source}")]
     Service { name: String, source: async_nats::Error },
+    #[error("failed to subscribe to {subject}: {source}")]
+    Subscribe { subject: String, source: async_nats::SubscribeError },
     #[error("failed to add endpoint {subject}: {source}")]
     Endpoint { subject: String, source: async_nats::Error },
 }
@@ -100,6 +109,7 @@ impl Gateway {
             (self.subjects.capabilities_upsert(), EndpointKind::Upsert),
             (self.subjects.capabilities_remove(), EndpointKind::Remove),
             (self.subjects.capabilities_list(), EndpointKind::List),
+            (self.subjects.plan(), EndpointKind::Plan),
         ] {
             let endpoint = service
                 .endpoint(&subject)
@@ -124,15 +134,44 @@ impl Gateway {
         tracing::info!(url = %self.settings.url, prefix = %self.subjects.prefix(), "serving on NATS");
         shutdown.await;
         tracing::info!("stopping the NATS service");
-        if let Err(err) = service.stop().await {
-            tracing::warn!(%err, "failed to stop the NATS service cleanly");
+        // Bounded, so a lost NATS server cannot keep the process from exiting.
+        match tokio::time::timeout(SHUTDOWN_STEP, service.stop()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "failed to stop the NATS service cleanly"),
+            Err(_) => tracing::warn!("the NATS service did not stop within {SHUTDOWN_STEP:?}"),
         }
         for task in loops {
             task.abort();
         }
-        if let Err(err) = self.client.flush().await {
-            tracing::warn!(%err, "failed to flush NATS on shutdown");
+        match tokio::time::timeout(SHUTDOWN_STEP, self.client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "failed to flush NATS on shutdown"),
+            Err(_) => tracing::warn!("NATS did not flush within {SHUTDOWN_STEP:?} on shutdown"),
         }
+        Ok(())
+    }
+}
+
+impl Gateway {
+    /// Calls `on_event` with the payload of every message on `subject` (a
+    /// wildcard is fine) until `shutdown` resolves.
+    pub async fn watch(
+        &self,
+        subject: &str,
+        shutdown: impl Future<Output = ()>,
+        mut on_event: impl FnMut(&[u8]),
+    ) -> Result<(), GatewayError> {
+        let mut subscription = self
+            .client
+            .subscribe(subject.to_string())
+            .await
+            .map_err(|source| GatewayError::Subscribe { subject: subject.to_string(), source })?;
+        let events = async {
+            while let Some(message) = subscription.next().await {
+                on_event(&message.payload);
+            }
+        };
+        futures::future::select(std::pin::pin!(events), std::pin::pin!(shutdown)).await;
         Ok(())
     }
 }
@@ -151,6 +190,7 @@ enum EndpointKind {
     Upsert,
     Remove,
     List,
+    Plan,
 }
 
 async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared: Rc<Shared>) {
@@ -170,16 +210,27 @@ async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared
             EndpointKind::Discover => {
                 let discover: DiscoverRequest = codec.decode(&payload, max)?;
                 discover.filter()?;
-                codec.encode(&api.discover(discover).await?)
+                if discover.plan.is_some() {
+                    let reply = api.plan(discover).await?;
+                    codec.encode(&DiscoverReply { result: reply.discovery.unwrap_or_default(), plan: Some(reply.plan) })
+                } else {
+                    codec.encode(&api.discover(discover).await?)
+                }
+            }
+            EndpointKind::Plan => {
+                let request: PlanRequest = codec.decode(&payload, max)?;
+                codec.encode(&api.plan(request.into_discover()?).await?)
             }
             EndpointKind::Outcome => {
                 let report: OutcomeReport = codec.decode(&payload, max)?;
-                let (kpi, alert) = api.outcome(report).await?;
-                publish(&shared.client, shared.subjects.kpi(&kpi.scope_key), &kpi).await;
-                if let Some(alert) = &alert {
+                let recorded = api.outcome(report).await?;
+                if !recorded.duplicate {
+                    publish(&shared.client, shared.subjects.kpi(&recorded.kpi.scope_key), &recorded.kpi).await;
+                }
+                if let Some(alert) = &recorded.alert {
                     publish(&shared.client, shared.subjects.alert(&alert.severity, &alert.scope_key), alert).await;
                 }
-                codec.encode(&OutcomeReply { accepted: true, kpi })
+                codec.encode(&OutcomeReply { accepted: true, duplicate: recorded.duplicate, kpi: recorded.kpi })
             }
             EndpointKind::Dispatch => {
                 let call: serde_json::Value = codec.decode(&payload, max)?;

@@ -54,6 +54,16 @@ impl Subjects {
         format!("{}.events.index", self.prefix)
     }
 
+    /// Turn plans.
+    pub fn plan(&self) -> String {
+        format!("{}.plan", self.prefix)
+    }
+
+    /// Every scope's KPI events (a subscription wildcard).
+    pub fn kpi_all(&self) -> String {
+        format!("{}.kpi.>", self.prefix)
+    }
+
     /// KPI events of one scope.
     pub fn kpi(&self, scope_key: &str) -> String {
         format!("{}.kpi.{}", self.prefix, token(scope_key))
@@ -86,6 +96,8 @@ mod tests {
         let subjects = Subjects::new(DEFAULT_PREFIX);
         assert_eq!(subjects.discover(), "capdex.v1.discover");
         assert_eq!(subjects.outcome(), "capdex.v1.outcome");
+        assert_eq!(subjects.plan(), "capdex.v1.plan");
+        assert_eq!(subjects.kpi_all(), "capdex.v1.kpi.>");
         assert_eq!(subjects.kpi("acme/bot"), "capdex.v1.kpi.acme_bot");
         assert_eq!(subjects.alert("warning", "a.b *>"), "capdex.v1.alert.warning.a_b___");
         assert_eq!(token(""), "_");

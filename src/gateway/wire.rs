@@ -2,7 +2,9 @@
 //! camelCase fields. Core types are reused where their shape is the wire shape.
 
 use crate::core::descriptor::CapabilityKind;
-use crate::core::discovery::DiscoveryFilter;
+use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
+use crate::core::kpi_window::{AlertEvent, Kpi, ToolSelectionMode};
+use crate::core::turn_planner::{PlanOverrides, TaskOutcome, ToolFailureMode, TurnPlan};
 use serde::{Deserialize, Serialize};
 
 /// The longest discovery query accepted, in characters.
@@ -24,6 +26,132 @@ pub struct DiscoverRequest {
     pub only_available: bool,
     #[serde(default)]
     pub excluded_capability_ids: Vec<String>,
+    /// Asks for the turn plan too (`{}` for the defaults), with the scope and overrides.
+    #[serde(default)]
+    pub plan: Option<PlanOptions>,
+}
+
+/// The turn-planning part of a request: the turn's scope and its overrides.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanOptions {
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub organization_id: Option<String>,
+    #[serde(default)]
+    pub persona_id: Option<String>,
+    #[serde(default)]
+    pub tool_failure_mode: Option<ToolFailureMode>,
+    #[serde(default)]
+    pub tool_selection_mode: Option<ToolSelectionMode>,
+    /// `tool`, `skill`, `extension`, `channel`, ... or `any`.
+    #[serde(default)]
+    pub capability_discovery_kind: Option<String>,
+    /// `success`, `partial`, `failed` or a score in [0, 1].
+    #[serde(default)]
+    pub task_outcome: Option<TaskOutcome>,
+    #[serde(default)]
+    pub task_success: Option<bool>,
+}
+
+impl PlanOptions {
+    /// The planner's overrides.
+    pub fn overrides(&self) -> PlanOverrides {
+        PlanOverrides {
+            tool_failure_mode: self.tool_failure_mode,
+            tool_selection_mode: self.tool_selection_mode,
+            capability_discovery_kind: self.capability_discovery_kind.clone(),
+            task_outcome: self.task_outcome,
+            task_success: self.task_success,
+        }
+    }
+}
+
+/// `capdex.v1.plan` request: a discovery query with the plan options at the top level.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanRequest {
+    #[serde(alias = "query")]
+    pub message: String,
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub only_available: bool,
+    #[serde(default)]
+    pub excluded_capability_ids: Vec<String>,
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    #[serde(default)]
+    pub organization_id: Option<String>,
+    #[serde(default)]
+    pub persona_id: Option<String>,
+    #[serde(default)]
+    pub tool_failure_mode: Option<ToolFailureMode>,
+    #[serde(default)]
+    pub tool_selection_mode: Option<ToolSelectionMode>,
+    #[serde(default)]
+    pub capability_discovery_kind: Option<String>,
+    #[serde(default)]
+    pub task_outcome: Option<TaskOutcome>,
+    #[serde(default)]
+    pub task_success: Option<bool>,
+}
+
+impl PlanRequest {
+    /// Splits the request into its discovery query (validated) and plan options.
+    pub fn into_discover(self) -> Result<DiscoverRequest, ApiError> {
+        let options = PlanOptions {
+            turn_id: self.turn_id,
+            organization_id: self.organization_id,
+            persona_id: self.persona_id,
+            tool_failure_mode: self.tool_failure_mode,
+            tool_selection_mode: self.tool_selection_mode,
+            capability_discovery_kind: self.capability_discovery_kind,
+            task_outcome: self.task_outcome,
+            task_success: self.task_success,
+        };
+        let request = DiscoverRequest {
+            message: self.message,
+            kind: None,
+            category: self.category,
+            only_available: self.only_available,
+            excluded_capability_ids: self.excluded_capability_ids,
+            plan: Some(options),
+        };
+        request.filter()?;
+        Ok(request)
+    }
+}
+
+/// A `capdex.v1.discover` reply: the discovery result, and the plan when asked for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoverReply {
+    #[serde(flatten)]
+    pub result: DiscoveryResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<TurnPlan>,
+}
+
+/// A `capdex.v1.plan` reply.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanReply {
+    pub plan: TurnPlan,
+    /// The scope's KPI the plan was made with.
+    pub kpi: Kpi,
+    /// The discovery context for the prompt; `null` when discovery failed.
+    pub discovery: Option<DiscoveryResult>,
+    pub discovery_error: Option<String>,
+}
+
+/// What recording an outcome gave.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedOutcome {
+    pub kpi: Kpi,
+    pub alert: Option<AlertEvent>,
+    pub duplicate: bool,
 }
 
 impl DiscoverRequest {
@@ -35,7 +163,16 @@ impl DiscoverRequest {
         if self.message.chars().count() > MAX_QUERY_CHARS {
             return Err(ApiError::bad_request(format!("message is longer than {MAX_QUERY_CHARS} characters")));
         }
-        let kind = match self.kind.as_deref() {
+        let plan_kind = self.plan.as_ref().and_then(|plan| plan.capability_discovery_kind.as_deref());
+        let kind_text = match (self.kind.as_deref(), plan_kind) {
+            (Some(kind), Some(plan_kind)) if kind != plan_kind => {
+                return Err(ApiError::bad_request(format!(
+                    "kind {kind:?} and plan.capabilityDiscoveryKind {plan_kind:?} disagree"
+                )))
+            }
+            (kind, plan_kind) => kind.or(plan_kind),
+        };
+        let kind = match kind_text {
             None | Some("any") => None,
             Some(text) => Some(
                 CapabilityKind::parse(text).ok_or_else(|| ApiError::bad_request(format!("unknown kind {text:?}")))?,
@@ -180,7 +317,9 @@ pub struct RegistrationReply {
 #[serde(rename_all = "camelCase")]
 pub struct OutcomeReply {
     pub accepted: bool,
-    pub kpi: crate::core::kpi_window::Kpi,
+    /// The turn was already counted (a retry): the KPI did not change.
+    pub duplicate: bool,
+    pub kpi: Kpi,
 }
 
 #[cfg(test)]
@@ -206,5 +345,29 @@ mod tests {
         assert_eq!(request.message, "hi");
         assert_eq!(runtime_id(None).unwrap(), "default");
         assert!(runtime_id(Some("a b")).is_err());
+        let with_plan: DiscoverRequest = decode(
+            br#"{"message":"x","plan":{"organizationId":"acme","toolFailureMode":"fail_closed","taskOutcome":0.4,"capabilityDiscoveryKind":"skill"}}"#,
+            1024,
+        )
+        .unwrap();
+        assert_eq!(with_plan.filter().unwrap().kind, Some(CapabilityKind::Skill));
+        let overrides = with_plan.plan.as_ref().unwrap().overrides();
+        assert_eq!(
+            (overrides.tool_failure_mode, overrides.task_outcome),
+            (Some(ToolFailureMode::FailClosed), Some(TaskOutcome::Score(0.4)))
+        );
+        assert_eq!(
+            decode::<DiscoverRequest>(br#"{"message":"x","plan":{"bogus":1}}"#, 1024).unwrap_err().code,
+            "bad_request"
+        );
+        let disagree = DiscoverRequest { kind: Some("tool".into()), ..with_plan };
+        assert_eq!(disagree.filter().unwrap_err().code, "bad_request");
+        let plan: PlanRequest =
+            decode(br#"{"message":"x","taskOutcome":"partial","toolSelectionMode":"all"}"#, 1024).unwrap();
+        assert!(plan.into_discover().unwrap().plan.is_some());
+        assert_eq!(
+            decode::<PlanRequest>(br#"{"message":"x","toolFailureMode":"sometimes"}"#, 1024).unwrap_err().code,
+            "bad_request"
+        );
     }
 }

@@ -6,6 +6,7 @@ mod compose_and_config;
 mod eval;
 mod exact_names;
 mod hostile_manifests;
+mod kpi_over_nats;
 mod scg_cli;
 mod scg_real_specs;
 mod serve_over_nats;

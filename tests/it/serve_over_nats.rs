@@ -27,17 +27,31 @@ async fn serve(nats: &NatsServer) -> (Served, async_nats::Client) {
 
 async fn serve_dir(nats: &NatsServer, dir: &std::path::Path, watch: bool) -> (Served, async_nats::Client) {
     let data = tempfile::tempdir().unwrap();
-    let child = capdex()
+    let (child, client) = serve_at(nats, dir, data.path(), watch, &[]).await;
+    (Served { child, _data: data }, client)
+}
+
+/// Starts `capdex serve` on `data` with extra `env`, and waits until it answers `$SRV.PING`.
+pub(crate) async fn serve_at(
+    nats: &NatsServer,
+    dir: &std::path::Path,
+    data: &std::path::Path,
+    watch: bool,
+    env: &[(&str, &str)],
+) -> (Child, async_nats::Client) {
+    let mut command = capdex();
+    command
         .arg("serve")
         .env("CAPDEX_NATS_URL", nats.url())
-        .env("CAPDEX_DATA_DIR", data.path())
+        .env("CAPDEX_DATA_DIR", data)
         .env("CAPDEX_CAPABILITY_DIRS", dir)
         .env("CAPDEX_WATCH", watch.to_string())
         .env("CAPDEX_WATCH_DEBOUNCE_MS", "200")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("capdex serve starts");
-    let served = Served { child, _data: data };
+        .stdout(Stdio::null());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("capdex serve starts");
     let client = async_nats::connect(nats.url()).await.expect("test client connects");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -46,20 +60,26 @@ async fn serve_dir(nats: &NatsServer, dir: &std::path::Path, watch: bool) -> (Se
         if matches!(ping, Ok(Ok(_))) {
             break;
         }
-        assert!(Instant::now() < deadline, "capdex serve did not answer $SRV.PING.capdex within 30 s");
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("capdex serve exited with {status} before answering $SRV.PING.capdex");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("capdex serve did not answer $SRV.PING.capdex within 30 s");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    (served, client)
+    (child, client)
 }
 
-async fn request(client: &async_nats::Client, subject: &str, payload: Vec<u8>) -> async_nats::Message {
+pub(crate) async fn request(client: &async_nats::Client, subject: &str, payload: Vec<u8>) -> async_nats::Message {
     tokio::time::timeout(Duration::from_secs(10), client.request(subject.to_string(), payload.into()))
         .await
         .expect("reply within 10 s")
         .expect("request succeeds")
 }
 
-fn body(message: &async_nats::Message) -> Value {
+pub(crate) fn body(message: &async_nats::Message) -> Value {
     serde_json::from_slice(&message.payload)
         .unwrap_or_else(|err| panic!("reply is not JSON ({err}): {:?}", message.payload))
 }
@@ -134,7 +154,7 @@ async fn outcomes_publish_kpis_and_alerts() {
     for i in 0..8 {
         let outcome = json!({"turnId": format!("t{i}"), "organizationId": "acme", "personaId": "bot", "status": "failed", "capabilities": ["channel:telegram"]});
         let reply = body(&request(&client, "capdex.v1.outcome", outcome.to_string().into_bytes()).await);
-        assert_eq!(reply["accepted"], true);
+        assert_eq!((&reply["accepted"], &reply["duplicate"]), (&json!(true), &json!(false)));
         assert_eq!(reply["kpi"]["sampleCount"].as_u64(), Some(i + 1));
     }
     let kpi = tokio::time::timeout(Duration::from_secs(5), kpis.next()).await.unwrap().unwrap();
