@@ -210,6 +210,27 @@ impl Api for ActorApi {
         .boxed_local()
     }
 
+    fn search(
+        &self,
+        request: DiscoverRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::meta_tool::SearchAnswer, ApiError>> {
+        let router = self.actors.router.clone();
+        async move {
+            let filter = request.filter()?;
+            let unavailable = |err: actix::MailboxError| ApiError::new(503, "unavailable", err.to_string());
+            // The router answers in order, so this catalog is the query's snapshot or a newer
+            // one; an id removed in between is left out of the answer.
+            let result = router
+                .send(Discover { query: request.message, filter, config: None })
+                .await
+                .map_err(unavailable)?
+                .map_err(|err| ApiError::internal(err.to_string()))?;
+            let catalog = router.send(crate::actors::router::CurrentCatalog).await.map_err(unavailable)?;
+            Ok(crate::core::meta_tool::search_answer(&result, &catalog))
+        }
+        .boxed_local()
+    }
+
     fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
         let router = self.actors.router.clone();
         async move {

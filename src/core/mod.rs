@@ -16,6 +16,7 @@ pub mod index;
 pub mod kpi_window;
 pub mod lexical;
 pub mod manifest;
+pub mod meta_tool;
 pub mod retrieval;
 pub mod scg;
 pub mod sources;

@@ -14,7 +14,7 @@ use crate::core::sources::SourcesPayload;
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{
     ApiError, Codec, DiscoverReply, DiscoverRequest, ListRequest, OutcomeReply, PlanReply, PlanRequest,
-    RecordedOutcome, RegistrationReply, RemoveRequest,
+    RecordedOutcome, RegistrationReply, RemoveRequest, SearchRequest,
 };
 use async_nats::service::{Request, ServiceExt};
 use async_nats::HeaderMap;
@@ -40,6 +40,12 @@ pub trait Api: 'static {
     fn register(&self, payload: SourcesPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
     /// Removes capabilities a runtime registered.
     fn unregister(&self, request: RemoveRequest) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
+    /// Runs the `discover_capabilities` meta-tool: Tier 1 results, `totalIndexed`
+    /// and the discovered tools' function definitions.
+    fn search(
+        &self,
+        request: DiscoverRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::meta_tool::SearchAnswer, ApiError>>;
     /// Lists what is indexed.
     fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
 }
@@ -110,6 +116,7 @@ impl Gateway {
             (self.subjects.capabilities_remove(), EndpointKind::Remove),
             (self.subjects.capabilities_list(), EndpointKind::List),
             (self.subjects.plan(), EndpointKind::Plan),
+            (self.subjects.search(), EndpointKind::Search),
         ] {
             let endpoint = service
                 .endpoint(&subject)
@@ -191,6 +198,7 @@ enum EndpointKind {
     Remove,
     List,
     Plan,
+    Search,
 }
 
 async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared: Rc<Shared>) {
@@ -216,6 +224,12 @@ async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared
                 } else {
                     codec.encode(&api.discover(discover).await?)
                 }
+            }
+            EndpointKind::Search => {
+                let search: SearchRequest = codec.decode(&payload, max)?;
+                let discover = search.into_discover();
+                discover.filter()?;
+                codec.encode(&api.search(discover).await?)
             }
             EndpointKind::Plan => {
                 let request: PlanRequest = codec.decode(&payload, max)?;

@@ -24,6 +24,11 @@ impl Subjects {
         format!("{}.discover", self.prefix)
     }
 
+    /// The `discover_capabilities` meta-tool.
+    pub fn search(&self) -> String {
+        format!("{}.search", self.prefix)
+    }
+
     /// Task outcome reports.
     pub fn outcome(&self) -> String {
         format!("{}.outcome", self.prefix)

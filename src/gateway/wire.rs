@@ -267,6 +267,25 @@ pub fn decode<T: serde::de::DeserializeOwned>(payload: &[u8], max_bytes: usize) 
     Codec::Json.decode(payload, max_bytes)
 }
 
+/// `capdex.v1.search` request: the `discover_capabilities` meta-tool's arguments.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SearchRequest {
+    pub query: String,
+    /// `tool`, `skill`, `extension`, `channel` or `any` (the default).
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub category: Option<String>,
+}
+
+impl SearchRequest {
+    /// The same query as a discovery request (validated by its `filter`).
+    pub fn into_discover(self) -> DiscoverRequest {
+        DiscoverRequest { message: self.query, kind: self.kind, category: self.category, ..DiscoverRequest::default() }
+    }
+}
+
 /// `capdex.v1.capabilities.remove` request.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

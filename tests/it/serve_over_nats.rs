@@ -422,3 +422,30 @@ async fn hot_reload_edits_invalidations_and_restores() {
     std::fs::remove_dir_all(&folder).unwrap();
     wait_for(None).await;
 }
+
+#[tokio::test]
+async fn the_discover_capabilities_meta_tool_answers_on_search() {
+    let nats = NatsServer::start();
+    let (_served, client) = serve(&nats).await;
+    let answer = body(
+        &request(
+            &client,
+            "capdex.v1.search",
+            json!({"query": "echo some text back", "kind": "tool"}).to_string().into_bytes(),
+        )
+        .await,
+    );
+    assert_eq!(answer["capabilities"][0]["id"], "tool:echo", "{answer}");
+    let relevance = answer["capabilities"][0]["relevance"].as_f64().unwrap();
+    assert!((0.3..=1.0).contains(&relevance), "{answer}");
+    assert!(answer["totalIndexed"].as_u64().unwrap() >= 42, "{answer}");
+    let tools: Vec<&str> =
+        answer["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(tools.first(), Some(&"echo"), "{answer}");
+    assert_eq!(tools.last(), Some(&"discover_capabilities"), "{answer}");
+    assert!(answer["capabilities"].as_array().unwrap().iter().all(|c| c["kind"] == "tool"));
+
+    let bad =
+        request(&client, "capdex.v1.search", json!({"query": "x", "kind": "gadget"}).to_string().into_bytes()).await;
+    assert_eq!(body(&bad)["code"], "bad_request");
+}
