@@ -365,7 +365,12 @@ async fn load_files(actors: &capdex::actors::Actors, files: &SourceFiles) -> any
     Ok(())
 }
 
-async fn index_once(settings: &Settings, files: &SourceFiles, json: bool) -> anyhow::Result<()> {
+/// Starts the actors, scans the capability folders and indexes the given files,
+/// with a spinner on a terminal.
+async fn start_and_index(
+    settings: &Settings,
+    files: &SourceFiles,
+) -> anyhow::Result<(capdex::actors::Actors, capdex::actors::scanner::ScanOutcome)> {
     let spinner = spinner("scanning and indexing capability folders");
     let actors = capdex::app::start(settings).await?;
     let outcome = capdex::app::scan(&actors).await?;
@@ -373,6 +378,11 @@ async fn index_once(settings: &Settings, files: &SourceFiles, json: bool) -> any
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }
+    Ok((actors, outcome))
+}
+
+async fn index_once(settings: &Settings, files: &SourceFiles, json: bool) -> anyhow::Result<()> {
+    let (_actors, outcome) = start_and_index(settings, files).await?;
     if json {
         let report = serde_json::json!({ "scan": { "refused": outcome.scan.refused, "warnings": outcome.scan.warnings,
             "found": outcome.scan.descriptors.len() }, "sync": outcome.sync });
@@ -445,13 +455,7 @@ async fn discover_once(
     filter: DiscoveryFilter,
     json: bool,
 ) -> anyhow::Result<()> {
-    let spinner = spinner("scanning and indexing capability folders");
-    let actors = capdex::app::start(settings).await?;
-    let outcome = capdex::app::scan(&actors).await?;
-    load_files(&actors, files).await?;
-    if let Some(bar) = spinner {
-        bar.finish_and_clear();
-    }
+    let (actors, outcome) = start_and_index(settings, files).await?;
     print_scan_problems(&outcome);
     let result = capdex::app::discover(&actors, message, filter).await?;
     if json {

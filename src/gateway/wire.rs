@@ -69,6 +69,10 @@ impl PlanOptions {
 }
 
 /// `capdex.v1.plan` request: a discovery query with the plan options at the top level.
+///
+/// It repeats the fields of [`DiscoverRequest`] and [`PlanOptions`] rather than
+/// flattening them, because serde's `flatten` cannot be combined with
+/// `deny_unknown_fields`, and unknown fields must be refused.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanRequest {
