@@ -81,6 +81,19 @@ pub struct RawNats {
     pub subject_prefix: String,
     pub service_name: String,
     pub max_payload_bytes: usize,
+    pub drain_timeout_ms: u64,
+    pub user: String,
+    pub password: String,
+    pub password_file: PathBuf,
+    pub token: String,
+    pub token_file: PathBuf,
+    pub nkey_seed: String,
+    pub nkey_seed_file: PathBuf,
+    pub creds_file: PathBuf,
+    pub tls_ca_file: PathBuf,
+    pub tls_cert_file: PathBuf,
+    pub tls_key_file: PathBuf,
+    pub tls_required: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -149,6 +162,9 @@ pub struct NatsSettings {
     pub subject_prefix: String,
     pub service_name: String,
     pub max_payload_bytes: usize,
+    pub drain_timeout_ms: u64,
+    pub auth: NatsAuth,
+    pub tls: NatsTls,
 }
 
 #[derive(Clone, Debug)]
@@ -219,6 +235,8 @@ impl Settings {
                 format!("must be letters, digits, - or _, got {:?}", raw.nats.service_name),
             ));
         }
+        let nats_auth_settings = nats_auth(&raw.nats)?;
+        let nats_tls_settings = nats_tls(&raw.nats)?;
         if !(1024..=64 * 1024 * 1024).contains(&raw.nats.max_payload_bytes) {
             return Err(invalid(
                 "nats.max_payload_bytes",
@@ -329,6 +347,9 @@ impl Settings {
                 subject_prefix: raw.nats.subject_prefix,
                 service_name: raw.nats.service_name,
                 max_payload_bytes: raw.nats.max_payload_bytes,
+                drain_timeout_ms: raw.nats.drain_timeout_ms,
+                auth: nats_auth_settings,
+                tls: nats_tls_settings,
             },
             kpi: KpiSettings {
                 window,
@@ -479,6 +500,115 @@ fn snake(camel: &str) -> String {
     out
 }
 
+/// A secret setting (password, token, nkey seed): its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// Returns the secret itself; only for handing it to the NATS client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Where a secret comes from: the setting itself, or a file read at connect time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    Value(Secret),
+    File(PathBuf),
+}
+
+/// How capdex authenticates to NATS (`[nats]` `user`, `token`, `nkey_seed`, `creds_file`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NatsAuth {
+    #[default]
+    None,
+    UserPassword {
+        user: String,
+        password: SecretSource,
+    },
+    Token(SecretSource),
+    NkeySeed(SecretSource),
+    CredsFile(PathBuf),
+}
+
+/// TLS to NATS (`[nats]` `tls_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NatsTls {
+    /// PEM CA certificates to trust.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate and key.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Refuse plain text (also implied by a `tls://` URL).
+    pub required: bool,
+}
+
+/// Returns `Some(path)` unless the setting is empty.
+fn some_path(path: &Path) -> Option<PathBuf> {
+    (!path.as_os_str().is_empty()).then(|| path.to_path_buf())
+}
+
+/// Validates the `[nats]` authentication keys: at most one method, each complete.
+fn nats_auth(raw: &RawNats) -> Result<NatsAuth, ConfigError> {
+    let invalid =
+        |field: &str, problem: &str| ConfigError::Invalid { field: field.to_string(), problem: problem.into() };
+    let secret = |field: &str, value: &str, file: &Path| -> Result<Option<SecretSource>, ConfigError> {
+        match (value.is_empty(), some_path(file)) {
+            (true, None) => Ok(None),
+            (false, None) => Ok(Some(SecretSource::Value(Secret::new(value.to_string())))),
+            (true, Some(path)) => Ok(Some(SecretSource::File(path))),
+            (false, Some(_)) => Err(invalid(field, "give the secret or its file, not both")),
+        }
+    };
+    let password = secret("nats.password", &raw.password, &raw.password_file)?;
+    let token = secret("nats.token", &raw.token, &raw.token_file)?;
+    let nkey_seed = secret("nats.nkey_seed", &raw.nkey_seed, &raw.nkey_seed_file)?;
+    let creds_file = some_path(&raw.creds_file);
+    let user = (!raw.user.is_empty()).then(|| raw.user.clone());
+    let methods = [user.is_some() || password.is_some(), token.is_some(), nkey_seed.is_some(), creds_file.is_some()];
+    if methods.iter().filter(|set| **set).count() > 1 {
+        return Err(invalid("nats.user", "set at most one of user and password, token, nkey seed or creds file"));
+    }
+    Ok(match (user, password, token, nkey_seed, creds_file) {
+        (Some(user), Some(password), ..) => NatsAuth::UserPassword { user, password },
+        (Some(_), None, ..) => return Err(invalid("nats.password", "a user needs a password")),
+        (None, Some(_), ..) => return Err(invalid("nats.user", "a password needs a user")),
+        (_, _, Some(token), ..) => NatsAuth::Token(token),
+        (_, _, _, Some(seed), _) => NatsAuth::NkeySeed(seed),
+        (.., Some(path)) => NatsAuth::CredsFile(path),
+        _ => NatsAuth::None,
+    })
+}
+
+/// Validates the `[nats]` TLS keys: a client certificate needs its key and the reverse.
+fn nats_tls(raw: &RawNats) -> Result<NatsTls, ConfigError> {
+    let client_cert = match (some_path(&raw.tls_cert_file), some_path(&raw.tls_key_file)) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => {
+            return Err(ConfigError::Invalid {
+                field: "nats.tls_cert_file".into(),
+                problem: "a client certificate needs its key (tls_key_file) and the reverse".into(),
+            })
+        }
+    };
+    Ok(NatsTls {
+        ca_file: some_path(&raw.tls_ca_file),
+        client_cert,
+        required: raw.tls_required || raw.url.starts_with("tls://"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,6 +694,39 @@ mod tests {
             ["CAPDEX_DATA_DIR", "CAPDEX_NATS_URL", "CAPDEX_KPI_ALERT_COOLDOWN_MS", "CAPDEX_METRICS_LISTEN_ADDR"]
         {
             assert!(names.contains(&expected.to_string()), "{expected}");
+        }
+    }
+
+    #[test]
+    fn nats_credentials_are_one_method_each_complete_and_never_shown() {
+        let load = |pairs: &[(&str, &str)]| Settings::load(None, &env(pairs));
+        assert_eq!(load(&[]).unwrap().nats.auth, NatsAuth::None);
+        let settings = load(&[("CAPDEX_NATS_USER", "capdex"), ("CAPDEX_NATS_PASSWORD", "s3cret-pw")]).unwrap();
+        assert_eq!(
+            settings.nats.auth,
+            NatsAuth::UserPassword {
+                user: "capdex".into(),
+                password: SecretSource::Value(Secret::new("s3cret-pw".into()))
+            }
+        );
+        assert!(!format!("{settings:?}").contains("s3cret-pw"), "secrets never reach Debug output");
+        let settings = load(&[("CAPDEX_NATS_TOKEN_FILE", "/run/secrets/nats-token")]).unwrap();
+        assert_eq!(settings.nats.auth, NatsAuth::Token(SecretSource::File("/run/secrets/nats-token".into())));
+        let settings =
+            load(&[("CAPDEX_NATS_CREDS_FILE", "/etc/capdex.creds"), ("CAPDEX_NATS_URL", "tls://h:4222")]).unwrap();
+        assert_eq!(settings.nats.auth, NatsAuth::CredsFile("/etc/capdex.creds".into()));
+        assert!(settings.nats.tls.required, "a tls:// URL requires TLS");
+        for (pairs, field) in [
+            (&[("CAPDEX_NATS_USER", "capdex")][..], "nats.password"),
+            (&[("CAPDEX_NATS_PASSWORD", "pw")][..], "nats.user"),
+            (&[("CAPDEX_NATS_TOKEN", "t"), ("CAPDEX_NATS_NKEY_SEED", "SU")][..], "nats.user"),
+            (&[("CAPDEX_NATS_TOKEN", "t"), ("CAPDEX_NATS_TOKEN_FILE", "/t")][..], "nats.token"),
+            (&[("CAPDEX_NATS_TLS_CERT_FILE", "/c.pem")][..], "nats.tls_cert_file"),
+        ] {
+            match load(pairs) {
+                Err(ConfigError::Invalid { field: got, .. }) => assert_eq!(got, field, "{pairs:?}"),
+                other => panic!("{pairs:?} gave {other:?}"),
+            }
         }
     }
 }

@@ -2,8 +2,12 @@
 //!
 //! - `subjects`: every subject, defined once, under the configured prefix;
 //! - `wire`: the v1 request and reply shapes (**API boundary**);
-//! - `service`: the NATS micro service (`$SRV.*`), its endpoints, and event publishing.
+//! - `service`: the NATS micro service's endpoints, shutdown, and event publishing;
+//! - `micro`: the micro-service protocol (`$SRV.PING`, `$SRV.INFO`, `$SRV.STATS`);
+//! - `connect`: connection options (credentials, TLS) from `[nats]`.
 
+pub mod connect;
+pub mod micro;
 pub mod service;
 pub mod subjects;
 pub mod wire;

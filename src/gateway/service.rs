@@ -1,28 +1,33 @@
 //! The NATS micro service: connects, registers the `capdex` service (so
-//! `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` answer), serves its endpoints in
-//! the default queue group (so several nodes share the load), and publishes
-//! KPI and alert events.
+//! `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` answer, see `micro.rs`), serves
+//! its endpoints in the default queue group (so several nodes share the load),
+//! and publishes KPI and alert events.
 //!
 //! The service calls back into capdex through the [`Api`] trait, so this
 //! module knows nothing of actors. Requests are handled concurrently, each on
-//! its own local task: a slow request never holds up the others.
+//! its own local task: a slow request never holds up the others. On shutdown
+//! the endpoints are unsubscribed first (other nodes take the new requests),
+//! the requests already received are answered (up to `drain_timeout_ms`), and
+//! only then is the client flushed.
 
 use crate::config::NatsSettings;
 use crate::core::discovery::DiscoveryResult;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::sources::SourcesPayload;
+use crate::gateway::micro::{Endpoint, EndpointStats, MicroService, ServiceConfig};
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{
     ApiError, Codec, DiscoverReply, DiscoverRequest, ListRequest, OutcomeReply, PlanReply, PlanRequest,
     RecordedOutcome, RegistrationReply, RemoveRequest, SearchRequest,
 };
-use async_nats::service::{Request, ServiceExt};
 use async_nats::HeaderMap;
 use futures::future::LocalBoxFuture;
 use futures::StreamExt;
 use serde::Serialize;
+use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 /// The longest each shutdown step (stop the service, flush) may take.
 const SHUTDOWN_STEP: std::time::Duration = std::time::Duration::from_secs(2);
@@ -55,11 +60,13 @@ pub enum GatewayError {
     #[error("failed to connect to NATS at {url}: {source}")]
     Connect { url: String, source: async_nats::ConnectError },
     #[error("failed to start the NATS service {name}: {source}")]
-    Service { name: String, source: async_nats::Error },
+    Service { name: String, source: async_nats::SubscribeError },
     #[error("failed to subscribe to {subject}: {source}")]
     Subscribe { subject: String, source: async_nats::SubscribeError },
     #[error("failed to add endpoint {subject}: {source}")]
-    Endpoint { subject: String, source: async_nats::Error },
+    Endpoint { subject: String, source: async_nats::SubscribeError },
+    #[error("setting {setting}: {problem}")]
+    Credentials { setting: String, problem: String },
 }
 
 /// A connected gateway.
@@ -72,8 +79,8 @@ pub struct Gateway {
 impl Gateway {
     /// Connects to the configured NATS server.
     pub async fn connect(settings: &NatsSettings) -> Result<Gateway, GatewayError> {
-        let client = async_nats::ConnectOptions::new()
-            .name(format!("{}-{}", settings.service_name, std::process::id()))
+        let client = crate::gateway::connect::connect_options(settings)
+            .await?
             .connect(&settings.url)
             .await
             .map_err(|source| GatewayError::Connect { url: settings.url.clone(), source })?;
@@ -94,20 +101,25 @@ impl Gateway {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), GatewayError> {
         let name = self.settings.service_name.clone();
-        let service = self
-            .client
-            .service_builder()
-            .description("capdex: capability discovery and dispatch for AI agents")
-            .start(&name, env!("CARGO_PKG_VERSION"))
-            .await
-            .map_err(|source| GatewayError::Service { name: name.clone(), source })?;
+        let service = MicroService::start(
+            self.client.clone(),
+            ServiceConfig {
+                name: name.clone(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                description: "capdex: capability discovery and dispatch for AI agents".to_string(),
+            },
+        )
+        .await
+        .map_err(|source| GatewayError::Service { name: name.clone(), source })?;
         let api = Rc::new(api);
         let shared = Rc::new(Shared {
             client: self.client.clone(),
             subjects: self.subjects.clone(),
             max_payload_bytes: self.settings.max_payload_bytes,
         });
-        let mut loops = Vec::new();
+        let in_flight = Rc::new(InFlight::default());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut endpoint_loops = Vec::new();
         for (subject, endpoint_kind) in [
             (self.subjects.discover(), EndpointKind::Discover),
             (self.subjects.outcome(), EndpointKind::Outcome),
@@ -119,43 +131,127 @@ impl Gateway {
             (self.subjects.search(), EndpointKind::Search),
         ] {
             let endpoint = service
-                .endpoint(&subject)
+                .endpoint(endpoint_kind.name(), &subject)
                 .await
                 .map_err(|source| GatewayError::Endpoint { subject: subject.clone(), source })?;
-            let api = api.clone();
-            let shared = shared.clone();
-            loops.push(tokio::task::spawn_local(async move {
-                let mut endpoint = endpoint;
-                while let Some(request) = endpoint.next().await {
-                    tokio::task::spawn_local(handle(endpoint_kind, request, api.clone(), shared.clone()));
-                }
-            }));
+            endpoint_loops.push(tokio::task::spawn_local(serve_endpoint(
+                endpoint_kind,
+                endpoint,
+                api.clone(),
+                shared.clone(),
+                in_flight.clone(),
+                stop_rx.clone(),
+            )));
         }
         let events_client = self.client.clone();
         let events_subject = self.subjects.events_index();
-        loops.push(tokio::task::spawn_local(async move {
+        let events_loop = tokio::task::spawn_local(async move {
             while let Some(event) = index_events.recv().await {
                 publish(&events_client, events_subject.clone(), &event).await;
             }
-        }));
-        tracing::info!(url = %self.settings.url, prefix = %self.subjects.prefix(), "serving on NATS");
+        });
+        tracing::info!(url = %self.settings.url, prefix = %self.subjects.prefix(), id = %service.id(), "serving on NATS");
         shutdown.await;
-        tracing::info!("stopping the NATS service");
+        tracing::info!(in_flight = in_flight.count.get(), "stopping the NATS service: no new requests");
+        let _ = stop_tx.send(true);
+        // Each loop unsubscribes, then hands out what it had already received.
+        for endpoint_loop in endpoint_loops {
+            let _ = endpoint_loop.await;
+        }
+        let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
+        if tokio::time::timeout(drain_timeout, in_flight.idle()).await.is_err() {
+            tracing::warn!(
+                unanswered = in_flight.count.get(),
+                "requests still in flight after {drain_timeout:?}; exiting without their replies"
+            );
+        }
+        service.stop();
+        events_loop.abort();
         // Bounded, so a lost NATS server cannot keep the process from exiting.
-        match tokio::time::timeout(SHUTDOWN_STEP, service.stop()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::warn!(%err, "failed to stop the NATS service cleanly"),
-            Err(_) => tracing::warn!("the NATS service did not stop within {SHUTDOWN_STEP:?}"),
-        }
-        for task in loops {
-            task.abort();
-        }
         match tokio::time::timeout(SHUTDOWN_STEP, self.client.flush()).await {
             Ok(Ok(())) => {}
             Ok(Err(err)) => tracing::warn!(%err, "failed to flush NATS on shutdown"),
             Err(_) => tracing::warn!("NATS did not flush within {SHUTDOWN_STEP:?} on shutdown"),
         }
+        tracing::info!("NATS service stopped");
         Ok(())
+    }
+}
+
+/// Receives an endpoint's requests and handles each on its own local task,
+/// until `stop` turns true; then unsubscribes and still handles the requests
+/// already received.
+async fn serve_endpoint<A: Api>(
+    kind: EndpointKind,
+    endpoint: Endpoint,
+    api: Rc<A>,
+    shared: Rc<Shared>,
+    in_flight: Rc<InFlight>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Endpoint { mut subscriber, stats } = endpoint;
+    let spawn = |message: async_nats::Message| {
+        let guard = in_flight.enter();
+        let (api, shared, stats) = (api.clone(), shared.clone(), stats.clone());
+        tokio::task::spawn_local(async move {
+            handle(kind, message, api, shared, stats).await;
+            drop(guard);
+        });
+    };
+    loop {
+        tokio::select! {
+            message = subscriber.next() => match message {
+                Some(message) => spawn(message),
+                None => return,
+            },
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        }
+    }
+    if let Err(err) = subscriber.unsubscribe().await {
+        tracing::warn!(?kind, %err, "failed to unsubscribe an endpoint");
+        return;
+    }
+    // After the unsubscription the stream ends once the messages already
+    // delivered to this client are read.
+    while let Ok(Some(message)) = tokio::time::timeout(SHUTDOWN_STEP, subscriber.next()).await {
+        spawn(message);
+    }
+}
+
+/// Counts the requests being handled, so shutdown can wait for them.
+#[derive(Default)]
+struct InFlight {
+    count: Cell<usize>,
+    idle: tokio::sync::Notify,
+}
+
+struct InFlightGuard(Rc<InFlight>);
+
+impl InFlight {
+    fn enter(self: &Rc<Self>) -> InFlightGuard {
+        self.count.set(self.count.get() + 1);
+        InFlightGuard(self.clone())
+    }
+
+    /// Resolves once no request is in flight.
+    async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.count.get() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let count = self.0.count.get() - 1;
+        self.0.count.set(count);
+        if count == 0 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -201,14 +297,33 @@ enum EndpointKind {
     Search,
 }
 
-async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared: Rc<Shared>) {
-    let payload = request.message.payload.clone();
-    let content_type = request
-        .message
-        .headers
-        .as_ref()
-        .and_then(|headers| headers.get("Content-Type"))
-        .map(|v| v.as_str().to_string());
+impl EndpointKind {
+    /// The endpoint's name in `$SRV.INFO` and `$SRV.STATS`.
+    fn name(self) -> &'static str {
+        match self {
+            EndpointKind::Discover => "discover",
+            EndpointKind::Outcome => "outcome",
+            EndpointKind::Dispatch => "dispatch",
+            EndpointKind::Upsert => "capabilities-upsert",
+            EndpointKind::Remove => "capabilities-remove",
+            EndpointKind::List => "capabilities-list",
+            EndpointKind::Plan => "plan",
+            EndpointKind::Search => "search",
+        }
+    }
+}
+
+async fn handle<A: Api>(
+    kind: EndpointKind,
+    message: async_nats::Message,
+    api: Rc<A>,
+    shared: Rc<Shared>,
+    stats: EndpointStats,
+) {
+    let started = Instant::now();
+    let payload = message.payload.clone();
+    let content_type =
+        message.headers.as_ref().and_then(|headers| headers.get("Content-Type")).map(|v| v.as_str().to_string());
     let codec = Codec::from_content_type(content_type.as_deref());
     let max = shared.max_payload_bytes;
     // An empty body means "no arguments" for the requests that have none required.
@@ -265,30 +380,41 @@ async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared
         }
     }
     .await;
-    if request.message.reply.is_none() {
+    let Some(reply) = message.reply.clone() else {
         if let Err(err) = &result {
             tracing::warn!(?kind, code = %err.code, message = %err.message, "request without reply subject failed");
         }
         return;
-    }
+    };
     let mut headers = HeaderMap::new();
     if codec == Codec::Msgpack {
         headers.insert("Content-Type", crate::gateway::wire::MSGPACK_CONTENT_TYPE);
     }
-    let sent = match result {
-        Ok(body) => request.respond_with_headers(Ok(body.into()), headers).await,
+    let (body, error) = match result {
+        Ok(body) => (body, None),
         Err(err) => {
             metrics::counter!("capdex_request_errors_total", "code" => err.code.clone()).increment(1);
-            headers.insert(async_nats::service::NATS_SERVICE_ERROR, err.message.as_str());
-            headers.insert(async_nats::service::NATS_SERVICE_ERROR_CODE, err.status.to_string().as_str());
+            headers.insert(NATS_SERVICE_ERROR, err.message.as_str());
+            headers.insert(NATS_SERVICE_ERROR_CODE, err.status.to_string().as_str());
             let body = codec.encode(&err).unwrap_or_default();
-            request.respond_with_headers(Ok(body.into()), headers).await
+            (body, Some(format!("{} {}: {}", err.status, err.code, err.message)))
         }
     };
+    let sent = if headers.is_empty() {
+        shared.client.publish(reply, body.into()).await
+    } else {
+        shared.client.publish_with_headers(reply, headers, body.into()).await
+    };
+    stats.record(started.elapsed(), error);
     if let Err(err) = sent {
         tracing::warn!(%err, "failed to send a reply");
     }
 }
+
+/// The header naming an error reply's problem (ADR-32).
+pub const NATS_SERVICE_ERROR: &str = "Nats-Service-Error";
+/// The header carrying an error reply's numeric code (ADR-32).
+pub const NATS_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
 
 async fn publish<T: Serialize>(client: &async_nats::Client, subject: String, event: &T) {
     match serde_json::to_vec(event) {
