@@ -1,5 +1,7 @@
 //! GraphBuilder: rebuilds the capability graph (petgraph, via
 //! `core::graph::CapabilityGraph::build`) for each new catalog and publishes it.
+//! Runs on a `SyncArbiter` thread: a build over a large catalog is CPU work
+//! that would otherwise stall the System's thread, and every request with it.
 
 use crate::actors::Observe;
 use crate::core::catalog::Catalog;
@@ -44,13 +46,13 @@ impl GraphBuilder {
 }
 
 impl Actor for GraphBuilder {
-    type Context = Context<Self>;
+    type Context = SyncContext<Self>;
 }
 
 impl Handler<BuildGraph> for GraphBuilder {
     type Result = MessageResult<BuildGraph>;
 
-    fn handle(&mut self, msg: BuildGraph, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: BuildGraph, _: &mut SyncContext<Self>) -> Self::Result {
         let descriptors: Vec<CapabilityDescriptor> = msg.catalog.descriptors.values().cloned().collect();
         let mut presets = self.presets.clone();
         presets.extend(msg.catalog.all_presets());
@@ -68,7 +70,7 @@ impl Handler<BuildGraph> for GraphBuilder {
 impl Handler<Observe<GraphBuilderStats>> for GraphBuilder {
     type Result = MessageResult<Observe<GraphBuilderStats>>;
 
-    fn handle(&mut self, _: Observe<GraphBuilderStats>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: Observe<GraphBuilderStats>, _: &mut SyncContext<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
     }
 }

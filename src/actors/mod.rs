@@ -74,7 +74,10 @@ pub async fn spawn_all(
         embedder::Embedder::new(Box::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")))
     });
     let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient()).start();
-    let graph_builder = graph_builder::GraphBuilder::new(Vec::new(), vec![router.clone().recipient()]).start();
+    // On its own thread, like the Embedder: building the graph of a large catalog is CPU work.
+    let router_for_graph = router.clone().recipient();
+    let graph_builder =
+        SyncArbiter::start(1, move || graph_builder::GraphBuilder::new(Vec::new(), vec![router_for_graph.clone()]));
     let dispatcher = dispatcher::Dispatcher::new(store.clone()).start();
     let mut indexer = indexer::Indexer::load(
         store.clone(),

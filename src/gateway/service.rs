@@ -153,6 +153,18 @@ impl Gateway {
         tracing::info!(url = %self.settings.url, prefix = %self.subjects.prefix(), id = %service.id(), "serving on NATS");
         shutdown.await;
         tracing::info!(in_flight = in_flight.count.get(), "stopping the NATS service: no new requests");
+        // A barrier: this instance pings itself through the server. Messages on
+        // one connection arrive in order, so once the ping comes back every
+        // request the server routed here before the signal has been read into
+        // its endpoint's queue, and the drain below answers it. (async-nats's
+        // flush does not wait for the server, and it drops a drained
+        // subscription one read cycle after sending the UNSUB.)
+        let barrier = format!("{}.PING.{}.{}", crate::gateway::micro::SERVICE_PREFIX, name, service.id());
+        match tokio::time::timeout(SHUTDOWN_STEP, self.client.request(barrier, bytes::Bytes::new())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "the shutdown barrier failed; draining anyway"),
+            Err(_) => tracing::warn!("the shutdown barrier took over {SHUTDOWN_STEP:?}; draining anyway"),
+        }
         let _ = stop_tx.send(true);
         // Each loop unsubscribes, then hands out what it had already received.
         for endpoint_loop in endpoint_loops {
@@ -201,21 +213,27 @@ async fn serve_endpoint<A: Api>(
     loop {
         tokio::select! {
             message = subscriber.next() => match message {
-                Some(message) => spawn(message),
+                Some(message) => {
+                    tracing::debug!(?kind, subject = %message.subject, "request");
+                    spawn(message)
+                }
                 None => return,
             },
             _ = stop.wait_for(|stopped| *stopped) => break,
         }
     }
-    if let Err(err) = subscriber.unsubscribe().await {
-        tracing::warn!(?kind, %err, "failed to unsubscribe an endpoint");
+    // `drain` (not `unsubscribe`, which drops what is buffered) unsubscribes
+    // and pings the server: every request the server sent before the
+    // unsubscription is still delivered, then the stream ends.
+    if let Err(err) = subscriber.drain().await {
+        tracing::warn!(?kind, %err, "failed to drain an endpoint");
         return;
     }
-    // After the unsubscription the stream ends once the messages already
-    // delivered to this client are read.
     while let Ok(Some(message)) = tokio::time::timeout(SHUTDOWN_STEP, subscriber.next()).await {
+        tracing::debug!(?kind, "a request received before the drain");
         spawn(message);
     }
+    tracing::debug!(?kind, "endpoint drained");
 }
 
 /// Counts the requests being handled, so shutdown can wait for them.
