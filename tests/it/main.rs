@@ -10,5 +10,6 @@ mod kpi_over_nats;
 mod robustness;
 mod scg_cli;
 mod scg_real_specs;
+mod security;
 mod serve_over_nats;
 mod support;
