@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 /// A nats-server started from a config file, killed on drop.
 struct ConfiguredServer {
     child: Child,
-    port: u16,
     dir: tempfile::TempDir,
 }
 
@@ -54,7 +53,7 @@ fn start_server(dir: tempfile::TempDir, port: u16, conf: &str, env: &[(&str, &st
         command.env(name, value);
     }
     let child = command.spawn().expect("nats-server runs");
-    let mut server = ConfiguredServer { child, port, dir };
+    let mut server = ConfiguredServer { child, dir };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(Some(status)) = server.child.try_wait() {
