@@ -7,6 +7,8 @@
 # 2. Exports CAPDEX_NATS_SERVER=<absolute path of that binary> for the
 #    integration tests (tests/it/support/nats_server.rs).
 # 3. Runs `cargo test --all-targets --locked "$@"`, then the doc tests.
+# 4. Before that, installs examples/python/requirements.txt (nats-py) into
+#    .venv for the Python example clients' test.
 #
 # Extra arguments go to the first cargo test, e.g.:
 #   scripts/test.sh -- --nocapture
@@ -99,6 +101,19 @@ fi
 export CAPDEX_NATS_SERVER="$NATS_BIN"
 say "CAPDEX_NATS_SERVER=$CAPDEX_NATS_SERVER"
 "$CAPDEX_NATS_SERVER" --version
+
+# The Python example clients' dependency (nats-py, pinned in
+# examples/python/requirements.txt) goes into the same .venv, for
+# tests/it/python_clients.rs. If CAPDEX_PYTHON is set, that interpreter is used as is.
+if [[ -z "${CAPDEX_PYTHON:-}" ]]; then
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        say "creating virtualenv $VENV"
+        python3 -m venv "$VENV" || die "could not create $VENV for the Python example clients"
+    fi
+    say "installing examples/python/requirements.txt into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -r examples/python/requirements.txt || die "could not install examples/python/requirements.txt"
+fi
 
 say "cargo test --all-targets --locked $*"
 cargo test --all-targets --locked "$@"

@@ -7,6 +7,7 @@ mod eval;
 mod exact_names;
 mod hostile_manifests;
 mod kpi_over_nats;
+mod python_clients;
 mod robustness;
 mod scg_cli;
 mod scg_real_specs;
