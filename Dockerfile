@@ -14,6 +14,7 @@ COPY config/capdex.toml /etc/capdex/capdex.toml
 COPY examples/capabilities /capabilities
 USER capdex
 ENV CAPDEX_DATA_DIR=/var/lib/capdex CAPDEX_CAPABILITY_DIRS=/capabilities
+# 9464: Prometheus /metrics (CAPDEX_METRICS_LISTEN_ADDR=0.0.0.0:9464 to listen beyond loopback).
 EXPOSE 9464
 ENTRYPOINT ["capdex"]
 CMD ["serve"]

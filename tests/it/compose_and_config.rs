@@ -47,3 +47,68 @@ fn the_shipped_config_is_the_built_in_default_and_every_key_has_an_env_name() {
         assert!(text.contains(&format!("\n{leaf} = ")), "{key} ({name}) is documented with its default");
     }
 }
+
+#[test]
+fn compose_runs_nats_with_the_shipped_config_and_prometheus_scrapes_capdex() {
+    let text = std::fs::read_to_string(root().join("docker-compose.yml")).unwrap();
+    let compose: serde_json::Value = serde_norway::from_str(&text).expect("docker-compose.yml is YAML");
+    let services = &compose["services"];
+    let mounts = |service: &str| -> Vec<(String, String)> {
+        services[service]["volumes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{service} has volumes"))
+            .iter()
+            .filter_map(|v| v.as_str())
+            .filter(|v| v.starts_with("./"))
+            .map(|v| {
+                let mut parts = v.split(':');
+                (parts.next().unwrap().to_string(), parts.next().unwrap().to_string())
+            })
+            .collect()
+    };
+    for (service, file) in [("nats", "./config/nats-server.conf"), ("prometheus", "./config/prometheus.yml")] {
+        let (host, container) = mounts(service)
+            .into_iter()
+            .find(|(host, _)| host == file)
+            .unwrap_or_else(|| panic!("{service} mounts {file}"));
+        assert!(root().join(&host).is_file(), "{host} exists");
+        let command = services[service]["command"].to_string();
+        assert!(command.contains(&container), "{service} is started with {container}: {command}");
+    }
+    let nats_conf = std::fs::read_to_string(root().join("config/nats-server.conf")).unwrap();
+    assert!(nats_conf.contains("jetstream"), "JetStream is on in config/nats-server.conf");
+    // Every password the server config reads from its environment is given by compose.
+    for variable in ["NATS_CAPDEX_PASSWORD", "NATS_RUNTIME_PASSWORD", "NATS_OPS_PASSWORD"] {
+        assert!(nats_conf.contains(&format!("${variable}")), "{variable} in nats-server.conf");
+        assert!(services["nats"]["environment"][variable].is_string(), "compose sets {variable} for nats");
+    }
+    assert_eq!(services["capdex"]["environment"]["CAPDEX_NATS_USER"], "capdex");
+    let ports = services["prometheus"]["ports"].to_string();
+    assert!(ports.contains("9090:9090"), "{ports}");
+
+    let prometheus: serde_json::Value =
+        serde_norway::from_str(&std::fs::read_to_string(root().join("config/prometheus.yml")).unwrap()).unwrap();
+    let capdex_job = prometheus["scrape_configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|job| job["job_name"] == "capdex")
+        .expect("a capdex scrape job")
+        .clone();
+    assert_eq!(capdex_job["metrics_path"], "/metrics");
+    let listen = services["capdex"]["environment"]["CAPDEX_METRICS_LISTEN_ADDR"].as_str().unwrap();
+    let port = listen.rsplit(':').next().unwrap();
+    assert_eq!(capdex_job["static_configs"][0]["targets"][0], format!("capdex:{port}"));
+
+    // The Dockerfile is multi-stage, and everything its build stage copies exists.
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    assert!(dockerfile.lines().filter(|line| line.starts_with("FROM ")).count() >= 2, "multi-stage");
+    for line in dockerfile.lines().filter(|line| line.starts_with("COPY ") && !line.contains("--from")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for source in &words[1..words.len() - 1] {
+            assert!(root().join(source).exists(), "Dockerfile copies {source}, which does not exist");
+        }
+    }
+    let ignored = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
+    assert!(ignored.lines().any(|line| line.trim() == "target/"), "target/ stays out of the build context");
+}
