@@ -79,3 +79,52 @@ fn require_file(setting: &str, path: &Path) -> Result<(), GatewayError> {
         Err(GatewayError::Credentials { setting: setting.into(), problem: format!("{} is not a file", path.display()) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+
+    fn problem(result: Result<String, GatewayError>) -> String {
+        match result {
+            Err(GatewayError::Credentials { setting, problem }) => format!("{setting}: {problem}"),
+            other => panic!("expected a credentials error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_come_from_the_setting_or_a_trimmed_file_and_errors_never_show_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let given = SecretSource::Value(Secret::new("pw-inline".into()));
+        assert_eq!(read_secret("nats.password", &given).unwrap(), "pw-inline");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "  tok-from-file\n").unwrap();
+        assert_eq!(read_secret("nats.token", &SecretSource::File(file)).unwrap(), "tok-from-file");
+
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let message = problem(read_secret("nats.token", &SecretSource::File(empty)));
+        assert!(message.starts_with("nats.token_file: ") && message.ends_with("is empty"), "{message}");
+        let missing = problem(read_secret("nats.nkey_seed", &SecretSource::File(dir.path().join("absent"))));
+        assert!(missing.starts_with("nats.nkey_seed_file: cannot read "), "{missing}");
+        let debug = format!("{given:?}");
+        assert!(!debug.contains("pw-inline"), "{debug}");
+    }
+
+    #[tokio::test]
+    async fn missing_tls_and_creds_files_are_named_at_startup() {
+        let defaults = crate::config::Settings::load(None, &Default::default()).unwrap().nats;
+        let mut settings = defaults.clone();
+        settings.tls.ca_file = Some("/nonexistent/ca.pem".into());
+        match connect_options(&settings).await {
+            Err(GatewayError::Credentials { setting, .. }) => assert_eq!(setting, "nats.tls_ca_file"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        let mut settings = defaults;
+        settings.auth = NatsAuth::CredsFile("/nonexistent/capdex.creds".into());
+        match connect_options(&settings).await {
+            Err(GatewayError::Credentials { setting, .. }) => assert_eq!(setting, "nats.creds_file"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+}
