@@ -145,8 +145,19 @@ impl Gateway {
         }
         let events_client = self.client.clone();
         let events_subject = self.subjects.events_index();
+        let (events_stop_tx, mut events_stop_rx) = tokio::sync::watch::channel(false);
         let events_loop = tokio::task::spawn_local(async move {
-            while let Some(event) = index_events.recv().await {
+            loop {
+                tokio::select! {
+                    event = index_events.recv() => match event {
+                        Some(event) => publish(&events_client, events_subject.clone(), &event).await,
+                        None => return,
+                    },
+                    _ = events_stop_rx.wait_for(|stopped| *stopped) => break,
+                }
+            }
+            // The changes made by the requests drained at shutdown are still announced.
+            while let Ok(event) = index_events.try_recv() {
                 publish(&events_client, events_subject.clone(), &event).await;
             }
         });
@@ -178,7 +189,10 @@ impl Gateway {
             );
         }
         service.stop();
-        events_loop.abort();
+        let _ = events_stop_tx.send(true);
+        if tokio::time::timeout(SHUTDOWN_STEP, events_loop).await.is_err() {
+            tracing::warn!("index events not all published within {SHUTDOWN_STEP:?} on shutdown");
+        }
         // Bounded, so a lost NATS server cannot keep the process from exiting.
         match tokio::time::timeout(SHUTDOWN_STEP, self.client.flush()).await {
             Ok(Ok(())) => {}

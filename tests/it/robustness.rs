@@ -249,6 +249,7 @@ async fn sigterm_answers_the_requests_in_flight_then_exits_0() {
     // Published by hand, then followed by a ping of capdex itself: messages to
     // one connection arrive in order, so the ping's answer proves capdex has
     // received the upsert before the SIGTERM.
+    let mut index_events = client.subscribe("capdex.v1.events.index").await.unwrap();
     let inbox = client.new_inbox();
     let mut replies = client.subscribe(inbox.clone()).await.unwrap();
     client.publish_with_reply("capdex.v1.capabilities.upsert", inbox, big_upsert().into()).await.unwrap();
@@ -263,6 +264,14 @@ async fn sigterm_answers_the_requests_in_flight_then_exits_0() {
         .expect("a reply");
     assert!(reply.headers.as_ref().is_none_or(|h| h.get("Nats-Service-Error").is_none()), "{:?}", reply.payload);
     assert_eq!(body(&reply)["added"].as_array().map(Vec::len), Some(906));
+    // The index change it made is still announced before capdex exits.
+    let event = tokio::time::timeout(Duration::from_secs(30), index_events.next())
+        .await
+        .expect("the index event is published before exiting")
+        .unwrap();
+    let event = body(&event);
+    assert_eq!(event["origin"], "runtime:big-runtime");
+    assert_eq!(event["added"].as_array().map(Vec::len), Some(906));
     let deadline = Instant::now() + Duration::from_secs(30);
     let exit = loop {
         if let Some(exit) = served.child.try_wait().unwrap() {
