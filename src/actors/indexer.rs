@@ -138,6 +138,8 @@ pub enum IndexerError {
     EmbedderCount { expected: usize, actual: usize },
     #[error(transparent)]
     Index(#[from] crate::core::index::IndexError),
+    #[error("applying the change failed: {0}")]
+    Apply(String),
 }
 
 /// What the indexer holds.
@@ -224,6 +226,68 @@ impl Indexer {
     }
 }
 
+/// A change applied to copies of the catalog and indexes (and written to the store).
+struct Applied {
+    plan: crate::core::catalog::ChangePlan,
+    /// The new catalog, vector index and lexical index; `None` when nothing changed.
+    next: Option<(Catalog, VectorIndex, LexicalIndex)>,
+    added: Vec<String>,
+    updated: Vec<String>,
+}
+
+/// Applies `plan` (with a vector for every upsert) by `origin` to copies of
+/// `base_catalog` and `base_index`, writing each change to the store.
+fn apply_change(
+    store: &Store,
+    base_catalog: &Catalog,
+    base_index: &VectorIndex,
+    origin: &str,
+    plan: crate::core::catalog::ChangePlan,
+    vectors: Vec<Option<Vec<f32>>>,
+    presets: Option<Vec<Preset>>,
+) -> Result<Applied, IndexerError> {
+    let mut catalog = base_catalog.clone();
+    let mut index = base_index.clone();
+    for id in &plan.removals {
+        store.remove_capability(id)?;
+        catalog.descriptors.remove(id);
+        catalog.origins.remove(id);
+        index.remove(id);
+    }
+    let (mut added, mut updated) = (Vec::new(), Vec::new());
+    for (descriptor, vector) in plan.upserts.iter().zip(vectors) {
+        let vector = vector.expect("every upsert has a vector by now");
+        index.upsert(&descriptor.id, &vector)?;
+        store.put_descriptor(origin, descriptor)?;
+        let previous = catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+        catalog.origins.insert(descriptor.id.clone(), origin.to_string());
+        if previous.is_some() {
+            updated.push(descriptor.id.clone())
+        } else {
+            added.push(descriptor.id.clone())
+        }
+    }
+    let mut presets_changed = false;
+    if let Some(presets) = presets {
+        if catalog.presets.get(origin).map_or(!presets.is_empty(), |held| *held != presets) {
+            store.put_presets(origin, &presets)?;
+            if presets.is_empty() {
+                catalog.presets.remove(origin);
+            } else {
+                catalog.presets.insert(origin.to_string(), presets);
+            }
+            presets_changed = true;
+        }
+    }
+    let changed = !plan.upserts.is_empty() || !plan.removals.is_empty() || presets_changed;
+    let next = changed.then(|| {
+        catalog.version = base_catalog.version + 1;
+        let lexical = LexicalIndex::build(catalog.descriptors.values());
+        (catalog, index, lexical)
+    });
+    Ok(Applied { plan, next, added, updated })
+}
+
 /// Hash of what a vector was computed from: model and embedding text.
 fn text_hash(model_id: &str, text: &str) -> String {
     let digest =
@@ -258,6 +322,10 @@ impl Handler<SyncCapabilities> for Indexer {
         // One round trip to learn the model id, with the texts that might need it.
         let request = embedder.send(EmbedTexts { texts: Vec::new() });
         let store = self.store.clone();
+        // Snapshots of what the change applies to: the mailbox is held until
+        // it is applied, so nothing else changes them meanwhile.
+        let (base_catalog, base_index) = (self.catalog.clone(), self.index.clone());
+        let apply_origin = origin.clone();
         AtomicResponse::new(Box::pin(
             async move {
                 let model_id = request.await.map_err(|err| IndexerError::Embedder(err.to_string()))?.model_id;
@@ -285,44 +353,23 @@ impl Handler<SyncCapabilities> for Indexer {
                         vectors[i] = Some(vector);
                     }
                 }
-                Ok((plan, vectors, reused, missing.len()))
+                // The store writes and the index builds are CPU and disk work:
+                // on a blocking thread, so the System's thread (actors and
+                // gateway) keeps answering meanwhile.
+                let applied = tokio::task::spawn_blocking(move || {
+                    apply_change(&store, &base_catalog, &base_index, &apply_origin, plan, vectors, presets)
+                })
+                .await
+                .map_err(|err| IndexerError::Apply(err.to_string()))??;
+                Ok((applied, reused, missing.len()))
             }
             .into_actor(self)
             .map(move |result, actor, _ctx| {
-                let (plan, vectors, reused, embedded) = result?;
-                let mut catalog = (*actor.catalog).clone();
-                let mut index = (*actor.index).clone();
-                for id in &plan.removals {
-                    actor.store.remove_capability(id)?;
-                    catalog.descriptors.remove(id);
-                    catalog.origins.remove(id);
-                    index.remove(id);
-                }
-                let (mut added, mut updated) = (Vec::new(), Vec::new());
-                for (descriptor, vector) in plan.upserts.iter().zip(vectors) {
-                    let vector = vector.expect("every upsert has a vector by now");
-                    index.upsert(&descriptor.id, &vector)?;
-                    actor.store.put_descriptor(&origin, descriptor)?;
-                    let previous = catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
-                    catalog.origins.insert(descriptor.id.clone(), origin.clone());
-                    if previous.is_some() { updated.push(descriptor.id.clone()) } else { added.push(descriptor.id.clone()) }
-                }
-                let mut presets_changed = false;
-                if let Some(presets) = presets {
-                    if catalog.presets.get(&origin).map_or(!presets.is_empty(), |held| *held != presets) {
-                        actor.store.put_presets(&origin, &presets)?;
-                        if presets.is_empty() {
-                            catalog.presets.remove(&origin);
-                        } else {
-                            catalog.presets.insert(origin.clone(), presets);
-                        }
-                        presets_changed = true;
-                    }
-                }
-                let changed = !plan.upserts.is_empty() || !plan.removals.is_empty() || presets_changed;
-                if changed {
-                    catalog.version = actor.catalog.version + 1;
-                    actor.lexical = Arc::new(LexicalIndex::build(catalog.descriptors.values()));
+                let (applied, reused, embedded) = result?;
+                let Applied { plan, next, added, updated } = applied;
+                let changed = next.is_some();
+                if let Some((catalog, index, lexical)) = next {
+                    actor.lexical = Arc::new(lexical);
                     actor.catalog = Arc::new(catalog);
                     actor.index = Arc::new(index);
                     actor.publish();
