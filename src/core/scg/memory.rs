@@ -98,6 +98,14 @@ pub struct Note {
     pub count: u32,
 }
 
+/// A stored note and whether it repeated an earlier one (the `capdex.v1.memory.deposit` reply).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deposited {
+    pub note: Note,
+    pub merged: bool,
+}
+
 /// Why a deposit was refused.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum MemoryError {

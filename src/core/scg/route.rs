@@ -81,6 +81,14 @@ pub struct RankedRecipe {
     pub memory: f32,
 }
 
+/// Ranked recipes and how many sources the request could see (the `capdex.v1.route` reply).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteAnswer {
+    pub recipes: Vec<RankedRecipe>,
+    pub sources_in_scope: usize,
+}
+
 /// Memory notes for a route, and the clock and half-life their decay uses.
 #[derive(Clone, Copy, Debug)]
 pub struct MemoryView<'a> {
