@@ -171,6 +171,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Deposit a memory note on graph nodes or recipes: positive boosts that pathway in
+    /// future routes, dead_end damps it (the influence halves every scg.memory_half_life_ms).
+    Deposit {
+        /// The note (at most 400 characters).
+        content: String,
+        /// positive or dead_end.
+        #[arg(long)]
+        polarity: String,
+        /// A node id or source key the note is about; repeatable (1-8).
+        #[arg(long = "anchor", value_name = "NODE", required = true)]
+        anchors: Vec<String>,
+        /// Label the note ws:<WS>; anchors must be in the workspace's sources.
+        #[arg(long)]
+        workspace: Option<String>,
+        /// Label the note session:<S> (a session bound to no workspace).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the stored note as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print every scope's current KPI from the data dir, or follow KPI events over NATS.
     ///
     /// Without --watch it reads data_dir (so capdex serve must not be running on it);
@@ -295,6 +316,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
         Command::Eval { .. } | Command::Bench { .. } => unreachable!("eval and bench run without the actor system"),
         Command::Map { file, source_id, kind, workspaces, json } => scg_cli::map(
+            &system,
             &settings,
             scg_cli::MapArgs {
                 file: &file,
@@ -305,11 +327,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Command::Route { query, workspace, k, json } => {
-            scg_cli::route(&settings, &query, workspace.as_deref(), k, json)
+            scg_cli::route(&system, &settings, &query, workspace.as_deref(), k, json)
         }
         Command::Observe { node, workspace, edge_kinds, json } => {
-            scg_cli::observe(&settings, &node, workspace.as_deref(), &edge_kinds, json)
+            scg_cli::observe(&system, &settings, &node, workspace.as_deref(), &edge_kinds, json)
         }
+        Command::Deposit { content, polarity, anchors, workspace, session, json } => scg_cli::deposit(
+            &system,
+            &settings,
+            scg_cli::DepositArgs {
+                content: &content,
+                polarity: &polarity,
+                anchors: &anchors,
+                workspace: workspace.as_deref(),
+                session: session.as_deref(),
+                json,
+            },
+        ),
         Command::Kpi { json, watch } => {
             if watch {
                 system.block_on(capdex::app::watch_kpis(&settings))
