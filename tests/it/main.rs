@@ -8,6 +8,7 @@ mod exact_names;
 mod hostile_manifests;
 mod kpi_over_nats;
 mod scg_cli;
+mod scg_over_nats;
 mod scg_real_specs;
 mod serve_over_nats;
 mod support;

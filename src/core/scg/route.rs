@@ -17,6 +17,8 @@
 //! from a seed over a CONSUMES edge starts with that seed (the producer), and the chain is
 //! extended backwards with the in-scope producer of its first step that best matches the
 //! query (similarity + edge weight), up to [`MAX_CHAIN_STEPS`] steps, never repeating one.
+//! Only producers the query is about join a chain: their similarity must reach
+//! [`CHAIN_MIN_RELATIVE`] of the best seed's, so a chain never starts with an unrelated call.
 //!
 //! Scope is applied before seeding, so out-of-scope sources never crowd in-scope ones out;
 //! an empty scope routes nothing and observes nothing.
@@ -41,6 +43,9 @@ pub const MAX_DOC_CHARS: usize = 400;
 pub const SURVEY_ABOVE_EDGES: usize = 40;
 /// The most steps a recipe's chain grows to along CONSUMES.
 pub const MAX_CHAIN_STEPS: usize = 3;
+/// A producer joins a chain backwards only when its similarity to the query is at least
+/// this fraction of the best seed's.
+pub const CHAIN_MIN_RELATIVE: f32 = 0.6;
 
 /// Returns how many seeds a route for `k` recipes expands.
 pub fn seed_count(k: usize) -> usize {
@@ -255,6 +260,7 @@ impl RouteIndex {
         seeds.sort_by(|a, b| {
             b.0.total_cmp(&a.0).then_with(|| self.nodes[a.1].source_key.cmp(&self.nodes[b.1].source_key))
         });
+        let min_chain_similarity = seeds.first().map_or(f32::MAX, |seed| seed.0 * CHAIN_MIN_RELATIVE);
         seeds.truncate(seed_count(k));
         // Recipe key → (score, seed, producer the recipe was reached from over CONSUMES).
         let mut best: BTreeMap<String, (f32, usize, Option<usize>)> = BTreeMap::new();
@@ -308,7 +314,7 @@ impl RouteIndex {
                 if !in_scope {
                     return None;
                 }
-                let steps = self.chain(&recipe.steps, producer, &similarities, scope);
+                let steps = self.chain(&recipe.steps, producer, &similarities, min_chain_similarity, scope);
                 let memory = bias.for_recipe(&recipe.source_key, &steps);
                 Some(RankedRecipe {
                     source_key: recipe.source_key.clone(),
@@ -331,6 +337,7 @@ impl RouteIndex {
         steps: &[String],
         producer: Option<usize>,
         similarities: &HashMap<usize, f32>,
+        min_similarity: f32,
         scope: &Scope,
     ) -> Vec<String> {
         let mut chain: Vec<String> = steps.to_vec();
@@ -353,7 +360,10 @@ impl RouteIndex {
                         && scope.permits(&node.source_id)
                         && !chain.contains(&node.source_key)
                 })
-                .map(|(at, weight)| (similarities.get(&at).copied().unwrap_or(0.0) + weight, at))
+                .filter_map(|(at, weight)| {
+                    let similarity = similarities.get(&at).copied().unwrap_or(0.0);
+                    (similarity >= min_similarity).then_some((similarity + weight, at))
+                })
                 .max_by(|a, b| {
                     a.0.total_cmp(&b.0).then_with(|| self.nodes[b.1].source_key.cmp(&self.nodes[a.1].source_key))
                 });
