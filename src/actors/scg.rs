@@ -409,7 +409,7 @@ impl Handler<Route> for ScgGraph {
     type Result = Result<RouteAnswer, ScgError>;
 
     fn handle(&mut self, request: Route, _: &mut SyncContext<Self>) -> Self::Result {
-        let (half_life_ms, embedder) = (self.half_life_ms, self.embedder.clone());
+        let (half_life_ms, embedder) = (self.half_life_ms, self.embedder);
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
         let sources_in_scope = loaded.sources.iter().filter(|s| scope.permits(&s.graph.source_id)).count();
