@@ -119,6 +119,16 @@ async fn map_route_observe_and_memory_over_nats() {
     refused(&client, "capdex.v1.map", json!({"sourceId": "a#b", "document": "{}"}), "400", "invalid_source_id").await;
     refused(&client, "capdex.v1.map", json!({"sourceId": "x", "document": "CREATE TABLE (;"}), "400", "sql").await;
     refused(&client, "capdex.v1.map", json!({"sourceId": "x"}), "400", "bad_request").await;
+    // Failed phases are reported as events too, with the error code.
+    let mut failures = Vec::new();
+    while failures.len() < 3 {
+        let message = tokio::time::timeout(Duration::from_secs(10), events.next()).await.expect("an event").unwrap();
+        let event: Value = serde_json::from_slice(&message.payload).unwrap();
+        if event["status"] == "failed" {
+            failures.push(format!("{}:{}", event["phase"].as_str().unwrap(), event["error"]["code"].as_str().unwrap()));
+        }
+    }
+    assert_eq!(failures, ["introspect:path_not_allowed", "introspect:path_not_allowed", "connect:invalid_source_id"]);
     refused(
         &client,
         "capdex.v1.map",
