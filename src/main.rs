@@ -75,7 +75,9 @@ enum Command {
     /// Serve discovery, outcomes and dispatch over NATS until SIGINT or SIGTERM.
     ///
     /// Subjects: <prefix>.discover, <prefix>.outcome, <prefix>.dispatch (requests);
-    /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events).
+    /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events);
+    /// Source Capability Graph: <prefix>.map, .route, .observe, .memory.deposit (requests)
+    /// and <prefix>.events.scg (map progress events).
     Serve,
     /// Time index building and in-process discovery on a seeded synthetic catalog.
     ///
