@@ -176,7 +176,10 @@ fn main() {
         };
         notes.push(memory::merge(None, &deposit, &deposit.anchors, now - (at as u64 % 30) * day));
     }
-    let view = MemoryView { notes: &notes, now_ms: now, half_life_ms: memory::DEFAULT_HALF_LIFE_MS };
+    // As the ScgGraph actor does: note vectors are computed once, at deposit.
+    let vectors: Vec<Vec<f32>> = notes.iter().map(|note| RouteIndex::note_vector(note, &embedder)).collect();
+    let view =
+        MemoryView { notes: &notes, now_ms: now, half_life_ms: memory::DEFAULT_HALF_LIFE_MS, vectors: Some(&vectors) };
     let mut latencies = Vec::new();
     let mut moved = 0;
     for _ in 0..reps {

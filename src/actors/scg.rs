@@ -260,6 +260,8 @@ struct Loaded {
     sources: Vec<StoredSource>,
     index: Arc<RouteIndex>,
     notes: Vec<Note>,
+    /// Each note's vector, in the order of `notes`.
+    note_vectors: Vec<Vec<f32>>,
 }
 
 /// Holds the SCG: link, finalize, route, observe, deposit.
@@ -289,7 +291,8 @@ impl ScgGraph {
             };
             let index = Arc::new(self.build_index(&sources, &links));
             let notes = self.store.notes()?;
-            self.loaded = Some(Loaded { sources, index, notes });
+            let note_vectors = notes.iter().map(|note| RouteIndex::note_vector(note, &self.embedder)).collect();
+            self.loaded = Some(Loaded { sources, index, notes, note_vectors });
         }
         Ok(self.loaded.as_mut().expect("loaded above"))
     }
@@ -389,8 +392,9 @@ impl Handler<Finalize> for ScgGraph {
             connection,
             phase_ms,
         };
-        let notes = self.loaded.take().map(|loaded| loaded.notes).unwrap_or_default();
-        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes });
+        let (notes, note_vectors) =
+            self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
+        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
         Ok(report)
     }
 }
@@ -413,7 +417,8 @@ impl Handler<Route> for ScgGraph {
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
         let sources_in_scope = loaded.sources.iter().filter(|s| scope.permits(&s.graph.source_id)).count();
-        let view = MemoryView { notes: &loaded.notes, now_ms: now_ms(), half_life_ms };
+        let view =
+            MemoryView { notes: &loaded.notes, now_ms: now_ms(), half_life_ms, vectors: Some(&loaded.note_vectors) };
         let recipes = loaded.index.route_with_memory(
             &request.query,
             request.k,
@@ -469,7 +474,7 @@ impl Handler<DepositNote> for ScgGraph {
 
     fn handle(&mut self, request: DepositNote, _: &mut SyncContext<Self>) -> Self::Result {
         memory::validate(&request.deposit)?;
-        let store = self.store.clone();
+        let (store, embedder) = (self.store.clone(), self.embedder);
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
         let mut anchors = Vec::new();
@@ -487,9 +492,16 @@ impl Handler<DepositNote> for ScgGraph {
         let note = memory::merge(existing, &request.deposit, &anchors, now_ms());
         store.put_note(&note)?;
         store.flush()?;
+        let vector = RouteIndex::note_vector(&note, &embedder);
         match loaded.notes.binary_search_by(|held| held.id.cmp(&note.id)) {
-            Ok(at) => loaded.notes[at] = note.clone(),
-            Err(at) => loaded.notes.insert(at, note.clone()),
+            Ok(at) => {
+                loaded.notes[at] = note.clone();
+                loaded.note_vectors[at] = vector;
+            }
+            Err(at) => {
+                loaded.notes.insert(at, note.clone());
+                loaded.note_vectors.insert(at, vector);
+            }
         }
         Ok(Deposited { note, merged })
     }

@@ -216,19 +216,20 @@ pub struct MemoryBias {
 }
 
 impl MemoryBias {
-    /// Computes the bias: `relevance` gives each note's relevance to the query in [0, 1],
+    /// Computes the bias: `relevance` gives each note's (by position and note) relevance to the query in [0, 1],
     /// `permits` whether an anchor's source is in scope.
     pub fn compute(
         notes: &[Note],
-        relevance: impl Fn(&Note) -> f32,
+        relevance: impl Fn(usize, &Note) -> f32,
         permits: impl Fn(&str) -> bool,
         now_ms: u64,
         half_life_ms: u64,
     ) -> MemoryBias {
         let mut scored: Vec<(f32, f32, &Note)> = notes
             .iter()
-            .filter_map(|note| {
-                let relevance = relevance(note).clamp(0.0, 1.0);
+            .enumerate()
+            .filter_map(|(at, note)| {
+                let relevance = relevance(at, note).clamp(0.0, 1.0);
                 let decayed = decay(now_ms.saturating_sub(note.last_at_ms), half_life_ms);
                 (relevance > 0.0 && decayed > 0.0).then_some((relevance * decayed, relevance, note))
             })
@@ -338,19 +339,19 @@ mod tests {
         let positive = merge(None, &deposit("good", Polarity::Positive, "ws:a"), &["s#a".into()], 0);
         let dead = merge(None, &deposit("bad", Polarity::DeadEnd, "ws:a"), &["s#b".into(), "t#c".into()], 0);
         let notes = vec![positive, dead];
-        let bias = MemoryBias::compute(&notes, |_| 1.0, |source| source == "s", 0, DAY);
+        let bias = MemoryBias::compute(&notes, |_, _| 1.0, |source| source == "s", 0, DAY);
         assert_eq!(bias.per_anchor.get("s#a"), Some(&POSITIVE_WEIGHT));
         assert_eq!(bias.per_anchor.get("s#b"), Some(&DEAD_END_WEIGHT));
         assert!(!bias.per_anchor.contains_key("t#c"), "out-of-scope anchors contribute nothing");
         let both = bias.for_recipe("s#a", &["s#a".into(), "s#b".into()]);
         assert!((both - (POSITIVE_WEIGHT + DEAD_END_WEIGHT)).abs() < 1e-6, "a sum, not the max");
         assert_eq!(bias.for_recipe("s#z", &[]), 0.0);
-        let irrelevant = MemoryBias::compute(&notes, |_| 0.0, |_| true, 0, DAY);
+        let irrelevant = MemoryBias::compute(&notes, |_, _| 0.0, |_| true, 0, DAY);
         assert!(irrelevant.is_empty());
         let many: Vec<Note> = (0..30)
             .map(|at| merge(None, &deposit(&format!("n{at}"), Polarity::Positive, "ws:a"), &["s#a".into()], at))
             .collect();
-        let bias = MemoryBias::compute(&many, |_| 1.0, |_| true, 30, DAY);
+        let bias = MemoryBias::compute(&many, |_, _| 1.0, |_| true, 30, DAY);
         assert_eq!(bias.notes.len(), TOP_NOTES);
         assert!(bias.for_recipe("s#a", &[]) <= MAX_MEMORY_SCORE);
     }
@@ -366,7 +367,7 @@ mod tests {
                     merge(None, &deposit(&format!("n{at}"), polarity, "ws:a"), &["s#a".into(), "s#b".into()], 100 * DAY - age)
                 })
                 .collect();
-            let bias = MemoryBias::compute(&notes, |note| weights[note.content[1..].parse::<usize>().unwrap()].2, |_| true, 100 * DAY, 7 * DAY);
+            let bias = MemoryBias::compute(&notes, |_, note| weights[note.content[1..].parse::<usize>().unwrap()].2, |_| true, 100 * DAY, 7 * DAY);
             let score = bias.for_recipe("s#a", &["s#b".into()]);
             prop_assert!(score.abs() <= MAX_MEMORY_SCORE && score.is_finite());
             prop_assert!(bias.notes.len() <= TOP_NOTES);

@@ -100,6 +100,9 @@ pub struct MemoryView<'a> {
     pub notes: &'a [Note],
     pub now_ms: u64,
     pub half_life_ms: u64,
+    /// The notes' vectors ([`RouteIndex::note_vector`]), one per note in order, when the
+    /// caller keeps them; otherwise each route embeds the notes.
+    pub vectors: Option<&'a [Vec<f32>]>,
 }
 
 /// The searchable, expandable union of mapped sources and their links.
@@ -299,7 +302,10 @@ impl RouteIndex {
         let bias = match memory {
             Some(view) => MemoryBias::compute(
                 view.notes,
-                |note| self.relevance(&query_words, query_vector.as_deref(), embedder, note),
+                |at, note| match (&query_vector, view.vectors.and_then(|vectors| vectors.get(at))) {
+                    (Some(query_vector), Some(vector)) => dot(query_vector, vector).clamp(0.0, 1.0),
+                    _ => self.relevance(&query_words, query_vector.as_deref(), embedder, note),
+                },
                 |source_id| scope.permits(source_id),
                 view.now_ms,
                 view.half_life_ms,
@@ -373,6 +379,11 @@ impl RouteIndex {
             }
         }
         chain
+    }
+
+    /// Returns the vector a note is matched against queries with.
+    pub fn note_vector(note: &Note, embedder: &dyn Embed) -> Vec<f32> {
+        embedder.embed(&memory::note_text(note))
     }
 
     /// Returns a note's relevance to a query, in [0, 1]: cosine with the embedder, word overlap without.
@@ -625,8 +636,11 @@ mod tests {
                 now,
             );
             let notes = [note];
-            let view = MemoryView { notes: &notes, now_ms: now, half_life_ms: day };
+            let view = MemoryView { notes: &notes, now_ms: now, half_life_ms: day, vectors: None };
             let biased = index.route_with_memory(query, 50, &Scope::All, Some(&embedder), Some(view));
+            let vectors: Vec<Vec<f32>> = notes.iter().map(|note| RouteIndex::note_vector(note, &embedder)).collect();
+            let cached = MemoryView { vectors: Some(&vectors), ..view };
+            assert_eq!(index.route_with_memory(query, 50, &Scope::All, Some(&embedder), Some(cached)), biased);
             let (before, after) = (
                 score_of(&plain, "asana#getTaskComments").unwrap(),
                 score_of(&biased, "asana#getTaskComments").unwrap(),
@@ -635,7 +649,7 @@ mod tests {
             let moved = biased.iter().find(|r| r.source_key == "asana#getTaskComments").unwrap();
             assert!((moved.score - before - moved.memory).abs() < 1e-5 && moved.memory != 0.0);
             // Ten half-lives later the note barely counts.
-            let late = MemoryView { notes: &notes, now_ms: now + 10 * day, half_life_ms: day };
+            let late = MemoryView { notes: &notes, now_ms: now + 10 * day, half_life_ms: day, vectors: None };
             let faded = index.route_with_memory(query, 50, &Scope::All, Some(&embedder), Some(late));
             let faded = score_of(&faded, "asana#getTaskComments").unwrap();
             assert!((faded - before).abs() < (after - before).abs() / 500.0, "{before} {after} {faded}");
