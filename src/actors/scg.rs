@@ -2,9 +2,13 @@
 //!
 //! - [`ScgMapper`] (a `SyncArbiter` actor, CPU and disk bound) runs the first three
 //!   phases of the map pipeline: connect, introspect, parse.
-//! - [`ScgGraph`] (a `SyncArbiter` actor with one thread, the only writer of the SCG
-//!   trees) runs link and finalize, and answers route, observe and memory deposits
-//!   from its cached [`RouteIndex`].
+//! - [`ScgGraph`] (on the System's arbiter, like the Indexer, and the only writer of the
+//!   SCG trees) runs link and finalize, and answers route, observe and memory deposits
+//!   from its cached [`RouteIndex`]. It holds the store, so it must live where the store
+//!   is dropped (and flushed) when the System ends: a `SyncArbiter` thread is never
+//!   joined at exit and would keep sled from flushing other actors' writes. Link and
+//!   finalize therefore run on the System thread (tens of milliseconds for the shared
+//!   specs in release; see `benches/scg.rs`), while parsing, the larger cost, does not.
 //!
 //! [`map`] chains the two. Every phase sends a [`ScgEvent`] when it starts and when it
 //! ends on a broadcast channel ([`ScgActors::events`]); `capdex serve` publishes them on
@@ -274,7 +278,7 @@ pub struct ScgGraph {
 }
 
 impl Actor for ScgGraph {
-    type Context = SyncContext<Self>;
+    type Context = Context<Self>;
 }
 
 impl ScgGraph {
@@ -335,7 +339,7 @@ pub struct Finalize(pub Parsed);
 impl Handler<Finalize> for ScgGraph {
     type Result = Result<MapReport, ScgError>;
 
-    fn handle(&mut self, Finalize(parsed): Finalize, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, Finalize(parsed): Finalize, _: &mut Context<Self>) -> Self::Result {
         let Parsed { graph, workspaces, connection, mut phase_ms } = parsed;
         let progress = Progress { events: self.events.clone(), source_id: graph.source_id.clone() };
         let source_id = graph.source_id.clone();
@@ -412,7 +416,7 @@ pub struct Route {
 impl Handler<Route> for ScgGraph {
     type Result = Result<RouteAnswer, ScgError>;
 
-    fn handle(&mut self, request: Route, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, request: Route, _: &mut Context<Self>) -> Self::Result {
         let (half_life_ms, embedder) = (self.half_life_ms, self.embedder);
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
@@ -442,7 +446,7 @@ pub struct ObserveNode {
 impl Handler<ObserveNode> for ScgGraph {
     type Result = Result<Observation, ScgError>;
 
-    fn handle(&mut self, request: ObserveNode, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, request: ObserveNode, _: &mut Context<Self>) -> Self::Result {
         let half_life_ms = self.half_life_ms;
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
@@ -472,7 +476,7 @@ pub struct DepositNote {
 impl Handler<DepositNote> for ScgGraph {
     type Result = Result<Deposited, ScgError>;
 
-    fn handle(&mut self, request: DepositNote, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, request: DepositNote, _: &mut Context<Self>) -> Self::Result {
         memory::validate(&request.deposit)?;
         let (store, embedder) = (self.store.clone(), self.embedder);
         let loaded = self.loaded()?;
@@ -525,13 +529,14 @@ pub fn spawn(settings: &Settings, store: &Store) -> Result<ScgActors, StoreError
     let dimensions = settings.embedder_dimensions;
     let half_life_ms = settings.scg.memory_half_life_ms;
     let graph_events = events.clone();
-    let graph = SyncArbiter::start(1, move || ScgGraph {
-        store: scg.clone(),
+    let graph = ScgGraph {
+        store: scg,
         embedder: HashingEmbedder::new(dimensions).expect("dimensions are validated in config"),
         half_life_ms,
-        events: graph_events.clone(),
+        events: graph_events,
         loaded: None,
-    });
+    }
+    .start();
     Ok(ScgActors { mapper, graph, events })
 }
 
