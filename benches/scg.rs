@@ -1,6 +1,7 @@
 //! Benchmark of the Source Capability Graph on the shared inputs: map time and node
 //! and edge counts per source, TypeAligner and CONSUMES counts against the
-//! published original's rules, and route latency (p50/p99) with every source mapped.
+//! published original's rules, route latency (p50/p99) with every source mapped, the
+//! share of recipes that chain along CONSUMES, and route latency with memory notes.
 //!
 //! `cargo bench --bench scg` runs the full figures; under `cargo test` it runs a
 //! smoke version on the small inputs only (the harness passes no `--bench`).
@@ -8,8 +9,9 @@
 use capdex::core::embedder::{Embed, HashingEmbedder};
 use capdex::core::scg::align::{published_original_alignment_count, TypeAligner};
 use capdex::core::scg::map_source;
+use capdex::core::scg::memory::{self, Deposit, Polarity};
 use capdex::core::scg::model::{EdgeKind, SourceGraph};
-use capdex::core::scg::route::{RouteIndex, Scope, DEFAULT_K};
+use capdex::core::scg::route::{MemoryView, RouteIndex, Scope, DEFAULT_K};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -150,11 +152,59 @@ fn main() {
         percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
         percentile(&latencies, 0.99).as_secs_f64() * 1000.0
     );
+    let ranked_all: Vec<_> = QUERIES
+        .iter()
+        .flat_map(|query| index.route(query, DEFAULT_K, &Scope::All, Some(&embedder as &dyn Embed)))
+        .collect();
+    let chained = ranked_all.iter().filter(|recipe| recipe.steps.len() > 1).count();
+    println!(
+        "  chains: {chained} of {} top-{DEFAULT_K} recipes have more than one step (along CONSUMES)",
+        ranked_all.len()
+    );
+
+    // Routing with memory: notes anchored at recipes the queries reach, deposited over 30 days.
+    let day = 24 * 3600 * 1000u64;
+    let now = 30 * day;
+    let mut notes = Vec::new();
+    for (at, recipe) in ranked_all.iter().enumerate().take(if full { 200 } else { 20 }) {
+        let polarity = if at % 3 == 0 { Polarity::DeadEnd } else { Polarity::Positive };
+        let deposit = Deposit {
+            content: format!("note {at}: {} answered the question", recipe.source_key),
+            polarity,
+            anchors: vec![recipe.source_key.clone()],
+            label: "ws:bench".into(),
+        };
+        notes.push(memory::merge(None, &deposit, &deposit.anchors, now - (at as u64 % 30) * day));
+    }
+    // As the ScgGraph actor does: note vectors are computed once, at deposit.
+    let vectors: Vec<Vec<f32>> = notes.iter().map(|note| RouteIndex::note_vector(note, &embedder)).collect();
+    let view =
+        MemoryView { notes: &notes, now_ms: now, half_life_ms: memory::DEFAULT_HALF_LIFE_MS, vectors: Some(&vectors) };
+    let mut latencies = Vec::new();
+    let mut moved = 0;
+    for _ in 0..reps {
+        for query in QUERIES {
+            let started = Instant::now();
+            let ranked =
+                index.route_with_memory(query, DEFAULT_K, &Scope::All, Some(&embedder as &dyn Embed), Some(view));
+            latencies.push(started.elapsed());
+            moved += ranked.iter().filter(|recipe| recipe.memory != 0.0).count();
+        }
+    }
+    latencies.sort();
+    println!(
+        "  route k={DEFAULT_K} with {} memory notes, {} queries: p50 {:.3} ms, p99 {:.3} ms; {:.1} recipes a query biased",
+        notes.len(),
+        latencies.len(),
+        percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
+        percentile(&latencies, 0.99).as_secs_f64() * 1000.0,
+        moved as f64 / latencies.len() as f64
+    );
     if full {
         for query in QUERIES {
             let ranked = index.route(query, 3, &Scope::All, Some(&embedder as &dyn Embed));
-            let keys: Vec<&str> = ranked.iter().map(|recipe| recipe.source_key.as_str()).collect();
-            println!("    {query:?} → {keys:?}");
+            let chains: Vec<String> = ranked.iter().map(|recipe| recipe.steps.join(" → ")).collect();
+            println!("    {query:?} → {chains:?}");
         }
     }
 }

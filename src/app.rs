@@ -10,6 +10,7 @@ use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
 use crate::actors::router::Discover;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
+use crate::actors::scg::{DepositNote, MapRequest, ObserveNode, Route as ScgRoute, ScgError, SourceText};
 use crate::actors::{spawn_all, Actors};
 use crate::config::Settings;
 use crate::core::catalog::runtime_origin;
@@ -340,6 +341,68 @@ impl Api for ActorApi {
         .boxed_local()
     }
 
+    fn scg_map(
+        &self,
+        request: crate::gateway::wire::ScgMapRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::pipeline::MapReport, ApiError>> {
+        let scg = self.actors.scg.clone();
+        async move {
+            let (kind, text) = request.source()?;
+            let text = match text {
+                Ok(document) => SourceText::Inline(document),
+                Err(path) => SourceText::Path(path.into()),
+            };
+            let map = MapRequest {
+                source_id: request.source_id,
+                kind,
+                text,
+                workspaces: request.workspaces,
+                connection: request.connection,
+            };
+            crate::actors::scg::map(&scg, map).await.map_err(scg_error)
+        }
+        .boxed_local()
+    }
+
+    fn scg_route(
+        &self,
+        request: crate::gateway::wire::ScgRouteRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::RouteAnswer, ApiError>> {
+        let graph = self.actors.scg.graph.clone();
+        async move {
+            let k = request.k()?;
+            let route = ScgRoute { query: request.query, k, workspace: request.workspace };
+            graph.send(route).await.map_err(scg_unavailable)?.map_err(scg_error)
+        }
+        .boxed_local()
+    }
+
+    fn scg_observe(
+        &self,
+        request: crate::gateway::wire::ScgObserveRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::Observation, ApiError>> {
+        let graph = self.actors.scg.graph.clone();
+        async move {
+            let edge_kinds = request.edge_kinds()?;
+            let observe = ObserveNode { node: request.node, edge_kinds, workspace: request.workspace };
+            graph.send(observe).await.map_err(scg_unavailable)?.map_err(scg_error)
+        }
+        .boxed_local()
+    }
+
+    fn scg_deposit(
+        &self,
+        request: crate::gateway::wire::ScgDepositRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::memory::Deposited, ApiError>> {
+        let graph = self.actors.scg.graph.clone();
+        async move {
+            let deposit = request.deposit()?;
+            let note = DepositNote { deposit, workspace: request.workspace };
+            graph.send(note).await.map_err(scg_unavailable)?.map_err(scg_error)
+        }
+        .boxed_local()
+    }
+
     fn dispatch(&self, request: serde_json::Value) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
         let dispatcher = self.actors.dispatcher.clone();
         async move {
@@ -359,6 +422,14 @@ impl Api for ActorApi {
         }
         .boxed_local()
     }
+}
+
+fn scg_error(err: ScgError) -> ApiError {
+    ApiError::new(err.status(), err.code(), err.to_string())
+}
+
+fn scg_unavailable(err: actix::MailboxError) -> ApiError {
+    ApiError::new(503, "unavailable", err.to_string())
 }
 
 /// Returns every stored scope's KPI at `now_ms`, read from the data dir
@@ -422,6 +493,7 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
         None
     };
     let gateway = Gateway::connect(&settings.nats).await?;
+    let _scg_events = gateway.forward_events(gateway.subjects().events_scg(), actors.scg.events.subscribe());
     let api = ActorApi {
         actors,
         planner: settings.planner.clone(),

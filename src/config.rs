@@ -53,6 +53,7 @@ pub struct RawSettings {
     pub kpi: RawKpi,
     pub planner: RawPlanner,
     pub metrics: RawMetrics,
+    pub scg: RawScg,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -129,6 +130,22 @@ pub struct RawMetrics {
     pub listen_addr: String,
 }
 
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScg {
+    pub map_path_roots: Vec<PathBuf>,
+    pub memory_half_life_ms: u64,
+}
+
+/// The Source Capability Graph's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScgSettings {
+    /// Folders `capdex.v1.map` may read sources from by path; empty refuses paths.
+    pub map_path_roots: Vec<PathBuf>,
+    /// Half-life of a memory note's influence, in milliseconds (at least 1).
+    pub memory_half_life_ms: u64,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -154,6 +171,7 @@ pub struct Settings {
     pub planner_discovery_max_retries: u32,
     pub planner_discovery_retry_backoff_ms: u64,
     pub metrics_listen_addr: Option<SocketAddr>,
+    pub scg: ScgSettings,
 }
 
 #[derive(Clone, Debug)]
@@ -329,6 +347,14 @@ impl Settings {
                 _ => dir,
             })
             .collect();
+        if raw.scg.memory_half_life_ms == 0 || raw.scg.memory_half_life_ms > 3650 * DAY_MS {
+            return Err(invalid(
+                "scg.memory_half_life_ms",
+                format!("must be in 1..={}, got {}", 3650 * DAY_MS, raw.scg.memory_half_life_ms),
+            ));
+        }
+        let scg =
+            ScgSettings { map_path_roots: raw.scg.map_path_roots, memory_half_life_ms: raw.scg.memory_half_life_ms };
         Ok(Settings {
             data_dir: raw.data_dir,
             capability_dirs,
@@ -376,6 +402,7 @@ impl Settings {
             planner_discovery_max_retries: raw.planner.discovery_max_retries,
             planner_discovery_retry_backoff_ms: raw.planner.discovery_retry_backoff_ms,
             metrics_listen_addr,
+            scg,
         })
     }
 }

@@ -75,7 +75,9 @@ enum Command {
     /// Serve discovery, outcomes and dispatch over NATS until SIGINT or SIGTERM.
     ///
     /// Subjects: <prefix>.discover, <prefix>.outcome, <prefix>.dispatch (requests);
-    /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events).
+    /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events);
+    /// Source Capability Graph: <prefix>.map, .route, .observe, .memory.deposit (requests)
+    /// and <prefix>.events.scg (map progress events).
     Serve,
     /// Time index building and in-process discovery on a seeded synthetic catalog.
     ///
@@ -168,6 +170,27 @@ enum Command {
         #[arg(long = "edge-kind", value_name = "KIND")]
         edge_kinds: Vec<String>,
         /// Print the observation as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deposit a memory note on graph nodes or recipes: positive boosts that pathway in
+    /// future routes, dead_end damps it (the influence halves every scg.memory_half_life_ms).
+    Deposit {
+        /// The note (at most 400 characters).
+        content: String,
+        /// positive or dead_end.
+        #[arg(long)]
+        polarity: String,
+        /// A node id or source key the note is about; repeatable (1-8).
+        #[arg(long = "anchor", value_name = "NODE", required = true)]
+        anchors: Vec<String>,
+        /// Label the note ws:<WS>; anchors must be in the workspace's sources.
+        #[arg(long)]
+        workspace: Option<String>,
+        /// Label the note session:<S> (a session bound to no workspace).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the stored note as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -295,6 +318,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
         Command::Eval { .. } | Command::Bench { .. } => unreachable!("eval and bench run without the actor system"),
         Command::Map { file, source_id, kind, workspaces, json } => scg_cli::map(
+            &system,
             &settings,
             scg_cli::MapArgs {
                 file: &file,
@@ -305,11 +329,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         Command::Route { query, workspace, k, json } => {
-            scg_cli::route(&settings, &query, workspace.as_deref(), k, json)
+            scg_cli::route(&system, &settings, &query, workspace.as_deref(), k, json)
         }
         Command::Observe { node, workspace, edge_kinds, json } => {
-            scg_cli::observe(&settings, &node, workspace.as_deref(), &edge_kinds, json)
+            scg_cli::observe(&system, &settings, &node, workspace.as_deref(), &edge_kinds, json)
         }
+        Command::Deposit { content, polarity, anchors, workspace, session, json } => scg_cli::deposit(
+            &system,
+            &settings,
+            scg_cli::DepositArgs {
+                content: &content,
+                polarity: &polarity,
+                anchors: &anchors,
+                workspace: workspace.as_deref(),
+                session: session.as_deref(),
+                json,
+            },
+        ),
         Command::Kpi { json, watch } => {
             if watch {
                 system.block_on(capdex::app::watch_kpis(&settings))

@@ -1,23 +1,21 @@
-//! `capdex map`, `capdex route` and `capdex observe`: the Source Capability Graph on the data dir.
+//! `capdex map`, `capdex route`, `capdex observe` and `capdex deposit`: the Source Capability Graph on the data dir.
 //!
-//! Each command opens the store in `data_dir`, so they build on each other: `map`
-//! stores a source's graph (replacing an earlier map of it) and recomputes the
-//! cross-source links; `route` and `observe` read every stored source, recompute
-//! the links only when a source changed since, and embed with the configured
-//! built-in embedder.
+//! Each command opens the store in `data_dir` and starts the SCG actors (the same
+//! ones `capdex serve` answers NATS with), so they build on each other: `map` runs
+//! the map pipeline (connect → introspect → parse → link → finalize), storing the
+//! source's graph in place of an earlier map and recomputing the cross-source links;
+//! `route`, `observe` and `deposit` read the stored sources, links and memory notes.
 
+use actix_rt::SystemRunner;
 use anyhow::Context as _;
+use capdex::actors::scg::{self as scg_actors, DepositNote, MapRequest, ObserveNode, Route, ScgActors, SourceText};
 use capdex::config::Settings;
-use capdex::core::embedder::{Embed, HashingEmbedder};
-use capdex::core::scg::align::{Links, TypeAligner};
-use capdex::core::scg::model::{EdgeKind, NodeKind, SourceGraph, SourceKind};
-use capdex::core::scg::route::{RouteIndex, Scope};
-use capdex::core::scg::{map_source, MAX_SOURCE_BYTES};
-use capdex::store::scg::{ScgStore, StoredLinks, StoredSource};
+use capdex::core::scg::memory::{Deposit, Polarity};
+use capdex::core::scg::model::{EdgeKind, SourceKind};
+use capdex::core::scg::pipeline::{PhaseStatus, ScgEvent};
+use capdex::core::scg::MAX_SOURCE_BYTES;
 use capdex::store::Store;
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Instant;
 
 /// What `capdex map` was asked to do.
 #[derive(Debug)]
@@ -29,58 +27,50 @@ pub struct MapArgs<'a> {
     pub json: bool,
 }
 
-fn open(settings: &Settings) -> anyhow::Result<ScgStore> {
+/// What `capdex deposit` was asked to do.
+#[derive(Debug)]
+pub struct DepositArgs<'a> {
+    pub content: &'a str,
+    pub polarity: &'a str,
+    pub anchors: &'a [String],
+    pub workspace: Option<&'a str>,
+    pub session: Option<&'a str>,
+    pub json: bool,
+}
+
+/// Opens the data dir and starts the SCG actors; must run inside an actix System.
+fn start(settings: &Settings) -> anyhow::Result<ScgActors> {
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
     let store = Store::open(&settings.data_dir).with_context(|| {
         "is another capdex process using this data_dir? set --data-dir or CAPDEX_DATA_DIR".to_string()
     })?;
-    Ok(ScgStore::open(&store)?)
+    Ok(scg_actors::spawn(settings, &store)?)
 }
 
-fn embedder(settings: &Settings) -> anyhow::Result<HashingEmbedder> {
-    HashingEmbedder::new(settings.embedder_dimensions).context("embedder.dimensions must be positive")
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64)
-}
-
-/// Recomputes the links over every stored source and stores them.
-fn relink(scg: &ScgStore, sources: &[StoredSource]) -> anyhow::Result<Links> {
-    let graphs: Vec<&SourceGraph> = sources.iter().map(|source| &source.graph).collect();
-    let links = TypeAligner.link(&graphs);
-    let computed_from =
-        sources.iter().map(|source| (source.graph.source_id.clone(), source.graph.drift_hash.clone())).collect();
-    scg.put_links(&StoredLinks { links: links.clone(), computed_from })?;
-    Ok(links)
-}
-
-/// Loads every source and current links (recomputing stale ones).
-fn load(scg: &ScgStore) -> anyhow::Result<(Vec<StoredSource>, Links)> {
-    let sources = scg.sources()?;
-    let links = match scg.links()? {
-        Some(stored) if stored.is_current(&sources) => stored.links,
-        _ => relink(scg, &sources)?,
-    };
-    Ok((sources, links))
-}
-
-fn scope(sources: &[StoredSource], workspace: Option<&str>) -> Scope {
-    match workspace {
-        None => Scope::All,
-        Some(workspace) => Scope::Sources(
-            sources
-                .iter()
-                .filter(|source| source.workspaces.iter().any(|enabled| enabled == workspace))
-                .map(|source| source.graph.source_id.clone())
-                .collect(),
+fn print_event(event: &ScgEvent) {
+    match event.status {
+        PhaseStatus::Started => {}
+        PhaseStatus::Done => {
+            let counts: Vec<String> = event.counts.iter().map(|(name, count)| format!("{name} {count}")).collect();
+            eprintln!(
+                "  {:<10} {:>8.1} ms  {}",
+                event.phase.as_str(),
+                event.elapsed_ms.unwrap_or_default(),
+                counts.join(", ")
+            );
+        }
+        PhaseStatus::Failed => eprintln!(
+            "  {:<10} failed: {}",
+            event.phase.as_str(),
+            event.error.as_ref().map_or("", |error| error.message.as_str())
         ),
     }
 }
 
-/// `capdex map FILE --source-id ID [--kind K] [--workspace WS]...`.
-pub fn map(settings: &Settings, args: MapArgs<'_>) -> anyhow::Result<()> {
+/// `capdex map FILE --source-id ID [--kind K] [--workspace WS]...`: runs the map pipeline
+/// (its phases are printed on stderr as they end, unless --json).
+pub fn map(system: &SystemRunner, settings: &Settings, args: MapArgs<'_>) -> anyhow::Result<()> {
     let kind = match args.kind {
         Some(text) => {
             Some(SourceKind::parse(text).with_context(|| format!("unknown --kind {text:?}: use openapi, mcp or sql"))?)
@@ -95,73 +85,66 @@ pub fn map(settings: &Settings, args: MapArgs<'_>) -> anyhow::Result<()> {
     );
     let text = std::fs::read_to_string(args.file)
         .with_context(|| format!("failed to read {} as UTF-8 text", args.file.display()))?;
-    let started = Instant::now();
-    let graph =
-        map_source(args.source_id, kind, &text).with_context(|| format!("failed to map {}", args.file.display()))?;
-    let map_ms = started.elapsed().as_secs_f64() * 1000.0;
-
-    let scg = open(settings)?;
-    let previous = scg.source(args.source_id)?;
-    let changed = previous.as_ref().is_none_or(|previous| previous.graph.drift_hash != graph.drift_hash);
-    let mut workspaces: Vec<String> = previous.map(|previous| previous.workspaces).unwrap_or_default();
-    workspaces.extend(args.workspaces.iter().cloned());
-    workspaces.sort();
-    workspaces.dedup();
-    let node_counts: BTreeMap<&str, usize> =
-        [NodeKind::Source, NodeKind::EntityType, NodeKind::Field, NodeKind::Capability, NodeKind::RouteRecipe]
-            .into_iter()
-            .map(|kind| (kind.as_str(), graph.count_nodes(kind)))
-            .collect();
-    let edge_counts: BTreeMap<&str, usize> =
-        EdgeKind::ALL.into_iter().map(|kind| (kind.as_str(), graph.count_edges(kind))).collect();
-    let (n_nodes, n_edges, drift_hash, source_kind) =
-        (graph.nodes.len(), graph.edges.len(), graph.drift_hash.clone(), graph.kind);
-    scg.put_source(&StoredSource { graph, workspaces: workspaces.clone(), mapped_at_ms: now_ms() })?;
-    let started = Instant::now();
-    let sources = scg.sources()?;
-    let links = relink(&scg, &sources)?;
-    let link_ms = started.elapsed().as_secs_f64() * 1000.0;
-    scg.flush()?;
+    let request = MapRequest {
+        source_id: args.source_id.to_string(),
+        kind,
+        text: SourceText::Inline(text),
+        workspaces: args.workspaces.to_vec(),
+        connection: None,
+    };
+    let report = system.block_on(async {
+        let actors = start(settings)?;
+        let mut events = actors.events.subscribe();
+        let report = scg_actors::map(&actors, request).await;
+        // Every phase's event was sent before the reply, so they are all here.
+        while let Ok(event) = events.try_recv() {
+            if !args.json {
+                print_event(&event);
+            }
+        }
+        report.with_context(|| format!("failed to map {}", args.file.display()))
+    })?;
     if args.json {
-        let report = serde_json::json!({
-            "sourceId": args.source_id, "kind": source_kind, "driftHash": drift_hash, "changed": changed,
-            "workspaces": workspaces, "nodes": n_nodes, "edges": n_edges, "nodeCounts": node_counts, "edgeCounts": edge_counts,
-            "mapMs": map_ms, "linkMs": link_ms, "sources": sources.len(),
-            "links": {"entityResolvesTo": links.n_entity_edges, "fieldResolvesTo": links.resolves_to.len() - links.n_entity_edges,
-                      "consumes": links.consumes.len(), "pairsCompared": links.n_pairs_compared},
-        });
         println!("{}", serde_json::to_string_pretty(&report).context("failed to encode the report")?);
     } else {
         println!(
-            "mapped {} ({source_kind:?}): {n_nodes} nodes, {n_edges} edges in {map_ms:.1} ms; drift hash {drift_hash} ({})",
-            args.source_id,
-            if changed { "changed" } else { "unchanged" }
+            "mapped {} ({:?}): {} nodes, {} edges; drift hash {} ({})",
+            report.source_id,
+            report.kind,
+            report.nodes,
+            report.edges,
+            report.drift_hash,
+            if report.changed { "changed" } else { "unchanged" }
         );
-        println!("  nodes {node_counts:?}\n  edges {edge_counts:?}");
+        println!("  nodes {:?}\n  edges {:?}", report.node_counts, report.edge_counts);
+        let links = &report.links;
         println!(
-            "linked {} sources in {link_ms:.1} ms: {} RESOLVES_TO between entity types, {} between fields, {} CONSUMES",
-            sources.len(),
-            links.n_entity_edges,
-            links.resolves_to.len() - links.n_entity_edges,
-            links.consumes.len()
+            "linked {} sources: {} RESOLVES_TO between entity types, {} between fields, {} CONSUMES",
+            report.sources, links.entity_resolves_to, links.field_resolves_to, links.consumes
         );
     }
     Ok(())
 }
 
 /// `capdex route "<query>" [--workspace WS] [-k K] [--json]`.
-pub fn route(settings: &Settings, query: &str, workspace: Option<&str>, k: usize, json: bool) -> anyhow::Result<()> {
-    let scg = open(settings)?;
-    let (sources, links) = load(&scg)?;
-    let scope = scope(&sources, workspace);
-    let graphs: Vec<SourceGraph> = sources.into_iter().map(|source| source.graph).collect();
-    let embedder = embedder(settings)?;
-    let index = RouteIndex::build(&graphs, &links, Some(&embedder as &dyn Embed));
-    let ranked = index.route(query, k, &scope, Some(&embedder as &dyn Embed));
+pub fn route(
+    system: &SystemRunner,
+    settings: &Settings,
+    query: &str,
+    workspace: Option<&str>,
+    k: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    let answer = system.block_on(async {
+        let actors = start(settings)?;
+        let route = Route { query: query.to_string(), k, workspace: workspace.map(str::to_string) };
+        anyhow::Ok(actors.graph.send(route).await.context("the SCG actor stopped")??)
+    })?;
+    let ranked = answer.recipes;
     if json {
         let recipes: Vec<serde_json::Value> = ranked
             .iter()
-            .map(|recipe| serde_json::json!({"sourceKey": recipe.source_key, "steps": recipe.steps, "score": recipe.score}))
+            .map(|recipe| serde_json::json!({"sourceKey": recipe.source_key, "steps": recipe.steps, "score": recipe.score, "memory": recipe.memory}))
             .collect();
         println!(
             "{}",
@@ -175,8 +158,9 @@ pub fn route(settings: &Settings, query: &str, workspace: Option<&str>, k: usize
         );
     } else {
         for recipe in &ranked {
+            let memory = if recipe.memory != 0.0 { format!(" (memory {:+.3})", recipe.memory) } else { String::new() };
             println!(
-                "{:.3}  {}  steps: {}  (via {})",
+                "{:.3}  {}  steps: {}  (via {}){memory}",
                 recipe.score,
                 recipe.source_key,
                 recipe.steps.join(" → "),
@@ -187,8 +171,44 @@ pub fn route(settings: &Settings, query: &str, workspace: Option<&str>, k: usize
     Ok(())
 }
 
+/// `capdex deposit "<note>" --polarity positive|dead_end --anchor KEY... (--workspace WS | --session S)`.
+pub fn deposit(system: &SystemRunner, settings: &Settings, args: DepositArgs<'_>) -> anyhow::Result<()> {
+    let polarity = match args.polarity {
+        "positive" => Polarity::Positive,
+        "dead_end" | "dead-end" => Polarity::DeadEnd,
+        other => anyhow::bail!("unknown --polarity {other:?}: use positive or dead_end"),
+    };
+    let label = match (args.workspace, args.session) {
+        (Some(workspace), None) => format!("ws:{workspace}"),
+        (None, Some(session)) => format!("session:{session}"),
+        _ => anyhow::bail!("give exactly one of --workspace and --session"),
+    };
+    let deposit = Deposit { content: args.content.to_string(), polarity, anchors: args.anchors.to_vec(), label };
+    let deposited = system.block_on(async {
+        let actors = start(settings)?;
+        let note = DepositNote { deposit, workspace: args.workspace.map(str::to_string) };
+        anyhow::Ok(actors.graph.send(note).await.context("the SCG actor stopped")??)
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&deposited).context("failed to encode the note")?);
+    } else {
+        let note = &deposited.note;
+        println!(
+            "{} note {} ({}, deposited {} time{}) on {}",
+            if deposited.merged { "merged" } else { "new" },
+            note.id,
+            note.polarity.as_str(),
+            note.count,
+            if note.count == 1 { "" } else { "s" },
+            note.anchors.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// `capdex observe NODE [--workspace WS] [--edge-kind K]... [--json]`.
 pub fn observe(
+    system: &SystemRunner,
     settings: &Settings,
     node: &str,
     workspace: Option<&str>,
@@ -199,12 +219,12 @@ pub fn observe(
         .iter()
         .map(|text| EdgeKind::parse(text).with_context(|| format!("unknown edge kind {text:?}")))
         .collect::<anyhow::Result<_>>()?;
-    let scg = open(settings)?;
-    let (sources, links) = load(&scg)?;
-    let scope = scope(&sources, workspace);
-    let graphs: Vec<SourceGraph> = sources.into_iter().map(|source| source.graph).collect();
-    let index = RouteIndex::build(&graphs, &links, None);
-    let observation = index.observe(node, &kinds, &scope)?;
+    let observation = system.block_on(async {
+        let actors = start(settings)?;
+        let observe =
+            ObserveNode { node: node.to_string(), edge_kinds: kinds, workspace: workspace.map(str::to_string) };
+        anyhow::Ok(actors.graph.send(observe).await.context("the SCG actor stopped")??)
+    })?;
     if json {
         println!("{}", serde_json::to_string_pretty(&observation).context("failed to encode the observation")?);
         return Ok(());
@@ -232,6 +252,16 @@ pub fn observe(
     }
     for recipe in &observation.recipes {
         println!("  recipe {}: {}", recipe.source_key, recipe.steps.join(" → "));
+    }
+    for note in &observation.notes {
+        println!(
+            "  note {} ({}, ×{}, labels {}): {}",
+            note.id,
+            note.polarity.as_str(),
+            note.count,
+            note.labels.join(","),
+            note.content
+        );
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ pub mod indexer;
 pub mod kpi;
 pub mod router;
 pub mod scanner;
+pub mod scg;
 
 use crate::config::Settings;
 use crate::core::catalog::BUILTIN_ORIGIN;
@@ -51,6 +52,8 @@ pub struct Actors {
     pub router: Addr<router::Router>,
     pub dispatcher: Addr<dispatcher::Dispatcher>,
     pub kpi: Addr<kpi::KpiTelemetry>,
+    /// The Source Capability Graph: mapper and graph, with their progress events.
+    pub scg: scg::ScgActors,
 }
 
 /// Errors while starting the actors.
@@ -96,6 +99,7 @@ pub async fn spawn_all(
     let scanner = SyncArbiter::start(1, move || {
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
+    let scg = scg::spawn(settings, &store)?;
     let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.start();
     let builtins: Vec<_> = Builtin::ALL.iter().map(|builtin| builtin.descriptor()).collect();
     indexer
@@ -103,5 +107,5 @@ pub async fn spawn_all(
         .await
         .map_err(|err| SpawnError::Builtins(err.to_string()))?
         .map_err(|err| SpawnError::Builtins(err.to_string()))?;
-    Ok(Actors { scanner, embedder, indexer, graph_builder, router, dispatcher, kpi })
+    Ok(Actors { scanner, embedder, indexer, graph_builder, router, dispatcher, kpi, scg })
 }

@@ -20,6 +20,7 @@ use crate::gateway::wire::{
     ApiError, Codec, DiscoverReply, DiscoverRequest, ListRequest, OutcomeReply, PlanReply, PlanRequest,
     RecordedOutcome, RegistrationReply, RemoveRequest, SearchRequest,
 };
+use crate::gateway::wire::{ScgDepositRequest, ScgMapRequest, ScgObserveRequest, ScgRouteRequest};
 use async_nats::HeaderMap;
 use futures::future::LocalBoxFuture;
 use futures::StreamExt;
@@ -53,6 +54,26 @@ pub trait Api: 'static {
     ) -> LocalBoxFuture<'static, Result<crate::core::meta_tool::SearchAnswer, ApiError>>;
     /// Lists what is indexed.
     fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
+    /// Maps a source into the Source Capability Graph.
+    fn scg_map(
+        &self,
+        request: ScgMapRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::pipeline::MapReport, ApiError>>;
+    /// Ranks route recipes for a query.
+    fn scg_route(
+        &self,
+        request: ScgRouteRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::RouteAnswer, ApiError>>;
+    /// Reads a node's neighbourhood.
+    fn scg_observe(
+        &self,
+        request: ScgObserveRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::Observation, ApiError>>;
+    /// Deposits a memory note.
+    fn scg_deposit(
+        &self,
+        request: ScgDepositRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::core::scg::memory::Deposited, ApiError>>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +150,10 @@ impl Gateway {
             (self.subjects.capabilities_list(), EndpointKind::List),
             (self.subjects.plan(), EndpointKind::Plan),
             (self.subjects.search(), EndpointKind::Search),
+            (self.subjects.scg_map(), EndpointKind::ScgMap),
+            (self.subjects.scg_route(), EndpointKind::ScgRoute),
+            (self.subjects.scg_observe(), EndpointKind::ScgObserve),
+            (self.subjects.scg_memory_deposit(), EndpointKind::ScgDeposit),
         ] {
             let endpoint = service
                 .endpoint(endpoint_kind.name(), &subject)
@@ -288,6 +313,27 @@ impl Drop for InFlightGuard {
 }
 
 impl Gateway {
+    /// Publishes every event received on `events` as JSON on `subject`, on a local task,
+    /// until the sender is gone; a lagging receiver skips what it missed.
+    pub fn forward_events<E: Serialize + Clone + Send + 'static>(
+        &self,
+        subject: String,
+        mut events: tokio::sync::broadcast::Receiver<E>,
+    ) -> tokio::task::JoinHandle<()> {
+        let client = self.client.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                match events.recv().await {
+                    Ok(event) => publish(&client, subject.clone(), &event).await,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(%subject, missed, "events were dropped before publishing");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        })
+    }
+
     /// Calls `on_event` with the payload of every message on `subject` (a
     /// wildcard is fine) until `shutdown` resolves.
     pub async fn watch(
@@ -327,6 +373,10 @@ enum EndpointKind {
     List,
     Plan,
     Search,
+    ScgMap,
+    ScgRoute,
+    ScgObserve,
+    ScgDeposit,
 }
 
 impl EndpointKind {
@@ -341,6 +391,10 @@ impl EndpointKind {
             EndpointKind::List => "capabilities-list",
             EndpointKind::Plan => "plan",
             EndpointKind::Search => "search",
+            EndpointKind::ScgMap => "map",
+            EndpointKind::ScgRoute => "route",
+            EndpointKind::ScgObserve => "observe",
+            EndpointKind::ScgDeposit => "memory-deposit",
         }
     }
 }
@@ -405,6 +459,10 @@ async fn handle<A: Api>(
                 let remove: RemoveRequest = codec.decode(&payload, max)?;
                 codec.encode(&api.unregister(remove).await?)
             }
+            EndpointKind::ScgMap => codec.encode(&api.scg_map(codec.decode(&payload, max)?).await?),
+            EndpointKind::ScgRoute => codec.encode(&api.scg_route(codec.decode(&payload, max)?).await?),
+            EndpointKind::ScgObserve => codec.encode(&api.scg_observe(codec.decode(&payload, max)?).await?),
+            EndpointKind::ScgDeposit => codec.encode(&api.scg_deposit(codec.decode(&payload, max)?).await?),
             EndpointKind::List => {
                 let list: ListRequest = if empty { ListRequest::default() } else { codec.decode(&payload, max)? };
                 codec.encode(&api.list(list).await?)

@@ -74,6 +74,31 @@ impl Subjects {
         format!("{}.kpi.{}", self.prefix, token(scope_key))
     }
 
+    /// Source Capability Graph: map a source (connect → introspect → parse → link → finalize).
+    pub fn scg_map(&self) -> String {
+        format!("{}.map", self.prefix)
+    }
+
+    /// Source Capability Graph: ranked route recipes for a query.
+    pub fn scg_route(&self) -> String {
+        format!("{}.route", self.prefix)
+    }
+
+    /// Source Capability Graph: a node's typed neighbourhood.
+    pub fn scg_observe(&self) -> String {
+        format!("{}.observe", self.prefix)
+    }
+
+    /// Source Capability Graph: deposit a memory note.
+    pub fn scg_memory_deposit(&self) -> String {
+        format!("{}.memory.deposit", self.prefix)
+    }
+
+    /// Source Capability Graph: map pipeline progress events.
+    pub fn events_scg(&self) -> String {
+        format!("{}.events.scg", self.prefix)
+    }
+
     /// Alert (and recovery) events of one scope.
     pub fn alert(&self, severity: &str, scope_key: &str) -> String {
         format!("{}.alert.{}.{}", self.prefix, token(severity), token(scope_key))
@@ -106,5 +131,8 @@ mod tests {
         assert_eq!(subjects.kpi("acme/bot"), "capdex.v1.kpi.acme_bot");
         assert_eq!(subjects.alert("warning", "a.b *>"), "capdex.v1.alert.warning.a_b___");
         assert_eq!(token(""), "_");
+        assert_eq!(subjects.scg_route(), "capdex.v1.route");
+        assert_eq!(subjects.scg_memory_deposit(), "capdex.v1.memory.deposit");
+        assert_eq!(subjects.events_scg(), "capdex.v1.events.scg");
     }
 }

@@ -345,6 +345,143 @@ pub struct OutcomeReply {
     pub kpi: Kpi,
 }
 
+/// `capdex.v1.map` request: one source, sent as a document or (when the server allows it) a path.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScgMapRequest {
+    pub source_id: String,
+    /// `openapi`, `mcp` or `sql`; inferred from the content when absent.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// The source text as a string, or an OpenAPI / MCP document as JSON.
+    #[serde(default)]
+    pub document: Option<serde_json::Value>,
+    /// A file on the server, read only below `scg.map_path_roots`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Workspaces that enable the source.
+    #[serde(default)]
+    pub workspaces: Vec<String>,
+    /// The connector descriptor (URL, headers, credentials...): checked, counted, never stored.
+    #[serde(default)]
+    pub connection: Option<serde_json::Value>,
+}
+
+impl ScgMapRequest {
+    /// Returns the kind, and the source text or path; exactly one of `document` and `path` must be given.
+    pub fn source(&self) -> Result<(Option<crate::core::scg::model::SourceKind>, Result<String, String>), ApiError> {
+        let kind = match self.kind.as_deref() {
+            None => None,
+            Some(text) => Some(
+                crate::core::scg::model::SourceKind::parse(text)
+                    .ok_or_else(|| ApiError::bad_request(format!("unknown kind {text:?}: use openapi, mcp or sql")))?,
+            ),
+        };
+        let text = match (&self.document, &self.path) {
+            (Some(serde_json::Value::String(text)), None) => Ok(text.clone()),
+            (Some(document @ (serde_json::Value::Object(_) | serde_json::Value::Array(_))), None) => {
+                Ok(document.to_string())
+            }
+            (Some(_), None) => return Err(ApiError::bad_request("document must be a string, an object or an array")),
+            (None, Some(path)) if !path.trim().is_empty() => Err(path.clone()),
+            _ => return Err(ApiError::bad_request("give exactly one of document and path")),
+        };
+        Ok((kind, text))
+    }
+}
+
+/// `capdex.v1.route` request.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScgRouteRequest {
+    pub query: String,
+    /// Recipes wanted, 1 to 50 (default 5).
+    #[serde(default)]
+    pub k: Option<usize>,
+    /// Only the sources this workspace enabled (none: no recipes); absent sees every source.
+    #[serde(default)]
+    pub workspace: Option<String>,
+}
+
+impl ScgRouteRequest {
+    /// Validates the query and returns k.
+    pub fn k(&self) -> Result<usize, ApiError> {
+        use crate::core::scg::route::{DEFAULT_K, MAX_K};
+        if self.query.trim().is_empty() {
+            return Err(ApiError::bad_request("query must not be empty"));
+        }
+        if self.query.chars().count() > MAX_QUERY_CHARS {
+            return Err(ApiError::bad_request(format!("query is longer than {MAX_QUERY_CHARS} characters")));
+        }
+        match self.k {
+            None => Ok(DEFAULT_K),
+            Some(k) if (1..=MAX_K).contains(&k) => Ok(k),
+            Some(k) => Err(ApiError::bad_request(format!("k must be in 1..={MAX_K}, got {k}"))),
+        }
+    }
+}
+
+/// `capdex.v1.observe` request.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScgObserveRequest {
+    /// A node id (16 hex digits) or source key (`<source_id>#<Name>`).
+    pub node: String,
+    /// Only these edge kinds; empty gives a survey for a large node.
+    #[serde(default)]
+    pub edge_kinds: Vec<String>,
+    #[serde(default)]
+    pub workspace: Option<String>,
+}
+
+impl ScgObserveRequest {
+    /// Parses the edge kinds.
+    pub fn edge_kinds(&self) -> Result<Vec<crate::core::scg::model::EdgeKind>, ApiError> {
+        if self.node.trim().is_empty() {
+            return Err(ApiError::bad_request("node must not be empty"));
+        }
+        self.edge_kinds
+            .iter()
+            .map(|text| {
+                crate::core::scg::model::EdgeKind::parse(text)
+                    .ok_or_else(|| ApiError::bad_request(format!("unknown edge kind {text:?}")))
+            })
+            .collect()
+    }
+}
+
+/// `capdex.v1.memory.deposit` request: bound to a workspace or a session, not both.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScgDepositRequest {
+    pub content: String,
+    /// `positive` or `dead_end`.
+    pub polarity: crate::core::scg::memory::Polarity,
+    /// Node ids or source keys of nodes or recipes.
+    pub anchors: Vec<String>,
+    #[serde(default)]
+    pub workspace: Option<String>,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+impl ScgDepositRequest {
+    /// Returns the deposit, labelled `ws:<workspace>` or `session:<session>`.
+    pub fn deposit(&self) -> Result<crate::core::scg::memory::Deposit, ApiError> {
+        let label = match (&self.workspace, &self.session) {
+            (Some(workspace), None) => format!("ws:{workspace}"),
+            (None, Some(session)) => format!("session:{session}"),
+            _ => return Err(ApiError::bad_request("give exactly one of workspace and session")),
+        };
+        Ok(crate::core::scg::memory::Deposit {
+            content: self.content.clone(),
+            polarity: self.polarity,
+            anchors: self.anchors.clone(),
+            label,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `scg_sources` | source id | [`StoredSource`]: the whole graph, its workspaces, when it was mapped |
 //! | `scg_links` | `all` | [`StoredLinks`]: RESOLVES_TO and CONSUMES across sources, with the drift hashes they were computed from |
+//! | `scg_memory` | note id | a memory [`Note`] (polarity, anchors, labels, deposit times) |
 //!
 //! A source's graph is one value, so re-mapping replaces its old nodes, edges and
 //! recipes in one atomic insert. Links name the drift hashes they were computed
@@ -12,6 +13,7 @@
 
 use super::{all, get, put, Store, StoreError};
 use crate::core::scg::align::Links;
+use crate::core::scg::memory::Note;
 use crate::core::scg::model::SourceGraph;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,6 +21,7 @@ use std::collections::BTreeMap;
 const SCG_SOURCES: &str = "scg_sources";
 const SCG_LINKS: &str = "scg_links";
 const LINKS_KEY: &str = "all";
+const SCG_MEMORY: &str = "scg_memory";
 
 /// One mapped source as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,6 +57,7 @@ pub struct ScgStore {
     store: Store,
     sources: sled::Tree,
     links: sled::Tree,
+    memory: sled::Tree,
 }
 
 impl ScgStore {
@@ -62,7 +66,12 @@ impl ScgStore {
         let tree = |name: &'static str| {
             store.db.open_tree(name).map_err(|source| StoreError::Sled { action: "open tree", tree: name, source })
         };
-        Ok(ScgStore { sources: tree(SCG_SOURCES)?, links: tree(SCG_LINKS)?, store: store.clone() })
+        Ok(ScgStore {
+            sources: tree(SCG_SOURCES)?,
+            links: tree(SCG_LINKS)?,
+            memory: tree(SCG_MEMORY)?,
+            store: store.clone(),
+        })
     }
 
     /// Returns every mapped source, in id order.
@@ -97,6 +106,21 @@ impl ScgStore {
     /// Stores the links.
     pub fn put_links(&self, links: &StoredLinks) -> Result<(), StoreError> {
         put(&self.links, SCG_LINKS, LINKS_KEY, links)
+    }
+
+    /// Returns every memory note, in id order.
+    pub fn notes(&self) -> Result<Vec<Note>, StoreError> {
+        all(&self.memory, SCG_MEMORY).map(|rows| rows.into_iter().map(|(_, note)| note).collect())
+    }
+
+    /// Returns one memory note.
+    pub fn note(&self, id: &str) -> Result<Option<Note>, StoreError> {
+        get(&self.memory, SCG_MEMORY, id)
+    }
+
+    /// Stores a memory note under its id, replacing the one it merged.
+    pub fn put_note(&self, note: &Note) -> Result<(), StoreError> {
+        put(&self.memory, SCG_MEMORY, &note.id, note)
     }
 
     /// Flushes to disk.
@@ -134,6 +158,16 @@ mod tests {
         assert_eq!(sources[0].workspaces, ["ws"]);
         assert!(scg.links().unwrap().unwrap().is_current(&sources));
         assert!(scg.remove_source("db").unwrap());
+        let deposit = crate::core::scg::memory::Deposit {
+            content: "x".into(),
+            polarity: crate::core::scg::memory::Polarity::DeadEnd,
+            anchors: vec!["db#a".into()],
+            label: "session:s".into(),
+        };
+        let note = crate::core::scg::memory::merge(None, &deposit, &["db#a".into()], 5);
+        scg.put_note(&note).unwrap();
+        assert_eq!(scg.note(&note.id).unwrap(), Some(note.clone()));
+        assert_eq!(scg.notes().unwrap(), [note]);
         assert!(!scg.links().unwrap().unwrap().is_current(&scg.sources().unwrap()));
     }
 }

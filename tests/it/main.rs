@@ -10,6 +10,7 @@ mod kpi_over_nats;
 mod python_clients;
 mod robustness;
 mod scg_cli;
+mod scg_over_nats;
 mod scg_real_specs;
 mod security;
 mod serve_over_nats;

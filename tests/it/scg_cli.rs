@@ -57,4 +57,51 @@ fn map_route_observe_on_one_data_dir() {
         .output()
         .unwrap();
     assert!(!hidden.status.success(), "a workspace must not observe a source it did not enable");
+
+    // Memory: a dead end deposited from the CLI damps that recipe and shows at its node.
+    let before = run_json(dir.path(), &["route", "invoice lines of a track", "--workspace", "music", "--json"]);
+    let first = before["recipes"][0]["sourceKey"].as_str().unwrap().to_string();
+    let deposited = run_json(
+        dir.path(),
+        &[
+            "deposit",
+            "returned no rows",
+            "--polarity",
+            "dead_end",
+            "--anchor",
+            &first,
+            "--workspace",
+            "music",
+            "--json",
+        ],
+    );
+    assert_eq!(deposited["note"]["labels"], serde_json::json!(["ws:music"]));
+    let after = run_json(dir.path(), &["route", "invoice lines of a track", "--workspace", "music", "--json"]);
+    let score = |route: &Value| {
+        route["recipes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["sourceKey"] == first.as_str())
+            .map(|r| r["score"].as_f64().unwrap())
+    };
+    assert!(score(&after).is_none_or(|after| after < score(&before).unwrap()), "{before}\n{after}");
+    let observed = run_json(dir.path(), &["observe", &first, "--workspace", "music", "--json"]);
+    assert_eq!(observed["notes"][0]["polarity"], "dead_end", "{observed}");
+    let outside = capdex()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args([
+            "deposit",
+            "x",
+            "--polarity",
+            "positive",
+            "--anchor",
+            "github#create_pull_request",
+            "--workspace",
+            "music",
+        ])
+        .output()
+        .unwrap();
+    assert!(!outside.status.success(), "a workspace deposit must not anchor a source it did not enable");
 }

@@ -133,3 +133,56 @@ fn every_shared_source_maps_with_all_node_kinds() {
     );
     assert!(ranked.iter().take(3).any(|recipe| recipe.source_key.to_lowercase().contains("invoice")), "{ranked:#?}");
 }
+
+/// On Gitea, Asana and Petstore together: for every CONSUMES edge (a sample of 80),
+/// routing the producer's own text ranks the producer's recipe above the consumer's,
+/// and every chain a route returns follows CONSUMES edges step by step.
+#[test]
+fn a_producer_is_not_outranked_by_its_consumer_and_chains_follow_consumes() {
+    use capdex::core::scg::route::{node_text, MAX_CHAIN_STEPS};
+    let graphs = vec![
+        map("openapi/gitea.io.json", "gitea"),
+        map("openapi/asana.com.json", "asana"),
+        map("openapi/petstore.readme-oas-examples.json", "petstore"),
+    ];
+    let refs: Vec<&SourceGraph> = graphs.iter().collect();
+    let links = TypeAligner.link(&refs);
+    let embedder = HashingEmbedder::default();
+    let index = RouteIndex::build(&graphs, &links, Some(&embedder));
+    let node = |id: &str| graphs.iter().find_map(|graph| graph.node(id)).expect("edge ends are nodes");
+    let consumes: std::collections::BTreeSet<(String, String)> = links
+        .consumes
+        .iter()
+        .map(|edge| (node(&edge.source).source_key.clone(), node(&edge.target).source_key.clone()))
+        .collect();
+    let step = (links.consumes.len() / 80).max(1);
+    let mut checked = 0;
+    for edge in links.consumes.iter().step_by(step) {
+        let (producer, consumer) = (node(&edge.source), node(&edge.target));
+        let ranked = index.route(&node_text(producer), 50, &Scope::All, Some(&embedder));
+        let position = |key: &str| ranked.iter().position(|recipe| recipe.source_key == key);
+        let own = position(&producer.source_key)
+            .unwrap_or_else(|| panic!("{} is not routed for its own text", producer.source_key));
+        if let Some(theirs) = position(&consumer.source_key) {
+            assert!(own < theirs, "{} outranked by its consumer {}", producer.source_key, consumer.source_key);
+            checked += 1;
+        }
+        for recipe in &ranked {
+            assert!(recipe.steps.len() <= MAX_CHAIN_STEPS, "{recipe:?}");
+            for pair in recipe.steps.windows(2) {
+                assert!(
+                    consumes.contains(&(pair[0].clone(), pair[1].clone())),
+                    "{pair:?} is no CONSUMES edge in {recipe:?}"
+                );
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} producer/consumer pairs were both routed");
+    // Some routes chain more than one step.
+    let chained = ["comments on a task", "list open pull requests of a repository", "pets available for adoption"]
+        .iter()
+        .flat_map(|query| index.route(query, 10, &Scope::All, Some(&embedder)))
+        .filter(|recipe| recipe.steps.len() > 1)
+        .count();
+    assert!(chained > 0, "no multi-step recipe on the shared specs");
+}

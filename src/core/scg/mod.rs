@@ -5,7 +5,9 @@
 //! - [`schema`]: the JSON Schema walker (`$ref`, `allOf` / `oneOf` / `anyOf`, nesting);
 //! - [`openapi`], [`mcp`], [`sql`]: one mapper per source kind, text in, [`model::SourceGraph`] out;
 //! - [`align`]: field-name normalisation, TypeAligner (RESOLVES_TO) and CONSUMES edges across sources;
-//! - [`route`]: ranked RouteRecipes for a query, and a node's typed neighbourhood.
+//! - [`route`]: ranked RouteRecipes for a query, and a node's typed neighbourhood;
+//! - [`pipeline`]: the map pipeline's phases, progress events, connector check and report;
+//! - [`memory`]: deposited notes (positive or dead end) that bias routing, with time decay.
 //!
 //! Everything here is pure: the caller reads files and stores graphs. No
 //! credentials or record values enter the graph, only schema and tool names
@@ -13,8 +15,10 @@
 
 pub mod align;
 pub mod mcp;
+pub mod memory;
 pub mod model;
 pub mod openapi;
+pub mod pipeline;
 pub mod route;
 pub mod schema;
 pub mod sql;

@@ -9,12 +9,22 @@
 //!    with [`SELF_WEIGHT`]; every edge weighs less, so a capability is never outranked
 //!    for its own query by one it chains into;
 //! 5. map each node to its recipe (a field to its owner's), keep each recipe's best score,
-//!    drop recipes with a step outside the scope, and return the top k (ties by key).
+//!    drop recipes with a step outside the scope, and return the top k (ties by key);
+//! 6. with memory notes ([`RouteIndex::route_with_memory`]), add each recipe's memory score
+//!    (see [`super::memory`]) before ranking.
+//!
+//! A ranked recipe's steps are an ordered chain that follows CONSUMES: a recipe reached
+//! from a seed over a CONSUMES edge starts with that seed (the producer), and the chain is
+//! extended backwards with the in-scope producer of its first step that best matches the
+//! query (similarity + edge weight), up to [`MAX_CHAIN_STEPS`] steps, never repeating one.
+//! Only producers the query is about join a chain: their similarity must reach
+//! [`CHAIN_MIN_RELATIVE`] of the best seed's, so a chain never starts with an unrelated call.
 //!
 //! Scope is applied before seeding, so out-of-scope sources never crowd in-scope ones out;
 //! an empty scope routes nothing and observes nothing.
 
 use super::align::Links;
+use super::memory::{self, MemoryBias, Note};
 use super::model::{node_id, Edge, EdgeKind, Node, NodeKind, RouteRecipe, SourceGraph};
 use crate::core::embedder::{dot, Embed};
 use crate::core::text::{is_stopword, stem, word_tokens};
@@ -31,6 +41,11 @@ pub const SELF_WEIGHT: f32 = 1.0;
 pub const MAX_DOC_CHARS: usize = 400;
 /// Edges listed before an unfiltered observation turns into a survey.
 pub const SURVEY_ABOVE_EDGES: usize = 40;
+/// The most steps a recipe's chain grows to along CONSUMES.
+pub const MAX_CHAIN_STEPS: usize = 3;
+/// A producer joins a chain backwards only when its similarity to the query is at least
+/// this fraction of the best seed's.
+pub const CHAIN_MIN_RELATIVE: f32 = 0.6;
 
 /// Returns how many seeds a route for `k` recipes expands.
 pub fn seed_count(k: usize) -> usize {
@@ -66,6 +81,28 @@ pub struct RankedRecipe {
     pub score: f32,
     /// The seed node's source key that reached this recipe.
     pub via: String,
+    /// The part of `score` that came from memory notes (0 when none applied).
+    #[serde(default)]
+    pub memory: f32,
+}
+
+/// Ranked recipes and how many sources the request could see (the `capdex.v1.route` reply).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteAnswer {
+    pub recipes: Vec<RankedRecipe>,
+    pub sources_in_scope: usize,
+}
+
+/// Memory notes for a route, and the clock and half-life their decay uses.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryView<'a> {
+    pub notes: &'a [Note],
+    pub now_ms: u64,
+    pub half_life_ms: u64,
+    /// The notes' vectors ([`RouteIndex::note_vector`]), one per note in order, when the
+    /// caller keeps them; otherwise each route embeds the notes.
+    pub vectors: Option<&'a [Vec<f32>]>,
 }
 
 /// The searchable, expandable union of mapped sources and their links.
@@ -128,6 +165,9 @@ pub struct Observation {
     pub edges: Vec<ObservedEdge>,
     /// Recipes this node is, or is a step of.
     pub recipes: Vec<RouteRecipe>,
+    /// Memory notes anchored at this node, strongest first (filled by the caller that holds them).
+    #[serde(default)]
+    pub notes: Vec<Note>,
 }
 
 impl RouteIndex {
@@ -190,8 +230,21 @@ impl RouteIndex {
 
     /// Ranks recipes for `query`; `k` is clamped to 1..=[`MAX_K`]. `embedder` must be the one given to [`RouteIndex::build`].
     pub fn route(&self, query: &str, k: usize, scope: &Scope, embedder: Option<&dyn Embed>) -> Vec<RankedRecipe> {
+        self.route_with_memory(query, k, scope, embedder, None)
+    }
+
+    /// Like [`RouteIndex::route`], with memory notes biasing recipes up or down.
+    pub fn route_with_memory(
+        &self,
+        query: &str,
+        k: usize,
+        scope: &Scope,
+        embedder: Option<&dyn Embed>,
+        memory: Option<MemoryView<'_>>,
+    ) -> Vec<RankedRecipe> {
         let k = k.clamp(1, MAX_K);
-        let query_vector = embedder.filter(|_| self.embedder_model.is_some()).map(|embedder| embedder.embed(query));
+        let embedder = embedder.filter(|_| self.embedder_model.is_some());
+        let query_vector = embedder.map(|embedder| embedder.embed(query));
         let query_words = word_set(query);
         let mut seeds: Vec<(f32, usize)> = self
             .seedable
@@ -206,51 +259,146 @@ impl RouteIndex {
             })
             .filter(|(similarity, _)| *similarity > 0.0)
             .collect();
+        let similarities: HashMap<usize, f32> = seeds.iter().map(|&(similarity, at)| (at, similarity)).collect();
         seeds.sort_by(|a, b| {
             b.0.total_cmp(&a.0).then_with(|| self.nodes[a.1].source_key.cmp(&self.nodes[b.1].source_key))
         });
+        let min_chain_similarity = seeds.first().map_or(f32::MAX, |seed| seed.0 * CHAIN_MIN_RELATIVE);
         seeds.truncate(seed_count(k));
-        let mut best: BTreeMap<String, (f32, usize)> = BTreeMap::new();
-        let offer = |recipe_key: &str, score: f32, seed: usize, best: &mut BTreeMap<String, (f32, usize)>| {
+        // Recipe key → (score, seed, producer the recipe was reached from over CONSUMES).
+        let mut best: BTreeMap<String, (f32, usize, Option<usize>)> = BTreeMap::new();
+        let offer = |recipe_key: &str,
+                     score: f32,
+                     seed: usize,
+                     producer: Option<usize>,
+                     best: &mut BTreeMap<String, (f32, usize, Option<usize>)>| {
             if self.recipes.contains_key(recipe_key) {
-                let entry = best.entry(recipe_key.to_string()).or_insert((f32::MIN, seed));
+                let entry = best.entry(recipe_key.to_string()).or_insert((f32::MIN, seed, producer));
                 if score > entry.0 {
-                    *entry = (score, seed);
+                    *entry = (score, seed, producer);
                 }
             }
         };
         for &(similarity, seed) in &seeds {
             for recipe_key in self.recipe_keys(seed) {
-                offer(recipe_key, similarity + SELF_WEIGHT, seed, &mut best);
+                offer(recipe_key, similarity + SELF_WEIGHT, seed, None, &mut best);
             }
             for &edge_idx in &self.incident[seed] {
                 let edge = &self.edges[edge_idx];
-                let other = if self.by_id[&edge.source] == seed { &edge.target } else { &edge.source };
+                let outbound = self.by_id[&edge.source] == seed;
+                let other = if outbound { &edge.target } else { &edge.source };
                 let other_idx = self.by_id[other];
                 if !scope.permits(&self.nodes[other_idx].source_id) {
                     continue;
                 }
+                let producer =
+                    (outbound && edge.kind == EdgeKind::Consumes && self.nodes[seed].kind == NodeKind::Capability)
+                        .then_some(seed);
                 for recipe_key in self.recipe_keys(other_idx) {
-                    offer(recipe_key, similarity + edge.weight, seed, &mut best);
+                    offer(recipe_key, similarity + edge.weight, seed, producer, &mut best);
                 }
             }
         }
+        let bias = match memory {
+            Some(view) => MemoryBias::compute(
+                view.notes,
+                |at, note| match (&query_vector, view.vectors.and_then(|vectors| vectors.get(at))) {
+                    (Some(query_vector), Some(vector)) => dot(query_vector, vector).clamp(0.0, 1.0),
+                    _ => self.relevance(&query_words, query_vector.as_deref(), embedder, note),
+                },
+                |source_id| scope.permits(source_id),
+                view.now_ms,
+                view.half_life_ms,
+            ),
+            None => MemoryBias::default(),
+        };
         let mut ranked: Vec<RankedRecipe> = best
             .into_iter()
-            .filter_map(|(key, (score, seed))| {
+            .filter_map(|(key, (score, seed, producer))| {
                 let recipe = &self.recipes[&key];
                 let in_scope = recipe.steps.iter().all(|step| scope.permits(step.split('#').next().unwrap_or(step)));
-                in_scope.then(|| RankedRecipe {
+                if !in_scope {
+                    return None;
+                }
+                let steps = self.chain(&recipe.steps, producer, &similarities, min_chain_similarity, scope);
+                let memory = bias.for_recipe(&recipe.source_key, &steps);
+                Some(RankedRecipe {
                     source_key: recipe.source_key.clone(),
-                    steps: recipe.steps.clone(),
-                    score,
+                    steps,
+                    score: score + memory,
                     via: self.nodes[seed].source_key.clone(),
+                    memory,
                 })
             })
             .collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.source_key.cmp(&b.source_key)));
         ranked.truncate(k);
         ranked
+    }
+
+    /// Returns a recipe's steps as a chain along CONSUMES: the producer it was reached from
+    /// first, then in-scope producers of the first step, best match first, up to [`MAX_CHAIN_STEPS`].
+    fn chain(
+        &self,
+        steps: &[String],
+        producer: Option<usize>,
+        similarities: &HashMap<usize, f32>,
+        min_similarity: f32,
+        scope: &Scope,
+    ) -> Vec<String> {
+        let mut chain: Vec<String> = steps.to_vec();
+        if let Some(producer) = producer {
+            let key = &self.nodes[producer].source_key;
+            if !chain.contains(key) {
+                chain.insert(0, key.clone());
+            }
+        }
+        while chain.len() < MAX_CHAIN_STEPS {
+            let Some(&first) = self.by_id.get(&node_id(&chain[0], NodeKind::Capability)) else { break };
+            let next = self.incident[first]
+                .iter()
+                .map(|&edge_idx| &self.edges[edge_idx])
+                .filter(|edge| edge.kind == EdgeKind::Consumes && edge.target == self.nodes[first].id)
+                .map(|edge| (self.by_id[&edge.source], edge.weight))
+                .filter(|&(at, _)| {
+                    let node = &self.nodes[at];
+                    node.kind == NodeKind::Capability
+                        && scope.permits(&node.source_id)
+                        && !chain.contains(&node.source_key)
+                })
+                .filter_map(|(at, weight)| {
+                    let similarity = similarities.get(&at).copied().unwrap_or(0.0);
+                    (similarity >= min_similarity).then_some((similarity + weight, at))
+                })
+                .max_by(|a, b| {
+                    a.0.total_cmp(&b.0).then_with(|| self.nodes[b.1].source_key.cmp(&self.nodes[a.1].source_key))
+                });
+            match next {
+                Some((_, at)) => chain.insert(0, self.nodes[at].source_key.clone()),
+                None => break,
+            }
+        }
+        chain
+    }
+
+    /// Returns the vector a note is matched against queries with.
+    pub fn note_vector(note: &Note, embedder: &dyn Embed) -> Vec<f32> {
+        embedder.embed(&memory::note_text(note))
+    }
+
+    /// Returns a note's relevance to a query, in [0, 1]: cosine with the embedder, word overlap without.
+    fn relevance(
+        &self,
+        query_words: &BTreeSet<String>,
+        query_vector: Option<&[f32]>,
+        embedder: Option<&dyn Embed>,
+        note: &Note,
+    ) -> f32 {
+        let text = memory::note_text(note);
+        match (query_vector, embedder) {
+            (Some(query_vector), Some(embedder)) => dot(query_vector, &embedder.embed(&text)).clamp(0.0, 1.0),
+            _ => lexical(query_words, &word_set(&text)),
+        }
     }
 
     /// Returns the recipe keys a node stands for: its own, or its owner's for a field.
@@ -323,7 +471,7 @@ impl RouteIndex {
                 all.into_iter().filter(|edge| edge_kinds.is_empty() || edge_kinds.contains(&edge.kind)).collect();
             (Vec::new(), edges)
         };
-        Ok(Observation { node: node.clone(), n_edges, survey, edges, recipes })
+        Ok(Observation { node: node.clone(), n_edges, survey, edges, recipes, notes: Vec::new() })
     }
 }
 
@@ -440,6 +588,81 @@ mod tests {
         assert!(filtered.edges.iter().all(|edge| edge.kind == EdgeKind::HasField));
         let by_id = index.observe(&node_id("gitea#Issue", NodeKind::EntityType), &[], &Scope::All).unwrap();
         assert_eq!(by_id.node.source_key, "gitea#Issue");
+    }
+
+    #[test]
+    fn recipes_chain_along_consumes() {
+        let embedder = HashingEmbedder::default();
+        let index = index(Some(&embedder));
+        let ranked = index.route("get an issue", 50, &Scope::All, Some(&embedder));
+        let comments = ranked.iter().find(|recipe| recipe.source_key == "gitea#getIssueComments").unwrap();
+        assert_eq!(comments.steps.last().map(String::as_str), Some("gitea#getIssueComments"));
+        assert!(comments.steps.len() >= 2, "the consumer's recipe starts with a producer: {comments:?}");
+        assert_eq!(comments.steps[0], "gitea#getIssue", "the matched producer comes first: {comments:?}");
+        for recipe in &ranked {
+            let unique: BTreeSet<&String> = recipe.steps.iter().collect();
+            assert_eq!(unique.len(), recipe.steps.len(), "{recipe:?}");
+            assert!(recipe.steps.len() <= MAX_CHAIN_STEPS);
+        }
+        // A scope without the producer's source leaves it out of the chain.
+        let only_asana = Scope::Sources(["asana".to_string()].into());
+        for recipe in index.route("list comments", 50, &only_asana, Some(&embedder)) {
+            assert!(recipe.steps.iter().all(|step| step.starts_with("asana#")), "{recipe:?}");
+        }
+    }
+
+    #[test]
+    fn memory_biases_routes_up_and_down() {
+        use crate::core::scg::memory::{merge, Deposit, Polarity};
+        let embedder = HashingEmbedder::default();
+        let index = index(Some(&embedder));
+        let query = "comments on an issue";
+        let plain = index.route(query, 50, &Scope::All, Some(&embedder));
+        let score_of =
+            |ranked: &[RankedRecipe], key: &str| ranked.iter().find(|r| r.source_key == key).map(|r| r.score);
+        let deposit = |polarity, content: &str| Deposit {
+            content: content.into(),
+            polarity,
+            anchors: vec!["asana#getTaskComments".into()],
+            label: "ws:acme".into(),
+        };
+        let now = 1_000_000;
+        let day = 24 * 3600 * 1000;
+        for (polarity, up) in [(Polarity::Positive, true), (Polarity::DeadEnd, false)] {
+            let note = merge(
+                None,
+                &deposit(polarity, "comments of an issue came back"),
+                &["asana#getTaskComments".into()],
+                now,
+            );
+            let notes = [note];
+            let view = MemoryView { notes: &notes, now_ms: now, half_life_ms: day, vectors: None };
+            let biased = index.route_with_memory(query, 50, &Scope::All, Some(&embedder), Some(view));
+            let vectors: Vec<Vec<f32>> = notes.iter().map(|note| RouteIndex::note_vector(note, &embedder)).collect();
+            let cached = MemoryView { vectors: Some(&vectors), ..view };
+            assert_eq!(index.route_with_memory(query, 50, &Scope::All, Some(&embedder), Some(cached)), biased);
+            let (before, after) = (
+                score_of(&plain, "asana#getTaskComments").unwrap(),
+                score_of(&biased, "asana#getTaskComments").unwrap(),
+            );
+            assert_eq!(after > before, up, "{polarity:?}: {before} → {after}");
+            let moved = biased.iter().find(|r| r.source_key == "asana#getTaskComments").unwrap();
+            assert!((moved.score - before - moved.memory).abs() < 1e-5 && moved.memory != 0.0);
+            // Ten half-lives later the note barely counts.
+            let late = MemoryView { notes: &notes, now_ms: now + 10 * day, half_life_ms: day, vectors: None };
+            let faded = index.route_with_memory(query, 50, &Scope::All, Some(&embedder), Some(late));
+            let faded = score_of(&faded, "asana#getTaskComments").unwrap();
+            assert!((faded - before).abs() < (after - before).abs() / 500.0, "{before} {after} {faded}");
+            // A scope without the anchor's source ignores the note.
+            let scoped = index.route_with_memory(
+                query,
+                50,
+                &Scope::Sources(["gitea".to_string()].into()),
+                Some(&embedder),
+                Some(view),
+            );
+            assert!(scoped.iter().all(|r| r.memory == 0.0));
+        }
     }
 
     #[test]
