@@ -84,6 +84,11 @@ impl Gateway {
         &self.subjects
     }
 
+    /// The connection, for the JetStream streams (`gateway::jetstream`).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
     /// Serves the endpoints until `shutdown` resolves, then stops the service
     /// (no new requests) and flushes what was published.
     /// Events of type `E` received on `events` are published on `events.index`.

@@ -74,6 +74,16 @@ impl Subjects {
         format!("{}.kpi.{}", self.prefix, token(scope_key))
     }
 
+    /// The JetStream subject of index mutations (stream `jetstream.index_stream`).
+    pub fn js_index(&self) -> String {
+        format!("{}.js.index", self.prefix)
+    }
+
+    /// The JetStream subject of task outcomes (stream `jetstream.outcome_stream`).
+    pub fn js_outcome(&self) -> String {
+        format!("{}.js.outcome", self.prefix)
+    }
+
     /// Alert (and recovery) events of one scope.
     pub fn alert(&self, severity: &str, scope_key: &str) -> String {
         format!("{}.alert.{}.{}", self.prefix, token(severity), token(scope_key))
@@ -106,5 +116,7 @@ mod tests {
         assert_eq!(subjects.kpi("acme/bot"), "capdex.v1.kpi.acme_bot");
         assert_eq!(subjects.alert("warning", "a.b *>"), "capdex.v1.alert.warning.a_b___");
         assert_eq!(token(""), "_");
+        assert_eq!(subjects.js_index(), "capdex.v1.js.index");
+        assert_eq!(subjects.js_outcome(), "capdex.v1.js.outcome");
     }
 }
