@@ -458,9 +458,11 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     } else {
         None
     };
-    let gateway = Gateway::connect(&settings.nats).await?;
+    let mut gateway = Gateway::connect(&settings.nats).await?;
     let replication = if settings.jetstream.enabled {
-        Some(crate::replication::start(settings, &gateway, &actors, &store).await?)
+        let replication = crate::replication::start(settings, &gateway, &actors, &store).await?;
+        gateway.set_node_name(replication.node_name());
+        Some(replication)
     } else {
         None
     };

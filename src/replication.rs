@@ -49,6 +49,7 @@ type Waiter = oneshot::Sender<Result<RegistrationReply, ApiError>>;
 /// This node's side of the index log: submits mutations and waits until they are applied here.
 pub struct Replication {
     jetstream: JetStream,
+    node_name: String,
     /// `<node name>.<process nonce>`: a prefix no other process uses.
     id_prefix: String,
     next_id: Cell<u64>,
@@ -57,6 +58,11 @@ pub struct Replication {
 }
 
 impl Replication {
+    /// This node's name (`jetstream.node_name`, or the one kept in the data dir).
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
     /// Appends `mutation` to the index log and returns the report of applying it on this node.
     pub async fn submit(&self, mutation: IndexMutation) -> Result<RegistrationReply, ApiError> {
         let payload = serde_json::to_vec(&mutation).map_err(|err| ApiError::internal(err.to_string()))?;
@@ -112,6 +118,7 @@ pub async fn start(
     };
     let replication = Rc::new(Replication {
         jetstream: jetstream.clone(),
+        node_name: node_name.clone(),
         id_prefix: format!("{node_name}.{}", generated_name()),
         next_id: Cell::new(0),
         waiters: RefCell::new(HashMap::new()),

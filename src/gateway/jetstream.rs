@@ -28,7 +28,7 @@ pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";
 /// How long to wait before following a stream again after its subscription failed.
 const RESUBSCRIBE_BACKOFF: Duration = Duration::from_millis(500);
 /// How long the server waits for an outcome's ack before delivering it again.
-const OUTCOME_ACK_WAIT: Duration = Duration::from_secs(30);
+const OUTCOME_ACK_WAIT: Duration = Duration::from_secs(5);
 
 /// A JetStream operation that failed, naming what was attempted.
 #[derive(Debug, thiserror::Error)]

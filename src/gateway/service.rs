@@ -67,7 +67,12 @@ pub struct Gateway {
     client: async_nats::Client,
     settings: NatsSettings,
     subjects: Subjects,
+    /// Sent back as the `Capdex-Node` header of every reply, when set.
+    node_name: Option<String>,
 }
+
+/// The reply header naming the node that answered (set with several nodes).
+pub const NODE_HEADER: &str = "Capdex-Node";
 
 impl Gateway {
     /// Connects to the configured NATS server.
@@ -77,11 +82,21 @@ impl Gateway {
             .connect(&settings.url)
             .await
             .map_err(|source| GatewayError::Connect { url: settings.url.clone(), source })?;
-        Ok(Gateway { client, settings: settings.clone(), subjects: Subjects::new(&settings.subject_prefix) })
+        Ok(Gateway {
+            client,
+            settings: settings.clone(),
+            subjects: Subjects::new(&settings.subject_prefix),
+            node_name: None,
+        })
     }
 
     pub fn subjects(&self) -> &Subjects {
         &self.subjects
+    }
+
+    /// Names this node in the `Capdex-Node` header of every reply.
+    pub fn set_node_name(&mut self, node_name: &str) {
+        self.node_name = Some(node_name.to_string());
     }
 
     /// The connection, for the JetStream streams (`gateway::jetstream`).
@@ -111,6 +126,7 @@ impl Gateway {
             client: self.client.clone(),
             subjects: self.subjects.clone(),
             max_payload_bytes: self.settings.max_payload_bytes,
+            node_name: self.node_name.clone(),
         });
         let mut loops = Vec::new();
         for (subject, endpoint_kind) in [
@@ -192,6 +208,7 @@ struct Shared {
     client: async_nats::Client,
     subjects: Subjects,
     max_payload_bytes: usize,
+    node_name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -279,6 +296,9 @@ async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared
     let mut headers = HeaderMap::new();
     if codec == Codec::Msgpack {
         headers.insert("Content-Type", crate::gateway::wire::MSGPACK_CONTENT_TYPE);
+    }
+    if let Some(node_name) = &shared.node_name {
+        headers.insert(NODE_HEADER, node_name.as_str());
     }
     let sent = match result {
         Ok(body) => request.respond_with_headers(Ok(body.into()), headers).await,

@@ -7,6 +7,7 @@ mod eval;
 mod exact_names;
 mod hostile_manifests;
 mod kpi_over_nats;
+mod multinode;
 mod scg_cli;
 mod scg_real_specs;
 mod serve_over_nats;
