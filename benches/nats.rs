@@ -145,7 +145,8 @@ fn verdict(met: bool) -> &'static str {
 async fn wait_for_capdex(client: &async_nats::Client) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let ping = tokio::time::timeout(Duration::from_millis(500), client.request("$SRV.PING.capdex", "".into())).await;
+        let ping =
+            tokio::time::timeout(Duration::from_millis(500), client.request("$SRV.PING.capdex", "".into())).await;
         if matches!(ping, Ok(Ok(_))) {
             return;
         }
@@ -231,7 +232,7 @@ fn outcome(i: usize, prefix: &str) -> Bytes {
         "turnId": format!("{prefix}-{i}"),
         "organizationId": format!("org-{}", i % 100),
         "personaId": "assistant",
-        "status": if i % 4 == 0 { "failed" } else { "success" },
+        "status": if i.is_multiple_of(4) { "failed" } else { "success" },
     });
     Bytes::from(report.to_string())
 }

@@ -211,7 +211,7 @@ async fn nodes_share_registrations_survive_kill_9_and_catch_up_on_restart() {
 
 fn outcome(persona: &str, turn: u64) -> (String, Vec<u8>) {
     let turn_id = format!("{persona}-t{turn}");
-    let status = if turn % 5 == 0 { "failed" } else { "success" };
+    let status = if turn.is_multiple_of(5) { "failed" } else { "success" };
     let report = json!({"turnId": turn_id, "organizationId": "acme", "personaId": persona, "status": status});
     (turn_id, report.to_string().into_bytes())
 }
