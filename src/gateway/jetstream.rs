@@ -338,3 +338,24 @@ fn stream_message(message: &jetstream::Message) -> Option<StreamMessage> {
         .map(|value| value.as_str().to_string());
     Some(StreamMessage { sequence, message_id, payload: message.payload.clone() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_mutations_keep_the_request_as_sent() {
+        let upsert: IndexMutation = serde_json::from_str(
+            r#"{"op": "upsert", "payload": {"runtimeId": "agent-1", "tools": [{"name": "x", "description": "y"}]}}"#,
+        )
+        .unwrap();
+        let IndexMutation::Upsert { payload } = &upsert else { panic!("{upsert:?}") };
+        assert_eq!(payload.runtime_id.as_deref(), Some("agent-1"));
+        let text = serde_json::to_string(&upsert).unwrap();
+        assert!(text.starts_with(r#"{"op":"upsert","payload":{"runtimeId":"agent-1""#), "{text}");
+        let remove: IndexMutation =
+            serde_json::from_str(r#"{"op": "remove", "request": {"runtimeId": "a", "ids": ["tool:x"]}}"#).unwrap();
+        assert!(matches!(remove, IndexMutation::Remove { request } if request.ids == ["tool:x"]));
+        assert!(serde_json::from_str::<IndexMutation>(r#"{"op": "drop", "request": {}}"#).is_err());
+    }
+}
