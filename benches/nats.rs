@@ -14,8 +14,11 @@
 //!   from the first publish until the consumer has acknowledged the last one.
 //!
 //! Run with `cargo bench --bench nats` (needs nats-server: `CAPDEX_NATS_SERVER`,
-//! `.venv/bin/nats-server` or `PATH`). Without `--bench` (e.g. `cargo test
-//! --benches`) it runs once on a small catalog as a smoke test.
+//! `.venv/bin/nats-server` or `PATH`). Without `--bench` or `--full` (e.g.
+//! `cargo test --benches`) it runs once on a small catalog as a smoke test.
+//! With `CAPDEX_BENCH_SERVE_BIN=<path to a capdex binary>` the node is that
+//! binary's `capdex serve` instead of in-process (e.g. a release build driven
+//! by a debug build of this client: `cargo test --bench nats -- --full`).
 
 #[path = "../tests/it/support/nats_server.rs"]
 mod nats_server;
@@ -39,7 +42,7 @@ const OUTCOME_IN_FLIGHT: usize = 1024;
 const NODE_NAME: &str = "bench";
 
 fn main() {
-    let full = std::env::args().any(|arg| arg == "--bench");
+    let full = std::env::args().any(|arg| arg == "--bench" || arg == "--full");
     let plan = if full {
         Plan { capabilities: 1000, latency_requests: 5000, throughput_requests: 100_000, outcomes: 100_000 }
     } else {
@@ -59,17 +62,29 @@ fn main() {
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))
     .collect();
-    let settings = capdex::config::Settings::load(None, &env).expect("bench settings load");
-
-    // capdex serve, in-process, on its own thread.
+    let serve_bin = std::env::var_os("CAPDEX_BENCH_SERVE_BIN");
+    let mut external = serve_bin.as_ref().map(|bin| {
+        std::process::Command::new(bin)
+            .arg("serve")
+            .env_remove("CAPDEX_BENCH_SERVE_BIN")
+            .envs(&env)
+            .env("CAPDEX_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("CAPDEX_BENCH_SERVE_BIN runs")
+    });
+    // capdex serve, in-process, on its own thread (unless an external binary serves).
     let (stop_serving, stopped) = futures::channel::oneshot::channel::<()>();
-    let server = std::thread::spawn(move || {
-        actix_rt::System::new().block_on(async move {
-            capdex::app::serve_until(&settings, async {
-                let _ = stopped.await;
+    let server = external.is_none().then(|| {
+        let settings = capdex::config::Settings::load(None, &env).expect("bench settings load");
+        std::thread::spawn(move || {
+            actix_rt::System::new().block_on(async move {
+                capdex::app::serve_until(&settings, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("capdex serves");
             })
-            .await
-            .expect("capdex serves");
         })
     });
     // A bare echo responder, for comparison, on its own thread and current-thread runtime.
@@ -93,9 +108,10 @@ fn main() {
         wait_for_capdex(&client).await;
         register(&client, plan.capabilities).await;
         println!(
-            "capdex nats bench: {} capabilities, built-in embedder, loopback, {} mode",
+            "capdex nats bench: {} capabilities, built-in embedder, loopback, {} mode, node {}",
             plan.capabilities,
-            if full { "full" } else { "smoke" }
+            if full { "full" } else { "smoke" },
+            serve_bin.as_ref().map_or("in-process".to_string(), |bin| format!("{}", bin.to_string_lossy()))
         );
 
         let echo = vec![Bytes::from_static(b"{\"message\":\"ping\"}")];
@@ -131,7 +147,13 @@ fn main() {
         );
     });
     let _ = stop_serving.send(());
-    server.join().expect("capdex stops");
+    if let Some(server) = server {
+        server.join().expect("capdex stops");
+    }
+    if let Some(child) = external.as_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 fn verdict(met: bool) -> &'static str {
