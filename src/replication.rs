@@ -222,12 +222,26 @@ async fn ingest_outcome(
         report.turn_id = Some(outcome_id.clone());
     }
     let recorded = match kpi.send(RecordOutcome { report, at_ms: crate::app::epoch_ms() }).await {
-        Ok(Ok(recorded)) => recorded.once_durable().await,
-        Ok(Err(err)) => Err(err),
+        Ok(recorded) => recorded,
         Err(err) => {
             tracing::warn!(%err, %outcome_id, "the KPI actor is unavailable; the outcome will come again");
             return Disposition::Retry;
         }
+    };
+    // The processed id is written right after the sample, so one group flush
+    // usually makes both durable; the ack waits for both.
+    let (recorded, marked) = match recorded {
+        Ok(recorded) => {
+            let marked = store.mark_outcome_processed(&outcome_id, message.sequence).map(|()| store.durable());
+            match marked {
+                Ok(durable) => {
+                    let (recorded, marked) = futures::future::join(recorded.once_durable(), durable).await;
+                    (recorded, marked)
+                }
+                Err(err) => (recorded.once_durable().await, Err(err)),
+            }
+        }
+        Err(err) => (Err(err), Ok(())),
     };
     let update = match recorded {
         Ok(update) => update,
@@ -240,10 +254,6 @@ async fn ingest_outcome(
             tracing::warn!(%err, %outcome_id, "outcome not recorded; it will come again");
             return Disposition::Retry;
         }
-    };
-    let marked = match store.mark_outcome_processed(&outcome_id, message.sequence) {
-        Ok(()) => store.durable().await,
-        Err(err) => Err(err),
     };
     if let Err(err) = marked {
         // The outcome is durable in its KPI window; a redelivery is refused there by its turnId.
