@@ -38,12 +38,20 @@ pub async fn start_with_events(
     settings: &Settings,
     events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
 ) -> anyhow::Result<Actors> {
+    Ok(start_with_store(settings, events).await?.0)
+}
+
+/// Like [`start_with_events`], also returning the store (for the JetStream bookkeeping).
+pub async fn start_with_store(
+    settings: &Settings,
+    events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
+) -> anyhow::Result<(Actors, Store)> {
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
     let store = Store::open(&settings.data_dir).with_context(|| {
         "is another capdex process using this data_dir? set --data-dir or CAPDEX_DATA_DIR".to_string()
     })?;
-    Ok(spawn_all(settings, store, events).await?)
+    Ok((spawn_all(settings, store.clone(), events).await?, store))
 }
 
 /// Scans the capability folders and syncs them into the index.
@@ -139,6 +147,40 @@ fn registration_reply(report: SyncReport, diagnostics: Vec<serde_json::Value>) -
     }
 }
 
+/// Upserts a runtime's batch of capabilities through the Indexer.
+pub(crate) async fn apply_upsert(
+    indexer: actix::Addr<crate::actors::indexer::Indexer>,
+    payload: SourcesPayload,
+) -> Result<RegistrationReply, ApiError> {
+    let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
+    let normalised = normalise_sources(&payload);
+    let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
+    if !payload.presets.is_empty() {
+        sync.presets = Some(normalised.presets);
+    }
+    let report = indexer
+        .send(sync)
+        .await
+        .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+        .map_err(|err| ApiError::internal(err.to_string()))?;
+    let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
+    Ok(registration_reply(report, diagnostics))
+}
+
+/// Removes capabilities a runtime registered, through the Indexer.
+pub(crate) async fn apply_remove(
+    indexer: actix::Addr<crate::actors::indexer::Indexer>,
+    request: RemoveRequest,
+) -> Result<RegistrationReply, ApiError> {
+    let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref())?);
+    let report = indexer
+        .send(SyncCapabilities::remove(&origin, request.ids))
+        .await
+        .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+        .map_err(|err| ApiError::internal(err.to_string()))?;
+    Ok(registration_reply(report, Vec::new()))
+}
+
 /// The gateway's view of the actors.
 #[derive(Clone)]
 struct ActorApi {
@@ -146,6 +188,8 @@ struct ActorApi {
     planner: PlannerDefaults,
     adaptive: crate::core::turn_planner::AdaptivePolicy,
     discovery_retries: Retries,
+    /// Set when index mutations go through the JetStream index log.
+    replication: Option<std::rc::Rc<crate::replication::Replication>>,
 }
 
 /// How often a failed discovery is tried again before a plan falls back, and the pause between tries.
@@ -178,37 +222,25 @@ fn now_ms() -> u64 {
 
 impl Api for ActorApi {
     fn register(&self, payload: SourcesPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
-        let indexer = self.actors.indexer.clone();
-        async move {
-            let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
-            let normalised = normalise_sources(&payload);
-            let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
-            if !payload.presets.is_empty() {
-                sync.presets = Some(normalised.presets);
+        if let Some(replication) = self.replication.clone() {
+            return async move {
+                runtime_id(payload.runtime_id.as_deref())?;
+                replication.submit(crate::gateway::jetstream::IndexMutation::Upsert { payload }).await
             }
-            let report = indexer
-                .send(sync)
-                .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
-                .map_err(|err| ApiError::internal(err.to_string()))?;
-            let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
-            Ok(registration_reply(report, diagnostics))
+            .boxed_local();
         }
-        .boxed_local()
+        apply_upsert(self.actors.indexer.clone(), payload).boxed_local()
     }
 
     fn unregister(&self, request: RemoveRequest) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
-        let indexer = self.actors.indexer.clone();
-        async move {
-            let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref())?);
-            let report = indexer
-                .send(SyncCapabilities::remove(&origin, request.ids))
-                .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
-                .map_err(|err| ApiError::internal(err.to_string()))?;
-            Ok(registration_reply(report, Vec::new()))
+        if let Some(replication) = self.replication.clone() {
+            return async move {
+                runtime_id(request.runtime_id.as_deref())?;
+                replication.submit(crate::gateway::jetstream::IndexMutation::Remove { request }).await
+            }
+            .boxed_local();
         }
-        .boxed_local()
+        apply_remove(self.actors.indexer.clone(), request).boxed_local()
     }
 
     fn search(
@@ -467,11 +499,16 @@ pub fn epoch_ms() -> u64 {
 
 /// Serves on NATS until SIGINT or SIGTERM.
 pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
+    serve_until(settings, shutdown_signal()).await
+}
+
+/// Serves on NATS until `shutdown` resolves.
+pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
     if let Some(addr) = settings.metrics_listen_addr {
         crate::telemetry::init_metrics(addr).map_err(anyhow::Error::msg)?;
     }
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let actors = start_with_events(settings, Some(events_tx)).await?;
+    let (actors, store) = start_with_store(settings, Some(events_tx)).await?;
     let outcome = scan(&actors).await?;
     tracing::info!(
         found = outcome.scan.descriptors.len(),
@@ -492,7 +529,14 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
     } else {
         None
     };
-    let gateway = Gateway::connect(&settings.nats).await?;
+    let mut gateway = Gateway::connect(&settings.nats).await?;
+    let replication = if settings.jetstream.enabled {
+        let replication = crate::replication::start(settings, &gateway, &actors, &store).await?;
+        gateway.set_node_name(replication.node_name());
+        Some(replication)
+    } else {
+        None
+    };
     let _scg_events = gateway.forward_events(gateway.subjects().events_scg(), actors.scg.events.subscribe());
     let api = ActorApi {
         actors,
@@ -502,8 +546,9 @@ pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
             max_retries: settings.planner_discovery_max_retries,
             backoff: Duration::from_millis(settings.planner_discovery_retry_backoff_ms),
         },
+        replication,
     };
-    gateway.serve(api, events_rx, shutdown_signal()).await?;
+    gateway.serve(api, events_rx, shutdown).await?;
     Ok(())
 }
 

@@ -54,6 +54,7 @@ pub struct RawSettings {
     pub planner: RawPlanner,
     pub metrics: RawMetrics,
     pub scg: RawScg,
+    pub jetstream: RawJetStream,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -146,6 +147,22 @@ pub struct ScgSettings {
     pub memory_half_life_ms: u64,
 }
 
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJetStream {
+    pub enabled: bool,
+    pub index_stream: String,
+    pub index_max_age_ms: u64,
+    pub outcome_stream: String,
+    pub outcome_max_age_ms: u64,
+    pub outcome_consumer: String,
+    pub node_name: String,
+    pub replicas: usize,
+    pub duplicate_window_ms: u64,
+    pub apply_timeout_ms: u64,
+    pub outcome_max_in_flight: usize,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -172,6 +189,7 @@ pub struct Settings {
     pub planner_discovery_retry_backoff_ms: u64,
     pub metrics_listen_addr: Option<SocketAddr>,
     pub scg: ScgSettings,
+    pub jetstream: JetStreamSettings,
 }
 
 #[derive(Clone, Debug)]
@@ -183,6 +201,25 @@ pub struct NatsSettings {
     pub drain_timeout_ms: u64,
     pub auth: NatsAuth,
     pub tls: NatsTls,
+}
+
+/// JetStream: the index mutation log and the outcome stream (see `gateway::jetstream`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JetStreamSettings {
+    pub enabled: bool,
+    pub index_stream: String,
+    /// 0: kept forever.
+    pub index_max_age_ms: u64,
+    pub outcome_stream: String,
+    pub outcome_max_age_ms: u64,
+    /// Durable consumer name prefix; each node's consumer is `<outcome_consumer>-<node name>`.
+    pub outcome_consumer: String,
+    /// Empty: a name generated once and kept in the data dir.
+    pub node_name: String,
+    pub replicas: usize,
+    pub duplicate_window_ms: u64,
+    pub apply_timeout_ms: u64,
+    pub outcome_max_in_flight: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -338,6 +375,7 @@ impl Settings {
                 return Err(invalid(field, format!("must be in 1..=67108864, got {value}")));
             }
         }
+        let jetstream = validate_jetstream(raw.jetstream)?;
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let capability_dirs = raw
             .capability_dirs
@@ -403,8 +441,75 @@ impl Settings {
             planner_discovery_retry_backoff_ms: raw.planner.discovery_retry_backoff_ms,
             metrics_listen_addr,
             scg,
+            jetstream,
         })
     }
+}
+
+/// Checks the `[jetstream]` section: names are ADR-6 `restricted-term`s, limits are bounded.
+fn validate_jetstream(raw: RawJetStream) -> Result<JetStreamSettings, ConfigError> {
+    let invalid = |field: &str, problem: String| ConfigError::Invalid { field: field.to_string(), problem };
+    let restricted = |text: &str| text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    for (field, value) in [
+        ("jetstream.index_stream", &raw.index_stream),
+        ("jetstream.outcome_stream", &raw.outcome_stream),
+        ("jetstream.outcome_consumer", &raw.outcome_consumer),
+    ] {
+        if value.is_empty() || value.len() > 64 || !restricted(value) {
+            return Err(invalid(field, format!("must be 1 to 64 letters, digits, - or _, got {value:?}")));
+        }
+    }
+    if raw.index_stream == raw.outcome_stream {
+        return Err(invalid("jetstream.outcome_stream", "must differ from jetstream.index_stream".into()));
+    }
+    if raw.node_name.len() > 64 || !restricted(&raw.node_name) {
+        return Err(invalid(
+            "jetstream.node_name",
+            format!("must be at most 64 letters, digits, - or _, got {:?}", raw.node_name),
+        ));
+    }
+    if !(1..=5).contains(&raw.replicas) {
+        return Err(invalid("jetstream.replicas", format!("must be in 1..=5, got {}", raw.replicas)));
+    }
+    const YEAR_MS: u64 = 365 * 86_400_000;
+    for (field, value) in
+        [("jetstream.index_max_age_ms", raw.index_max_age_ms), ("jetstream.outcome_max_age_ms", raw.outcome_max_age_ms)]
+    {
+        if value > 10 * YEAR_MS {
+            return Err(invalid(field, format!("must be at most {}, got {value}", 10 * YEAR_MS)));
+        }
+    }
+    if !(1_000..=86_400_000).contains(&raw.duplicate_window_ms) {
+        return Err(invalid(
+            "jetstream.duplicate_window_ms",
+            format!("must be in 1000..=86400000, got {}", raw.duplicate_window_ms),
+        ));
+    }
+    if !(100..=600_000).contains(&raw.apply_timeout_ms) {
+        return Err(invalid(
+            "jetstream.apply_timeout_ms",
+            format!("must be in 100..=600000, got {}", raw.apply_timeout_ms),
+        ));
+    }
+    if !(1..=65_536).contains(&raw.outcome_max_in_flight) {
+        return Err(invalid(
+            "jetstream.outcome_max_in_flight",
+            format!("must be in 1..=65536, got {}", raw.outcome_max_in_flight),
+        ));
+    }
+    Ok(JetStreamSettings {
+        enabled: raw.enabled,
+        index_stream: raw.index_stream,
+        index_max_age_ms: raw.index_max_age_ms,
+        outcome_stream: raw.outcome_stream,
+        outcome_max_age_ms: raw.outcome_max_age_ms,
+        outcome_consumer: raw.outcome_consumer,
+        node_name: raw.node_name,
+        replicas: raw.replicas,
+        duplicate_window_ms: raw.duplicate_window_ms,
+        apply_timeout_ms: raw.apply_timeout_ms,
+        outcome_max_in_flight: raw.outcome_max_in_flight,
+    })
 }
 
 /// Returns every setting's `CAPDEX_*` variable name with its dotted key.
@@ -712,6 +817,25 @@ mod tests {
         assert!(err.to_string().contains("tier1_topk"), "{err}");
         std::fs::write(&path, "[kpi]\nscope = \"planet\"\n").unwrap();
         assert!(Settings::load(Some(&path), &env(&[])).is_err());
+    }
+
+    #[test]
+    fn jetstream_settings_are_validated() {
+        let settings = Settings::load(None, &env(&[])).unwrap();
+        assert!(settings.jetstream.enabled);
+        assert_eq!(settings.jetstream.index_stream, "CAPDEX_INDEX");
+        assert_eq!(settings.jetstream.outcome_stream, "CAPDEX_OUTCOMES");
+        for (name, value, field) in [
+            ("CAPDEX_JETSTREAM_INDEX_STREAM", "A.B", "jetstream.index_stream"),
+            ("CAPDEX_JETSTREAM_OUTCOME_STREAM", "CAPDEX_INDEX", "jetstream.outcome_stream"),
+            ("CAPDEX_JETSTREAM_NODE_NAME", "a b", "jetstream.node_name"),
+            ("CAPDEX_JETSTREAM_REPLICAS", "0", "jetstream.replicas"),
+            ("CAPDEX_JETSTREAM_DUPLICATE_WINDOW_MS", "5", "jetstream.duplicate_window_ms"),
+            ("CAPDEX_JETSTREAM_OUTCOME_MAX_IN_FLIGHT", "0", "jetstream.outcome_max_in_flight"),
+        ] {
+            let err = Settings::load(None, &env(&[(name, value)])).unwrap_err();
+            assert!(err.to_string().contains(field), "{name}={value}: {err}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! - [`store`]: the only module that speaks sled;
 //! - [`sources`]: reading capability folders from disk;
 //! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
-//! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring.
+//! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring;
+//! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream).
 
 pub mod actors;
 pub mod app;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod core;
 pub mod eval;
 pub mod gateway;
+pub mod replication;
 pub mod sources;
 pub mod store;
 pub mod telemetry;

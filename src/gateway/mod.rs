@@ -4,9 +4,11 @@
 //! - `wire`: the v1 request and reply shapes (**API boundary**);
 //! - `service`: the NATS micro service's endpoints, shutdown, and event publishing;
 //! - `micro`: the micro-service protocol (`$SRV.PING`, `$SRV.INFO`, `$SRV.STATS`);
-//! - `connect`: connection options (credentials, TLS) from `[nats]`.
+//! - `connect`: connection options (credentials, TLS) from `[nats]`;
+//! - `jetstream`: the index mutation log and the outcome stream shared by several nodes.
 
 pub mod connect;
+pub mod jetstream;
 pub mod micro;
 pub mod service;
 pub mod subjects;

@@ -95,7 +95,12 @@ pub struct Gateway {
     client: async_nats::Client,
     settings: NatsSettings,
     subjects: Subjects,
+    /// Sent back as the `Capdex-Node` header of every reply, when set.
+    node_name: Option<String>,
 }
+
+/// The reply header naming the node that answered (set with several nodes).
+pub const NODE_HEADER: &str = "Capdex-Node";
 
 impl Gateway {
     /// Connects to the configured NATS server.
@@ -105,11 +110,26 @@ impl Gateway {
             .connect(&settings.url)
             .await
             .map_err(|source| GatewayError::Connect { url: settings.url.clone(), source })?;
-        Ok(Gateway { client, settings: settings.clone(), subjects: Subjects::new(&settings.subject_prefix) })
+        Ok(Gateway {
+            client,
+            settings: settings.clone(),
+            subjects: Subjects::new(&settings.subject_prefix),
+            node_name: None,
+        })
     }
 
     pub fn subjects(&self) -> &Subjects {
         &self.subjects
+    }
+
+    /// Names this node in the `Capdex-Node` header of every reply.
+    pub fn set_node_name(&mut self, node_name: &str) {
+        self.node_name = Some(node_name.to_string());
+    }
+
+    /// The connection, for the JetStream streams (`gateway::jetstream`).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
     }
 
     /// Serves the endpoints until `shutdown` resolves, then stops the service
@@ -137,6 +157,7 @@ impl Gateway {
             client: self.client.clone(),
             subjects: self.subjects.clone(),
             max_payload_bytes: self.settings.max_payload_bytes,
+            node_name: self.node_name.clone(),
         });
         let in_flight = Rc::new(InFlight::default());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -361,6 +382,7 @@ struct Shared {
     client: async_nats::Client,
     subjects: Subjects,
     max_payload_bytes: usize,
+    node_name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -479,6 +501,9 @@ async fn handle<A: Api>(
     let mut headers = HeaderMap::new();
     if codec == Codec::Msgpack {
         headers.insert("Content-Type", crate::gateway::wire::MSGPACK_CONTENT_TYPE);
+    }
+    if let Some(node_name) = &shared.node_name {
+        headers.insert(NODE_HEADER, node_name.as_str());
     }
     let (body, error) = match result {
         Ok(body) => (body, None),

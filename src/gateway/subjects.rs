@@ -99,6 +99,16 @@ impl Subjects {
         format!("{}.events.scg", self.prefix)
     }
 
+    /// The JetStream subject of index mutations (stream `jetstream.index_stream`).
+    pub fn js_index(&self) -> String {
+        format!("{}.js.index", self.prefix)
+    }
+
+    /// The JetStream subject of task outcomes (stream `jetstream.outcome_stream`).
+    pub fn js_outcome(&self) -> String {
+        format!("{}.js.outcome", self.prefix)
+    }
+
     /// Alert (and recovery) events of one scope.
     pub fn alert(&self, severity: &str, scope_key: &str) -> String {
         format!("{}.alert.{}.{}", self.prefix, token(severity), token(scope_key))
@@ -134,5 +144,7 @@ mod tests {
         assert_eq!(subjects.scg_route(), "capdex.v1.route");
         assert_eq!(subjects.scg_memory_deposit(), "capdex.v1.memory.deposit");
         assert_eq!(subjects.events_scg(), "capdex.v1.events.scg");
+        assert_eq!(subjects.js_index(), "capdex.v1.js.index");
+        assert_eq!(subjects.js_outcome(), "capdex.v1.js.outcome");
     }
 }

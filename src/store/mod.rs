@@ -11,6 +11,7 @@
 //! | `kpi` | `m\0<scope>` | the scope's [`ScopeMeta`] (alert and adaptive state) |
 //! | `dispatch_results` | idempotency key | the reply first given for it |
 //! | `scg_sources`, `scg_links` | see [`scg`] | the Source Capability Graph |
+//! | `jetstream` | see [`sequence`] | node name, last applied index mutation, processed outcome ids |
 //!
 //! A KPI window is stored as one key per sample, numbered in arrival order,
 //! so a restart reads every window back in order; each outcome appends its
@@ -22,6 +23,7 @@
 //! [`Store::flush`] or await [`Store::durable`] (group commit) before acknowledging.
 
 pub mod scg;
+pub mod sequence;
 
 use crate::core::descriptor::CapabilityDescriptor;
 mod group_flush;

@@ -7,6 +7,7 @@ mod eval;
 mod exact_names;
 mod hostile_manifests;
 mod kpi_over_nats;
+mod multinode;
 mod python_clients;
 mod robustness;
 mod scg_cli;

@@ -1,0 +1,361 @@
+//! JetStream: the index mutation log and the outcome stream that let several
+//! capdex nodes on one NATS share state.
+//!
+//! - The index log (stream `jetstream.index_stream`, subject `<prefix>.js.index`,
+//!   file storage, limits retention): every node appends the upserts and removals
+//!   its clients ask for, and every node follows the whole log in order with an
+//!   ordered consumer, starting after the last sequence it applied.
+//! - The outcome stream (stream `jetstream.outcome_stream`, subject
+//!   `<prefix>.js.outcome`): runtimes publish outcomes with JetStream; every node
+//!   reads them through its own durable pull consumer and acknowledges each
+//!   one only after its handler says it is durable.
+//!
+//! This module moves bytes; what a message means is decided by the caller
+//! (`app.rs`), so the gateway stays ignorant of actors and the store.
+
+use crate::config::JetStreamSettings;
+use crate::gateway::subjects::Subjects;
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Serialize;
+use std::future::Future;
+use std::time::Duration;
+
+/// The header that carries a message's id (JetStream deduplicates on it).
+pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// How long to wait before following a stream again after its subscription failed.
+const RESUBSCRIBE_BACKOFF: Duration = Duration::from_millis(500);
+/// How long the server waits for an outcome's ack before delivering it again.
+const OUTCOME_ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// A JetStream operation that failed, naming what was attempted.
+#[derive(Debug, thiserror::Error)]
+pub enum JetStreamError {
+    #[error("failed to create or open stream {stream}: {message}")]
+    Stream { stream: String, message: String },
+    #[error("failed to create consumer {consumer} on stream {stream}: {message}")]
+    Consumer { stream: String, consumer: String, message: String },
+    #[error("failed to read messages of stream {stream}: {message}")]
+    Messages { stream: String, message: String },
+    #[error("failed to publish to {subject}: {message}")]
+    Publish { subject: String, message: String },
+}
+
+/// One entry of the index log: a client's upsert or removal, exactly as it was
+/// requested; every node normalises and applies it the same way.
+#[derive(Clone, Debug, serde::Deserialize, Serialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum IndexMutation {
+    Upsert { payload: crate::core::sources::SourcesPayload },
+    Remove { request: crate::gateway::wire::RemoveRequest },
+}
+
+/// One message read from a stream.
+#[derive(Clone, Debug)]
+pub struct StreamMessage {
+    /// Its stream sequence.
+    pub sequence: u64,
+    /// Its `Nats-Msg-Id`, when the publisher gave one.
+    pub message_id: Option<String>,
+    pub payload: Bytes,
+}
+
+/// What to do with an outcome message once its handler is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Recorded (or refused for good): acknowledge, so it is not delivered again.
+    Ack,
+    /// Not recorded this time (e.g. a store error): deliver it again later.
+    Retry,
+}
+
+/// The two streams, on one NATS connection. Cheap to clone.
+#[derive(Clone)]
+pub struct JetStream {
+    context: jetstream::Context,
+    client: async_nats::Client,
+    settings: JetStreamSettings,
+    index_subject: String,
+    outcome_subject: String,
+}
+
+impl JetStream {
+    /// Creates the two streams if they do not exist (an existing stream is
+    /// used as it is) and returns a handle on them.
+    pub async fn open(
+        client: async_nats::Client,
+        settings: &JetStreamSettings,
+        subjects: &Subjects,
+    ) -> Result<JetStream, JetStreamError> {
+        let context = jetstream::new(client.clone());
+        let js = JetStream {
+            context,
+            client,
+            settings: settings.clone(),
+            index_subject: subjects.js_index(),
+            outcome_subject: subjects.js_outcome(),
+        };
+        js.ensure_stream(&settings.index_stream, &js.index_subject, settings.index_max_age_ms).await?;
+        js.ensure_stream(&settings.outcome_stream, &js.outcome_subject, settings.outcome_max_age_ms).await?;
+        Ok(js)
+    }
+
+    async fn ensure_stream(&self, name: &str, subject: &str, max_age_ms: u64) -> Result<(), JetStreamError> {
+        let config = stream::Config {
+            name: name.to_string(),
+            subjects: vec![subject.to_string()],
+            retention: stream::RetentionPolicy::Limits,
+            storage: stream::StorageType::File,
+            max_age: Duration::from_millis(max_age_ms),
+            num_replicas: self.settings.replicas,
+            duplicate_window: Duration::from_millis(self.settings.duplicate_window_ms),
+            ..Default::default()
+        };
+        self.context
+            .get_or_create_stream(config)
+            .await
+            .map(|_| ())
+            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })
+    }
+
+    /// The subject outcomes are published on.
+    pub fn outcome_subject(&self) -> &str {
+        &self.outcome_subject
+    }
+
+    /// Appends an index mutation and returns its stream sequence once
+    /// JetStream has stored it.
+    pub async fn publish_index(&self, message_id: &str, payload: Vec<u8>) -> Result<u64, JetStreamError> {
+        self.publish(&self.index_subject, Some(message_id), payload).await
+    }
+
+    /// Publishes an outcome and returns its stream sequence once JetStream has stored it.
+    pub async fn publish_outcome(&self, message_id: Option<&str>, payload: Vec<u8>) -> Result<u64, JetStreamError> {
+        self.publish(&self.outcome_subject, message_id, payload).await
+    }
+
+    async fn publish(&self, subject: &str, message_id: Option<&str>, payload: Vec<u8>) -> Result<u64, JetStreamError> {
+        let failed = |message: String| JetStreamError::Publish { subject: subject.to_string(), message };
+        let mut publish = jetstream::message::PublishMessage::build().payload(payload.into());
+        if let Some(id) = message_id {
+            publish = publish.message_id(id);
+        }
+        let ack = self
+            .context
+            .send_publish(subject.to_string(), publish)
+            .await
+            .map_err(|err| failed(err.to_string()))?
+            .await
+            .map_err(|err| failed(err.to_string()))?;
+        Ok(ack.sequence)
+    }
+
+    /// Returns the index log's last sequence (0 when it is empty).
+    pub async fn index_last_sequence(&self) -> Result<u64, JetStreamError> {
+        let stream_err =
+            |message: String| JetStreamError::Stream { stream: self.settings.index_stream.clone(), message };
+        let stream =
+            self.context.get_stream(&self.settings.index_stream).await.map_err(|e| stream_err(e.to_string()))?;
+        let info = stream.get_info().await.map_err(|e| stream_err(e.to_string()))?;
+        Ok(info.state.last_sequence)
+    }
+
+    /// Follows the index log from the message after `after_sequence`, in
+    /// order, calling `apply` on each message and waiting for it before the
+    /// next. Runs until the connection is gone for good; a broken
+    /// subscription is resumed after the last message given to `apply`.
+    pub async fn follow_index<F, Fut>(&self, after_sequence: u64, mut apply: F)
+    where
+        F: FnMut(StreamMessage) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let mut last = after_sequence;
+        loop {
+            match self.index_messages(last).await {
+                Ok(mut messages) => {
+                    while let Some(next) = messages.next().await {
+                        match next {
+                            Ok(message) => {
+                                let Some(read) = stream_message(&message) else { continue };
+                                if read.sequence <= last {
+                                    continue;
+                                }
+                                last = read.sequence;
+                                apply(read).await;
+                            }
+                            Err(err) => {
+                                tracing::warn!(%err, stream = %self.settings.index_stream, "index log read failed");
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(err) => tracing::warn!(%err, "cannot follow the index log"),
+            }
+            tokio::time::sleep(RESUBSCRIBE_BACKOFF).await;
+        }
+    }
+
+    async fn index_messages(&self, after_sequence: u64) -> Result<consumer::pull::Ordered, JetStreamError> {
+        let name = &self.settings.index_stream;
+        let stream = self
+            .context
+            .get_stream(name)
+            .await
+            .map_err(|err| JetStreamError::Stream { stream: name.clone(), message: err.to_string() })?;
+        let deliver_policy = if after_sequence == 0 {
+            consumer::DeliverPolicy::All
+        } else {
+            consumer::DeliverPolicy::ByStartSequence { start_sequence: after_sequence + 1 }
+        };
+        let consumer = stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: self.index_subject.clone(),
+                deliver_policy,
+                ..Default::default()
+            })
+            .await
+            .map_err(|err| JetStreamError::Consumer {
+                stream: name.clone(),
+                consumer: "(ordered)".into(),
+                message: err.to_string(),
+            })?;
+        consumer
+            .messages()
+            .await
+            .map_err(|err| JetStreamError::Messages { stream: name.clone(), message: err.to_string() })
+    }
+
+    /// Reads the outcome stream through this node's durable consumer
+    /// `<outcome_consumer>-<node_name>`, up to `outcome_max_in_flight` messages
+    /// at once, acknowledging each as `handle` says. Runs until the connection
+    /// is gone for good. Unacknowledged messages are delivered again (to this
+    /// node, after a restart or after the ack wait).
+    pub async fn consume_outcomes<F, Fut>(&self, node_name: &str, handle: F)
+    where
+        F: Fn(StreamMessage) -> Fut,
+        Fut: Future<Output = Disposition>,
+    {
+        let durable = format!("{}-{node_name}", self.settings.outcome_consumer);
+        loop {
+            match self.outcome_messages(&durable).await {
+                Ok(messages) => {
+                    let mut failed = None;
+                    messages
+                        .take_while(|next| {
+                            let ok = next.is_ok();
+                            if let Err(err) = next {
+                                failed = Some(err.to_string());
+                            }
+                            std::future::ready(ok)
+                        })
+                        .for_each_concurrent(self.settings.outcome_max_in_flight, |next| {
+                            let handle = &handle;
+                            async move {
+                                let Ok(message) = next else { return };
+                                let Some(read) = stream_message(&message) else { return };
+                                let sequence = read.sequence;
+                                let sent = match handle(read).await {
+                                    Disposition::Ack => message.ack().await,
+                                    Disposition::Retry => {
+                                        message.ack_with(jetstream::AckKind::Nak(Some(RESUBSCRIBE_BACKOFF))).await
+                                    }
+                                };
+                                if let Err(err) = sent {
+                                    tracing::warn!(%err, sequence, "failed to acknowledge an outcome");
+                                }
+                            }
+                        })
+                        .await;
+                    if let Some(err) = failed {
+                        tracing::warn!(%err, consumer = %durable, "outcome stream read failed");
+                    }
+                }
+                Err(err) => tracing::warn!(%err, "cannot read the outcome stream"),
+            }
+            tokio::time::sleep(RESUBSCRIBE_BACKOFF).await;
+        }
+    }
+
+    async fn outcome_messages(&self, durable: &str) -> Result<consumer::pull::Stream, JetStreamError> {
+        let name = &self.settings.outcome_stream;
+        let stream = self
+            .context
+            .get_stream(name)
+            .await
+            .map_err(|err| JetStreamError::Stream { stream: name.clone(), message: err.to_string() })?;
+        let consumer_err =
+            |message: String| JetStreamError::Consumer { stream: name.clone(), consumer: durable.to_string(), message };
+        let consumer: consumer::PullConsumer = stream
+            .get_or_create_consumer(
+                durable,
+                consumer::pull::Config {
+                    durable_name: Some(durable.to_string()),
+                    filter_subject: self.outcome_subject.clone(),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: OUTCOME_ACK_WAIT,
+                    max_ack_pending: self.settings.outcome_max_in_flight as i64 * 2,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|err| consumer_err(err.to_string()))?;
+        consumer
+            .stream()
+            .max_messages_per_batch(self.settings.outcome_max_in_flight.min(1000))
+            .messages()
+            .await
+            .map_err(|err| JetStreamError::Messages { stream: name.clone(), message: err.to_string() })
+    }
+
+    /// Publishes `event` as JSON on `subject` (core NATS), logging a failure.
+    pub async fn publish_event<T: Serialize>(&self, subject: String, event: &T) {
+        match serde_json::to_vec(event) {
+            Ok(body) => {
+                if let Err(err) = self.client.publish(subject.clone(), body.into()).await {
+                    tracing::warn!(%subject, %err, "failed to publish an event");
+                }
+            }
+            Err(err) => tracing::warn!(%subject, %err, "failed to encode an event"),
+        }
+    }
+}
+
+fn stream_message(message: &jetstream::Message) -> Option<StreamMessage> {
+    let sequence = match message.info() {
+        Ok(info) => info.stream_sequence,
+        Err(err) => {
+            tracing::warn!(%err, subject = %message.subject, "a JetStream message without metadata was skipped");
+            return None;
+        }
+    };
+    let message_id = message
+        .headers
+        .as_ref()
+        .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
+        .map(|value| value.as_str().to_string());
+    Some(StreamMessage { sequence, message_id, payload: message.payload.clone() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_mutations_keep_the_request_as_sent() {
+        let upsert: IndexMutation = serde_json::from_str(
+            r#"{"op": "upsert", "payload": {"runtimeId": "agent-1", "tools": [{"name": "x", "description": "y"}]}}"#,
+        )
+        .unwrap();
+        let IndexMutation::Upsert { payload } = &upsert else { panic!("{upsert:?}") };
+        assert_eq!(payload.runtime_id.as_deref(), Some("agent-1"));
+        let text = serde_json::to_string(&upsert).unwrap();
+        assert!(text.starts_with(r#"{"op":"upsert","payload":{"runtimeId":"agent-1""#), "{text}");
+        let remove: IndexMutation =
+            serde_json::from_str(r#"{"op": "remove", "request": {"runtimeId": "a", "ids": ["tool:x"]}}"#).unwrap();
+        assert!(matches!(remove, IndexMutation::Remove { request } if request.ids == ["tool:x"]));
+        assert!(serde_json::from_str::<IndexMutation>(r#"{"op": "drop", "request": {}}"#).is_err());
+    }
+}

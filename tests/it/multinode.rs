@@ -1,0 +1,280 @@
+//! Several nodes: two `capdex serve` processes on one nats-server with
+//! JetStream share runtime registrations through the index log, keep answering
+//! while either is killed with SIGKILL, catch up on restart from the sequence
+//! they stored, and count every outcome of the outcome stream exactly once.
+
+use crate::cli::capdex;
+use crate::serve_over_nats::body;
+use crate::support::nats_server::NatsServer;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a change may take to show up on another node.
+const EVENTUALLY: Duration = Duration::from_secs(10);
+const SCOPES: [&str; 3] = ["p0", "p1", "p2"];
+const PER_SCOPE: u64 = 100;
+
+/// One `capdex serve` node with its own data dir, killed (SIGKILL) when dropped.
+struct Node {
+    name: &'static str,
+    data: tempfile::TempDir,
+    caps: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn new(name: &'static str) -> Node {
+        Node { name, data: tempfile::tempdir().unwrap(), caps: tempfile::tempdir().unwrap(), child: None }
+    }
+
+    fn start(&mut self, nats: &NatsServer) {
+        let child = capdex()
+            .arg("serve")
+            .env("CAPDEX_NATS_URL", nats.url())
+            .env("CAPDEX_DATA_DIR", self.data.path())
+            .env("CAPDEX_CAPABILITY_DIRS", self.caps.path())
+            .env("CAPDEX_WATCH", "false")
+            .env("CAPDEX_JETSTREAM_NODE_NAME", self.name)
+            .env("CAPDEX_KPI_ROLLING_WINDOW_SIZE", "1000")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("capdex serve starts");
+        self.child = Some(child);
+    }
+
+    fn kill_9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL capdex serve");
+            child.wait().unwrap();
+        }
+    }
+
+    /// Every KPI this node's data dir holds, as `(scope, sampleCount)`; the node must be stopped.
+    fn stored_sample_counts(&self) -> Vec<(String, u64)> {
+        let output = capdex()
+            .args(["kpi", "--json", "--data-dir"])
+            .arg(self.data.path())
+            .env("CAPDEX_KPI_ROLLING_WINDOW_SIZE", "1000")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let kpis: Value = serde_json::from_slice(&output.stdout).unwrap();
+        kpis.as_array()
+            .unwrap()
+            .iter()
+            .map(|kpi| (kpi["scopeKey"].as_str().unwrap().to_string(), kpi["sampleCount"].as_u64().unwrap()))
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}
+
+/// The names of the nodes answering `$SRV.PING.capdex` now.
+async fn responders(client: &async_nats::Client) -> BTreeSet<String> {
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await.unwrap();
+    client.publish_with_reply("$SRV.PING.capdex", inbox, "".into()).await.unwrap();
+    client.flush().await.unwrap();
+    let mut ids = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+    while let Ok(Some(reply)) = tokio::time::timeout_at(deadline, replies.next()).await {
+        // With no capdex up, the server answers "no responders" with an empty message.
+        if let Ok(ping) = serde_json::from_slice::<Value>(&reply.payload) {
+            ids.insert(ping["id"].as_str().unwrap().to_string());
+        }
+    }
+    ids
+}
+
+/// Waits until exactly `count` capdex nodes answer pings.
+async fn wait_for_nodes(client: &async_nats::Client, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while responders(client).await.len() != count {
+        assert!(Instant::now() < deadline, "{count} capdex nodes did not come up within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sends a request; returns the name of the node that answered and the JSON body.
+async fn ask(client: &async_nats::Client, subject: &str, payload: Value) -> (String, Value) {
+    let reply =
+        tokio::time::timeout(Duration::from_secs(10), client.request(subject.to_string(), payload.to_string().into()))
+            .await
+            .expect("reply within 10 s")
+            .expect("request succeeds");
+    let node = reply
+        .headers
+        .as_ref()
+        .and_then(|headers| headers.get("Capdex-Node"))
+        .map(|value| value.as_str().to_string())
+        .expect("replies name their node");
+    (node, body(&reply))
+}
+
+fn tool(name: &str, description: &str) -> Value {
+    json!({"runtimeId": "agent-1", "tools": [{"name": name, "description": description}]})
+}
+
+fn tier1_ids(result: &Value) -> Vec<String> {
+    result["tier1"].as_array().unwrap().iter().map(|entry| entry["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Polls discover until a reply from a node other than `not_from` (when given)
+/// has `id` in Tier 1; panics after [`EVENTUALLY`].
+async fn discoverable(client: &async_nats::Client, query: &str, id: &str, not_from: Option<&str>) -> String {
+    let deadline = Instant::now() + EVENTUALLY;
+    loop {
+        let (node, result) = ask(client, "capdex.v1.discover", json!({"message": query})).await;
+        if not_from != Some(node.as_str()) && tier1_ids(&result).contains(&id.to_string()) {
+            return node;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} not discoverable through another node within {EVENTUALLY:?}: {result}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn nodes_share_registrations_survive_kill_9_and_catch_up_on_restart() {
+    let nats = NatsServer::start();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let (mut a, mut b) = (Node::new("a"), Node::new("b"));
+    a.start(&nats);
+    b.start(&nats);
+    wait_for_nodes(&client, 2).await;
+
+    // Upserted through one node, discoverable through the other.
+    let (upserted_by, reply) = ask(
+        &client,
+        "capdex.v1.capabilities.upsert",
+        tool("invoice-lookup", "Look up an invoice by number and return its payment status"),
+    )
+    .await;
+    assert_eq!(reply["added"], json!(["tool:invoice-lookup"]), "{reply}");
+    let other =
+        discoverable(&client, "look up invoice payment status", "tool:invoice-lookup", Some(&upserted_by)).await;
+    assert_ne!(other, upserted_by);
+
+    // Kill -9 b: a keeps answering, and takes a mutation b misses.
+    b.kill_9();
+    wait_for_nodes(&client, 1).await;
+    let (node, reply) = ask(
+        &client,
+        "capdex.v1.capabilities.upsert",
+        tool("weather-forecast", "Forecast the weather for a city over the next days"),
+    )
+    .await;
+    assert_eq!((node.as_str(), &reply["added"]), ("a", &json!(["tool:weather-forecast"])), "{reply}");
+    let (node, reply) =
+        ask(&client, "capdex.v1.capabilities.remove", json!({"runtimeId": "agent-1", "ids": ["tool:invoice-lookup"]}))
+            .await;
+    assert_eq!((node.as_str(), &reply["removed"]), ("a", &json!(["tool:invoice-lookup"])), "{reply}");
+
+    // b restarts from its stored sequence and catches up before it serves; then a dies and b answers alone.
+    b.start(&nats);
+    wait_for_nodes(&client, 2).await;
+    a.kill_9();
+    wait_for_nodes(&client, 1).await;
+    let (node, result) = ask(&client, "capdex.v1.discover", json!({"message": "weather forecast for a city"})).await;
+    assert_eq!(node, "b");
+    assert!(tier1_ids(&result).contains(&"tool:weather-forecast".to_string()), "{result}");
+    let (_, listed) = ask(&client, "capdex.v1.capabilities.list", json!({"origin": "runtime:agent-1"})).await;
+    let ids: Vec<&str> = listed["capabilities"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["tool:weather-forecast"], "{listed}");
+
+    // And a, restarted, has everything b took while it was down.
+    let (node, _) = ask(
+        &client,
+        "capdex.v1.capabilities.upsert",
+        tool("currency-convert", "Convert an amount of money between currencies"),
+    )
+    .await;
+    assert_eq!(node, "b");
+    a.start(&nats);
+    wait_for_nodes(&client, 2).await;
+    b.kill_9();
+    wait_for_nodes(&client, 1).await;
+    let (node, result) =
+        ask(&client, "capdex.v1.discover", json!({"message": "convert money between currencies"})).await;
+    assert_eq!(node, "a");
+    assert!(tier1_ids(&result).contains(&"tool:currency-convert".to_string()), "{result}");
+}
+
+fn outcome(persona: &str, turn: u64) -> (String, Vec<u8>) {
+    let turn_id = format!("{persona}-t{turn}");
+    let status = if turn.is_multiple_of(5) { "failed" } else { "success" };
+    let report = json!({"turnId": turn_id, "organizationId": "acme", "personaId": persona, "status": status});
+    (turn_id, report.to_string().into_bytes())
+}
+
+/// Publishes outcomes `turns` of every scope with JetStream, each with its turnId as Nats-Msg-Id.
+async fn publish_outcomes(jetstream: &async_nats::jetstream::Context, turns: std::ops::Range<u64>) {
+    let sends = SCOPES.iter().flat_map(|persona| turns.clone().map(move |turn| outcome(persona, turn)));
+    let acks: Vec<()> = futures::stream::iter(sends)
+        .map(|(turn_id, payload)| async move {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", turn_id.as_str());
+            let ack = jetstream.publish_with_headers("capdex.v1.js.outcome", headers, payload.into()).await.unwrap();
+            ack.await.expect("JetStream stores the outcome");
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    assert_eq!(acks.len() as u64, turns.end.saturating_sub(turns.start) * SCOPES.len() as u64);
+}
+
+/// Waits until the durable consumer of node `name` has nothing pending or unacknowledged.
+async fn drained(jetstream: &async_nats::jetstream::Context, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stream = jetstream.get_stream("CAPDEX_OUTCOMES").await.unwrap();
+        let consumer: Result<async_nats::jetstream::consumer::PullConsumer, _> =
+            stream.get_consumer(&format!("capdex-kpi-{name}")).await;
+        if let Ok(consumer) = consumer {
+            let info = consumer.get_info().await.unwrap();
+            if info.num_pending == 0 && info.num_ack_pending == 0 && info.delivered.stream_sequence > 0 {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "node {name} did not record every outcome within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn outcomes_on_the_stream_are_counted_exactly_once_when_a_node_dies_mid_stream() {
+    let nats = NatsServer::start();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client.clone());
+    let (mut a, mut b) = (Node::new("a"), Node::new("b"));
+    a.start(&nats);
+    b.start(&nats);
+    wait_for_nodes(&client, 2).await;
+
+    publish_outcomes(&jetstream, 0..PER_SCOPE / 2).await;
+    // Kill a while it is working through the stream, publish the rest, and bring it back.
+    a.kill_9();
+    publish_outcomes(&jetstream, PER_SCOPE / 2..PER_SCOPE).await;
+    // A publisher's retry within the duplicate window is dropped by JetStream.
+    publish_outcomes(&jetstream, 0..3).await;
+    a.start(&nats);
+    wait_for_nodes(&client, 2).await;
+    drained(&jetstream, "a").await;
+    drained(&jetstream, "b").await;
+    // Every outcome is acknowledged, so durable: SIGKILL loses none.
+    a.kill_9();
+    b.kill_9();
+
+    let expected: Vec<(String, u64)> = SCOPES.iter().map(|persona| (format!("acme/{persona}"), PER_SCOPE)).collect();
+    assert_eq!(a.stored_sample_counts(), expected, "node a");
+    assert_eq!(b.stored_sample_counts(), expected, "node b");
+}
