@@ -103,6 +103,8 @@ fn start_capdex(url: &str, env: &[(&str, String)]) -> Served {
         .env("CAPDEX_DATA_DIR", data.path().join("data"))
         .env("CAPDEX_CAPABILITY_DIRS", examples_dir())
         .env("CAPDEX_WATCH", "false")
+        // These servers test authentication, not JetStream (several nodes are tests/it/multinode.rs).
+        .env("CAPDEX_JETSTREAM_ENABLED", "false")
         .env("CAPDEX_LOG", "debug")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr).unwrap());
