@@ -73,7 +73,9 @@ pub async fn spawn_all(
     let embedder = SyncArbiter::start(1, move || {
         embedder::Embedder::new(Box::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")))
     });
-    let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient()).start();
+    let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient())
+        .with_outcome_prior(settings.kpi.prior.enabled)
+        .start();
     let graph_builder = graph_builder::GraphBuilder::new(Vec::new(), vec![router.clone().recipient()]).start();
     let dispatcher = dispatcher::Dispatcher::new(store.clone()).start();
     let mut indexer = indexer::Indexer::load(
@@ -93,7 +95,7 @@ pub async fn spawn_all(
     let scanner = SyncArbiter::start(1, move || {
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
-    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.start();
+    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(router.clone().recipient()).start();
     let builtins: Vec<_> = Builtin::ALL.iter().map(|builtin| builtin.descriptor()).collect();
     indexer
         .send(indexer::SyncCapabilities::replace(BUILTIN_ORIGIN, builtins))

@@ -248,8 +248,13 @@ async fn bad_outcomes_are_refused_whole_and_kpi_watch_follows_events() {
     assert!(event["sampleCount"].as_u64().unwrap() >= 2);
 
     let metrics = scrape(&metrics_addr);
-    for expected in ["capdex_outcomes_total{status=\"partial\"}", "capdex_kpi_scopes 1", "capdex_kpi_scopes_alerting 0"]
-    {
+    for expected in [
+        "capdex_outcomes_total{status=\"partial\"}",
+        "capdex_kpi_scopes 1",
+        "capdex_kpi_scopes_alerting 0",
+        "capdex_kpi_weighted_success_rate{scope=\"acme\"} 0.5",
+        "capdex_kpi_success_rate{scope=\"acme\"} 0",
+    ] {
         assert!(metrics.contains(expected), "{expected} missing from /metrics:\n{metrics}");
     }
 }
