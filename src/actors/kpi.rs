@@ -35,6 +35,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Messages the mailbox holds before senders wait.
+pub const MAILBOX_CAPACITY: usize = 1 << 16;
+
 /// Records one outcome observed at `at_ms` (milliseconds since the epoch).
 /// The answer must be awaited with [`Recorded::once_durable`] before the
 /// outcome is acknowledged.
@@ -395,7 +398,12 @@ impl KpiTelemetry {
 impl Actor for KpiTelemetry {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Context<Self>) {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Every gateway request is a task that sends here; with actix's default
+        // mailbox of 16, thousands of outcomes in flight park and wake their
+        // senders over and over (a profile of benches/kpi.rs spent a third of
+        // its time there). Back-pressure comes from NATS and the group commit.
+        ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         // The restored statistics reach the Router before any query can use them.
         self.publish_prior();
     }
