@@ -481,14 +481,17 @@ pub fn stored_kpis(settings: &Settings, now_ms: u64) -> anyhow::Result<Vec<crate
         .collect())
 }
 
-/// Prints every KPI event published on NATS until SIGINT or SIGTERM, one JSON line each.
+/// Prints every KPI and alert event published on NATS until SIGINT or
+/// SIGTERM, one JSON line each (an alert has a `severity`).
 pub async fn watch_kpis(settings: &Settings) -> anyhow::Result<()> {
     let gateway = Gateway::connect(&settings.nats).await?;
-    gateway
-        .watch(&gateway.subjects().kpi_all(), shutdown_signal(), |payload| {
-            println!("{}", String::from_utf8_lossy(payload))
-        })
-        .await?;
+    let print = |payload: &[u8]| println!("{}", String::from_utf8_lossy(payload));
+    let alerts = format!("{}.alert.>", gateway.subjects().prefix());
+    futures::future::try_join(
+        gateway.watch(&gateway.subjects().kpi_all(), shutdown_signal(), print),
+        gateway.watch(&alerts, shutdown_signal(), print),
+    )
+    .await?;
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 //! Layering happens on TOML values so that an unknown key anywhere is caught
 //! by `deny_unknown_fields` and reported with its name.
 
+use crate::core::capability_prior::PriorSettings;
 use crate::core::discovery::DiscoveryConfig;
 use crate::core::kpi_window::{AlertPolicy, ScopeMode, ToolSelectionMode, WindowSpec};
 use crate::core::turn_planner::{AdaptivePolicy, PlannerDefaults, ToolFailureMode};
@@ -68,6 +69,11 @@ pub struct RawDiscovery {
     pub tier1_min_relevance: f32,
     pub use_graph_reranking: bool,
     pub graph_boost_factor: f32,
+    pub outcome_prior: bool,
+    pub outcome_prior_strength: f32,
+    pub outcome_prior_half_life_ms: u64,
+    pub outcome_prior_pseudo_count: f32,
+    pub outcome_prior_publish_interval_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -114,6 +120,7 @@ pub struct RawKpi {
     pub adaptive_recover_weighted_success_rate: f32,
     pub adaptive_force_all_tools_when_degraded: bool,
     pub adaptive_force_fail_open_when_degraded: bool,
+    pub metrics_max_scopes: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -228,6 +235,12 @@ pub struct KpiSettings {
     pub scope: ScopeMode,
     pub alerts: AlertPolicy,
     pub adaptive: AdaptivePolicy,
+    /// The outcome prior's settings (`[discovery] outcome_prior*`).
+    pub prior: PriorSettings,
+    /// At most one prior is sent to the Router per this many milliseconds (0: after every change).
+    pub prior_publish_interval_ms: u64,
+    /// Scopes that get per-scope Prometheus gauges (the first ones seen).
+    pub metrics_max_scopes: usize,
 }
 
 impl Settings {
@@ -359,6 +372,25 @@ impl Settings {
                 format!("must be at most 10000, got {}", raw.planner.discovery_retry_backoff_ms),
             ));
         }
+        let prior = PriorSettings {
+            enabled: raw.discovery.outcome_prior,
+            strength: raw.discovery.outcome_prior_strength,
+            half_life_ms: raw.discovery.outcome_prior_half_life_ms,
+            pseudo_count: raw.discovery.outcome_prior_pseudo_count,
+        };
+        prior.validate().map_err(|(field, problem)| invalid(&format!("discovery.{field}"), problem))?;
+        if raw.discovery.outcome_prior_publish_interval_ms > 3_600_000 {
+            return Err(invalid(
+                "discovery.outcome_prior_publish_interval_ms",
+                format!("must be at most 3600000, got {}", raw.discovery.outcome_prior_publish_interval_ms),
+            ));
+        }
+        if raw.kpi.metrics_max_scopes > 10_000 {
+            return Err(invalid(
+                "kpi.metrics_max_scopes",
+                format!("must be at most 10000, got {}", raw.kpi.metrics_max_scopes),
+            ));
+        }
         let window = WindowSpec::new(raw.kpi.rolling_window_size, raw.kpi.horizon_ms)
             .ok_or_else(|| invalid("kpi.rolling_window_size", "must not be 0".into()))?;
         let metrics_listen_addr = match raw.metrics.listen_addr.trim() {
@@ -432,6 +464,9 @@ impl Settings {
                     force_all_tools_when_degraded: raw.kpi.adaptive_force_all_tools_when_degraded,
                     force_fail_open_when_degraded: raw.kpi.adaptive_force_fail_open_when_degraded,
                 },
+                prior,
+                prior_publish_interval_ms: raw.discovery.outcome_prior_publish_interval_ms,
+                metrics_max_scopes: raw.kpi.metrics_max_scopes,
             },
             planner: PlannerDefaults {
                 tool_failure_mode: raw.planner.default_tool_failure_mode,

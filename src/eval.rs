@@ -6,12 +6,14 @@
 //! fusion, graph re-ranking as configured), read to `depth` results, with no
 //! relevance minimum (a run file is a ranking, not a prompt).
 
+use crate::core::capability_prior::{distinct_ids, CapabilityStats, PriorSettings, PriorSnapshot};
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryFilter};
 use crate::core::embedder::{Embed, HashingEmbedder};
 use crate::core::evaluation::{aggregate, score_query, Metrics, QueryRecord, RunLine, ToolRecord};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
+use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query};
 use crate::core::text::embedding_text;
@@ -34,6 +36,8 @@ pub struct EvalOptions {
     pub fusion: Fusion,
     /// Lexical field weights; the default is the one discovery uses.
     pub field_weights: FieldWeights,
+    /// The outcome prior applied to every ranking, as discovery applies it.
+    pub outcome_prior: Option<PriorSnapshot>,
 }
 
 /// The outcome of one evaluation.
@@ -56,6 +60,26 @@ pub enum EvalError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("the embedder needs at least one dimension")]
     Dimensions,
+    #[error("{path} outcome {number}: {problem}")]
+    Outcome { path: PathBuf, number: usize, problem: String },
+}
+
+/// Builds the outcome prior from task outcomes (`capdex.v1.outcome` objects,
+/// one a line), all observed at the same instant so none has decayed.
+pub fn prior_from_outcomes(path: &Path, settings: &PriorSettings) -> Result<PriorSnapshot, EvalError> {
+    let reports: Vec<OutcomeReport> = read_jsonl(path)?;
+    let mut stats = CapabilityStats::default();
+    for (i, report) in reports.iter().enumerate() {
+        let sample = report.validate(0).map_err(|err| EvalError::Outcome {
+            path: path.into(),
+            number: i + 1,
+            problem: err.to_string(),
+        })?;
+        for capability_id in distinct_ids(&report.capabilities) {
+            stats.observe(capability_id, sample.score, 0, settings.half_life_ms);
+        }
+    }
+    Ok(stats.snapshot(settings, 0))
 }
 
 /// Reads a JSON-lines file, skipping blank lines.
@@ -103,7 +127,10 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         .map(|(query_idx, record)| {
             let texts = query_texts(&record.query);
             let query = Query::new(texts.clone(), embedder.embed_batch(&texts));
-            let ranking = rank_with(&query, &indexes, &filter, options.depth, graph_boost, options.fusion);
+            let mut ranking = rank_with(&query, &indexes, &filter, options.depth, graph_boost, options.fusion);
+            if let Some(prior) = &options.outcome_prior {
+                prior.apply(&mut ranking.hits);
+            }
             RunLine { query_idx, ranked: ranking.hits.into_iter().take(options.depth).map(|hit| hit.id).collect() }
         })
         .collect();

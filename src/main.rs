@@ -127,6 +127,11 @@ enum Command {
         /// (default: capdex's).
         #[arg(long, value_name = "N,D,C,T,P,PD")]
         field_weights: Option<String>,
+        /// Apply the outcome prior built from these task outcomes (capdex.v1.outcome
+        /// JSON objects, one a line, all observed at the same time) with the
+        /// configured [discovery] outcome_prior_* settings.
+        #[arg(long, value_name = "FILE")]
+        outcome_prior: Option<PathBuf>,
     },
     /// Map a source into the Source Capability Graph (stored in data_dir).
     ///
@@ -197,12 +202,13 @@ enum Command {
     /// Print every scope's current KPI from the data dir, or follow KPI events over NATS.
     ///
     /// Without --watch it reads data_dir (so capdex serve must not be running on it);
-    /// with --watch it prints each <prefix>.kpi.<scope> event as one JSON line.
+    /// with --watch it prints each <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope>
+    /// event as one JSON line.
     Kpi {
         /// Print JSON (one array) instead of a table.
         #[arg(long)]
         json: bool,
-        /// Follow the KPI events published on NATS until interrupted.
+        /// Follow the KPI and alert events published on NATS until interrupted.
         #[arg(long)]
         watch: bool,
     },
@@ -237,8 +243,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         settings.data_dir = dir;
     }
     capdex::telemetry::init_logging(&settings.log, settings.log_format);
-    if let Command::Eval { tools, queries, out, depth, no_graph, json, lexical_weight, clause_weight, field_weights } =
-        cli.command
+    if let Command::Eval {
+        tools,
+        queries,
+        out,
+        depth,
+        no_graph,
+        json,
+        lexical_weight,
+        clause_weight,
+        field_weights,
+        outcome_prior,
+    } = cli.command
     {
         let mut config = settings.discovery.clone();
         config.use_graph_reranking &= !no_graph;
@@ -258,6 +274,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             dimensions: settings.embedder_dimensions,
             fusion,
             field_weights,
+            outcome_prior: match outcome_prior {
+                Some(path) => Some(capdex::eval::prior_from_outcomes(&path, &settings.kpi.prior)?),
+                None => None,
+            },
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }

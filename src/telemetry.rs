@@ -7,11 +7,17 @@
 //! `capdex_kpi_alerts_total{severity}` (severity `warning`, `critical`, `recovered`),
 //! `capdex_kpi_scopes`, `capdex_kpi_scopes_alerting`, `capdex_kpi_scopes_adaptive_degraded`
 //! (gauges: scopes held, scopes in alert, scopes planned adaptively),
+//! per scope for the first `kpi.metrics_max_scopes` scopes (label `scope`): `capdex_kpi_samples`,
+//! `capdex_kpi_success_rate`, `capdex_kpi_average_score`, `capdex_kpi_weighted_success_rate`,
+//! `capdex_kpi_alerting`, `capdex_kpi_adaptive_degraded`;
+//! `capdex_outcome_prior_capabilities` (capabilities the prior adjusts),
+//! `capdex_outcome_prior_ignored_total` (observations of untracked ids once the table is full),
 //! `capdex_plans_total{selection_mode, fallback_reason}`,
-//! `capdex_store_flush_duration_seconds`, `capdex_store_flush_callers` (group-commit batch sizes),
+//! `capdex_store_flush_duration_seconds`, `capdex_store_flush_callers`, `capdex_store_flush_writes`
+//! (group-commit batch sizes), `capdex_store_write_errors_total`,
 //! `capdex_dispatch_total{outcome}`, `capdex_request_errors_total{code}`.
-//! Per-scope KPI values are not labels (scopes are unbounded): they are on
-//! `capdex.v1.kpi.<scope>` and `capdex kpi`.
+//! Scopes are unbounded, so only the first `kpi.metrics_max_scopes` get labelled gauges; every
+//! scope's KPI is on `capdex.v1.kpi.<scope>` and `capdex kpi`.
 
 use crate::config::LogFormat;
 use std::net::SocketAddr;

@@ -1,28 +1,42 @@
 //! KpiTelemetry: keeps a rolling window of task outcomes per scope
 //! (`core::kpi_window`), answers each outcome with the scope's KPI and, when
-//! the policy says so, an alert or recovery event; windows and their alert
-//! and adaptive state are stored in sled.
+//! the policy says so, an alert or recovery event; keeps per-capability
+//! outcome statistics (`core::capability_prior`) and publishes the ranking
+//! prior they give to the Router. Windows, their alert and adaptive state,
+//! and the statistics are stored in sled.
 //!
 //! Write path of one outcome (`RecordOutcome`):
-//! 1. the report is validated whole (`OutcomeReport::validate`); a refused
+//! 1. the report is validated whole (`OutcomeReport::validate`), and the
+//!    store is checked to accept writes (`Store::kpi_failed`); a refused
 //!    report changes nothing;
-//! 2. the sample is applied to a copy of the scope's window and state;
-//! 3. the change is written to sled (in the mailbox's order, so writes land
-//!    in arrival order; `Store::write_kpi`);
-//! 4. only then is the copy committed in memory (after a store error the
-//!    sample may still be on disk; a retry with its `turnId` is not counted twice);
-//! 5. the caller waits for a flush covering the write (`Recorded::once_durable`,
-//!    a group commit shared by concurrent outcomes) before acknowledging: an
-//!    acknowledged outcome survives a crash.
+//! 2. the sample is applied to the scope's window and state in memory, and
+//!    each listed capability is credited with its score;
+//! 3. the writes (the sample into its ring slot, the state if it changed,
+//!    the statistics) are queued with `Store::commit_kpi`, in mailbox order;
+//!    the group-commit thread applies each round as one atomic sled batch,
+//!    in that order, then flushes;
+//! 4. the caller waits for that flush (`Recorded::once_durable`) before
+//!    acknowledging: an acknowledged outcome survives a crash. A batch that
+//!    cannot be applied fails its outcomes and every later one until restart,
+//!    so memory that ran ahead of the disk is never acknowledged.
 //!
-//! A retried turn (same `turnId` still in the window) is not counted again.
+//! A retried turn (same `turnId` still in the window) is not counted again,
+//! nor credited to its capabilities again.
 
 use crate::actors::Observe;
 use crate::config::KpiSettings;
-use crate::core::kpi_window::{record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, ScopeMeta};
-use crate::store::{Durable, KpiWrite, Store, StoreError};
+use crate::core::capability_prior::{distinct_ids, CapabilityStats, Observed, PriorSnapshot};
+use crate::core::kpi_window::{
+    check_capability_id, record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, OutcomeStatus, ScopeMeta,
+};
+use crate::store::{Durable, KpiOp, Store, StoreError};
 use actix::prelude::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Messages the mailbox holds before senders wait.
+pub const MAILBOX_CAPACITY: usize = 1 << 16;
 
 /// Records one outcome observed at `at_ms` (milliseconds since the epoch).
 /// The answer must be awaited with [`Recorded::once_durable`] before the
@@ -32,6 +46,24 @@ use std::collections::{HashMap, VecDeque};
 pub struct RecordOutcome {
     pub report: OutcomeReport,
     pub at_ms: u64,
+}
+
+/// The result of calling one capability (a dispatch), observed at `at_ms`:
+/// credited to the capability's statistics as 1 (success) or 0 (failure).
+/// The answer resolves once the statistics are durable.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<Durable, KpiError>")]
+pub struct CapabilityResult {
+    pub capability_id: String,
+    pub success: bool,
+    pub at_ms: u64,
+}
+
+/// The ranking prior from the latest outcome statistics, sent to the Router.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct PriorPublished {
+    pub prior: Arc<PriorSnapshot>,
 }
 
 /// An applied outcome whose write may not be durable yet.
@@ -94,52 +126,138 @@ pub struct KpiSnapshot {
     pub outcomes: u64,
 }
 
-/// One scope in memory: its window, meta, and the sequence numbers of its stored samples.
+/// The per-scope Prometheus gauges (only for the first `metrics_max_scopes` scopes).
+struct ScopeGauges {
+    samples: metrics::Gauge,
+    success_rate: metrics::Gauge,
+    average_score: metrics::Gauge,
+    weighted_success_rate: metrics::Gauge,
+    alerting: metrics::Gauge,
+    adaptive_degraded: metrics::Gauge,
+}
+
+impl ScopeGauges {
+    fn register(scope_key: &str) -> ScopeGauges {
+        let gauge = |name: &'static str| metrics::gauge!(name, "scope" => scope_key.to_string());
+        ScopeGauges {
+            samples: gauge("capdex_kpi_samples"),
+            success_rate: gauge("capdex_kpi_success_rate"),
+            average_score: gauge("capdex_kpi_average_score"),
+            weighted_success_rate: gauge("capdex_kpi_weighted_success_rate"),
+            alerting: gauge("capdex_kpi_alerting"),
+            adaptive_degraded: gauge("capdex_kpi_adaptive_degraded"),
+        }
+    }
+
+    fn set(&self, kpi: &Kpi, meta: &ScopeMeta) {
+        self.samples.set(kpi.sample_count as f64);
+        self.success_rate.set(f64::from(kpi.success_rate));
+        self.average_score.set(f64::from(kpi.average_score));
+        self.weighted_success_rate.set(f64::from(kpi.weighted_success_rate));
+        self.alerting.set(if meta.alert.degraded { 1.0 } else { 0.0 });
+        self.adaptive_degraded.set(if meta.adaptive.degraded { 1.0 } else { 0.0 });
+    }
+}
+
+/// One scope in memory: its window, meta, and the sequence number of its next sample.
 struct Scope {
+    key: Arc<str>,
     window: KpiWindow,
     meta: ScopeMeta,
-    /// Stored sequence numbers of the window's samples, oldest first.
-    seqs: VecDeque<u64>,
     next_seq: u64,
+    gauges: Option<ScopeGauges>,
+}
+
+/// Outcome counters, registered once instead of looked up per outcome.
+struct Counters {
+    success: metrics::Counter,
+    partial: metrics::Counter,
+    failed: metrics::Counter,
+    duplicate: metrics::Counter,
 }
 
 pub struct KpiTelemetry {
     store: Store,
     settings: KpiSettings,
-    scopes: HashMap<String, Scope>,
+    scopes: HashMap<Arc<str>, Scope>,
     outcomes: u64,
     /// Scopes in alert and scopes planned adaptively, kept for the gauges.
     alerting: usize,
     adaptive_degraded: usize,
+    scopes_with_gauges: usize,
+    counters: Counters,
+    /// Reused for every outcome: the scope key and the queued writes.
+    scope_key: String,
+    ops: Vec<KpiOp>,
+    stats: CapabilityStats,
+    /// Where the prior goes, and when it last went.
+    prior_sinks: Vec<Recipient<PriorPublished>>,
+    prior_dirty: bool,
+    prior_scheduled: bool,
+    prior_published_at: Option<Instant>,
+    /// The newest observation time seen: "now" for the prior's decay.
+    latest_ms: u64,
 }
 
 impl KpiTelemetry {
-    /// Restores the stored windows under the current window settings,
-    /// removing samples a smaller `rolling_window_size` no longer keeps.
+    /// Restores the stored windows and statistics under the current window
+    /// settings (a store laid out for another window size is rewritten).
     pub fn load(store: Store, settings: KpiSettings) -> Result<KpiTelemetry, StoreError> {
-        let mut scopes = HashMap::new();
-        for stored in store.kpi_scopes()? {
+        let stored = store.load_kpi(settings.window.capacity())?;
+        let mut telemetry = KpiTelemetry {
+            store,
+            scopes: HashMap::with_capacity(stored.scopes.len()),
+            outcomes: 0,
+            alerting: 0,
+            adaptive_degraded: 0,
+            scopes_with_gauges: 0,
+            counters: Counters {
+                success: metrics::counter!("capdex_outcomes_total", "status" => "success"),
+                partial: metrics::counter!("capdex_outcomes_total", "status" => "partial"),
+                failed: metrics::counter!("capdex_outcomes_total", "status" => "failed"),
+                duplicate: metrics::counter!("capdex_outcomes_duplicate_total"),
+            },
+            scope_key: String::new(),
+            ops: Vec::new(),
+            latest_ms: stored.prior.global.at_ms,
+            stats: stored.prior,
+            prior_sinks: Vec::new(),
+            prior_dirty: true,
+            prior_scheduled: false,
+            prior_published_at: None,
+            settings,
+        };
+        for stored in stored.scopes {
             let next_seq = stored.samples.last().map_or(0, |(seq, _)| seq + 1);
-            let mut seqs: VecDeque<u64> = stored.samples.iter().map(|(seq, _)| *seq).collect();
             let (window, dropped) =
-                KpiWindow::restore(settings.window, stored.samples.iter().map(|(_, sample)| *sample));
-            let removed: Vec<u64> = seqs.drain(..dropped).collect();
-            if !removed.is_empty() {
-                store.write_kpi(&KpiWrite {
-                    scope_key: &stored.scope_key,
-                    append: None,
-                    remove: &removed,
-                    meta: None,
-                })?;
-            }
+                KpiWindow::restore(telemetry.settings.window, stored.samples.iter().map(|(_, sample)| *sample));
+            debug_assert_eq!(dropped, 0, "load_kpi keeps at most capacity samples");
             let meta = stored.meta.unwrap_or_default();
-            scopes.insert(stored.scope_key, Scope { window, meta, seqs, next_seq });
+            let key: Arc<str> = Arc::from(stored.scope_key);
+            let gauges = telemetry.gauges_for(&key);
+            if let Some(gauges) = &gauges {
+                let now_ms = window.samples().last().map_or(0, |s| s.at_ms);
+                gauges.set(&window.kpi(&key, now_ms), &meta);
+            }
+            telemetry.alerting += usize::from(meta.alert.degraded);
+            telemetry.adaptive_degraded += usize::from(meta.adaptive.degraded);
+            telemetry.scopes.insert(key.clone(), Scope { key, window, meta, next_seq, gauges });
         }
-        let alerting = scopes.values().filter(|scope| scope.meta.alert.degraded).count();
-        let adaptive_degraded = scopes.values().filter(|scope| scope.meta.adaptive.degraded).count();
-        let telemetry = KpiTelemetry { store, settings, scopes, outcomes: 0, alerting, adaptive_degraded };
         telemetry.publish_gauges();
         Ok(telemetry)
+    }
+
+    /// Sends every ranking prior to `sink` (the Router), first when the actor starts.
+    pub fn with_prior_sink(mut self, sink: Recipient<PriorPublished>) -> KpiTelemetry {
+        self.prior_sinks.push(sink);
+        self
+    }
+
+    fn gauges_for(&mut self, scope_key: &str) -> Option<ScopeGauges> {
+        (self.scopes_with_gauges < self.settings.metrics_max_scopes).then(|| {
+            self.scopes_with_gauges += 1;
+            ScopeGauges::register(scope_key)
+        })
     }
 
     fn publish_gauges(&self) {
@@ -148,69 +266,177 @@ impl KpiTelemetry {
         metrics::gauge!("capdex_kpi_scopes_adaptive_degraded").set(self.adaptive_degraded as f64);
     }
 
-    /// Validates, applies and stores one outcome; memory changes only after the store accepted it.
-    fn apply(&mut self, report: &OutcomeReport, at_ms: u64) -> Result<KpiUpdate, KpiError> {
+    /// Validates and applies one outcome, and queues its writes.
+    fn apply(&mut self, report: &OutcomeReport, at_ms: u64) -> Result<(KpiUpdate, bool), KpiError> {
         let sample = report.validate(at_ms)?;
-        let scope_key = self.settings.scope.scope_key(report.organization_id.as_deref(), report.persona_id.as_deref());
-        let existing = self.scopes.get(&scope_key);
-        let is_new = existing.is_none();
-        let mut window = existing.map_or_else(|| KpiWindow::new(self.settings.window), |scope| scope.window.clone());
-        let mut meta = existing.map(|scope| scope.meta.clone()).unwrap_or_default();
-        let next_seq = existing.map_or(0, |scope| scope.next_seq);
-        let recorded =
-            record(&scope_key, &mut window, &mut meta, sample, &self.settings.alerts, &self.settings.adaptive);
-        if recorded.duplicate {
-            metrics::counter!("capdex_outcomes_duplicate_total").increment(1);
-            return Ok(KpiUpdate { kpi: recorded.kpi, alert: None, duplicate: true });
+        if let Some(message) = self.store.kpi_failed() {
+            return Err(StoreError::Durable { message }.into());
         }
-        let removed: Vec<u64> =
-            existing.map(|scope| scope.seqs.iter().take(recorded.evicted).copied().collect()).unwrap_or_default();
-        debug_assert_eq!(removed.len(), recorded.evicted);
-        self.store.write_kpi(&KpiWrite {
-            scope_key: &scope_key,
-            append: window.samples().last().map(|stored| (next_seq, stored)),
-            remove: &removed,
-            meta: recorded.meta_changed.then_some(&meta),
-        })?;
-        let scope = self.scopes.entry(scope_key).or_insert_with(|| Scope {
-            window: KpiWindow::new(self.settings.window),
-            meta: ScopeMeta::default(),
-            seqs: VecDeque::new(),
-            next_seq: 0,
-        });
-        scope.seqs.drain(..recorded.evicted);
-        scope.seqs.push_back(next_seq);
-        scope.next_seq = next_seq + 1;
+        self.settings.scope.write_scope_key(
+            report.organization_id.as_deref(),
+            report.persona_id.as_deref(),
+            &mut self.scope_key,
+        );
+        let is_new = !self.scopes.contains_key(self.scope_key.as_str());
+        if is_new {
+            let key: Arc<str> = Arc::from(self.scope_key.as_str());
+            let gauges = self.gauges_for(&key);
+            let window = KpiWindow::new(self.settings.window);
+            self.scopes.insert(key.clone(), Scope { key, window, meta: ScopeMeta::default(), next_seq: 0, gauges });
+        }
+        let scope = self.scopes.get_mut(self.scope_key.as_str()).expect("the scope was just ensured");
         let flags = |meta: &ScopeMeta| (usize::from(meta.alert.degraded), usize::from(meta.adaptive.degraded));
-        let ((alert_before, adaptive_before), (alert_after, adaptive_after)) = (flags(&scope.meta), flags(&meta));
+        let (alert_before, adaptive_before) = flags(&scope.meta);
+        let recorded = record(
+            &scope.key,
+            &mut scope.window,
+            &mut scope.meta,
+            sample,
+            &self.settings.alerts,
+            &self.settings.adaptive,
+        );
+        if recorded.duplicate {
+            self.counters.duplicate.increment(1);
+            return Ok((KpiUpdate { kpi: recorded.kpi, alert: None, duplicate: true }, false));
+        }
+        let stored_sample = *scope.window.samples().last().expect("a sample was just appended");
+        self.ops.push(KpiOp::Sample {
+            scope_key: scope.key.clone(),
+            seq: scope.next_seq,
+            capacity: self.settings.window.capacity(),
+            sample: stored_sample,
+        });
+        scope.next_seq += 1;
+        if recorded.meta_changed {
+            self.ops.push(KpiOp::Meta { scope_key: scope.key.clone(), meta: scope.meta.clone() });
+        }
+        if let Some(gauges) = &scope.gauges {
+            gauges.set(&recorded.kpi, &scope.meta);
+        }
+        let (alert_after, adaptive_after) = flags(&scope.meta);
         self.alerting = self.alerting + alert_after - alert_before;
         self.adaptive_degraded = self.adaptive_degraded + adaptive_after - adaptive_before;
-        scope.window = window;
-        scope.meta = meta;
-        debug_assert_eq!(scope.seqs.len(), scope.window.len());
+        let mut credited = false;
+        for capability_id in distinct_ids(&report.capabilities) {
+            credited |= self.observe(capability_id, sample.score, sample.at_ms);
+        }
+        if credited {
+            self.ops.push(KpiOp::PriorGlobal { stat: self.stats.global });
+        }
         self.outcomes += 1;
-        metrics::counter!("capdex_outcomes_total", "status" => sample.status.as_str()).increment(1);
+        match sample.status {
+            OutcomeStatus::Success => self.counters.success.increment(1),
+            OutcomeStatus::Partial => self.counters.partial.increment(1),
+            OutcomeStatus::Failed => self.counters.failed.increment(1),
+        }
         if let Some(alert) = &recorded.alert {
             metrics::counter!("capdex_kpi_alerts_total", "severity" => alert.severity.clone()).increment(1);
         }
         if recorded.meta_changed || is_new {
             self.publish_gauges();
         }
-        Ok(KpiUpdate { kpi: recorded.kpi, alert: recorded.alert, duplicate: false })
+        Ok((KpiUpdate { kpi: recorded.kpi, alert: recorded.alert, duplicate: false }, credited))
+    }
+
+    /// Credits one capability and queues its new statistics; returns whether anything changed.
+    fn observe(&mut self, capability_id: &str, score: f32, at_ms: u64) -> bool {
+        self.latest_ms = self.latest_ms.max(at_ms);
+        match self.stats.observe(capability_id, score, at_ms, self.settings.prior.half_life_ms) {
+            Observed::Updated(stat) => {
+                self.ops.push(KpiOp::Capability { capability_id: capability_id.to_string(), stat });
+                true
+            }
+            Observed::Ignored => {
+                metrics::counter!("capdex_outcome_prior_ignored_total").increment(1);
+                false
+            }
+        }
+    }
+
+    /// Publishes the prior now, or schedules it so that sinks get at most one
+    /// per `prior_publish_interval_ms` (0 publishes after every change).
+    fn prior_changed(&mut self, ctx: &mut Context<Self>) {
+        self.prior_dirty = true;
+        if self.prior_scheduled || self.prior_sinks.is_empty() {
+            return;
+        }
+        let interval = Duration::from_millis(self.settings.prior_publish_interval_ms);
+        match self.prior_published_at.map(|at| at.elapsed()) {
+            Some(elapsed) if elapsed < interval => {
+                self.prior_scheduled = true;
+                ctx.run_later(interval - elapsed, |actor, _| {
+                    actor.prior_scheduled = false;
+                    actor.publish_prior();
+                });
+            }
+            _ => self.publish_prior(),
+        }
+    }
+
+    /// Forgets stale statistics and sends the prior as of the newest observation.
+    fn publish_prior(&mut self) {
+        if !self.prior_dirty {
+            return;
+        }
+        self.prior_dirty = false;
+        self.prior_published_at = Some(Instant::now());
+        let half_life_ms = self.settings.prior.half_life_ms;
+        let forgotten = self.stats.prune(self.latest_ms, half_life_ms);
+        if !forgotten.is_empty() {
+            // Nobody waits on forgetting: a crash before it lands only keeps a stat that decays anyway.
+            let ops = forgotten.into_iter().map(|capability_id| KpiOp::ForgetCapability { capability_id });
+            drop(self.store.commit_kpi(ops));
+        }
+        let prior = Arc::new(self.stats.snapshot(&self.settings.prior, self.latest_ms));
+        metrics::gauge!("capdex_outcome_prior_capabilities").set(prior.len() as f64);
+        for sink in &self.prior_sinks {
+            sink.do_send(PriorPublished { prior: prior.clone() });
+        }
     }
 }
 
 impl Actor for KpiTelemetry {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Every gateway request is a task that sends here; with actix's default
+        // mailbox of 16, thousands of outcomes in flight park and wake their
+        // senders over and over (a profile of benches/kpi.rs spent a third of
+        // its time there). Back-pressure comes from NATS and the group commit.
+        ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        // The restored statistics reach the Router before any query can use them.
+        self.publish_prior();
+    }
 }
 
 impl Handler<RecordOutcome> for KpiTelemetry {
     type Result = Result<Recorded, KpiError>;
 
-    fn handle(&mut self, msg: RecordOutcome, _: &mut Context<Self>) -> Self::Result {
-        let update = self.apply(&msg.report, msg.at_ms)?;
-        // Registered after the write (and for a duplicate, after the write it repeats).
-        Ok(Recorded { update, durable: self.store.durable() })
+    fn handle(&mut self, msg: RecordOutcome, ctx: &mut Context<Self>) -> Self::Result {
+        let (update, credited) = self.apply(&msg.report, msg.at_ms).inspect_err(|_| self.ops.clear())?;
+        // Registered with the writes (and for a duplicate, after the write it repeats).
+        let durable = self.store.commit_kpi(self.ops.drain(..));
+        if credited {
+            self.prior_changed(ctx);
+        }
+        Ok(Recorded { update, durable })
+    }
+}
+
+impl Handler<CapabilityResult> for KpiTelemetry {
+    type Result = Result<Durable, KpiError>;
+
+    fn handle(&mut self, msg: CapabilityResult, ctx: &mut Context<Self>) -> Self::Result {
+        check_capability_id(&msg.capability_id)?;
+        if let Some(message) = self.store.kpi_failed() {
+            return Err(StoreError::Durable { message }.into());
+        }
+        let score = if msg.success { 1.0 } else { 0.0 };
+        if self.observe(&msg.capability_id, score, msg.at_ms) {
+            self.ops.push(KpiOp::PriorGlobal { stat: self.stats.global });
+            self.prior_changed(ctx);
+        }
+        Ok(self.store.commit_kpi(self.ops.drain(..)))
     }
 }
 
@@ -219,7 +445,7 @@ impl Handler<ViewScope> for KpiTelemetry {
 
     fn handle(&mut self, msg: ViewScope, _: &mut Context<Self>) -> Self::Result {
         let scope_key = self.settings.scope.scope_key(msg.organization_id.as_deref(), msg.persona_id.as_deref());
-        let view = match self.scopes.get(&scope_key) {
+        let view = match self.scopes.get(scope_key.as_str()) {
             Some(scope) => {
                 let kpi = scope.window.kpi(&scope_key, msg.at_ms);
                 let adaptive_applies = self.settings.adaptive.applies(&kpi, &scope.meta.adaptive);
@@ -245,7 +471,7 @@ impl Handler<ObserveAt> for KpiTelemetry {
     type Result = MessageResult<ObserveAt>;
 
     fn handle(&mut self, msg: ObserveAt, _: &mut Context<Self>) -> Self::Result {
-        let mut kpis: Vec<Kpi> = self.scopes.iter().map(|(key, scope)| scope.window.kpi(key, msg.0)).collect();
+        let mut kpis: Vec<Kpi> = self.scopes.values().map(|scope| scope.window.kpi(&scope.key, msg.0)).collect();
         kpis.sort_by(|a, b| a.scope_key.cmp(&b.scope_key));
         MessageResult(KpiSnapshot { kpis, outcomes: self.outcomes })
     }
@@ -258,11 +484,26 @@ impl Handler<Observe<KpiSnapshot>> for KpiTelemetry {
     fn handle(&mut self, _: Observe<KpiSnapshot>, _: &mut Context<Self>) -> Self::Result {
         let mut kpis: Vec<Kpi> = self
             .scopes
-            .iter()
-            .map(|(key, scope)| scope.window.kpi(key, scope.window.samples().last().map_or(0, |s| s.at_ms)))
+            .values()
+            .map(|scope| scope.window.kpi(&scope.key, scope.window.samples().last().map_or(0, |s| s.at_ms)))
             .collect();
         kpis.sort_by(|a, b| a.scope_key.cmp(&b.scope_key));
         MessageResult(KpiSnapshot { kpis, outcomes: self.outcomes })
+    }
+}
+
+/// Asks for the prior as of `at_ms` from the current statistics (for tests and operators).
+pub struct ObservePrior(pub u64);
+
+impl Message for ObservePrior {
+    type Result = PriorSnapshot;
+}
+
+impl Handler<ObservePrior> for KpiTelemetry {
+    type Result = MessageResult<ObservePrior>;
+
+    fn handle(&mut self, msg: ObservePrior, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stats.snapshot(&self.settings.prior, msg.0))
     }
 }
 
@@ -341,5 +582,76 @@ mod tests {
         drop(KpiTelemetry::load(store.clone(), small).unwrap());
         let scopes = store.kpi_scopes().unwrap();
         assert_eq!(scopes[0].samples.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), vec![15, 16, 17, 18, 19]);
+    }
+
+    /// Collects the priors a KpiTelemetry publishes.
+    struct Collector(std::rc::Rc<std::cell::RefCell<Vec<Arc<PriorSnapshot>>>>);
+
+    impl Actor for Collector {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<PriorPublished> for Collector {
+        type Result = ();
+
+        fn handle(&mut self, msg: PriorPublished, _: &mut Context<Self>) {
+            self.0.borrow_mut().push(msg.prior);
+        }
+    }
+
+    /// Answered after every prior sent before it (one mailbox, in order).
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Drained;
+
+    impl Handler<Drained> for Collector {
+        type Result = ();
+
+        fn handle(&mut self, _: Drained, _: &mut Context<Self>) {}
+    }
+
+    fn using(turn: &str, capability: &str, status: OutcomeStatus) -> OutcomeReport {
+        OutcomeReport { capabilities: vec![capability.into(), capability.into()], status: Some(status), ..failed(turn) }
+    }
+
+    #[actix::test]
+    async fn failing_capabilities_sink_the_proven_rise_and_both_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let published = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut settings = settings();
+        settings.prior_publish_interval_ms = 0;
+        let prior_at = |kpi: Addr<KpiTelemetry>, at_ms| async move { kpi.send(ObservePrior(at_ms)).await.unwrap() };
+        let before = {
+            let collector = Collector(published.clone()).start();
+            let store = Store::open(dir.path()).unwrap();
+            let sink = collector.clone().recipient();
+            let kpi = KpiTelemetry::load(store, settings.clone()).unwrap().with_prior_sink(sink).start();
+            for turn in 0..6 {
+                record(&kpi, using(&format!("f{turn}"), "tool:flaky", OutcomeStatus::Failed), 10 + turn).await.unwrap();
+                record(&kpi, using(&format!("p{turn}"), "tool:proven", OutcomeStatus::Success), 10 + turn)
+                    .await
+                    .unwrap();
+            }
+            let result = CapabilityResult { capability_id: "tool:proven".into(), success: true, at_ms: 20 };
+            kpi.send(result).await.unwrap().unwrap().await.unwrap();
+            let bad = CapabilityResult { capability_id: String::new(), success: true, at_ms: 20 };
+            assert!(matches!(kpi.send(bad).await.unwrap(), Err(KpiError::Outcome(_))));
+            let before = prior_at(kpi.clone(), 20).await;
+            // A retried turn is not credited again.
+            let retry = record(&kpi, using("f0", "tool:flaky", OutcomeStatus::Failed), 21).await.unwrap();
+            assert!(retry.duplicate);
+            assert_eq!(prior_at(kpi.clone(), 20).await, before);
+            collector.send(Drained).await.unwrap();
+            before
+        };
+        let (flaky, proven) = (before.adjustment("tool:flaky"), before.adjustment("tool:proven"));
+        assert!(flaky < 0.0 && proven > 0.0, "{flaky} {proven}");
+        assert!(flaky >= -settings.prior.strength && proven <= settings.prior.strength);
+        // Each credited outcome was published (interval 0), the last one equal to the prior now.
+        let (n_published, last) = (published.borrow().len(), published.borrow().last().cloned());
+        assert!(n_published >= 13, "{n_published}");
+        assert_eq!(*last.unwrap(), before);
+        let kpi = KpiTelemetry::load(reopen(dir.path()).await, settings).unwrap().start();
+        assert_eq!(prior_at(kpi, 20).await, before, "the statistics came back from sled");
     }
 }

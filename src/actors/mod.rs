@@ -76,7 +76,9 @@ pub async fn spawn_all(
     let embedder = SyncArbiter::start(1, move || {
         embedder::Embedder::new(Box::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")))
     });
-    let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient()).start();
+    let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient())
+        .with_outcome_prior(settings.kpi.prior.enabled)
+        .start();
     // On its own thread, like the Embedder: building the graph of a large catalog is CPU work.
     let router_for_graph = router.clone().recipient();
     let graph_builder =
@@ -100,7 +102,7 @@ pub async fn spawn_all(
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
     let scg = scg::spawn(settings, &store)?;
-    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.start();
+    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(router.clone().recipient()).start();
     let builtins: Vec<_> = Builtin::ALL.iter().map(|builtin| builtin.descriptor()).collect();
     indexer
         .send(indexer::SyncCapabilities::replace(BUILTIN_ORIGIN, builtins))

@@ -5,9 +5,11 @@
 use crate::actors::embedder::EmbedTexts;
 use crate::actors::graph_builder::GraphPublished;
 use crate::actors::indexer::CatalogPublished;
+use crate::actors::kpi::PriorPublished;
 use crate::actors::Observe;
+use crate::core::capability_prior::PriorSnapshot;
 use crate::core::catalog::Catalog;
-use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
+use crate::core::discovery::{discover_with_prior, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
@@ -62,6 +64,9 @@ pub struct Router {
     tier0_cache: HashMap<String, String>,
     tier0_version: u64,
     queries: u64,
+    /// The outcome prior from KpiTelemetry, and whether queries apply it by default.
+    prior: Arc<PriorSnapshot>,
+    prior_enabled: bool,
 }
 
 impl Router {
@@ -77,7 +82,15 @@ impl Router {
             tier0_cache: HashMap::new(),
             tier0_version: 0,
             queries: 0,
+            prior: Arc::new(PriorSnapshot::neutral()),
+            prior_enabled: false,
         }
+    }
+
+    /// Applies the outcome prior to queries unless they say otherwise (`[discovery] outcome_prior`).
+    pub fn with_outcome_prior(mut self, enabled: bool) -> Router {
+        self.prior_enabled = enabled;
+        self
     }
 
     /// Returns Tier 0 for `filter`, cached per catalog version; the cache key
@@ -125,6 +138,14 @@ impl Handler<GraphPublished> for Router {
     }
 }
 
+impl Handler<PriorPublished> for Router {
+    type Result = ();
+
+    fn handle(&mut self, msg: PriorPublished, _: &mut Context<Self>) {
+        self.prior = msg.prior;
+    }
+}
+
 impl Handler<Discover> for Router {
     type Result = ResponseActFuture<Self, Result<DiscoveryResult, RouterError>>;
 
@@ -150,7 +171,8 @@ impl Handler<Discover> for Router {
                 lexical: &actor.lexical,
                 graph: &actor.graph,
             };
-            let result = discover(&query, &indexes, &config, &msg.filter, tier0);
+            let prior = msg.filter.outcome_prior.unwrap_or(actor.prior_enabled).then_some(&*actor.prior);
+            let result = discover_with_prior(&query, &indexes, &config, &msg.filter, tier0, prior);
             actor.queries += 1;
             metrics::counter!("capdex_discover_requests_total").increment(1);
             metrics::histogram!("capdex_discover_duration_seconds").record(started.elapsed().as_secs_f64());

@@ -87,7 +87,7 @@ impl DiscoveryConfig {
     }
 }
 
-/// Per-query filters.
+/// Per-query filters, and per-query ranking switches.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoveryFilter {
@@ -98,6 +98,9 @@ pub struct DiscoveryFilter {
     pub only_available: bool,
     #[serde(default)]
     pub excluded_capability_ids: Vec<String>,
+    /// Applies the outcome prior (`Some(false)` turns it off); `None` follows the configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome_prior: Option<bool>,
 }
 
 impl DiscoveryFilter {
@@ -157,9 +160,26 @@ pub fn discover(
     filter: &DiscoveryFilter,
     tier0: String,
 ) -> DiscoveryResult {
+    discover_with_prior(query, indexes, config, filter, tier0, None)
+}
+
+/// [`discover`], with the outcome prior applied to the ranking after fusion
+/// and graph re-ranking and before Tier 1 is picked
+/// ([`crate::core::capability_prior::PriorSnapshot::apply`]); `None` is [`discover`].
+pub fn discover_with_prior(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    config: &DiscoveryConfig,
+    filter: &DiscoveryFilter,
+    tier0: String,
+    prior: Option<&crate::core::capability_prior::PriorSnapshot>,
+) -> DiscoveryResult {
     let catalog = indexes.catalog;
     let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
-    let ranking = rank(query, indexes, filter, config.tier1_top_k * 2, graph_boost);
+    let mut ranking = rank(query, indexes, filter, config.tier1_top_k * 2, graph_boost);
+    if let Some(prior) = prior {
+        prior.apply(&mut ranking.hits);
+    }
     let chosen = tier1_with_dependencies(&ranking.hits, indexes, config, filter);
     let candidates: Vec<Candidate> = chosen
         .into_iter()

@@ -76,14 +76,27 @@ impl ScopeMode {
     /// Returns the scope key of an outcome: `global`, `<org>` or `<org>/<persona>`.
     /// Missing ids fall back to the coarser scope (`global` with no organization).
     pub fn scope_key(self, organization_id: Option<&str>, persona_id: Option<&str>) -> String {
+        let mut scope_key = String::new();
+        self.write_scope_key(organization_id, persona_id, &mut scope_key);
+        scope_key
+    }
+
+    /// Writes [`ScopeMode::scope_key`] into `out` (cleared first), so a hot
+    /// path can look a scope up without allocating.
+    pub fn write_scope_key(self, organization_id: Option<&str>, persona_id: Option<&str>, out: &mut String) {
         let organization = organization_id.filter(|id| !id.is_empty());
         let persona = persona_id.filter(|id| !id.is_empty());
+        out.clear();
         match (self, organization, persona) {
-            (ScopeMode::Global, _, _) | (_, None, _) => "global".to_string(),
+            (ScopeMode::Global, _, _) | (_, None, _) => out.push_str("global"),
             (ScopeMode::Organization, Some(org), _) | (ScopeMode::OrganizationPersona, Some(org), None) => {
-                org.to_string()
+                out.push_str(org)
             }
-            (ScopeMode::OrganizationPersona, Some(org), Some(persona)) => format!("{org}/{persona}"),
+            (ScopeMode::OrganizationPersona, Some(org), Some(persona)) => {
+                out.push_str(org);
+                out.push('/');
+                out.push_str(persona);
+            }
         }
     }
 }
@@ -206,6 +219,11 @@ impl OutcomeReport {
         sample.turn = self.turn_id.as_deref().map(fnv1a64);
         Ok(sample)
     }
+}
+
+/// Checks a capability id as every `capabilities[]` entry of an outcome is checked.
+pub fn check_capability_id(capability_id: &str) -> Result<(), OutcomeError> {
+    check_id("capabilityId", Some(capability_id))
 }
 
 /// Ids are non-empty, at most [`MAX_ID_CHARS`] characters, and free of control characters.

@@ -5,6 +5,7 @@
 //! Nothing here does I/O or knows about actors, the bus or the store;
 //! `tests/tidy.rs` enforces that.
 
+pub mod capability_prior;
 pub mod catalog;
 pub mod descriptor;
 pub mod discovery;

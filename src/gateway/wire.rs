@@ -29,6 +29,9 @@ pub struct DiscoverRequest {
     /// Asks for the turn plan too (`{}` for the defaults), with the scope and overrides.
     #[serde(default)]
     pub plan: Option<PlanOptions>,
+    /// Turns the outcome prior on or off for this query (default: `[discovery] outcome_prior`).
+    #[serde(default)]
+    pub outcome_prior: Option<bool>,
 }
 
 /// The turn-planning part of a request: the turn's scope and its overrides.
@@ -100,6 +103,9 @@ pub struct PlanRequest {
     pub task_outcome: Option<TaskOutcome>,
     #[serde(default)]
     pub task_success: Option<bool>,
+    /// Turns the outcome prior on or off for this turn's discovery.
+    #[serde(default)]
+    pub outcome_prior: Option<bool>,
 }
 
 impl PlanRequest {
@@ -122,6 +128,7 @@ impl PlanRequest {
             only_available: self.only_available,
             excluded_capability_ids: self.excluded_capability_ids,
             plan: Some(options),
+            outcome_prior: self.outcome_prior,
         };
         request.filter()?;
         Ok(request)
@@ -187,6 +194,7 @@ impl DiscoverRequest {
             category: self.category.clone(),
             only_available: self.only_available,
             excluded_capability_ids: self.excluded_capability_ids.clone(),
+            outcome_prior: self.outcome_prior,
         })
     }
 }

@@ -1,12 +1,28 @@
 //! Group commit: callers that must not answer before their writes are
-//! durable wait on [`GroupFlush::durable`]; one background thread flushes
-//! sled for every caller that registered before the flush began.
+//! durable wait on [`GroupFlush::commit`] (or [`GroupFlush::durable`]); one
+//! background thread applies the queued KPI writes and flushes sled for every
+//! caller that registered before the round began.
 //!
-//! Why it is correct: a caller registers *after* its write returned, and the
-//! thread takes the registered callers *before* it calls `flush`, which makes
-//! every write issued before that call durable. Callers that register while a
-//! flush runs share the next one, so under load one fsync serves a batch.
+//! Write path of one round:
+//! 1. take every queued write and every waiter, in the order they were queued;
+//! 2. apply the writes as one `sled::Batch` (atomic: after a crash sled holds
+//!    all of a batch or none of it, and batches land in order);
+//! 3. flush sled, which makes the batch and every write issued before step 1
+//!    durable;
+//! 4. resolve the waiters.
+//!
+//! Why it is correct: a caller registers *after* its direct writes returned
+//! and *together with* its queued writes, and the thread takes both *before*
+//! it applies and flushes. Callers that register while a round runs share the
+//! next one, so under load one batch and one fsync serve thousands.
+//!
+//! A batch that cannot be applied poisons the queue for good: that round's
+//! waiters and every later one get the error, so nothing is acknowledged
+//! after a lost write, and a restart reloads what is on disk. A failed flush
+//! is reported to its round only (its writes are in sled and a later flush
+//! covers them).
 
+use super::KpiOp;
 use futures::channel::oneshot;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
@@ -15,8 +31,11 @@ type Waiter = oneshot::Sender<Result<(), String>>;
 
 #[derive(Default)]
 struct Queue {
+    ops: Vec<KpiOp>,
     waiters: Vec<Waiter>,
     stopping: bool,
+    /// Why a batch could not be applied; once set, nothing is applied or acknowledged.
+    failed: Option<String>,
 }
 
 struct Shared {
@@ -24,7 +43,7 @@ struct Shared {
     wake: Condvar,
 }
 
-/// The flushing thread of one sled database; stops (after its last flush) when dropped.
+/// The flushing thread of one sled database; stops (after its last round) when dropped.
 pub(crate) struct GroupFlush {
     shared: Arc<Shared>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -37,34 +56,56 @@ impl std::fmt::Debug for GroupFlush {
 }
 
 impl GroupFlush {
-    /// Starts the thread that flushes `db`.
-    pub(crate) fn start(db: sled::Db) -> GroupFlush {
+    /// Starts the thread that applies writes to `kpi` and flushes `db`.
+    pub(crate) fn start(db: sled::Db, kpi: sled::Tree) -> GroupFlush {
         let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), wake: Condvar::new() });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("capdex-flush".into())
-            .spawn(move || run(&thread_shared, &db))
+            .spawn(move || run(&thread_shared, &db, &kpi))
             .expect("the flush thread starts");
         GroupFlush { shared, thread: Mutex::new(Some(thread)) }
     }
 
     /// Returns a receiver that resolves once every write issued before this
-    /// call is durable, or with the flush error.
+    /// call is durable, or with the error.
     pub(crate) fn durable(&self) -> oneshot::Receiver<Result<(), String>> {
+        self.commit(std::iter::empty())
+    }
+
+    /// Queues `ops` after every write queued so far and returns a receiver
+    /// that resolves once they (and every write issued before) are durable.
+    pub(crate) fn commit(&self, ops: impl IntoIterator<Item = KpiOp>) -> oneshot::Receiver<Result<(), String>> {
         let (sender, receiver) = oneshot::channel();
-        let mut queue = self.shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut queue = self.lock();
+        if let Some(message) = &queue.failed {
+            let _ = sender.send(Err(message.clone()));
+            return receiver;
+        }
+        // The thread sleeps only on an empty queue, so only the first caller of a round wakes it.
+        let idle = queue.waiters.is_empty() && queue.ops.is_empty();
+        queue.ops.extend(ops);
         queue.waiters.push(sender);
         drop(queue);
-        self.shared.wake.notify_one();
+        if idle {
+            self.shared.wake.notify_one();
+        }
         receiver
+    }
+
+    /// Why queued writes can no longer be applied, if they cannot.
+    pub(crate) fn failed(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl Drop for GroupFlush {
     fn drop(&mut self) {
-        let mut queue = self.shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        queue.stopping = true;
-        drop(queue);
+        self.lock().stopping = true;
         self.shared.wake.notify_one();
         // Joining releases the thread's handle on the database, so it can be reopened at once.
         let thread = self.thread.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
@@ -74,25 +115,62 @@ impl Drop for GroupFlush {
     }
 }
 
-fn run(shared: &Shared, db: &sled::Db) {
+fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree) {
     loop {
-        let waiters = {
+        let (ops, waiters) = {
             let mut queue = shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            while queue.waiters.is_empty() && !queue.stopping {
+            while queue.waiters.is_empty() && queue.ops.is_empty() && !queue.stopping {
                 queue = shared.wake.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
-            if queue.waiters.is_empty() {
+            if queue.waiters.is_empty() && queue.ops.is_empty() {
                 return;
             }
-            std::mem::take(&mut queue.waiters)
+            (std::mem::take(&mut queue.ops), std::mem::take(&mut queue.waiters))
         };
         let started = Instant::now();
-        let result = db.flush().map(|_| ()).map_err(|err| err.to_string());
+        let n_ops = ops.len();
+        let result = match apply(kpi, ops) {
+            Ok(()) => db.flush().map(|_| ()).map_err(|err| err.to_string()),
+            Err(message) => {
+                poison(shared, &message);
+                Err(message)
+            }
+        };
         metrics::histogram!("capdex_store_flush_duration_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("capdex_store_flush_callers").record(waiters.len() as f64);
+        metrics::histogram!("capdex_store_flush_writes").record(n_ops as f64);
         for waiter in waiters {
             // A caller that stopped waiting is no error.
             let _ = waiter.send(result.clone());
         }
     }
+}
+
+/// Marks the queue failed for good and answers every caller queued meanwhile:
+/// their writes come after the lost batch and will never be applied.
+fn poison(shared: &Shared, message: &str) {
+    metrics::counter!("capdex_store_write_errors_total").increment(1);
+    tracing::error!(%message, "KPI writes could not be applied; outcomes are refused until restart");
+    let mut queue = shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    queue.failed = Some(message.to_string());
+    queue.ops.clear();
+    for waiter in queue.waiters.drain(..) {
+        let _ = waiter.send(Err(message.to_string()));
+    }
+}
+
+/// Applies one round's writes as one atomic batch, in queue order (a later write to a key wins).
+fn apply(kpi: &sled::Tree, ops: Vec<KpiOp>) -> Result<(), String> {
+    if ops.is_empty() {
+        return Ok(());
+    }
+    let mut batch = sled::Batch::default();
+    for op in &ops {
+        match op.encode() {
+            Ok((key, Some(value))) => batch.insert(key, value),
+            Ok((key, None)) => batch.remove(key),
+            Err(err) => return Err(format!("failed to encode a KPI write: {err}")),
+        }
+    }
+    kpi.apply_batch(batch).map_err(|err| format!("failed to apply {} KPI writes: {err}", ops.len()))
 }

@@ -7,16 +7,22 @@
 //! | `descriptors` | capability id | [`StoredDescriptor`]: origin and descriptor |
 //! | `presets` | origin | its presets |
 //! | `embeddings` | capability id | [`StoredEmbedding`] (model id, text hash, vector) |
-//! | `kpi` | `w\0<scope>\0<seq, 8 bytes big-endian>` | one KPI [`Sample`] of the scope's window |
+//! | `kpi` | `r\0<scope>\0<slot, 4 bytes big-endian>` | a [`RingEntry`]: one sample of the scope's window and its sequence number |
 //! | `kpi` | `m\0<scope>` | the scope's [`ScopeMeta`] (alert and adaptive state) |
+//! | `kpi` | `c\0<capability id>`, `g` | a capability's outcome statistics, all capabilities' ([`DecayedStat`]) |
 //! | `dispatch_results` | idempotency key | the reply first given for it |
 //! | `scg_sources`, `scg_links` | see [`scg`] | the Source Capability Graph |
 //! | `jetstream` | see [`sequence`] | node name, last applied index mutation, processed outcome ids |
 //!
-//! A KPI window is stored as one key per sample, numbered in arrival order,
-//! so a restart reads every window back in order; each outcome appends its
-//! sample, stores the scope's meta if it changed, and removes evicted samples,
-//! in that order (see [`Store::write_kpi`] for why every crash prefix is sound).
+//! A KPI window is a ring of `rolling_window_size` slots per scope: sample
+//! number `seq` lives in slot `seq % rolling_window_size`, so an outcome is one
+//! insert that overwrites the sample it evicts, never a rewrite of the window.
+//! KPI writes are not applied by the caller: [`Store::commit_kpi`] queues them
+//! for the group-commit thread, which applies each round as one atomic
+//! `sled::Batch` in queue order and flushes (`group_flush.rs`). A restart reads
+//! every ring back ordered by `seq` ([`Store::load_kpi`] also rewrites a ring
+//! laid out for another window size, and the one-key-per-sample `w\0` layout of
+//! earlier versions).
 //!
 //! Guarantees: a write returns after sled has it in its page cache; callers
 //! that promise durability (dispatch results, acknowledged outcomes) call
@@ -28,6 +34,7 @@ pub mod sequence;
 use crate::core::descriptor::CapabilityDescriptor;
 mod group_flush;
 
+use crate::core::capability_prior::{CapabilityStats, DecayedStat};
 use crate::core::graph::Preset;
 use crate::core::kpi_window::{Sample, ScopeMeta};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -78,16 +85,54 @@ pub struct StoredScope {
     pub meta: Option<ScopeMeta>,
 }
 
-/// One outcome's change to a scope, applied by [`Store::write_kpi`].
-#[derive(Clone, Debug)]
-pub struct KpiWrite<'a> {
-    pub scope_key: &'a str,
-    /// The new sample and its sequence number.
-    pub append: Option<(u64, &'a Sample)>,
-    /// Sequence numbers of samples that left the window.
-    pub remove: &'a [u64],
-    /// The scope's new meta, when it changed.
-    pub meta: Option<&'a ScopeMeta>,
+/// One sample as stored in its ring slot.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RingEntry {
+    pub seq: u64,
+    pub sample: Sample,
+}
+
+/// One write to the `kpi` tree, queued by [`Store::commit_kpi`] and applied
+/// by the group-commit thread in queue order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KpiOp {
+    /// Sample number `seq` of a scope, into ring slot `seq % capacity`.
+    Sample { scope_key: Arc<str>, seq: u64, capacity: usize, sample: Sample },
+    /// A scope's alert and adaptive state.
+    Meta { scope_key: Arc<str>, meta: ScopeMeta },
+    /// A capability's outcome statistics.
+    Capability { capability_id: String, stat: DecayedStat },
+    /// A capability whose statistics were forgotten.
+    ForgetCapability { capability_id: String },
+    /// The statistics of every capability together.
+    PriorGlobal { stat: DecayedStat },
+}
+
+impl KpiOp {
+    /// Returns the key and the msgpack value (`None` removes the key).
+    pub(crate) fn encode(&self) -> Result<(Vec<u8>, Option<Vec<u8>>), rmp_serde::encode::Error> {
+        Ok(match self {
+            KpiOp::Sample { scope_key, seq, capacity, sample } => {
+                let slot = ring_slot(*seq, *capacity);
+                let entry = RingEntry { seq: *seq, sample: *sample };
+                (ring_key(scope_key, slot), Some(rmp_serde::to_vec_named(&entry)?))
+            }
+            KpiOp::Meta { scope_key, meta } => (meta_key(scope_key), Some(rmp_serde::to_vec_named(meta)?)),
+            KpiOp::Capability { capability_id, stat } => {
+                (capability_key(capability_id), Some(rmp_serde::to_vec_named(stat)?))
+            }
+            KpiOp::ForgetCapability { capability_id } => (capability_key(capability_id), None),
+            KpiOp::PriorGlobal { stat } => (PRIOR_GLOBAL_KEY.to_vec(), Some(rmp_serde::to_vec_named(stat)?)),
+        })
+    }
+}
+
+/// Everything the KPI actor keeps: windows with their state, and outcome statistics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoredKpi {
+    pub scopes: Vec<StoredScope>,
+    pub prior: CapabilityStats,
 }
 
 /// A descriptor as stored, with the origin that holds it.
@@ -139,7 +184,7 @@ impl Store {
             kpi: tree(KPI)?,
             dispatch_results: tree(DISPATCH_RESULTS)?,
             presets: tree(PRESETS)?,
-            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone())),
+            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?)),
             db,
         })
     }
@@ -195,77 +240,131 @@ impl Store {
         put(&self.embeddings, EMBEDDINGS, id, embedding)
     }
 
-    /// Returns every stored KPI scope, in scope-key order, samples oldest first.
+    /// Returns every stored KPI scope, in scope-key order, samples ordered by
+    /// sequence number, without changing anything.
     pub fn kpi_scopes(&self) -> Result<Vec<StoredScope>, StoreError> {
-        let mut scopes: Vec<StoredScope> = Vec::new();
-        let scope_of = |scopes: &mut Vec<StoredScope>, scope_key: &str| -> usize {
-            match scopes.binary_search_by(|scope| scope.scope_key.as_str().cmp(scope_key)) {
+        Ok(self.read_kpi()?.0.scopes)
+    }
+
+    /// Returns everything the KPI actor stored, each window cut to its newest
+    /// `capacity` samples. A scope stored in another layout (another window
+    /// size, or one key per sample) is rewritten as a ring of `capacity` slots
+    /// in one batch, and flushed, before this returns.
+    pub fn load_kpi(&self, capacity: usize) -> Result<StoredKpi, StoreError> {
+        let capacity = capacity.max(1);
+        let (mut stored, keys) = self.read_kpi()?;
+        let mut batch = sled::Batch::default();
+        let mut rewritten = false;
+        for (scope, keys) in stored.scopes.iter_mut().zip(keys) {
+            let keep_from = scope.samples.len().saturating_sub(capacity);
+            let laid_out = keys.len() == scope.samples.len()
+                && keep_from == 0
+                && scope
+                    .samples
+                    .iter()
+                    .zip(&keys)
+                    .all(|((seq, _), key)| *key == ring_key(&scope.scope_key, ring_slot(*seq, capacity)));
+            if laid_out {
+                continue;
+            }
+            rewritten = true;
+            scope.samples.drain(..keep_from);
+            for key in keys {
+                batch.remove(key);
+            }
+            for (seq, sample) in &scope.samples {
+                let entry = RingEntry { seq: *seq, sample: *sample };
+                let bytes =
+                    rmp_serde::to_vec_named(&entry).map_err(|source| StoreError::Encode { tree: KPI, source })?;
+                batch.insert(ring_key(&scope.scope_key, ring_slot(*seq, capacity)), bytes);
+            }
+        }
+        if rewritten {
+            self.kpi.apply_batch(batch).map_err(|source| StoreError::Sled { action: "rewrite", tree: KPI, source })?;
+            self.flush()?;
+        }
+        Ok(stored)
+    }
+
+    /// Reads the `kpi` tree: scopes with their samples ordered by `seq`, and
+    /// beside each scope the keys its samples are stored under (same order).
+    fn read_kpi(&self) -> Result<(StoredKpi, Vec<SampleKeys>), StoreError> {
+        let mut scopes: Vec<(StoredScope, SampleKeys)> = Vec::new();
+        let scope_of = |scopes: &mut Vec<(StoredScope, SampleKeys)>, scope_key: &str| -> usize {
+            match scopes.binary_search_by(|(scope, _)| scope.scope_key.as_str().cmp(scope_key)) {
                 Ok(at) => at,
                 Err(at) => {
-                    scopes.insert(at, StoredScope { scope_key: scope_key.to_string(), ..Default::default() });
+                    let scope = StoredScope { scope_key: scope_key.to_string(), ..Default::default() };
+                    scopes.insert(at, (scope, Vec::new()));
                     at
                 }
             }
         };
+        let mut prior = CapabilityStats::default();
         for entry in self.kpi.iter() {
             let (key, bytes) = entry.map_err(|source| StoreError::Sled { action: "iterate", tree: KPI, source })?;
             let bad_key = || StoreError::Key { tree: KPI, key: String::from_utf8_lossy(&key).into_owned() };
             let decode_err =
                 |source| StoreError::Decode { tree: KPI, key: String::from_utf8_lossy(&key).into_owned(), source };
             match key.split_first() {
+                // Earlier versions: one key per sample, `w\0<scope>\0<seq>`.
                 Some((b'w', rest)) if rest.len() > 9 && rest[0] == 0 && rest[rest.len() - 9] == 0 => {
                     let scope_key = std::str::from_utf8(&rest[1..rest.len() - 9]).map_err(|_| bad_key())?;
                     let seq = u64::from_be_bytes(rest[rest.len() - 8..].try_into().map_err(|_| bad_key())?);
                     let sample: Sample = rmp_serde::from_slice(&bytes).map_err(decode_err)?;
                     let at = scope_of(&mut scopes, scope_key);
-                    scopes[at].samples.push((seq, sample));
+                    scopes[at].0.samples.push((seq, sample));
+                    scopes[at].1.push(key.to_vec());
+                }
+                Some((b'r', rest)) if rest.len() > 5 && rest[0] == 0 && rest[rest.len() - 5] == 0 => {
+                    let scope_key = std::str::from_utf8(&rest[1..rest.len() - 5]).map_err(|_| bad_key())?;
+                    let entry: RingEntry = rmp_serde::from_slice(&bytes).map_err(decode_err)?;
+                    let at = scope_of(&mut scopes, scope_key);
+                    scopes[at].0.samples.push((entry.seq, entry.sample));
+                    scopes[at].1.push(key.to_vec());
                 }
                 Some((b'm', rest)) if rest.first() == Some(&0) => {
                     let scope_key = std::str::from_utf8(&rest[1..]).map_err(|_| bad_key())?;
                     let meta: ScopeMeta = rmp_serde::from_slice(&bytes).map_err(decode_err)?;
                     let at = scope_of(&mut scopes, scope_key);
-                    scopes[at].meta = Some(meta);
+                    scopes[at].0.meta = Some(meta);
+                }
+                Some((b'c', rest)) if rest.first() == Some(&0) => {
+                    let capability_id = std::str::from_utf8(&rest[1..]).map_err(|_| bad_key())?;
+                    let stat: DecayedStat = rmp_serde::from_slice(&bytes).map_err(decode_err)?;
+                    prior.capabilities.insert(capability_id.to_string(), stat);
+                }
+                _ if key.as_ref() == PRIOR_GLOBAL_KEY => {
+                    prior.global = rmp_serde::from_slice(&bytes).map_err(decode_err)?;
                 }
                 _ => return Err(bad_key()),
             }
         }
-        Ok(scopes)
+        let mut stored = StoredKpi { scopes: Vec::with_capacity(scopes.len()), prior };
+        let mut keys = Vec::with_capacity(scopes.len());
+        for (mut scope, scope_keys) in scopes {
+            // Ring slots are in slot order; the window is in sequence order.
+            let mut rows: Vec<((u64, Sample), Vec<u8>)> = scope.samples.into_iter().zip(scope_keys).collect();
+            rows.sort_by_key(|((seq, _), _)| *seq);
+            let (samples, scope_keys): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+            scope.samples = samples;
+            stored.scopes.push(scope);
+            keys.push(scope_keys);
+        }
+        Ok((stored, keys))
     }
 
-    /// Applies one outcome's change to a scope: the new sample first, then
-    /// the meta, then the removals of evicted samples.
-    ///
-    /// These are plain inserts, not one `sled::Batch`: a batch takes sled's
-    /// global write lock, which waits for every running flush, and so would
-    /// serialise outcomes behind fsyncs and defeat the group commit. sled
-    /// recovers a prefix of the writes, and the order above keeps every prefix
-    /// sound: a crash may keep the sample without its meta (the next outcome
-    /// re-evaluates it) or without the removals (a restore trims the window
-    /// to its capacity and horizon).
-    pub fn write_kpi(&self, write: &KpiWrite<'_>) -> Result<(), StoreError> {
-        let insert = |key: Vec<u8>, bytes: Vec<u8>| {
-            self.kpi.insert(key, bytes).map(|_| ()).map_err(|source| StoreError::Sled {
-                action: "insert",
-                tree: KPI,
-                source,
-            })
-        };
-        if let Some((seq, sample)) = write.append {
-            let bytes = rmp_serde::to_vec_named(sample).map_err(|source| StoreError::Encode { tree: KPI, source })?;
-            insert(sample_key(write.scope_key, seq), bytes)?;
-        }
-        if let Some(meta) = write.meta {
-            let bytes = rmp_serde::to_vec_named(meta).map_err(|source| StoreError::Encode { tree: KPI, source })?;
-            insert(meta_key(write.scope_key), bytes)?;
-        }
-        for seq in write.remove {
-            self.kpi.remove(sample_key(write.scope_key, *seq)).map_err(|source| StoreError::Sled {
-                action: "remove",
-                tree: KPI,
-                source,
-            })?;
-        }
-        Ok(())
+    /// Queues KPI writes after every one queued before, and returns a future
+    /// that resolves once they are durable (group commit). Fails at once,
+    /// applying nothing, once an earlier batch could not be applied
+    /// ([`Store::kpi_failed`]).
+    pub fn commit_kpi(&self, ops: impl IntoIterator<Item = KpiOp>) -> Durable {
+        Durable { receiver: self.group_flush.commit(ops) }
+    }
+
+    /// Why queued KPI writes are refused, once a batch could not be applied (until restart).
+    pub fn kpi_failed(&self) -> Option<String> {
+        self.group_flush.failed()
     }
 
     /// Returns a future that resolves once every write made before the call
@@ -288,13 +387,27 @@ impl Store {
     }
 }
 
-fn sample_key(scope_key: &str, seq: u64) -> Vec<u8> {
-    let mut key = Vec::with_capacity(scope_key.len() + 11);
-    key.extend_from_slice(b"w\0");
+const PRIOR_GLOBAL_KEY: &[u8] = b"g";
+
+/// The keys a scope's samples are stored under, in the order of its samples.
+type SampleKeys = Vec<Vec<u8>>;
+
+/// The ring slot of sample number `seq` in a window of `capacity`.
+fn ring_slot(seq: u64, capacity: usize) -> u32 {
+    (seq % capacity.max(1) as u64) as u32
+}
+
+fn ring_key(scope_key: &str, slot: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(scope_key.len() + 7);
+    key.extend_from_slice(b"r\0");
     key.extend_from_slice(scope_key.as_bytes());
     key.push(0);
-    key.extend_from_slice(&seq.to_be_bytes());
+    key.extend_from_slice(&slot.to_be_bytes());
     key
+}
+
+fn capability_key(capability_id: &str) -> Vec<u8> {
+    [b"c\0".as_slice(), capability_id.as_bytes()].concat()
 }
 
 fn meta_key(scope_key: &str) -> Vec<u8> {
@@ -359,18 +472,26 @@ mod tests {
                 .put_presets("runtime:a", &[Preset { name: "p".into(), capability_ids: vec!["tool:echo".into()] }])
                 .unwrap();
             store.put_embedding(&descriptor.id, &embedding).unwrap();
-            for (seq, sample) in samples.iter().enumerate() {
-                // Seq 300 sorts after 2 only with big-endian keys; the window keeps 1.. after seq 0 leaves.
-                let seq = [0u64, 1, 2, 300][seq];
-                let remove: &[u64] = if seq == 300 { &[0] } else { &[] };
-                let meta = (seq == 2).then_some(&meta);
-                store
-                    .write_kpi(&KpiWrite { scope_key: "acme/bot", append: Some((seq, sample)), remove, meta })
-                    .unwrap();
-            }
-            store
-                .write_kpi(&KpiWrite { scope_key: "global", append: Some((7, &samples[0])), remove: &[], meta: None })
-                .unwrap();
+            // A ring of 3: sample 3 overwrites sample 0's slot; the commit is durable once it resolves.
+            let scope: Arc<str> = Arc::from("acme/bot");
+            let mut ops: Vec<KpiOp> = samples
+                .iter()
+                .enumerate()
+                .map(|(seq, sample)| KpiOp::Sample {
+                    scope_key: scope.clone(),
+                    seq: seq as u64,
+                    capacity: 3,
+                    sample: *sample,
+                })
+                .collect();
+            ops.insert(3, KpiOp::Meta { scope_key: scope.clone(), meta: meta.clone() });
+            ops.push(KpiOp::Sample { scope_key: Arc::from("global"), seq: 7, capacity: 3, sample: samples[0] });
+            ops.push(KpiOp::Capability { capability_id: "tool:a".into(), stat: stat(0.0) });
+            ops.push(KpiOp::Capability { capability_id: "tool:b".into(), stat: stat(1.0) });
+            ops.push(KpiOp::ForgetCapability { capability_id: "tool:b".into() });
+            ops.push(KpiOp::PriorGlobal { stat: stat(0.5) });
+            futures::executor::block_on(store.commit_kpi(ops)).unwrap();
+            assert_eq!(store.kpi_failed(), None);
             store.put_dispatch_result("k1", &serde_json::json!({"text": "hi"})).unwrap();
             store.flush().unwrap();
         }
@@ -384,14 +505,51 @@ mod tests {
         let scopes = store.kpi_scopes().unwrap();
         assert_eq!(scopes.len(), 2);
         assert_eq!(scopes[0].scope_key, "acme/bot");
-        assert_eq!(scopes[0].samples, vec![(1, samples[1]), (2, samples[2]), (300, samples[3])]);
+        assert_eq!(scopes[0].samples, vec![(1, samples[1]), (2, samples[2]), (3, samples[3])], "ordered by seq");
         assert_eq!(scopes[0].meta, Some(meta));
         assert_eq!(scopes[1].samples, vec![(7, samples[0])]);
         assert_eq!(scopes[1].meta, None);
+        let loaded = store.load_kpi(3).unwrap();
+        assert_eq!(loaded.scopes, scopes, "a ring of the configured size is read as it is");
+        assert_eq!(loaded.prior.capabilities.into_iter().collect::<Vec<_>>(), vec![("tool:a".to_string(), stat(0.0))]);
+        assert_eq!(loaded.prior.global, stat(0.5));
         assert_eq!(store.dispatch_result::<serde_json::Value>("k1").unwrap(), Some(serde_json::json!({"text": "hi"})));
         store.remove_capability(&descriptor.id).unwrap();
         assert!(store.descriptors().unwrap().is_empty());
         assert_eq!(store.embedding(&descriptor.id).unwrap(), None);
+    }
+
+    fn stat(score_sum: f64) -> DecayedStat {
+        DecayedStat { score_sum, weight: 1.0, at_ms: 9 }
+    }
+
+    fn sample_keys(store: &Store) -> Vec<Vec<u8>> {
+        store.kpi.iter().keys().map(|key| key.unwrap().to_vec()).filter(|key| key[0] != b'm').collect()
+    }
+
+    #[test]
+    fn load_rewrites_other_layouts_as_a_ring_of_the_configured_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let samples: Vec<Sample> =
+            (0..6).map(|at| Sample::new(Some(OutcomeStatus::Failed), None, at * 10).unwrap()).collect();
+        // The layout of earlier versions: one key per sample, `w\0<scope>\0<seq>`.
+        for (seq, sample) in samples.iter().enumerate() {
+            let key = [b"w\0s\0".as_slice(), &(seq as u64).to_be_bytes()].concat();
+            store.kpi.insert(key, rmp_serde::to_vec_named(sample).unwrap()).unwrap();
+        }
+        let seqs = |stored: &StoredKpi| stored.scopes[0].samples.iter().map(|(seq, _)| *seq).collect::<Vec<_>>();
+        let loaded = store.load_kpi(4).unwrap();
+        assert_eq!(seqs(&loaded), vec![2, 3, 4, 5]);
+        assert_eq!(loaded.scopes[0].samples[0].1, samples[2]);
+        // Sequence numbers 2..=5 in slots 2, 3, 0, 1: every slot of the ring once, nothing else.
+        assert_eq!(sample_keys(&store), (0..4).map(|slot| ring_key("s", slot)).collect::<Vec<_>>());
+        assert_eq!(store.kpi_scopes().unwrap(), loaded.scopes, "reading again finds the same window");
+        // A smaller window keeps the newest, a larger one moves them to their new slots.
+        assert_eq!(seqs(&store.load_kpi(2).unwrap()), vec![4, 5]);
+        assert_eq!(sample_keys(&store).len(), 2);
+        assert_eq!(seqs(&store.load_kpi(100).unwrap()), vec![4, 5]);
+        assert_eq!(sample_keys(&store), vec![ring_key("s", 4), ring_key("s", 5)]);
     }
 
     #[test]

@@ -104,3 +104,75 @@ fn eval_agrees_with_the_reference_scorer_on_seal_tools() {
 fn eval_agrees_with_the_reference_scorer_on_metatool() {
     check_agreement("metatool", 199, 120);
 }
+
+/// Runs `capdex eval --json` on `tools` and `queries`, with `extra` arguments; returns its metrics and run file.
+fn eval_run(tools: &Path, queries: &Path, extra: &[&std::ffi::OsStr]) -> (Value, String) {
+    let run = tools.with_file_name(format!("run-{}.jsonl", extra.len()));
+    let output = capdex()
+        .args(["eval", "--json", "--tools"])
+        .arg(tools)
+        .arg("--queries")
+        .arg(queries)
+        .arg("--out")
+        .arg(&run)
+        .args(extra)
+        .output()
+        .expect("capdex runs");
+    assert!(output.status.success(), "capdex eval failed: {}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    (report["metrics"].clone(), std::fs::read_to_string(&run).unwrap())
+}
+
+/// Outcomes that treat every capability alike leave every ranking as it was;
+/// outcomes that fail the relevant tools change the figures (so the prior is applied at all).
+#[test]
+fn a_neutral_outcome_prior_leaves_eval_unchanged() {
+    let bench = bench_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
+    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 60);
+    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let ids: Vec<String> = std::fs::read_to_string(&tools)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["id"].as_str().unwrap().to_string())
+        .collect();
+    let relevant: Vec<String> = std::fs::read_to_string(&queries)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["relevant"][0].as_str().unwrap().to_string())
+        .collect();
+    let write_outcomes = |name: &str, outcomes: Vec<Value>| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, outcomes.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")).unwrap();
+        path
+    };
+    // Every tool is used in successful and failed turns alike.
+    let neutral = write_outcomes(
+        "neutral.jsonl",
+        ids.iter()
+            .flat_map(|id| {
+                ["success", "failed"].map(|status| serde_json::json!({"status": status, "capabilities": [id]}))
+            })
+            .collect(),
+    );
+    let hostile = write_outcomes(
+        "hostile.jsonl",
+        relevant
+            .iter()
+            .map(|id| serde_json::json!({"status": "failed", "capabilities": [id]}))
+            .chain(ids.iter().map(|id| serde_json::json!({"status": "success", "capabilities": [id]})))
+            .collect(),
+    );
+    let (plain_metrics, plain_run) = eval_run(&tools, &queries, &[]);
+    let (neutral_metrics, neutral_run) = eval_run(&tools, &queries, &["--outcome-prior".as_ref(), neutral.as_os_str()]);
+    assert_eq!(neutral_metrics, plain_metrics);
+    assert_eq!(neutral_run, plain_run, "not a single ranking moved");
+    let (hostile_metrics, _) = eval_run(
+        &tools,
+        &queries,
+        &["--outcome-prior".as_ref(), hostile.as_os_str(), "--depth".as_ref(), "20".as_ref()],
+    );
+    let mrr = |metrics: &Value| metrics["mrr"].as_f64().unwrap();
+    assert!(mrr(&hostile_metrics) < mrr(&plain_metrics), "{hostile_metrics} vs {plain_metrics}");
+}

@@ -248,8 +248,13 @@ async fn bad_outcomes_are_refused_whole_and_kpi_watch_follows_events() {
     assert!(event["sampleCount"].as_u64().unwrap() >= 2);
 
     let metrics = scrape(&metrics_addr);
-    for expected in ["capdex_outcomes_total{status=\"partial\"}", "capdex_kpi_scopes 1", "capdex_kpi_scopes_alerting 0"]
-    {
+    for expected in [
+        "capdex_outcomes_total{status=\"partial\"}",
+        "capdex_kpi_scopes 1",
+        "capdex_kpi_scopes_alerting 0",
+        "capdex_kpi_weighted_success_rate{scope=\"acme\"} 0.5",
+        "capdex_kpi_success_rate{scope=\"acme\"} 0",
+    ] {
         assert!(metrics.contains(expected), "{expected} missing from /metrics:\n{metrics}");
     }
 }
@@ -291,4 +296,61 @@ async fn each_scope_alerts_on_the_outcome_that_crosses_the_threshold() {
     latencies.sort();
     let (p50, p99) = (latencies[49], latencies[98]);
     eprintln!("alert latency over NATS: p50 {p50:?}, p99 {p99:?}, max {:?}", latencies[99]);
+}
+
+/// Tier 1 of `message` as (id, relevance), with `outcomePrior` when given.
+async fn tier1(client: &async_nats::Client, message: &str, prior: Option<bool>) -> Vec<(String, f64)> {
+    let mut request = json!({ "message": message });
+    if let Some(prior) = prior {
+        request["outcomePrior"] = json!(prior);
+    }
+    let reply = body(&request_to(client, "capdex.v1.discover", request).await);
+    reply["tier1"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tier1: {reply}"))
+        .iter()
+        .map(|entry| (entry["id"].as_str().unwrap().to_string(), entry["relevance"].as_f64().unwrap()))
+        .collect()
+}
+
+async fn request_to(client: &async_nats::Client, subject: &'static str, payload: Value) -> async_nats::Message {
+    request(client, subject, payload.to_string().into_bytes()).await
+}
+
+/// Outcomes feed the ranking over NATS, with the default strength: a
+/// capability that keeps appearing in failed turns sinks below one that keeps
+/// succeeding; `"outcomePrior": false` ranks as before; the statistics survive a restart.
+#[tokio::test]
+async fn a_capability_in_failed_turns_sinks_below_a_proven_one() {
+    const MESSAGE: &str = "send a message to the team";
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let env = [("CAPDEX_DISCOVERY_OUTCOME_PRIOR_PUBLISH_INTERVAL_MS", "0")];
+    let (serving, client) = serve(&nats, &examples_dir(), data.path(), &env).await;
+    let before = tier1(&client, MESSAGE, None).await;
+    let (flaky, proven) = (before[0].0.clone(), before[1].0.clone());
+    // The fixture: two close capabilities, so that ±10 % can swap them.
+    assert!(before[1].1 >= before[0].1 * 0.9 / 1.1, "{before:?}");
+    for turn in 0..10 {
+        let failed = json!({"turnId": format!("f{turn}"), "organizationId": "acme", "status": "failed", "capabilities": [flaky]});
+        let succeeded = json!({"turnId": format!("s{turn}"), "organizationId": "acme", "status": "success", "capabilities": [proven]});
+        for outcome in [failed, succeeded] {
+            let reply = body(&request_to(&client, "capdex.v1.outcome", outcome).await);
+            assert_eq!(reply["accepted"], true, "{reply}");
+        }
+    }
+    let position = |ranking: &[(String, f64)], id: &str| ranking.iter().position(|(entry, _)| entry == id);
+    let after = tier1(&client, MESSAGE, None).await;
+    assert!(position(&after, &proven) < position(&after, &flaky), "{before:?} → {after:?}");
+    let relevance = |ranking: &[(String, f64)], id: &str| ranking[position(ranking, id).unwrap()].1;
+    assert!(relevance(&after, &flaky) >= relevance(&before, &flaky) * 0.9 - 1e-6, "bounded: {after:?}");
+    assert_eq!(tier1(&client, MESSAGE, Some(false)).await, before, "switched off per query");
+    // Outcomes that list no capability change no ranking.
+    let plain = json!({"turnId": "n1", "organizationId": "acme", "status": "failed"});
+    request_to(&client, "capdex.v1.outcome", plain).await;
+    assert_eq!(tier1(&client, MESSAGE, None).await, after);
+    drop(serving);
+
+    let (_serving, client) = serve(&nats, &examples_dir(), data.path(), &[]).await;
+    assert_eq!(tier1(&client, MESSAGE, None).await, after, "the statistics came back from sled");
 }
