@@ -8,6 +8,7 @@
 pub mod catalog;
 pub mod descriptor;
 pub mod discovery;
+pub mod dispatch;
 pub mod dispatch_rules;
 pub mod embedder;
 pub mod evaluation;
