@@ -7,13 +7,15 @@
 //! - [`store`]: the only module that speaks sled;
 //! - [`sources`]: reading capability folders from disk;
 //! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
-//! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring.
+//! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring;
+//! - [`dispatch_cli`]: the dispatch admin requests and the `capdex dispatch`, `capability`, `binding`, `approval` commands.
 
 pub mod actors;
 pub mod app;
 pub mod bench;
 pub mod config;
 pub mod core;
+pub mod dispatch_cli;
 pub mod eval;
 pub mod gateway;
 pub mod sources;

@@ -75,12 +75,12 @@ pub async fn spawn_all(
     });
     let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient()).start();
     let graph_builder = graph_builder::GraphBuilder::new(Vec::new(), vec![router.clone().recipient()]).start();
-    let dispatcher = dispatcher::Dispatcher::new(store.clone()).start();
+    let dispatcher = dispatcher::Dispatcher::new(store.clone(), settings.dispatch.clone())?.start();
     let mut indexer = indexer::Indexer::load(
         store.clone(),
         embedder.clone().recipient(),
         graph_builder.clone().recipient(),
-        vec![router.clone().recipient(), dispatcher.clone().recipient()],
+        vec![router.clone().recipient()],
         dimensions,
     )?;
     if let Some(events) = index_events {

@@ -48,6 +48,14 @@ pub trait Api: 'static {
     ) -> LocalBoxFuture<'static, Result<crate::core::meta_tool::SearchAnswer, ApiError>>;
     /// Lists what is indexed.
     fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
+    /// Registry, bindings, approvals and provenance of the dispatch pipeline.
+    fn dispatch_admin(
+        &self,
+        request: crate::gateway::wire::DispatchAdmin,
+    ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
+        let _ = request;
+        Box::pin(async { Err(ApiError::new(501, "not_implemented", "dispatch administration is not served here")) })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +125,16 @@ impl Gateway {
             (self.subjects.capabilities_list(), EndpointKind::List),
             (self.subjects.plan(), EndpointKind::Plan),
             (self.subjects.search(), EndpointKind::Search),
+            (self.subjects.capability_register(), EndpointKind::Admin(AdminOp::Register)),
+            (self.subjects.capability_update(), EndpointKind::Admin(AdminOp::Update)),
+            (self.subjects.capability_list(), EndpointKind::Admin(AdminOp::List)),
+            (self.subjects.capability_reload(), EndpointKind::Admin(AdminOp::Reload)),
+            (self.subjects.binding_set(), EndpointKind::Admin(AdminOp::SetBinding)),
+            (self.subjects.binding_list(), EndpointKind::Admin(AdminOp::ListBindings)),
+            (self.subjects.approval_list(), EndpointKind::Admin(AdminOp::ListApprovals)),
+            (self.subjects.approval("*", "approve"), EndpointKind::Admin(AdminOp::Approve)),
+            (self.subjects.approval("*", "reject"), EndpointKind::Admin(AdminOp::Reject)),
+            (self.subjects.provenance_list(), EndpointKind::Admin(AdminOp::ListProvenance)),
         ] {
             let endpoint = service
                 .endpoint(&subject)
@@ -199,6 +217,22 @@ enum EndpointKind {
     List,
     Plan,
     Search,
+    Admin(AdminOp),
+}
+
+/// The dispatch admin endpoints.
+#[derive(Clone, Copy, Debug)]
+enum AdminOp {
+    Register,
+    Update,
+    List,
+    Reload,
+    SetBinding,
+    ListBindings,
+    ListApprovals,
+    Approve,
+    Reject,
+    ListProvenance,
 }
 
 async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared: Rc<Shared>) {
@@ -262,6 +296,26 @@ async fn handle<A: Api>(kind: EndpointKind, request: Request, api: Rc<A>, shared
                 let list: ListRequest = if empty { ListRequest::default() } else { codec.decode(&payload, max)? };
                 codec.encode(&api.list(list).await?)
             }
+            EndpointKind::Admin(op) => {
+                use crate::gateway::wire::DispatchAdmin;
+                let body: serde_json::Value =
+                    if empty { serde_json::json!({}) } else { codec.decode(&payload, max)? };
+                // `<prefix>.approval.<id>.<action>`: the id is the second token from the end.
+                let approval_id = || request.message.subject.rsplit('.').nth(1).unwrap_or_default().to_string();
+                let admin = match op {
+                    AdminOp::Register => DispatchAdmin::Register(body),
+                    AdminOp::Update => DispatchAdmin::Update(body),
+                    AdminOp::List => DispatchAdmin::List,
+                    AdminOp::Reload => DispatchAdmin::Reload,
+                    AdminOp::SetBinding => DispatchAdmin::SetBinding(body),
+                    AdminOp::ListBindings => DispatchAdmin::ListBindings(body),
+                    AdminOp::ListApprovals => DispatchAdmin::ListApprovals(body),
+                    AdminOp::Approve => DispatchAdmin::Decide { id: approval_id(), approve: true },
+                    AdminOp::Reject => DispatchAdmin::Decide { id: approval_id(), approve: false },
+                    AdminOp::ListProvenance => DispatchAdmin::ListProvenance(body),
+                };
+                codec.encode(&api.dispatch_admin(admin).await?)
+            }
         }
     }
     .await;
@@ -298,5 +352,60 @@ async fn publish<T: Serialize>(client: &async_nats::Client, subject: String, eve
             }
         }
         Err(err) => tracing::warn!(%subject, %err, "failed to encode an event"),
+    }
+}
+
+impl Gateway {
+    /// Publishes every event sent to the returned sender on
+    /// `<prefix>.events.dispatch`. Must be called inside the actix System.
+    pub fn dispatch_event_publisher(&self) -> tokio::sync::mpsc::UnboundedSender<crate::core::dispatch::DispatchEvent> {
+        let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<crate::core::dispatch::DispatchEvent>();
+        let client = self.client.clone();
+        let subject = self.subjects.events_dispatch();
+        tokio::task::spawn_local(async move {
+            while let Some(event) = events.recv().await {
+                publish(&client, subject.clone(), &event).await;
+            }
+        });
+        sender
+    }
+
+    /// The transport to handler services: a request on `<prefix>.exec.<slug>`.
+    pub fn exec_transport(&self) -> NatsExec {
+        NatsExec { client: self.client.clone(), subjects: self.subjects.clone() }
+    }
+}
+
+/// Sends internal capability calls to their handler services over NATS
+/// (`<prefix>.exec.<slug>`, answered by a queue group of handlers).
+#[derive(Clone)]
+pub struct NatsExec {
+    client: async_nats::Client,
+    subjects: Subjects,
+}
+
+impl crate::core::dispatch::ExecTransport for NatsExec {
+    fn request(
+        &self,
+        slug: &str,
+        payload: Vec<u8>,
+        timeout_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Vec<u8>, crate::core::dispatch::ExecFailure>> {
+        use crate::core::dispatch::ExecFailure;
+        let client = self.client.clone();
+        let subject = self.subjects.exec(slug);
+        Box::pin(async move {
+            let request = async_nats::Request::new()
+                .payload(payload.into())
+                .timeout(Some(std::time::Duration::from_millis(timeout_ms)));
+            match client.send_request(subject.clone(), request).await {
+                Ok(message) => Ok(message.payload.to_vec()),
+                Err(err) => Err(match err.kind() {
+                    async_nats::RequestErrorKind::NoResponders => ExecFailure::NoHandler(subject),
+                    async_nats::RequestErrorKind::TimedOut => ExecFailure::TimedOut(timeout_ms),
+                    _ => ExecFailure::Transport(err.to_string()),
+                }),
+            }
+        })
     }
 }

@@ -155,3 +155,44 @@ pub struct ProvenanceRecord {
     pub replayed: bool,
     pub latency_us: u64,
 }
+
+/// What a handler service receives on `<prefix>.exec.<slug>` (JSON), and an in-process handler as its argument.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecRequest {
+    pub slug: String,
+    pub arguments: Value,
+    pub agent_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// The agent's binding config as stored (`${env:VAR}` templates unresolved).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub custom_config: Value,
+}
+
+/// Why a request to a handler service got no reply.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExecFailure {
+    #[error("no handler service answers {0}")]
+    NoHandler(String),
+    #[error("the handler did not answer within {0} ms")]
+    TimedOut(u64),
+    #[error("the request to the handler failed: {0}")]
+    Transport(String),
+}
+
+/// Sends a call to the handler service of an internal capability (the
+/// gateway implements it over NATS; benches and tests may bring their own).
+pub trait ExecTransport {
+    /// Sends `payload` (an [`ExecRequest`] as JSON) to the handler of `slug`; returns its reply.
+    fn request(
+        &self,
+        slug: &str,
+        payload: Vec<u8>,
+        timeout_ms: u64,
+    ) -> futures::future::LocalBoxFuture<'static, Result<Vec<u8>, ExecFailure>>;
+}
