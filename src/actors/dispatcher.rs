@@ -479,7 +479,7 @@ impl Handler<Dispatch> for Dispatcher {
         let mut call = msg.call;
         let key = match call.check() {
             Ok(key) => key,
-            Err(result) => return Box::pin(fut::ready(self.answer_now(&call, None, result, false, started))),
+            Err(result) => return Box::pin(fut::ready(self.answer_now(&call, None, *result, false, started))),
         };
         // The re-drive cache wraps the pipeline, as in the design: a stored result is returned first.
         let cached_key = key.filter(|_| self.pipeline.record(&call.slug).is_some_and(|r| !r.is_idempotent));
@@ -489,7 +489,7 @@ impl Handler<Dispatch> for Dispatcher {
             if let Some(waiters) = self.inflight.get_mut(&storage) {
                 let (tx, rx) = futures::channel::oneshot::channel();
                 waiters.push(tx);
-                return Box::pin(async move { rx.await }.into_actor(self).map(move |first, act, _| {
+                return Box::pin(rx.into_actor(self).map(move |first, act, _| {
                     let result = first.unwrap_or_else(|_| {
                         CallResult::fail(ErrorCode::ExecutionError, "the first call of this step was abandoned")
                     });
@@ -512,6 +512,7 @@ impl Handler<Dispatch> for Dispatcher {
                     return Box::pin(fut::ready(self.answer_now(&call, Some(&key), result, false, started)));
                 }
                 Ok(Claim::Existing(found)) => {
+                    let found = *found;
                     let result = if found.slug != call.slug
                         || found.agent_id != call.agent_id
                         || found.args_digest != digest
@@ -643,7 +644,7 @@ impl Handler<Dispatch> for Dispatcher {
                                     timeout_ms: self.timeout_ms(&record),
                                 }
                             }
-                            Err(result) => Work::Done(result),
+                            Err(result) => Work::Done(*result),
                         }
                     }
                 };

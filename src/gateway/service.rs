@@ -132,8 +132,8 @@ impl Gateway {
             (self.subjects.binding_set(), EndpointKind::Admin(AdminOp::SetBinding)),
             (self.subjects.binding_list(), EndpointKind::Admin(AdminOp::ListBindings)),
             (self.subjects.approval_list(), EndpointKind::Admin(AdminOp::ListApprovals)),
-            (self.subjects.approval("*", "approve"), EndpointKind::Admin(AdminOp::Approve)),
-            (self.subjects.approval("*", "reject"), EndpointKind::Admin(AdminOp::Reject)),
+            (self.subjects.approval_wildcard("approve"), EndpointKind::Admin(AdminOp::Approve)),
+            (self.subjects.approval_wildcard("reject"), EndpointKind::Admin(AdminOp::Reject)),
             (self.subjects.provenance_list(), EndpointKind::Admin(AdminOp::ListProvenance)),
         ] {
             let endpoint = service

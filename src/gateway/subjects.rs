@@ -104,6 +104,11 @@ impl Subjects {
         format!("{}.approval.{}.{}", self.prefix, token(id), token(action))
     }
 
+    /// Every approval's `action` subject (a subscription wildcard).
+    pub fn approval_wildcard(&self, action: &str) -> String {
+        format!("{}.approval.*.{}", self.prefix, token(action))
+    }
+
     /// The newest provenance records.
     pub fn provenance_list(&self) -> String {
         format!("{}.provenance.list", self.prefix)

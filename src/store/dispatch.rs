@@ -68,7 +68,7 @@ pub enum Claim {
     /// The key was free and is now marked in progress by this caller.
     Claimed,
     /// The key was already there (in progress or done).
-    Existing(CacheEntry),
+    Existing(Box<CacheEntry>),
 }
 
 fn sled_err(action: &'static str, tree: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
@@ -132,7 +132,7 @@ impl Store {
                     key: String::from_utf8_lossy(key).into_owned(),
                     source,
                 })?;
-                Ok(Claim::Existing(entry))
+                Ok(Claim::Existing(Box::new(entry)))
             }
         }
     }
@@ -211,7 +211,7 @@ mod tests {
             store.put_binding(&binding).unwrap();
             store.put_approval(&approval).unwrap();
             assert_eq!(store.claim_execution(b"e\0s", &entry("p1")).unwrap(), Claim::Claimed);
-            assert_eq!(store.claim_execution(b"e\0s", &entry("p2")).unwrap(), Claim::Existing(entry("p1")));
+            assert_eq!(store.claim_execution(b"e\0s", &entry("p2")).unwrap(), Claim::Existing(Box::new(entry("p1"))));
             let mut done = entry("p1");
             done.result = Some(CallResult::ok(json!({"n": 1})));
             store.complete_execution(b"e\0s", &done).unwrap();

@@ -67,8 +67,8 @@ impl std::fmt::Display for ExecutionKey {
 
 impl DispatchCall {
     /// Checks the request's own fields; `Err` is the `invalid_request` answer.
-    pub fn check(&mut self) -> Result<Option<ExecutionKey>, CallResult> {
-        let bad = |message: String| Err(CallResult::fail(ErrorCode::InvalidRequest, message));
+    pub fn check(&mut self) -> Result<Option<ExecutionKey>, Box<CallResult>> {
+        let bad = |message: String| Err(Box::new(CallResult::fail(ErrorCode::InvalidRequest, message)));
         if self.slug.is_empty() || self.slug.len() > MAX_ID_BYTES {
             return bad("slug must be 1-200 bytes".into());
         }
@@ -293,8 +293,8 @@ pub fn http_target(
     record: &CapabilityRecord,
     binding: Option<&Binding>,
     lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<HttpTarget, CallResult> {
-    let invalid = |message: String| CallResult::fail(ErrorCode::InvalidBinding, message);
+) -> Result<HttpTarget, Box<CallResult>> {
+    let invalid = |message: String| Box::new(CallResult::fail(ErrorCode::InvalidBinding, message));
     let config = HttpConfig::parse(binding.map_or(&Value::Null, |b| &b.custom_config))
         .map_err(|problem| invalid(format!("customConfig of {}: {problem}", record.slug)))?;
     let mut secrets = Vec::new();

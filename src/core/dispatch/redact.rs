@@ -159,6 +159,22 @@ pub fn scrub_value(value: &mut Value, secrets: &[String]) {
     }
 }
 
+/// Collects the string values held under `keys` (case-insensitive, any depth).
+fn collect_values_of_keys(value: &Value, keys: &[String], into: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match inner {
+                    Value::String(text) if keys.iter().any(|k| k.eq_ignore_ascii_case(key)) => into.push(text.clone()),
+                    _ => collect_values_of_keys(inner, keys, into),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| collect_values_of_keys(item, keys, into)),
+        _ => {}
+    }
+}
+
 /// JSON text cut to [`PREVIEW_CHARS`] characters (the last one `…` when cut).
 pub fn preview(text: &str) -> String {
     if text.chars().count() <= PREVIEW_CHARS {
@@ -179,7 +195,15 @@ pub fn redact_for_provenance(
 ) -> (Value, String) {
     let mut args = args.clone();
     let mut result = result.clone();
+    let mut secrets = secrets.to_vec();
     if let Some(rule) = rule {
+        // Values masked in the arguments are masked wherever the result repeats them, too.
+        let keys: Vec<String> = [&rule.redact_keys, &rule.email_keys, &rule.phone_keys, &rule.token_keys]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        collect_values_of_keys(&args, &keys, &mut secrets);
         for value in [&mut args, &mut result] {
             mask_keys_in_object(value, &rule.redact_keys, &|key, _| redacted_string(key));
             mask_keys_in_object(value, &rule.email_keys, &|_, text| mask_email(text));
@@ -193,8 +217,8 @@ pub fn redact_for_provenance(
             result = Value::String(redacted_string("result"));
         }
     }
-    scrub_value(&mut args, secrets);
-    scrub_value(&mut result, secrets);
+    scrub_value(&mut args, &secrets);
+    scrub_value(&mut result, &secrets);
     let preview = preview(&serde_json::to_string(&result).unwrap_or_default());
     (args, preview)
 }
@@ -232,7 +256,7 @@ mod tests {
         let (args, preview) = redact_for_provenance(
             Some(&rule),
             &json!({"note": "private words", "phone": "555-123-9876"}),
-            &json!({"echo": {"note": "private words"}, "token": "abc"}),
+            &json!({"echo": {"text": "you said: private words"}, "token": "abc"}),
             &["abc".into()],
         );
         assert_eq!(args, json!({"note": "[redacted:note]", "phone": "***9876"}));
