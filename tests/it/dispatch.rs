@@ -38,7 +38,7 @@ impl Serving {
 
 /// Starts `capdex serve` on `data` (no capability folders) with `env`, and waits for `$SRV.PING`.
 async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (Serving, async_nats::Client) {
-    let log = data.with_extension(format!("{}.log", std::process::id() as u64 * 1000 + rand_suffix()));
+    let log = data.join(format!("capdex-{}.log", next_log()));
     let mut command = capdex();
     command
         .arg("serve")
@@ -70,7 +70,8 @@ async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (Serving
     (Serving { child, log }, client)
 }
 
-fn rand_suffix() -> u64 {
+/// Numbers the log files of the `capdex serve` processes a test starts (a restart gets its own).
+fn next_log() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -443,7 +444,9 @@ async fn http_calls_resolve_env_pass_the_ssrf_guard_and_keep_secrets_out() {
     }
     assert_eq!(seen_events[0]["slug"], "api_call");
     assert_eq!(seen_events[0]["success"], true);
+    assert_eq!(seen_events[0]["handlerRan"], true);
     assert_eq!(seen_events[2]["errorCode"], "target_refused");
+    assert_eq!(seen_events[2]["handlerRan"], false);
     let everything = format!("{provenance} {seen_events:?} {}", serving.log_text());
     for (name, text) in [("provenance", provenance.to_string()), ("log", serving.log_text())] {
         assert!(!text.contains("a private note") && !text.contains("frank.customer@example.com"), "{name}: {text}");

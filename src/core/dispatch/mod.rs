@@ -54,6 +54,24 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
         }
     }
+
+    /// True for the codes that refuse a call before any handler or endpoint is called.
+    pub fn is_refusal(code: &str) -> bool {
+        [
+            ErrorCode::UnknownCapability,
+            ErrorCode::CapabilityInactive,
+            ErrorCode::CapabilityDisabledForAgent,
+            ErrorCode::RateLimited,
+            ErrorCode::RequiresApproval,
+            ErrorCode::ApprovalInvalid,
+            ErrorCode::InvalidArgs,
+            ErrorCode::InvalidBinding,
+            ErrorCode::TargetRefused,
+            ErrorCode::InvalidRequest,
+        ]
+        .iter()
+        .any(|refusal| refusal.as_str() == code)
+    }
 }
 
 /// `{code, message}` of a failed call.
@@ -129,6 +147,9 @@ pub struct DispatchEvent {
     pub execution_type: String,
     /// True when the result is the stored one of an earlier call of the same step.
     pub replayed: bool,
+    /// True when a handler or endpoint was called for this event (not a
+    /// refusal, not a replay): what per-capability success statistics count.
+    pub handler_ran: bool,
     /// Time spent in capdex and the handler, in microseconds.
     pub latency_us: u64,
     /// Cost of the call in USD (0 for capability calls, as in the design's cost log).

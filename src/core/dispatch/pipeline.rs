@@ -364,6 +364,9 @@ pub fn finish(facts: CallFacts<'_>, mut result: CallResult) -> Finished {
         error_code,
         execution_type: facts.record.map_or("", |r| r.execution_type.as_str()).to_string(),
         replayed: facts.replayed,
+        handler_ran: !facts.replayed
+            && facts.record.is_some()
+            && result.code().is_none_or(|code| !ErrorCode::is_refusal(code)),
         latency_us: facts.latency_us,
         cost_usd: 0.0,
         at_ms: facts.at_ms,
@@ -514,5 +517,6 @@ mod tests {
         );
         assert!(!all.contains("tok-123") && !all.contains("dan@example.org"), "{all}");
         assert_eq!(finished.event.error_code.as_deref(), Some("execution_error"));
+        assert!(finished.event.handler_ran, "an execution error is the handler's failure");
     }
 }
