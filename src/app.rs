@@ -15,7 +15,6 @@ use crate::actors::{spawn_all, Actors};
 use crate::config::Settings;
 use crate::core::catalog::runtime_origin;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
-use crate::core::dispatch_rules::DispatchRequest;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::sources::{normalise_catalog, normalise_sources, Normalised, SourcesPayload};
 use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
@@ -438,21 +437,22 @@ impl Api for ActorApi {
     fn dispatch(&self, request: serde_json::Value) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
         let dispatcher = self.actors.dispatcher.clone();
         async move {
-            let request: DispatchRequest = serde_json::from_value(request)
+            let call: crate::core::dispatch::pipeline::DispatchCall = serde_json::from_value(request)
                 .map_err(|err| ApiError::bad_request(format!("malformed dispatch request: {err}")))?;
-            let reply = dispatcher
-                .send(Dispatch { request })
+            let result = dispatcher
+                .send(Dispatch { call })
                 .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
-                .map_err(|err| match err {
-                    crate::actors::dispatcher::DispatchFailure::Refused(refusal) => {
-                        ApiError::new(422, refusal.code(), refusal.to_string())
-                    }
-                    other => ApiError::internal(other.to_string()),
-                })?;
-            serde_json::to_value(reply).map_err(|err| ApiError::internal(err.to_string()))
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            serde_json::to_value(result).map_err(|err| ApiError::internal(err.to_string()))
         }
         .boxed_local()
+    }
+
+    fn dispatch_admin(
+        &self,
+        request: crate::gateway::wire::DispatchAdmin,
+    ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
+        crate::dispatch_cli::admin(self.actors.dispatcher.clone(), request).boxed_local()
     }
 }
 
@@ -541,6 +541,11 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
         None
     };
     let _scg_events = gateway.forward_events(gateway.subjects().events_scg(), actors.scg.events.subscribe());
+    let dispatch_events = gateway.dispatch_event_publisher();
+    actors.dispatcher.do_send(crate::actors::dispatcher::SetTransport(std::sync::Arc::new(gateway.exec_transport())));
+    actors.dispatcher.do_send(crate::actors::dispatcher::AddEventSink(std::sync::Arc::new(move |event| {
+        let _ = dispatch_events.send(event.clone());
+    })));
     let api = ActorApi {
         actors,
         planner: settings.planner.clone(),

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../config/capdex.toml");
 
 /// Environment variables with the `CAPDEX_` prefix that are not settings.
-pub const RESERVED_ENV: &[&str] = &["CAPDEX_CONFIG", "CAPDEX_NATS_SERVER"];
+/// `CAPDEX_TEST_CRASH_AFTER_EXEC` is a test-only hook of the dispatcher (see `actors::dispatcher`).
+pub const RESERVED_ENV: &[&str] = &["CAPDEX_CONFIG", "CAPDEX_NATS_SERVER", "CAPDEX_TEST_CRASH_AFTER_EXEC"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +57,7 @@ pub struct RawSettings {
     pub metrics: RawMetrics,
     pub scg: RawScg,
     pub jetstream: RawJetStream,
+    pub dispatch: RawDispatch,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -170,6 +172,26 @@ pub struct RawJetStream {
     pub outcome_max_in_flight: usize,
 }
 
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDispatch {
+    pub default_timeout_ms: u64,
+    pub approval_ttl_ms: u64,
+    pub binding_mode: String,
+    pub rate_window_ms: u64,
+    pub ssrf_allowlist: Vec<String>,
+}
+
+/// Dispatch settings (`[dispatch]` in config/capdex.toml).
+#[derive(Clone, Debug)]
+pub struct DispatchSettings {
+    pub default_timeout_ms: u64,
+    pub approval_ttl_ms: u64,
+    pub binding_mode: crate::core::dispatch::pipeline::BindingMode,
+    pub rate_window_ms: u64,
+    pub ssrf_allowlist: Vec<crate::core::dispatch::ssrf::Cidr>,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -197,6 +219,7 @@ pub struct Settings {
     pub metrics_listen_addr: Option<SocketAddr>,
     pub scg: ScgSettings,
     pub jetstream: JetStreamSettings,
+    pub dispatch: DispatchSettings,
 }
 
 #[derive(Clone, Debug)]
@@ -477,6 +500,7 @@ impl Settings {
             metrics_listen_addr,
             scg,
             jetstream,
+            dispatch: dispatch_settings(&raw.dispatch)?,
         })
     }
 }
@@ -637,6 +661,48 @@ fn apply_env(value: &mut toml::Value, env: &BTreeMap<String, String>) -> Result<
         table.insert(leaf.to_string(), parsed);
     }
     Ok(())
+}
+
+fn dispatch_settings(raw: &RawDispatch) -> Result<DispatchSettings, ConfigError> {
+    use crate::core::dispatch::{pipeline::BindingMode, registry, ssrf::Cidr};
+    let invalid = |field: &str, problem: String| ConfigError::Invalid { field: field.to_string(), problem };
+    if !(1..=registry::MAX_CALL_TIMEOUT_MS).contains(&raw.default_timeout_ms) {
+        return Err(invalid(
+            "dispatch.default_timeout_ms",
+            format!("must be in 1..=600000, got {}", raw.default_timeout_ms),
+        ));
+    }
+    if !(1..=7 * 86_400_000).contains(&raw.approval_ttl_ms) {
+        return Err(invalid(
+            "dispatch.approval_ttl_ms",
+            format!("must be in 1..=604800000, got {}", raw.approval_ttl_ms),
+        ));
+    }
+    if !(1_000..=3_600_000).contains(&raw.rate_window_ms) {
+        return Err(invalid(
+            "dispatch.rate_window_ms",
+            format!("must be in 1000..=3600000, got {}", raw.rate_window_ms),
+        ));
+    }
+    let binding_mode = match raw.binding_mode.as_str() {
+        "open" => BindingMode::Open,
+        "strict" => BindingMode::Strict,
+        other => {
+            return Err(invalid("dispatch.binding_mode", format!("must be \"open\" or \"strict\", got {other:?}")))
+        }
+    };
+    let ssrf_allowlist = raw
+        .ssrf_allowlist
+        .iter()
+        .map(|entry| Cidr::parse(entry).map_err(|problem| invalid("dispatch.ssrf_allowlist", problem)))
+        .collect::<Result<_, _>>()?;
+    Ok(DispatchSettings {
+        default_timeout_ms: raw.default_timeout_ms,
+        approval_ttl_ms: raw.approval_ttl_ms,
+        binding_mode,
+        rate_window_ms: raw.rate_window_ms,
+        ssrf_allowlist,
+    })
 }
 
 /// Checks a subject prefix: dot-separated tokens of letters, digits, `-` and `_`.

@@ -9,12 +9,14 @@
 //! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
 //! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring;
 //! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream).
+//! - [`dispatch_cli`]: the dispatch admin requests and the `capdex dispatch`, `capability`, `binding`, `approval` commands.
 
 pub mod actors;
 pub mod app;
 pub mod bench;
 pub mod config;
 pub mod core;
+pub mod dispatch_cli;
 pub mod eval;
 pub mod gateway;
 pub mod replication;

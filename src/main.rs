@@ -212,6 +212,99 @@ enum Command {
         #[arg(long)]
         watch: bool,
     },
+    /// Run one capability call through the dispatch pipeline, in-process on the data dir.
+    ///
+    /// Prints the result envelope {success, data?, error?, skipFollowup?, metadata?} as JSON;
+    /// exits 1 when success is false. Example:
+    ///   capdex dispatch echo --args '{"text": "hi"}' --agent cli
+    Dispatch {
+        /// The capability's slug.
+        slug: String,
+        /// The arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// The calling agent's id.
+        #[arg(long)]
+        agent: String,
+        /// Re-drive key: a repeat with the same execution and step returns the stored result.
+        #[arg(long, requires = "step_id")]
+        execution_id: Option<String>,
+        #[arg(long, requires = "execution_id")]
+        step_id: Option<String>,
+        #[arg(long, requires = "step_id")]
+        turn: Option<u32>,
+        /// The approval that permits this call.
+        #[arg(long)]
+        approval_id: Option<String>,
+        /// Send internal capabilities to their handler services over NATS (nats.url).
+        #[arg(long)]
+        nats: bool,
+    },
+    /// Register, update or list capabilities in the dispatch registry (data dir).
+    Capability {
+        #[command(subcommand)]
+        command: CapabilityCommand,
+    },
+    /// Set or list agents' bindings to capabilities (data dir).
+    Binding {
+        #[command(subcommand)]
+        command: BindingCommand,
+    },
+    /// List, approve or reject approvals (data dir).
+    Approval {
+        #[command(subcommand)]
+        command: ApprovalCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CapabilityCommand {
+    /// Register a capability from a JSON or YAML record (see docs/api.md).
+    Register { file: PathBuf },
+    /// Replace a registered capability (its policy version goes up).
+    Update { file: PathBuf },
+    /// Print every capability record as JSON.
+    List,
+}
+
+#[derive(Subcommand, Debug)]
+enum BindingCommand {
+    /// Set an agent's binding to a capability.
+    Set {
+        #[arg(long)]
+        agent: String,
+        #[arg(long)]
+        slug: String,
+        /// Disable the capability for this agent.
+        #[arg(long)]
+        disabled: bool,
+        /// Calls per rate window for this agent (overrides the capability's rateLimit).
+        #[arg(long)]
+        rate_limit: Option<u32>,
+        /// customConfig as JSON, e.g. '{"headers": {"Authorization": "Bearer ${env:TOKEN}"}}'.
+        #[arg(long, value_name = "JSON")]
+        custom_config: Option<String>,
+    },
+    /// Print bindings as JSON.
+    List {
+        #[arg(long)]
+        agent: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ApprovalCommand {
+    /// Print pending approvals (all with --all) as JSON.
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    Approve {
+        id: String,
+    },
+    Reject {
+        id: String,
+    },
 }
 
 /// Capability files to index besides the folders.
@@ -366,6 +459,63 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 json,
             },
         ),
+        Command::Dispatch { slug, args, agent, execution_id, step_id, turn, approval_id, nats } => {
+            let arguments: serde_json::Value = serde_json::from_str(&args).context("--args must be a JSON object")?;
+            let call = capdex::core::dispatch::pipeline::DispatchCall {
+                slug,
+                arguments,
+                agent_id: agent,
+                execution_id,
+                step_id,
+                turn,
+                approval_id,
+            };
+            let result = system.block_on(capdex::dispatch_cli::run_dispatch(&settings, call, nats))?;
+            println!("{}", serde_json::to_string_pretty(&result).context("failed to encode the result")?);
+            if !result.success {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Capability { command } => {
+            use capdex::gateway::wire::DispatchAdmin;
+            let request = match command {
+                CapabilityCommand::Register { file } => {
+                    DispatchAdmin::Register(capdex::dispatch_cli::read_document(&file)?)
+                }
+                CapabilityCommand::Update { file } => {
+                    DispatchAdmin::Update(capdex::dispatch_cli::read_document(&file)?)
+                }
+                CapabilityCommand::List => DispatchAdmin::List,
+            };
+            print_admin(system.block_on(capdex::dispatch_cli::run_admin(&settings, request))?)
+        }
+        Command::Binding { command } => {
+            use capdex::gateway::wire::DispatchAdmin;
+            let request = match command {
+                BindingCommand::Set { agent, slug, disabled, rate_limit, custom_config } => {
+                    let config: serde_json::Value = match custom_config {
+                        Some(text) => serde_json::from_str(&text).context("--custom-config must be JSON")?,
+                        None => serde_json::Value::Null,
+                    };
+                    DispatchAdmin::SetBinding(
+                        serde_json::json!({"agentId": agent, "slug": slug, "isEnabled": !disabled,
+                        "customRateLimit": rate_limit, "customConfig": config}),
+                    )
+                }
+                BindingCommand::List { agent } => DispatchAdmin::ListBindings(serde_json::json!({"agentId": agent})),
+            };
+            print_admin(system.block_on(capdex::dispatch_cli::run_admin(&settings, request))?)
+        }
+        Command::Approval { command } => {
+            use capdex::gateway::wire::DispatchAdmin;
+            let request = match command {
+                ApprovalCommand::List { all } => DispatchAdmin::ListApprovals(serde_json::json!({"all": all})),
+                ApprovalCommand::Approve { id } => DispatchAdmin::Decide { id, approve: true },
+                ApprovalCommand::Reject { id } => DispatchAdmin::Decide { id, approve: false },
+            };
+            print_admin(system.block_on(capdex::dispatch_cli::run_admin(&settings, request))?)
+        }
         Command::Kpi { json, watch } => {
             if watch {
                 system.block_on(capdex::app::watch_kpis(&settings))
@@ -374,6 +524,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+fn print_admin(value: serde_json::Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(&value).context("failed to encode the answer")?);
+    Ok(())
 }
 
 fn manifest_path(source_ref: &capdex::core::descriptor::SourceRef) -> &str {

@@ -83,12 +83,12 @@ pub async fn spawn_all(
     let router_for_graph = router.clone().recipient();
     let graph_builder =
         SyncArbiter::start(1, move || graph_builder::GraphBuilder::new(Vec::new(), vec![router_for_graph.clone()]));
-    let dispatcher = dispatcher::Dispatcher::new(store.clone()).start();
+    let dispatcher = dispatcher::Dispatcher::new(store.clone(), settings.dispatch.clone())?.start();
     let mut indexer = indexer::Indexer::load(
         store.clone(),
         embedder.clone().recipient(),
         graph_builder.clone().recipient(),
-        vec![router.clone().recipient(), dispatcher.clone().recipient()],
+        vec![router.clone().recipient()],
         dimensions,
     )?;
     if let Some(events) = index_events {
@@ -103,6 +103,19 @@ pub async fn spawn_all(
     });
     let scg = scg::spawn(settings, &store)?;
     let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(router.clone().recipient()).start();
+    // Dispatch results that reached a handler feed the per-capability success statistics.
+    let kpi_for_dispatch = kpi.clone();
+    dispatcher.do_send(dispatcher::AddEventSink(std::sync::Arc::new(
+        move |event: &crate::core::dispatch::DispatchEvent| {
+            if event.handler_ran {
+                kpi_for_dispatch.do_send(kpi::CapabilityResult {
+                    capability_id: event.slug.clone(),
+                    success: event.success,
+                    at_ms: event.at_ms,
+                });
+            }
+        },
+    )));
     let builtins: Vec<_> = Builtin::ALL.iter().map(|builtin| builtin.descriptor()).collect();
     indexer
         .send(indexer::SyncCapabilities::replace(BUILTIN_ORIGIN, builtins))

@@ -1,55 +1,26 @@
-//! Dispatch rules: may this call run, and what does a built-in return.
-//!
-//! The skeleton pipeline is: resolve the capability → check it is available →
-//! validate the arguments against its input JSON schema → run it (built-ins
-//! only, for now). Every refusal is a typed [`DispatchError`] with a stable code.
+//! Built-in capabilities (run by capdex itself, in-process) and argument
+//! validation against a JSON Schema. The capability-call pipeline that uses
+//! them is `core::dispatch`; the built-ins enter its registry through
+//! `actors::dispatcher::builtin_records` (slug `echo`, descriptor `tool:echo`).
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-/// A request to run one capability.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct DispatchRequest {
-    pub capability_id: String,
-    #[serde(default)]
-    pub arguments: Value,
-    /// Repeating a key returns the first result instead of running again.
-    #[serde(default)]
-    pub idempotency_key: Option<String>,
-}
-
-/// The longest idempotency key accepted, in bytes.
-pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 200;
-
-/// Why a call was refused.
+/// Why arguments were refused.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum DispatchError {
-    #[error("unknown capability {0}")]
-    UnknownCapability(String),
-    #[error("capability {0} is not available")]
-    NotAvailable(String),
     #[error("arguments do not match the input schema of {id}: {}", problems.join("; "))]
     InvalidArguments { id: String, problems: Vec<String> },
     #[error("the input schema of {id} is not a valid JSON schema: {problem}")]
     InvalidSchema { id: String, problem: String },
-    #[error("capability {0} has no executor on this node")]
-    NotExecutable(String),
-    #[error("idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes")]
-    BadIdempotencyKey,
 }
 
 impl DispatchError {
     /// Returns the stable machine-readable code of the refusal.
     pub fn code(&self) -> &'static str {
         match self {
-            DispatchError::UnknownCapability(_) => "unknown_capability",
-            DispatchError::NotAvailable(_) => "not_available",
-            DispatchError::InvalidArguments { .. } => "invalid_arguments",
+            DispatchError::InvalidArguments { .. } => "invalid_args",
             DispatchError::InvalidSchema { .. } => "invalid_schema",
-            DispatchError::NotExecutable(_) => "not_executable",
-            DispatchError::BadIdempotencyKey => "bad_idempotency_key",
         }
     }
 }
@@ -111,24 +82,6 @@ impl Builtin {
     }
 }
 
-/// Checks a request against the capability it names; returns the built-in to run.
-pub fn check(request: &DispatchRequest, descriptor: Option<&CapabilityDescriptor>) -> Result<Builtin, DispatchError> {
-    if let Some(key) = &request.idempotency_key {
-        if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
-            return Err(DispatchError::BadIdempotencyKey);
-        }
-    }
-    let id = &request.capability_id;
-    let descriptor = descriptor.ok_or_else(|| DispatchError::UnknownCapability(id.clone()))?;
-    if !descriptor.available {
-        return Err(DispatchError::NotAvailable(id.clone()));
-    }
-    if let Some(schema) = &descriptor.full_schema {
-        validate_arguments(id, schema, &request.arguments)?;
-    }
-    Builtin::find(id).ok_or_else(|| DispatchError::NotExecutable(id.clone()))
-}
-
 /// Validates `arguments` against a JSON schema, listing every problem with its path.
 pub fn validate_arguments(id: &str, schema: &Value, arguments: &Value) -> Result<(), DispatchError> {
     let validator = jsonschema::validator_for(schema)
@@ -156,38 +109,21 @@ pub fn validate_arguments(id: &str, schema: &Value, arguments: &Value) -> Result
 mod tests {
     use super::*;
 
-    fn request(id: &str, arguments: Value) -> DispatchRequest {
-        DispatchRequest { capability_id: id.into(), arguments, idempotency_key: None }
-    }
-
     #[test]
-    fn echo_runs_on_valid_arguments() {
+    fn echo_runs_and_arguments_are_validated() {
         let echo = Builtin::Echo.descriptor();
-        let builtin = check(&request("tool:echo", json!({"text": "hi"})), Some(&echo)).unwrap();
-        assert_eq!(builtin.run(&json!({"text": "hi"})), json!({"text": "hi"}));
-    }
-
-    #[test]
-    fn refusals_have_codes() {
-        let echo = Builtin::Echo.descriptor();
-        let code = |req: DispatchRequest, d: Option<&CapabilityDescriptor>| check(&req, d).unwrap_err().code();
-        assert_eq!(code(request("tool:nope", json!({})), None), "unknown_capability");
-        assert_eq!(code(request("tool:echo", json!({"text": 3})), Some(&echo)), "invalid_arguments");
-        assert_eq!(code(request("tool:echo", json!({"text": "a", "extra": 1})), Some(&echo)), "invalid_arguments");
-        let mut off = echo.clone();
-        off.available = false;
-        assert_eq!(code(request("tool:echo", json!({"text": "a"})), Some(&off)), "not_available");
-        let mut other = echo.clone();
-        other.id = "tool:other".into();
-        assert_eq!(code(request("tool:other", json!({"text": "a"})), Some(&other)), "not_executable");
-        let mut keyed = request("tool:echo", json!({"text": "a"}));
-        keyed.idempotency_key = Some(String::new());
-        assert_eq!(code(keyed, Some(&echo)), "bad_idempotency_key");
-        match check(&request("tool:echo", json!({"text": 3})), Some(&echo)) {
-            Err(DispatchError::InvalidArguments { problems, .. }) => {
+        assert_eq!(Builtin::find("tool:echo"), Some(Builtin::Echo));
+        assert_eq!(Builtin::Echo.run(&json!({"text": "hi"})), json!({"text": "hi"}));
+        let schema = echo.full_schema.unwrap();
+        assert_eq!(validate_arguments("tool:echo", &schema, &json!({"text": "a"})), Ok(()));
+        let err = validate_arguments("tool:echo", &schema, &json!({"text": 3})).unwrap_err();
+        assert_eq!(err.code(), "invalid_args");
+        match err {
+            DispatchError::InvalidArguments { problems, .. } => {
                 assert!(problems[0].starts_with("/text"), "{problems:?}")
             }
             other => panic!("unexpected {other:?}"),
         }
+        assert_eq!(validate_arguments("x", &json!({"type": 5}), &json!({})).unwrap_err().code(), "invalid_schema");
     }
 }

@@ -9,6 +9,7 @@ pub mod capability_prior;
 pub mod catalog;
 pub mod descriptor;
 pub mod discovery;
+pub mod dispatch;
 pub mod dispatch_rules;
 pub mod embedder;
 pub mod evaluation;

@@ -74,6 +74,14 @@ pub trait Api: 'static {
         &self,
         request: ScgDepositRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::memory::Deposited, ApiError>>;
+    /// Registry, bindings, approvals and provenance of the dispatch pipeline.
+    fn dispatch_admin(
+        &self,
+        request: crate::gateway::wire::DispatchAdmin,
+    ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
+        let _ = request;
+        Box::pin(async { Err(ApiError::new(501, "not_implemented", "dispatch administration is not served here")) })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +183,16 @@ impl Gateway {
             (self.subjects.scg_route(), EndpointKind::ScgRoute),
             (self.subjects.scg_observe(), EndpointKind::ScgObserve),
             (self.subjects.scg_memory_deposit(), EndpointKind::ScgDeposit),
+            (self.subjects.capability_register(), EndpointKind::Admin(AdminOp::Register)),
+            (self.subjects.capability_update(), EndpointKind::Admin(AdminOp::Update)),
+            (self.subjects.capability_list(), EndpointKind::Admin(AdminOp::List)),
+            (self.subjects.capability_reload(), EndpointKind::Admin(AdminOp::Reload)),
+            (self.subjects.binding_set(), EndpointKind::Admin(AdminOp::SetBinding)),
+            (self.subjects.binding_list(), EndpointKind::Admin(AdminOp::ListBindings)),
+            (self.subjects.approval_list(), EndpointKind::Admin(AdminOp::ListApprovals)),
+            (self.subjects.approval_wildcard("approve"), EndpointKind::Admin(AdminOp::Approve)),
+            (self.subjects.approval_wildcard("reject"), EndpointKind::Admin(AdminOp::Reject)),
+            (self.subjects.provenance_list(), EndpointKind::Admin(AdminOp::ListProvenance)),
         ] {
             let endpoint = service
                 .endpoint(endpoint_kind.name(), &subject)
@@ -399,6 +417,22 @@ enum EndpointKind {
     ScgRoute,
     ScgObserve,
     ScgDeposit,
+    Admin(AdminOp),
+}
+
+/// The dispatch admin endpoints.
+#[derive(Clone, Copy, Debug)]
+enum AdminOp {
+    Register,
+    Update,
+    List,
+    Reload,
+    SetBinding,
+    ListBindings,
+    ListApprovals,
+    Approve,
+    Reject,
+    ListProvenance,
 }
 
 impl EndpointKind {
@@ -417,6 +451,18 @@ impl EndpointKind {
             EndpointKind::ScgRoute => "route",
             EndpointKind::ScgObserve => "observe",
             EndpointKind::ScgDeposit => "memory-deposit",
+            EndpointKind::Admin(op) => match op {
+                AdminOp::Register => "capability-register",
+                AdminOp::Update => "capability-update",
+                AdminOp::List => "capability-list",
+                AdminOp::Reload => "capability-reload",
+                AdminOp::SetBinding => "binding-set",
+                AdminOp::ListBindings => "binding-list",
+                AdminOp::ListApprovals => "approval-list",
+                AdminOp::Approve => "approval-approve",
+                AdminOp::Reject => "approval-reject",
+                AdminOp::ListProvenance => "provenance-list",
+            },
         }
     }
 }
@@ -489,6 +535,26 @@ async fn handle<A: Api>(
                 let list: ListRequest = if empty { ListRequest::default() } else { codec.decode(&payload, max)? };
                 codec.encode(&api.list(list).await?)
             }
+            EndpointKind::Admin(op) => {
+                use crate::gateway::wire::DispatchAdmin;
+                let body: serde_json::Value =
+                    if empty { serde_json::json!({}) } else { codec.decode(&payload, max)? };
+                // `<prefix>.approval.<id>.<action>`: the id is the second token from the end.
+                let approval_id = || message.subject.rsplit('.').nth(1).unwrap_or_default().to_string();
+                let admin = match op {
+                    AdminOp::Register => DispatchAdmin::Register(body),
+                    AdminOp::Update => DispatchAdmin::Update(body),
+                    AdminOp::List => DispatchAdmin::List,
+                    AdminOp::Reload => DispatchAdmin::Reload,
+                    AdminOp::SetBinding => DispatchAdmin::SetBinding(body),
+                    AdminOp::ListBindings => DispatchAdmin::ListBindings(body),
+                    AdminOp::ListApprovals => DispatchAdmin::ListApprovals(body),
+                    AdminOp::Approve => DispatchAdmin::Decide { id: approval_id(), approve: true },
+                    AdminOp::Reject => DispatchAdmin::Decide { id: approval_id(), approve: false },
+                    AdminOp::ListProvenance => DispatchAdmin::ListProvenance(body),
+                };
+                codec.encode(&api.dispatch_admin(admin).await?)
+            }
         }
     }
     .await;
@@ -539,5 +605,60 @@ async fn publish<T: Serialize>(client: &async_nats::Client, subject: String, eve
             }
         }
         Err(err) => tracing::warn!(%subject, %err, "failed to encode an event"),
+    }
+}
+
+impl Gateway {
+    /// Publishes every event sent to the returned sender on
+    /// `<prefix>.events.dispatch`. Must be called inside the actix System.
+    pub fn dispatch_event_publisher(&self) -> tokio::sync::mpsc::UnboundedSender<crate::core::dispatch::DispatchEvent> {
+        let (sender, mut events) = tokio::sync::mpsc::unbounded_channel::<crate::core::dispatch::DispatchEvent>();
+        let client = self.client.clone();
+        let subject = self.subjects.events_dispatch();
+        tokio::task::spawn_local(async move {
+            while let Some(event) = events.recv().await {
+                publish(&client, subject.clone(), &event).await;
+            }
+        });
+        sender
+    }
+
+    /// The transport to handler services: a request on `<prefix>.exec.<slug>`.
+    pub fn exec_transport(&self) -> NatsExec {
+        NatsExec { client: self.client.clone(), subjects: self.subjects.clone() }
+    }
+}
+
+/// Sends internal capability calls to their handler services over NATS
+/// (`<prefix>.exec.<slug>`, answered by a queue group of handlers).
+#[derive(Clone)]
+pub struct NatsExec {
+    client: async_nats::Client,
+    subjects: Subjects,
+}
+
+impl crate::core::dispatch::ExecTransport for NatsExec {
+    fn request(
+        &self,
+        slug: &str,
+        payload: Vec<u8>,
+        timeout_ms: u64,
+    ) -> LocalBoxFuture<'static, Result<Vec<u8>, crate::core::dispatch::ExecFailure>> {
+        use crate::core::dispatch::ExecFailure;
+        let client = self.client.clone();
+        let subject = self.subjects.exec(slug);
+        Box::pin(async move {
+            let request = async_nats::Request::new()
+                .payload(payload.into())
+                .timeout(Some(std::time::Duration::from_millis(timeout_ms)));
+            match client.send_request(subject.clone(), request).await {
+                Ok(message) => Ok(message.payload.to_vec()),
+                Err(err) => Err(match err.kind() {
+                    async_nats::RequestErrorKind::NoResponders => ExecFailure::NoHandler(subject),
+                    async_nats::RequestErrorKind::TimedOut => ExecFailure::TimedOut(timeout_ms),
+                    _ => ExecFailure::Transport(err.to_string()),
+                }),
+            }
+        })
     }
 }

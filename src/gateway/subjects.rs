@@ -64,6 +64,66 @@ impl Subjects {
         format!("{}.plan", self.prefix)
     }
 
+    /// Dispatch registry: register a capability.
+    pub fn capability_register(&self) -> String {
+        format!("{}.capability.register", self.prefix)
+    }
+
+    /// Dispatch registry: replace a capability (its policy version goes up).
+    pub fn capability_update(&self) -> String {
+        format!("{}.capability.update", self.prefix)
+    }
+
+    /// Dispatch registry: list every capability record.
+    pub fn capability_list(&self) -> String {
+        format!("{}.capability.list", self.prefix)
+    }
+
+    /// Dispatch registry: reload registry and bindings from the store.
+    pub fn capability_reload(&self) -> String {
+        format!("{}.capability.reload", self.prefix)
+    }
+
+    /// Set an agent's binding to a capability.
+    pub fn binding_set(&self) -> String {
+        format!("{}.binding.set", self.prefix)
+    }
+
+    /// List bindings.
+    pub fn binding_list(&self) -> String {
+        format!("{}.binding.list", self.prefix)
+    }
+
+    /// List approvals (pending ones by default).
+    pub fn approval_list(&self) -> String {
+        format!("{}.approval.list", self.prefix)
+    }
+
+    /// Approve (`approve`) or reject (`reject`) approval `id`.
+    pub fn approval(&self, id: &str, action: &str) -> String {
+        format!("{}.approval.{}.{}", self.prefix, token(id), token(action))
+    }
+
+    /// Every approval's `action` subject (a subscription wildcard).
+    pub fn approval_wildcard(&self, action: &str) -> String {
+        format!("{}.approval.*.{}", self.prefix, token(action))
+    }
+
+    /// The newest provenance records.
+    pub fn provenance_list(&self) -> String {
+        format!("{}.provenance.list", self.prefix)
+    }
+
+    /// Where the handler service of an internal capability answers.
+    pub fn exec(&self, slug: &str) -> String {
+        format!("{}.exec.{}", self.prefix, token(slug))
+    }
+
+    /// Every dispatch's result and cost.
+    pub fn events_dispatch(&self) -> String {
+        format!("{}.events.dispatch", self.prefix)
+    }
+
     /// Every scope's KPI events (a subscription wildcard).
     pub fn kpi_all(&self) -> String {
         format!("{}.kpi.>", self.prefix)
@@ -146,5 +206,8 @@ mod tests {
         assert_eq!(subjects.events_scg(), "capdex.v1.events.scg");
         assert_eq!(subjects.js_index(), "capdex.v1.js.index");
         assert_eq!(subjects.js_outcome(), "capdex.v1.js.outcome");
+        assert_eq!(subjects.approval("ab12", "approve"), "capdex.v1.approval.ab12.approve");
+        assert_eq!(subjects.exec("lookup_order"), "capdex.v1.exec.lookup_order");
+        assert_eq!(subjects.events_dispatch(), "capdex.v1.events.dispatch");
     }
 }

@@ -539,3 +539,26 @@ mod tests {
         );
     }
 }
+
+/// A dispatch admin request: the registry, bindings, approvals and provenance.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DispatchAdmin {
+    /// `capability.register`: a capability record.
+    Register(serde_json::Value),
+    /// `capability.update`: a whole capability record.
+    Update(serde_json::Value),
+    /// `capability.list`.
+    List,
+    /// `capability.reload`.
+    Reload,
+    /// `binding.set`: a binding.
+    SetBinding(serde_json::Value),
+    /// `binding.list`: `{agentId?}`.
+    ListBindings(serde_json::Value),
+    /// `approval.list`: `{all?: bool}`.
+    ListApprovals(serde_json::Value),
+    /// `approval.<id>.approve` / `approval.<id>.reject`.
+    Decide { id: String, approve: bool },
+    /// `provenance.list`: `{limit?}`.
+    ListProvenance(serde_json::Value),
+}

@@ -13,6 +13,7 @@
 //! | `dispatch_results` | idempotency key | the reply first given for it |
 //! | `scg_sources`, `scg_links` | see [`scg`] | the Source Capability Graph |
 //! | `jetstream` | see [`sequence`] | node name, last applied index mutation, processed outcome ids |
+//! | `dispatch_*` | see [`dispatch`] | registry, bindings, approvals, re-drive cache, provenance |
 //!
 //! A KPI window is a ring of `rolling_window_size` slots per scope: sample
 //! number `seq` lives in slot `seq % rolling_window_size`, so an outcome is one
@@ -28,6 +29,7 @@
 //! that promise durability (dispatch results, acknowledged outcomes) call
 //! [`Store::flush`] or await [`Store::durable`] (group commit) before acknowledging.
 
+pub mod dispatch;
 pub mod scg;
 pub mod sequence;
 
@@ -167,6 +169,7 @@ pub struct Store {
     kpi: sled::Tree,
     dispatch_results: sled::Tree,
     presets: sled::Tree,
+    dispatch: dispatch::DispatchTrees,
     group_flush: Arc<group_flush::GroupFlush>,
 }
 
@@ -184,6 +187,7 @@ impl Store {
             kpi: tree(KPI)?,
             dispatch_results: tree(DISPATCH_RESULTS)?,
             presets: tree(PRESETS)?,
+            dispatch: dispatch::DispatchTrees::open(&db).map_err(open_err)?,
             group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?)),
             db,
         })
@@ -414,13 +418,17 @@ fn meta_key(scope_key: &str) -> Vec<u8> {
     [b"m\0".as_slice(), scope_key.as_bytes()].concat()
 }
 
-fn put<T: Serialize>(tree: &sled::Tree, name: &'static str, key: &str, value: &T) -> Result<(), StoreError> {
+pub(crate) fn put<T: Serialize>(tree: &sled::Tree, name: &'static str, key: &str, value: &T) -> Result<(), StoreError> {
     let bytes = rmp_serde::to_vec_named(value).map_err(|source| StoreError::Encode { tree: name, source })?;
     tree.insert(key.as_bytes(), bytes).map_err(|source| StoreError::Sled { action: "insert", tree: name, source })?;
     Ok(())
 }
 
-fn get<T: DeserializeOwned>(tree: &sled::Tree, name: &'static str, key: &str) -> Result<Option<T>, StoreError> {
+pub(crate) fn get<T: DeserializeOwned>(
+    tree: &sled::Tree,
+    name: &'static str,
+    key: &str,
+) -> Result<Option<T>, StoreError> {
     let Some(bytes) =
         tree.get(key.as_bytes()).map_err(|source| StoreError::Sled { action: "get", tree: name, source })?
     else {
@@ -433,7 +441,7 @@ fn get<T: DeserializeOwned>(tree: &sled::Tree, name: &'static str, key: &str) ->
     })
 }
 
-fn all<T: DeserializeOwned>(tree: &sled::Tree, name: &'static str) -> Result<Vec<(String, T)>, StoreError> {
+pub(crate) fn all<T: DeserializeOwned>(tree: &sled::Tree, name: &'static str) -> Result<Vec<(String, T)>, StoreError> {
     let mut rows = Vec::new();
     for entry in tree.iter() {
         let (key, bytes) = entry.map_err(|source| StoreError::Sled { action: "iterate", tree: name, source })?;

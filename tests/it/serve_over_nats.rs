@@ -184,28 +184,28 @@ async fn outcomes_publish_kpis_and_alerts() {
 }
 
 #[tokio::test]
-async fn dispatch_runs_echo_validates_and_replays() {
+async fn dispatch_runs_echo_and_validates() {
     let nats = NatsServer::start();
     let (_served, client) = serve(&nats).await;
-    let call = json!({"capabilityId": "tool:echo", "arguments": {"text": "hello"}, "idempotencyKey": "k-1"});
+    let call = json!({"slug": "echo", "arguments": {"text": "hello"}, "agentId": "agent-1"});
     let first = body(&request(&client, "capdex.v1.dispatch", call.to_string().into_bytes()).await);
-    assert_eq!(first["output"]["text"], "hello", "{first}");
-    assert_eq!(first["replayed"], false);
-    let again = body(&request(&client, "capdex.v1.dispatch", call.to_string().into_bytes()).await);
-    assert_eq!(again["replayed"], true);
+    assert_eq!(first, json!({"success": true, "data": {"text": "hello"}}), "{first}");
 
-    let invalid = request(
-        &client,
-        "capdex.v1.dispatch",
-        json!({"capabilityId": "tool:echo", "arguments": {"text": 7}}).to_string().into_bytes(),
-    )
-    .await;
-    assert_eq!(invalid.headers.as_ref().unwrap().get("Nats-Service-Error-Code").unwrap().as_str(), "422");
-    assert_eq!(body(&invalid)["code"], "invalid_arguments");
-    let unknown = body(
-        &request(&client, "capdex.v1.dispatch", json!({"capabilityId": "tool:nope"}).to_string().into_bytes()).await,
+    let invalid = body(
+        &request(
+            &client,
+            "capdex.v1.dispatch",
+            json!({"slug": "echo", "arguments": {"text": 7}, "agentId": "agent-1"}).to_string().into_bytes(),
+        )
+        .await,
     );
-    assert_eq!(unknown["code"], "unknown_capability");
+    assert_eq!(invalid["error"]["code"], "invalid_args", "{invalid}");
+    let unknown = body(
+        &request(&client, "capdex.v1.dispatch", json!({"slug": "nope", "agentId": "a"}).to_string().into_bytes()).await,
+    );
+    assert_eq!(unknown["error"]["code"], "unknown_capability");
+    let malformed = request(&client, "capdex.v1.dispatch", b"{\"slug\": 3}".to_vec()).await;
+    assert_eq!(body(&malformed)["code"], "bad_request");
 }
 
 async fn top_ids(client: &async_nats::Client, message: &str) -> Vec<String> {

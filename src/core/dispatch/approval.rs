@@ -1,0 +1,211 @@
+//! Approvals that complete: a `requires_approval` answer creates a pending
+//! approval bound to the capability, the agent, the digest of the arguments,
+//! the capability's policy version and an expiry. Approve or reject decides it
+//! once; an approved approval runs exactly that call, once.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+    /// Approved and run; it permits nothing more.
+    Used,
+}
+
+/// One approval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    pub id: String,
+    pub slug: String,
+    pub agent_id: String,
+    /// [`args_digest`] of the arguments it was asked for.
+    pub args_digest: String,
+    pub policy_version: u64,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub status: ApprovalStatus,
+    #[serde(default)]
+    pub decided_at_ms: Option<u64>,
+}
+
+/// Why an approval does not permit a call, or cannot be decided.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalProblem {
+    #[error("approval {0} is unknown")]
+    Unknown(String),
+    #[error("approval {0} has expired")]
+    Expired(String),
+    #[error("approval {0} is still pending")]
+    Pending(String),
+    #[error("approval {0} was rejected")]
+    Rejected(String),
+    #[error("approval {0} was already used")]
+    Used(String),
+    #[error("approval {0} was already decided")]
+    AlreadyDecided(String),
+    #[error("approval {id} was given for other {what}")]
+    Mismatch { id: String, what: &'static str },
+}
+
+/// SHA-256 (hex) of the arguments in canonical JSON (object keys sorted at every depth).
+pub fn args_digest(args: &Value) -> String {
+    let mut text = String::new();
+    canonical_json(args, &mut text);
+    hex(&Sha256::digest(text.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                canonical_json(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// An approval id from unpredictable `seed` bytes (the shell supplies them): 32 hex digits.
+pub fn approval_id(seed: &[u8]) -> String {
+    hex(&Sha256::digest(seed)[..16])
+}
+
+/// A pending approval for this call.
+pub fn pending(
+    id: String,
+    slug: &str,
+    agent_id: &str,
+    args: &Value,
+    policy_version: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Approval {
+    Approval {
+        id,
+        slug: slug.to_string(),
+        agent_id: agent_id.to_string(),
+        args_digest: args_digest(args),
+        policy_version,
+        created_at_ms: now_ms,
+        expires_at_ms: now_ms.saturating_add(ttl_ms),
+        status: ApprovalStatus::Pending,
+        decided_at_ms: None,
+    }
+}
+
+/// Approves or rejects a pending, unexpired approval.
+pub fn decide(approval: &mut Approval, approve: bool, now_ms: u64) -> Result<(), ApprovalProblem> {
+    if approval.status != ApprovalStatus::Pending {
+        return Err(ApprovalProblem::AlreadyDecided(approval.id.clone()));
+    }
+    if now_ms >= approval.expires_at_ms {
+        return Err(ApprovalProblem::Expired(approval.id.clone()));
+    }
+    approval.status = if approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
+    approval.decided_at_ms = Some(now_ms);
+    Ok(())
+}
+
+/// Checks that `approval` permits exactly this call now; the caller then marks it used.
+pub fn permits(
+    approval: &Approval,
+    slug: &str,
+    agent_id: &str,
+    args: &Value,
+    policy_version: u64,
+    now_ms: u64,
+) -> Result<(), ApprovalProblem> {
+    let id = || approval.id.clone();
+    match approval.status {
+        ApprovalStatus::Pending => return Err(ApprovalProblem::Pending(id())),
+        ApprovalStatus::Rejected => return Err(ApprovalProblem::Rejected(id())),
+        ApprovalStatus::Used => return Err(ApprovalProblem::Used(id())),
+        ApprovalStatus::Approved => {}
+    }
+    if now_ms >= approval.expires_at_ms {
+        return Err(ApprovalProblem::Expired(id()));
+    }
+    let mismatch = |what| Err(ApprovalProblem::Mismatch { id: id(), what });
+    if approval.slug != slug {
+        return mismatch("capability");
+    }
+    if approval.agent_id != agent_id {
+        return mismatch("agent");
+    }
+    if approval.policy_version != policy_version {
+        return mismatch("policy version");
+    }
+    if approval.args_digest != args_digest(args) {
+        return mismatch("arguments");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_approval_permits_one_exact_call() {
+        let args = json!({"amount": 5, "order": "o-1"});
+        let mut approval = pending("id1".into(), "refund", "agent", &args, 3, 1_000, 500);
+        assert_eq!(permits(&approval, "refund", "agent", &args, 3, 1_100), Err(ApprovalProblem::Pending("id1".into())));
+        decide(&mut approval, true, 1_100).unwrap();
+        assert_eq!(decide(&mut approval, false, 1_100), Err(ApprovalProblem::AlreadyDecided("id1".into())));
+        // Key order does not change the digest.
+        assert_eq!(permits(&approval, "refund", "agent", &json!({"order": "o-1", "amount": 5}), 3, 1_200), Ok(()));
+        let refused = |slug, agent, args: &Value, version, now| permits(&approval, slug, agent, args, version, now);
+        assert!(matches!(
+            refused("refund", "agent", &json!({"amount": 6, "order": "o-1"}), 3, 1_200),
+            Err(ApprovalProblem::Mismatch { what: "arguments", .. })
+        ));
+        assert!(matches!(
+            refused("other", "agent", &args, 3, 1_200),
+            Err(ApprovalProblem::Mismatch { what: "capability", .. })
+        ));
+        assert!(matches!(
+            refused("refund", "b", &args, 3, 1_200),
+            Err(ApprovalProblem::Mismatch { what: "agent", .. })
+        ));
+        assert!(matches!(
+            refused("refund", "agent", &args, 4, 1_200),
+            Err(ApprovalProblem::Mismatch { what: "policy version", .. })
+        ));
+        assert_eq!(refused("refund", "agent", &args, 3, 1_500), Err(ApprovalProblem::Expired("id1".into())));
+        approval.status = ApprovalStatus::Used;
+        assert_eq!(permits(&approval, "refund", "agent", &args, 3, 1_200), Err(ApprovalProblem::Used("id1".into())));
+        let mut late = pending("id2".into(), "refund", "agent", &args, 3, 0, 10);
+        assert_eq!(decide(&mut late, true, 10), Err(ApprovalProblem::Expired("id2".into())));
+        assert_eq!(approval_id(b"seed").len(), 32);
+    }
+}

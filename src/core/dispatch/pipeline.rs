@@ -1,0 +1,522 @@
+//! The pipeline's decision steps, in the design's order: registry lookup
+//! (`unknown_capability`), active (`capability_inactive`), agent binding
+//! (`capability_disabled_for_agent`), rate limit (`rate_limited`), approval
+//! gate (`requires_approval`), argument validation (`invalid_args`). What is
+//! admitted is then run by the shell (`execution_error`, `invalid_binding`),
+//! which records provenance and an event with [`finish`].
+
+use crate::core::dispatch::approval::{self, Approval};
+use crate::core::dispatch::rate_limit::RateLimiter;
+use crate::core::dispatch::redact;
+use crate::core::dispatch::registry::{valid_id, Binding, CapabilityRecord, HttpConfig, MAX_ID_BYTES};
+use crate::core::dispatch::{env_template, CallResult, DispatchEvent, ErrorCode, ProvenanceRecord};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A call as capdex receives it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DispatchCall {
+    #[serde(alias = "capabilityId")]
+    pub slug: String,
+    #[serde(default)]
+    pub arguments: Value,
+    pub agent_id: String,
+    /// With `stepId` (and optionally `turn`): the re-drive key; a repeat returns the stored result.
+    #[serde(default)]
+    pub execution_id: Option<String>,
+    #[serde(default)]
+    pub step_id: Option<String>,
+    #[serde(default)]
+    pub turn: Option<u32>,
+    /// The approval that permits this call (for capabilities that require one).
+    #[serde(default)]
+    pub approval_id: Option<String>,
+}
+
+/// `(executionId, stepId[, turn])`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ExecutionKey {
+    pub execution_id: String,
+    pub step_id: String,
+    pub turn: Option<u32>,
+}
+
+impl ExecutionKey {
+    /// The key as stored: the parts joined by NUL (ids never hold control characters).
+    pub fn storage_key(&self) -> Vec<u8> {
+        let mut key = format!("{}\0{}", self.execution_id, self.step_id);
+        if let Some(turn) = self.turn {
+            key.push_str(&format!("\0turn={turn}"));
+        }
+        key.into_bytes()
+    }
+}
+
+impl std::fmt::Display for ExecutionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.execution_id, self.step_id)?;
+        if let Some(turn) = self.turn {
+            write!(f, ":turn={turn}")?;
+        }
+        Ok(())
+    }
+}
+
+impl DispatchCall {
+    /// Checks the request's own fields; `Err` is the `invalid_request` answer.
+    pub fn check(&mut self) -> Result<Option<ExecutionKey>, Box<CallResult>> {
+        let bad = |message: String| Err(Box::new(CallResult::fail(ErrorCode::InvalidRequest, message)));
+        if self.slug.is_empty() || self.slug.len() > MAX_ID_BYTES {
+            return bad("slug must be 1-200 bytes".into());
+        }
+        if !valid_id(&self.agent_id) {
+            return bad(format!("agentId must be 1-{MAX_ID_BYTES} bytes without control characters"));
+        }
+        if self.arguments.is_null() {
+            self.arguments = json!({});
+        }
+        for id in [&self.execution_id, &self.step_id, &self.approval_id].into_iter().flatten() {
+            if !valid_id(id) {
+                return bad(format!("ids must be 1-{MAX_ID_BYTES} bytes without control characters"));
+            }
+        }
+        match (&self.execution_id, &self.step_id) {
+            (Some(execution_id), Some(step_id)) => {
+                Ok(Some(ExecutionKey { execution_id: execution_id.clone(), step_id: step_id.clone(), turn: self.turn }))
+            }
+            (None, None) if self.turn.is_none() => Ok(None),
+            _ => bad("executionId and stepId go together (and turn needs both)".into()),
+        }
+    }
+}
+
+/// Whether an agent without a binding may call a capability.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingMode {
+    /// No binding: allowed with the capability's own limits (the design's default).
+    Open,
+    /// No binding: `capability_disabled_for_agent`.
+    Strict,
+}
+
+/// What the pipeline decided.
+#[derive(Debug)]
+pub enum Admission {
+    Refused(CallResult),
+    /// The capability needs an approval and the call carries none: the shell
+    /// creates one ([`approval::pending`]) and answers [`requires_approval`].
+    NeedsApproval(Arc<CapabilityRecord>),
+    Run(Admitted),
+}
+
+/// A call that may run.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    pub record: Arc<CapabilityRecord>,
+    pub binding: Option<Binding>,
+    /// The approval this run uses up.
+    pub approval_id: Option<String>,
+}
+
+/// The registry, bindings, rate windows and compiled argument schemas.
+pub struct Pipeline {
+    registry: HashMap<String, Arc<CapabilityRecord>>,
+    bindings: HashMap<(String, String), Binding>,
+    limiter: RateLimiter,
+    validators: HashMap<String, (u64, Arc<jsonschema::Validator>)>,
+    mode: BindingMode,
+}
+
+impl Pipeline {
+    pub fn new(mode: BindingMode, rate_window_ms: u64) -> Pipeline {
+        Pipeline {
+            registry: HashMap::new(),
+            bindings: HashMap::new(),
+            limiter: RateLimiter::new(rate_window_ms),
+            validators: HashMap::new(),
+            mode,
+        }
+    }
+
+    /// Replaces the registry. Rate windows are kept: they belong to (slug, agent), not to a load.
+    pub fn load_registry(&mut self, records: impl IntoIterator<Item = CapabilityRecord>) {
+        self.registry = records.into_iter().map(|r| (r.slug.clone(), Arc::new(r))).collect();
+        let registry = &self.registry;
+        self.validators.retain(|slug, (version, _)| registry.get(slug).is_some_and(|r| r.policy_version == *version));
+    }
+
+    /// Replaces every binding.
+    pub fn load_bindings(&mut self, bindings: impl IntoIterator<Item = Binding>) {
+        self.bindings = bindings.into_iter().map(|b| ((b.agent_id.clone(), b.slug.clone()), b)).collect();
+    }
+
+    pub fn set_binding(&mut self, binding: Binding) {
+        self.bindings.insert((binding.agent_id.clone(), binding.slug.clone()), binding);
+    }
+
+    pub fn record(&self, slug: &str) -> Option<&Arc<CapabilityRecord>> {
+        self.registry.get(slug)
+    }
+
+    pub fn binding(&self, agent_id: &str, slug: &str) -> Option<&Binding> {
+        self.bindings.get(&(agent_id.to_string(), slug.to_string()))
+    }
+
+    /// Runs the decision steps for a checked call. `approval` is the stored
+    /// approval named by `call.approval_id`, if any; `mono_ms` is a monotonic
+    /// clock (rate windows), `wall_ms` the wall clock (approval expiry).
+    pub fn admit(&mut self, call: &DispatchCall, approval: Option<&Approval>, mono_ms: u64, wall_ms: u64) -> Admission {
+        let refuse = |code: ErrorCode, message: String| Admission::Refused(CallResult::fail(code, message));
+        let slug = &call.slug;
+        let Some(record) = self.registry.get(slug).cloned() else {
+            return refuse(ErrorCode::UnknownCapability, format!("no capability {slug} is registered"));
+        };
+        if !record.is_active {
+            return refuse(ErrorCode::CapabilityInactive, format!("capability {slug} is not active"));
+        }
+        let binding = self.binding(&call.agent_id, slug).cloned();
+        match &binding {
+            Some(b) if !b.is_enabled => {
+                return refuse(
+                    ErrorCode::CapabilityDisabledForAgent,
+                    format!("capability {slug} is disabled for agent {}", call.agent_id),
+                )
+            }
+            None if self.mode == BindingMode::Strict => {
+                return refuse(
+                    ErrorCode::CapabilityDisabledForAgent,
+                    format!("agent {} has no binding to capability {slug}", call.agent_id),
+                )
+            }
+            _ => {}
+        }
+        let limit = binding.as_ref().and_then(|b| b.custom_rate_limit).or(record.rate_limit);
+        if let Err(refusal) = self.limiter.admit(slug, &call.agent_id, limit, mono_ms) {
+            let mut result = CallResult::fail(
+                ErrorCode::RateLimited,
+                format!("Rate limit exceeded for capability {slug} ({}/min)", refusal.limit),
+            );
+            result.metadata = Some(json!({"retryAfterMs": refusal.retry_after_ms, "limit": refusal.limit}));
+            return Admission::Refused(result);
+        }
+        let mut approval_id = None;
+        if record.requires_approval {
+            match (&call.approval_id, approval) {
+                (None, _) => return Admission::NeedsApproval(record),
+                (Some(id), None) => {
+                    return refuse(
+                        ErrorCode::ApprovalInvalid,
+                        approval::ApprovalProblem::Unknown(id.clone()).to_string(),
+                    )
+                }
+                (Some(id), Some(approval)) => {
+                    if let Err(problem) = approval::permits(
+                        approval,
+                        slug,
+                        &call.agent_id,
+                        &call.arguments,
+                        record.policy_version,
+                        wall_ms,
+                    ) {
+                        return refuse(ErrorCode::ApprovalInvalid, problem.to_string());
+                    }
+                    approval_id = Some(id.clone());
+                }
+            }
+        }
+        let validator = match self.validator(&record) {
+            Ok(validator) => validator,
+            Err(problem) => return refuse(ErrorCode::InvalidArgs, problem),
+        };
+        let problems: Vec<String> = validator
+            .iter_errors(&call.arguments)
+            .take(20)
+            .map(|err| {
+                let path = err.instance_path().to_string();
+                format!("{}: {err}", if path.is_empty() { "/" } else { &path })
+            })
+            .collect();
+        if !problems.is_empty() {
+            let mut result = CallResult::fail(ErrorCode::InvalidArgs, problems.join("; "));
+            result.metadata = Some(json!({"problems": problems}));
+            return Admission::Refused(result);
+        }
+        Admission::Run(Admitted { record, binding, approval_id })
+    }
+
+    fn validator(&mut self, record: &CapabilityRecord) -> Result<Arc<jsonschema::Validator>, String> {
+        if let Some((version, validator)) = self.validators.get(&record.slug) {
+            if *version == record.policy_version {
+                return Ok(validator.clone());
+            }
+        }
+        let validator = jsonschema::validator_for(&record.function_definition.parameters)
+            .map_err(|err| format!("the parameters of {} are not a valid JSON Schema: {err}", record.slug))?;
+        let validator = Arc::new(validator);
+        self.validators.insert(record.slug.clone(), (record.policy_version, validator.clone()));
+        Ok(validator)
+    }
+
+    /// How many (slug, agent) rate windows are held.
+    pub fn rate_windows(&self) -> usize {
+        self.limiter.len()
+    }
+}
+
+/// The `requires_approval` answer for a new pending approval.
+pub fn requires_approval(approval: &Approval, approve_subject: &str) -> CallResult {
+    let mut result = CallResult::fail(
+        ErrorCode::RequiresApproval,
+        format!("capability {} needs an approval; decide it on {approve_subject}", approval.slug),
+    );
+    result.skip_followup = true;
+    result.metadata = Some(json!({"approvalId": approval.id, "expiresAtMs": approval.expires_at_ms}));
+    result
+}
+
+/// Where and how an `api` or `webhook` call goes, with `${env:VAR}` resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HttpTarget {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    /// The values the templates resolved to: never recorded anywhere.
+    pub secrets: Vec<String>,
+}
+
+/// Resolves the target of an `api`/`webhook` call at call time: the binding's
+/// `url` (else the capability's handler) and `headers`; a missing variable or a
+/// malformed config is `invalid_binding` (fail closed).
+pub fn http_target(
+    record: &CapabilityRecord,
+    binding: Option<&Binding>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<HttpTarget, Box<CallResult>> {
+    let invalid = |message: String| Box::new(CallResult::fail(ErrorCode::InvalidBinding, message));
+    let config = HttpConfig::parse(binding.map_or(&Value::Null, |b| &b.custom_config))
+        .map_err(|problem| invalid(format!("customConfig of {}: {problem}", record.slug)))?;
+    let mut secrets = Vec::new();
+    let url_template = config.url.as_deref().unwrap_or(&record.handler);
+    let url = env_template::resolve(url_template, lookup, &mut secrets)
+        .map_err(|missing| invalid(format!("{missing} (binding of {})", record.slug)))?;
+    let mut headers = Vec::with_capacity(config.headers.len());
+    for (name, value) in &config.headers {
+        let value = env_template::resolve(value, lookup, &mut secrets)
+            .map_err(|missing| invalid(format!("{missing} (header {name} of {})", record.slug)))?;
+        headers.push((name.clone(), value));
+    }
+    Ok(HttpTarget { url, headers, secrets })
+}
+
+/// What a finished call leaves behind.
+pub struct Finished {
+    /// The answer, with secrets scrubbed from its error message.
+    pub result: CallResult,
+    pub provenance: ProvenanceRecord,
+    pub event: DispatchEvent,
+}
+
+/// Everything [`finish`] needs to know about a call.
+pub struct CallFacts<'a> {
+    pub call: &'a DispatchCall,
+    pub record: Option<&'a CapabilityRecord>,
+    pub execution_key: Option<&'a ExecutionKey>,
+    pub approval_id: Option<&'a str>,
+    pub secrets: &'a [String],
+    pub replayed: bool,
+    pub latency_us: u64,
+    pub at_ms: u64,
+}
+
+/// Builds the redacted provenance record and the event of a call, and scrubs
+/// secret values from the answer's error message.
+pub fn finish(facts: CallFacts<'_>, mut result: CallResult) -> Finished {
+    if let Some(error) = &mut result.error {
+        error.message = redact::scrub_text(&error.message, facts.secrets);
+    }
+    let shown = serde_json::to_value(&result).unwrap_or(Value::Null);
+    let (args, result_preview) = redact::redact_for_provenance(
+        facts.record.and_then(|r| r.redaction.as_ref()),
+        &facts.call.arguments,
+        &shown,
+        facts.secrets,
+    );
+    let error_code = result.code().map(str::to_string);
+    let provenance = ProvenanceRecord {
+        at_ms: facts.at_ms,
+        slug: facts.call.slug.clone(),
+        agent_id: facts.call.agent_id.clone(),
+        execution_key: facts.execution_key.map(ToString::to_string),
+        approval_id: facts.approval_id.map(str::to_string),
+        args,
+        result_preview,
+        success: result.success,
+        error_code: error_code.clone(),
+        replayed: facts.replayed,
+        latency_us: facts.latency_us,
+    };
+    let event = DispatchEvent {
+        slug: facts.call.slug.clone(),
+        agent_id: facts.call.agent_id.clone(),
+        success: result.success,
+        error_code,
+        execution_type: facts.record.map_or("", |r| r.execution_type.as_str()).to_string(),
+        replayed: facts.replayed,
+        handler_ran: !facts.replayed
+            && facts.record.is_some()
+            && result.code().is_none_or(|code| !ErrorCode::is_refusal(code)),
+        latency_us: facts.latency_us,
+        cost_usd: 0.0,
+        at_ms: facts.at_ms,
+    };
+    Finished { result, provenance, event }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::dispatch::registry::tests::record;
+
+    fn call(slug: &str, agent: &str, args: Value) -> DispatchCall {
+        DispatchCall {
+            slug: slug.into(),
+            arguments: args,
+            agent_id: agent.into(),
+            execution_id: None,
+            step_id: None,
+            turn: None,
+            approval_id: None,
+        }
+    }
+
+    fn code(admission: Admission) -> String {
+        match admission {
+            Admission::Refused(result) => result.code().unwrap().to_string(),
+            Admission::NeedsApproval(_) => "needs_approval".into(),
+            Admission::Run(_) => "run".into(),
+        }
+    }
+
+    #[test]
+    fn steps_run_in_the_design_order() {
+        let mut pipeline = Pipeline::new(BindingMode::Open, 60_000);
+        let mut inactive = record("off");
+        inactive.is_active = false;
+        let mut limited = record("limited");
+        limited.rate_limit = Some(1);
+        let mut gated = record("gated");
+        gated.requires_approval = true;
+        pipeline.load_registry([record("lookup"), inactive, limited, gated]);
+        pipeline.set_binding(Binding {
+            agent_id: "b".into(),
+            slug: "lookup".into(),
+            is_enabled: false,
+            custom_rate_limit: None,
+            custom_config: Value::Null,
+        });
+        let ok = json!({"q": "x"});
+        let mut admit = |c: DispatchCall| code(pipeline.admit(&c, None, 0, 0));
+        assert_eq!(admit(call("nope", "a", ok.clone())), "unknown_capability");
+        assert_eq!(admit(call("off", "a", ok.clone())), "capability_inactive");
+        assert_eq!(admit(call("lookup", "b", ok.clone())), "capability_disabled_for_agent");
+        assert_eq!(admit(call("limited", "a", json!({}))), "invalid_args", "the limit counts before validation");
+        assert_eq!(admit(call("limited", "a", ok.clone())), "rate_limited");
+        assert_eq!(admit(call("gated", "a", json!({"q": 1}))), "needs_approval", "approval comes before validation");
+        let mut with_id = call("gated", "a", ok.clone());
+        with_id.approval_id = Some("x".into());
+        assert_eq!(admit(with_id), "approval_invalid");
+        assert_eq!(admit(call("lookup", "a", ok.clone())), "run");
+        let mut strict = Pipeline::new(BindingMode::Strict, 60_000);
+        strict.load_registry([record("lookup")]);
+        assert_eq!(code(strict.admit(&call("lookup", "a", ok), None, 0, 0)), "capability_disabled_for_agent");
+    }
+
+    #[test]
+    fn invalid_args_list_the_failing_paths() {
+        let mut pipeline = Pipeline::new(BindingMode::Open, 60_000);
+        pipeline.load_registry([record("lookup")]);
+        match pipeline.admit(&call("lookup", "a", json!({"q": 3})), None, 0, 0) {
+            Admission::Refused(result) => assert!(result.error.unwrap().message.starts_with("/q: "), "path first"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rate_windows_survive_a_registry_reload_and_limits_are_per_agent() {
+        let mut pipeline = Pipeline::new(BindingMode::Open, 60_000);
+        let mut limited = record("limited");
+        limited.rate_limit = Some(2);
+        pipeline.load_registry([limited.clone()]);
+        pipeline.set_binding(Binding {
+            agent_id: "vip".into(),
+            slug: "limited".into(),
+            is_enabled: true,
+            custom_rate_limit: Some(4),
+            custom_config: Value::Null,
+        });
+        let ok = json!({"q": "x"});
+        let runs = |pipeline: &mut Pipeline, agent: &str, n: usize| {
+            (0..n)
+                .filter(|_| {
+                    matches!(pipeline.admit(&call("limited", agent, ok.clone()), None, 5, 0), Admission::Run(_))
+                })
+                .count()
+        };
+        assert_eq!(runs(&mut pipeline, "a", 1), 1);
+        limited.policy_version += 1;
+        pipeline.load_registry([limited]);
+        assert_eq!(runs(&mut pipeline, "a", 3), 1, "one call left after the reload");
+        assert_eq!(runs(&mut pipeline, "vip", 6), 4, "the vip's own limit");
+    }
+
+    #[test]
+    fn http_targets_resolve_env_at_call_time() {
+        let mut api = record("api");
+        api.execution_type = crate::core::dispatch::registry::ExecutionType::Api;
+        api.handler = "https://example.com/x".into();
+        let binding = Binding {
+            agent_id: "a".into(),
+            slug: "api".into(),
+            is_enabled: true,
+            custom_rate_limit: None,
+            custom_config: json!({"headers": {"Authorization": "Bearer ${env:API_TOKEN}"}}),
+        };
+        let set = |name: &str| (name == "API_TOKEN").then(|| "tok-123".to_string());
+        let target = http_target(&api, Some(&binding), &set).unwrap();
+        assert_eq!(target.headers, vec![("Authorization".to_string(), "Bearer tok-123".to_string())]);
+        assert_eq!(target.secrets, vec!["tok-123"]);
+        let unset = |_: &str| None;
+        assert_eq!(http_target(&api, Some(&binding), &unset).unwrap_err().code(), Some("invalid_binding"));
+    }
+
+    #[test]
+    fn finish_keeps_secrets_out() {
+        let c = call("lookup", "a", json!({"q": "mail me at dan@example.org"}));
+        let rec = record("lookup");
+        let secrets = vec!["tok-123".to_string()];
+        let finished = finish(
+            CallFacts {
+                call: &c,
+                record: Some(&rec),
+                execution_key: None,
+                approval_id: None,
+                secrets: &secrets,
+                replayed: false,
+                latency_us: 7,
+                at_ms: 1,
+            },
+            CallResult::fail(ErrorCode::ExecutionError, "GET https://x/?key=tok-123 failed"),
+        );
+        let all = format!(
+            "{} {} {}",
+            serde_json::to_string(&finished.provenance).unwrap(),
+            serde_json::to_string(&finished.event).unwrap(),
+            serde_json::to_string(&finished.result).unwrap()
+        );
+        assert!(!all.contains("tok-123") && !all.contains("dan@example.org"), "{all}");
+        assert_eq!(finished.event.error_code.as_deref(), Some("execution_error"));
+        assert!(finished.event.handler_ran, "an execution error is the handler's failure");
+    }
+}

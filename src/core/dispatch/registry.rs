@@ -1,0 +1,372 @@
+//! Registry records and per-agent bindings, and the checks a registration
+//! must pass: slug equals the function definition's name, a valid JSON
+//! Schema, a URL handler for `api` and `webhook`, limits in range, and no
+//! PII-processing capability without a redaction rule.
+
+use crate::core::dispatch::env_template;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// How a capability runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutionType {
+    /// A handler service answering `<prefix>.exec.<slug>` (or an in-process handler).
+    Internal,
+    /// An HTTP request whose response is the result.
+    Api,
+    /// A fire-and-forget HTTP POST.
+    Webhook,
+}
+
+impl ExecutionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionType::Internal => "internal",
+            ExecutionType::Api => "api",
+            ExecutionType::Webhook => "webhook",
+        }
+    }
+}
+
+/// The OpenAI-compatible function definition the model sees.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FunctionDefinition {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// A JSON Schema for the arguments.
+    #[serde(default = "empty_object_schema")]
+    pub parameters: Value,
+}
+
+fn empty_object_schema() -> Value {
+    json!({"type": "object"})
+}
+
+/// How a PII-processing capability's calls are redacted in provenance.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedactionRule {
+    /// Keys whose values become `[redacted:<key>]`, at any depth of arguments and result.
+    #[serde(default)]
+    pub redact_keys: Vec<String>,
+    /// Keys whose values are masked as emails (first character and TLD kept).
+    #[serde(default)]
+    pub email_keys: Vec<String>,
+    /// Keys whose values are masked as phone numbers (last 4 digits kept).
+    #[serde(default)]
+    pub phone_keys: Vec<String>,
+    /// Keys whose values are masked as bearer tokens.
+    #[serde(default)]
+    pub token_keys: Vec<String>,
+    /// Replace the whole arguments by `[redacted:args]`.
+    #[serde(default)]
+    pub redact_all_args: bool,
+    /// Replace the whole result by `[redacted:result]`.
+    #[serde(default)]
+    pub redact_all_result: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One registered capability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapabilityRecord {
+    pub slug: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub category: String,
+    pub execution_type: ExecutionType,
+    /// internal: the handler's name (an in-process handler of that name runs
+    /// in capdex, otherwise the call goes to `<prefix>.exec.<slug>`);
+    /// api and webhook: the URL.
+    #[serde(alias = "executionHandler")]
+    pub handler: String,
+    pub function_definition: FunctionDefinition,
+    #[serde(default)]
+    pub requires_approval: bool,
+    /// How long an approval stays valid, in ms (default: the `dispatch.approval_ttl_ms` setting).
+    #[serde(default)]
+    pub approval_timeout_ms: Option<u64>,
+    /// Calls per minute per agent; `null` is unlimited.
+    #[serde(default)]
+    pub rate_limit: Option<u32>,
+    /// True opts out of the re-drive cache (the destination deduplicates).
+    #[serde(default)]
+    pub is_idempotent: bool,
+    #[serde(default = "yes")]
+    pub is_active: bool,
+    #[serde(default)]
+    pub processes_pii: bool,
+    /// Required when `processesPii` is true.
+    #[serde(default)]
+    pub redaction: Option<RedactionRule>,
+    /// The longest a call may run, in ms (default: `dispatch.default_timeout_ms`).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Set by capdex: 1 on register, +1 on every update. Approvals are bound to it.
+    #[serde(default)]
+    pub policy_version: u64,
+}
+
+/// An agent's binding to a capability.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Binding {
+    pub agent_id: String,
+    pub slug: String,
+    #[serde(default = "yes")]
+    pub is_enabled: bool,
+    /// Overrides the capability's `rateLimit` for this agent; `null` uses it.
+    #[serde(default)]
+    pub custom_rate_limit: Option<u32>,
+    /// Per-agent JSON (for api/webhook: `url`, `headers`, values may hold `${env:VAR}`).
+    #[serde(default)]
+    pub custom_config: Value,
+}
+
+/// Why a registration or binding was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct RegistrationError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl RegistrationError {
+    /// The stable code: `slug_mismatch`, `pii_without_redaction` or `invalid_registration`.
+    pub fn code(&self) -> &'static str {
+        match self.field.as_str() {
+            "functionDefinition.name" => "slug_mismatch",
+            "redaction" => "pii_without_redaction",
+            _ => "invalid_registration",
+        }
+    }
+}
+
+fn refuse(field: &str, problem: impl Into<String>) -> RegistrationError {
+    RegistrationError { field: field.to_string(), problem: problem.into() }
+}
+
+/// Most calls per minute a rate limit may allow.
+pub const MAX_RATE_LIMIT: u32 = 10_000;
+/// Longest approval timeout, in ms (one hour).
+pub const MAX_APPROVAL_TIMEOUT_MS: u64 = 3_600_000;
+/// Longest call timeout, in ms.
+pub const MAX_CALL_TIMEOUT_MS: u64 = 600_000;
+/// Longest agent id, slug, execution or step id, in bytes.
+pub const MAX_ID_BYTES: usize = 200;
+
+/// A slug: 1 to 64 of `A-Z a-z 0-9 _ -` (an OpenAI function name, and a NATS subject token).
+pub fn valid_slug(slug: &str) -> bool {
+    (1..=64).contains(&slug.len()) && slug.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// An id (agent, execution, step): 1 to [`MAX_ID_BYTES`] bytes, no control characters.
+pub fn valid_id(id: &str) -> bool {
+    (1..=MAX_ID_BYTES).contains(&id.len()) && !id.chars().any(char::is_control)
+}
+
+/// `http://` or `https://` followed by a host.
+pub fn looks_like_http_url(text: &str) -> bool {
+    let rest = text.strip_prefix("https://").or_else(|| text.strip_prefix("http://"));
+    rest.is_some_and(|rest| rest.split(['/', '?', '#']).next().is_some_and(|host| !host.is_empty()))
+}
+
+fn check_limit(field: &str, limit: Option<u32>) -> Result<(), RegistrationError> {
+    match limit {
+        Some(n) if !(1..=MAX_RATE_LIMIT).contains(&n) => {
+            Err(refuse(field, format!("must be 1..={MAX_RATE_LIMIT} or null, got {n}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a record before it enters the registry.
+pub fn validate_record(record: &CapabilityRecord) -> Result<(), RegistrationError> {
+    if !valid_slug(&record.slug) {
+        return Err(refuse("slug", format!("must be 1-64 of A-Z a-z 0-9 _ -, got {:?}", record.slug)));
+    }
+    if record.function_definition.name != record.slug {
+        return Err(refuse(
+            "functionDefinition.name",
+            format!("must equal the slug {:?}, got {:?}", record.slug, record.function_definition.name),
+        ));
+    }
+    if record.name.trim().is_empty() {
+        return Err(refuse("name", "must not be empty"));
+    }
+    if let Err(err) = jsonschema::validator_for(&record.function_definition.parameters) {
+        return Err(refuse("functionDefinition.parameters", format!("is not a valid JSON Schema: {err}")));
+    }
+    match record.execution_type {
+        ExecutionType::Internal if record.handler.trim().is_empty() => {
+            return Err(refuse("handler", "an internal capability needs a handler name"))
+        }
+        ExecutionType::Api | ExecutionType::Webhook if !looks_like_http_url(&record.handler) => {
+            return Err(refuse("handler", format!("must be an http(s) URL, got {:?}", record.handler)))
+        }
+        _ => {}
+    }
+    check_limit("rateLimit", record.rate_limit)?;
+    if record.approval_timeout_ms.is_some_and(|ms| ms == 0 || ms > MAX_APPROVAL_TIMEOUT_MS) {
+        return Err(refuse("approvalTimeoutMs", format!("must be 1..={MAX_APPROVAL_TIMEOUT_MS}")));
+    }
+    if record.timeout_ms.is_some_and(|ms| ms == 0 || ms > MAX_CALL_TIMEOUT_MS) {
+        return Err(refuse("timeoutMs", format!("must be 1..={MAX_CALL_TIMEOUT_MS}")));
+    }
+    if record.processes_pii && record.redaction.is_none() {
+        return Err(refuse("redaction", "a capability that processes PII needs a redaction rule"));
+    }
+    Ok(())
+}
+
+/// Checks a binding; returns the `${env:VAR}` names its config refers to
+/// that `lookup` does not know (warnings: the calls would fail with `invalid_binding`).
+pub fn validate_binding(
+    binding: &Binding,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, RegistrationError> {
+    if !valid_id(&binding.agent_id) {
+        return Err(refuse("agentId", format!("must be 1-{MAX_ID_BYTES} bytes without control characters")));
+    }
+    if !valid_slug(&binding.slug) {
+        return Err(refuse("slug", format!("must be 1-64 of A-Z a-z 0-9 _ -, got {:?}", binding.slug)));
+    }
+    check_limit("customRateLimit", binding.custom_rate_limit)?;
+    let config = HttpConfig::parse(&binding.custom_config).map_err(|problem| refuse("customConfig", problem))?;
+    let mut missing: Vec<String> = config
+        .templates()
+        .flat_map(env_template::references)
+        .filter(|name| lookup(name).is_none_or(|value| value.is_empty()))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    Ok(missing)
+}
+
+/// The part of a binding's `customConfig` the HTTP executors read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HttpConfig {
+    /// Overrides the capability's URL (may hold `${env:VAR}`).
+    pub url: Option<String>,
+    /// Extra request headers (values may hold `${env:VAR}`).
+    pub headers: Vec<(String, String)>,
+}
+
+impl HttpConfig {
+    /// Reads `{url?: string, headers?: {name: string}}` from a config (other keys are left alone).
+    pub fn parse(config: &Value) -> Result<HttpConfig, String> {
+        let object = match config {
+            Value::Null => return Ok(HttpConfig::default()),
+            Value::Object(object) => object,
+            _ => return Err("must be a JSON object or null".into()),
+        };
+        let url = match object.get("url") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(url)) => Some(url.clone()),
+            Some(_) => return Err("url must be a string".into()),
+        };
+        let headers = match object.get("headers") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Object(headers)) => headers
+                .iter()
+                .map(|(name, value)| match value {
+                    Value::String(value) if valid_header_name(name) => Ok((name.clone(), value.clone())),
+                    Value::String(_) => Err(format!("header name {name:?} is not a valid token")),
+                    _ => Err(format!("header {name} must be a string")),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("headers must be an object of strings".into()),
+        };
+        Ok(HttpConfig { url, headers })
+    }
+
+    fn templates(&self) -> impl Iterator<Item = &str> {
+        self.url.iter().map(String::as_str).chain(self.headers.iter().map(|(_, v)| v.as_str()))
+    }
+}
+
+fn valid_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn record(slug: &str) -> CapabilityRecord {
+        CapabilityRecord {
+            slug: slug.into(),
+            name: slug.into(),
+            description: String::new(),
+            category: "test".into(),
+            execution_type: ExecutionType::Internal,
+            handler: "h".into(),
+            function_definition: FunctionDefinition {
+                name: slug.into(),
+                description: String::new(),
+                parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
+            },
+            requires_approval: false,
+            approval_timeout_ms: None,
+            rate_limit: None,
+            is_idempotent: false,
+            is_active: true,
+            processes_pii: false,
+            redaction: None,
+            timeout_ms: None,
+            policy_version: 1,
+        }
+    }
+
+    #[test]
+    fn registrations_are_checked() {
+        assert_eq!(validate_record(&record("lookup_order")), Ok(()));
+        let mut bad = record("lookup_order");
+        bad.function_definition.name = "lookupOrder".into();
+        assert_eq!(validate_record(&bad).unwrap_err().code(), "slug_mismatch");
+        let mut pii = record("read_memory");
+        pii.processes_pii = true;
+        assert_eq!(validate_record(&pii).unwrap_err().code(), "pii_without_redaction");
+        pii.redaction = Some(RedactionRule::default());
+        assert_eq!(validate_record(&pii), Ok(()));
+        let mut api = record("call_api");
+        api.execution_type = ExecutionType::Api;
+        assert_eq!(validate_record(&api).unwrap_err().field, "handler");
+        api.handler = "https://api.example.com/x".into();
+        assert_eq!(validate_record(&api), Ok(()));
+        let mut limited = record("x");
+        limited.rate_limit = Some(0);
+        assert_eq!(validate_record(&limited).unwrap_err().field, "rateLimit");
+        let mut schema = record("x");
+        schema.function_definition.parameters = json!({"type": 17});
+        assert_eq!(validate_record(&schema).unwrap_err().field, "functionDefinition.parameters");
+        assert_eq!(validate_record(&record("a.b")).unwrap_err().field, "slug");
+    }
+
+    #[test]
+    fn bindings_report_missing_env_vars() {
+        let binding = Binding {
+            agent_id: "a".into(),
+            slug: "x".into(),
+            is_enabled: true,
+            custom_rate_limit: Some(3),
+            custom_config: json!({"url": "https://${env:HOST_A}/x", "headers": {"Authorization": "Bearer ${env:TOKEN_B}"}}),
+        };
+        let lookup = |name: &str| (name == "HOST_A").then(|| "h".to_string());
+        assert_eq!(validate_binding(&binding, &lookup), Ok(vec!["TOKEN_B".to_string()]));
+        let mut bad = binding.clone();
+        bad.custom_config = json!({"headers": {"X": 1}});
+        assert_eq!(validate_binding(&bad, &lookup).unwrap_err().field, "customConfig");
+        bad.custom_config = json!(3);
+        assert!(validate_binding(&bad, &lookup).is_err());
+    }
+}
