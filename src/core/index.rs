@@ -69,9 +69,15 @@ impl VectorIndex {
         self.rows.contains_key(id)
     }
 
-    /// Inserts or replaces the vector of `id`.
+    /// Inserts or replaces the vector of `id`. An empty index of dimension 0
+    /// (a remote model whose dimension is not known yet) takes the dimension
+    /// of its first vector.
     pub fn upsert(&mut self, id: &str, vector: &[f32]) -> Result<(), IndexError> {
-        if vector.len() != self.dimensions {
+        if self.dimensions == 0 && self.ids.is_empty() && !vector.is_empty() {
+            self.dimensions = vector.len();
+            self.columns = vec![Vec::new(); vector.len()];
+        }
+        if vector.len() != self.dimensions || vector.is_empty() {
             return Err(IndexError::Dimension { id: id.to_string(), expected: self.dimensions, actual: vector.len() });
         }
         match self.rows.get(id) {
@@ -202,6 +208,17 @@ mod tests {
         let hits = index.search(&unit(&[1.0, 0.1]), 2, |id| id != "a");
         assert_eq!(hits[0].id, "b");
         assert!(index.upsert("d", &[1.0]).is_err());
+    }
+
+    #[test]
+    fn an_index_of_unknown_dimension_takes_its_first_vectors() {
+        let mut index = VectorIndex::new(0);
+        assert!(index.search(&[1.0, 0.0], 1, |_| true).is_empty());
+        assert!(index.upsert("a", &[]).is_err());
+        index.upsert("a", &[0.6, 0.8]).unwrap();
+        assert_eq!(index.dimensions(), 2);
+        assert!(index.upsert("b", &[1.0, 0.0, 0.0]).is_err());
+        assert_eq!(index.search(&[0.6, 0.8], 1, |_| true)[0].id, "a");
     }
 
     #[test]

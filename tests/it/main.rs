@@ -3,6 +3,7 @@
 
 mod cli;
 mod compose_and_config;
+mod embedder_http;
 mod eval;
 mod exact_names;
 mod hostile_manifests;

@@ -166,7 +166,8 @@ impl RouteIndex {
             .collect();
         let texts: Vec<String> = seedable_idx.iter().map(|at| node_text(&nodes[*at])).collect();
         let vectors = match embedder {
-            Some(embedder) => embedder.embed_batch(&texts),
+            // An embedder that fails leaves the nodes without vectors (words still seed).
+            Some(embedder) => embedder.embed_batch(&texts).unwrap_or_else(|_| vec![Vec::new(); texts.len()]),
             None => vec![Vec::new(); texts.len()],
         };
         let seedable = seedable_idx
@@ -191,7 +192,8 @@ impl RouteIndex {
     /// Ranks recipes for `query`; `k` is clamped to 1..=[`MAX_K`]. `embedder` must be the one given to [`RouteIndex::build`].
     pub fn route(&self, query: &str, k: usize, scope: &Scope, embedder: Option<&dyn Embed>) -> Vec<RankedRecipe> {
         let k = k.clamp(1, MAX_K);
-        let query_vector = embedder.filter(|_| self.embedder_model.is_some()).map(|embedder| embedder.embed(query));
+        let query_vector =
+            embedder.filter(|_| self.embedder_model.is_some()).and_then(|embedder| embedder.embed(query).ok());
         let query_words = word_set(query);
         let mut seeds: Vec<(f32, usize)> = self
             .seedable
@@ -199,8 +201,8 @@ impl RouteIndex {
             .filter(|(at, _, _)| scope.permits(&self.nodes[*at].source_id))
             .map(|(at, vector, words)| {
                 let similarity = match &query_vector {
-                    Some(query_vector) => dot(query_vector, vector),
-                    None => lexical(&query_words, words),
+                    Some(query_vector) if query_vector.len() == vector.len() => dot(query_vector, vector),
+                    _ => lexical(&query_words, words),
                 };
                 (similarity, *at)
             })
