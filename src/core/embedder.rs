@@ -324,6 +324,37 @@ mod tests {
         }
     }
 
+    /// Records the size of every batch it is given; returns one 1-d vector per text.
+    struct Counting(std::cell::RefCell<Vec<usize>>);
+
+    impl Embed for Counting {
+        fn model_id(&self) -> String {
+            "counting".into()
+        }
+        fn dimensions(&self) -> usize {
+            1
+        }
+        fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.0.borrow_mut().push(texts.len());
+            if texts.iter().any(|t| t == "boom") {
+                return Ok(vec![vec![1.0]]);
+            }
+            Ok(texts.iter().map(|_| vec![1.0]).collect())
+        }
+    }
+
+    #[test]
+    fn batches_are_split_and_checked() {
+        let counting = Counting(Default::default());
+        let texts: Vec<String> = (0..70).map(|i| i.to_string()).collect();
+        assert_eq!(embed_in_batches(&counting, &texts, 32).unwrap().len(), 70);
+        assert_eq!(*counting.0.borrow(), vec![32, 32, 6]);
+        let err = embed_in_batches(&counting, &["a".into(), "boom".into()], 32).unwrap_err();
+        assert_eq!(err.code, EmbedErrorCode::BadResponse);
+        assert_eq!(err.to_string(), "embedder_bad_response: 1 vectors for 2 texts");
+        assert_eq!(Embed::embed(&HashingEmbedder::default(), "x").unwrap(), HashingEmbedder::default().embed("x"));
+    }
+
     #[test]
     fn model_id_names_the_dimension() {
         assert_eq!(HashingEmbedder::default().model_id(), "capdex-hashing-v1-512");

@@ -506,6 +506,30 @@ mod tests {
     }
 
     #[test]
+    fn without_vectors_the_lexical_signal_ranks_alone_within_the_unit_range() {
+        let fixture = Fixture::new(sample());
+        let filter = DiscoveryFilter::default();
+        let message = "what's the weather forecast in Paris";
+        let lexical_only = Query::without_vectors(query_texts(message), "embedder_unavailable: down");
+        let ranking = retrieve(&lexical_only, &fixture.indexes(), &filter, 5);
+        assert_eq!(ranking.hits[0].id, "tool:weather");
+        assert!(ranking.hits.iter().all(|hit| (0.0..=1.0).contains(&hit.relevance)));
+        // The relevance is the lexical score itself, not a share of it.
+        let lexical = fixture.lexical.score(message);
+        let doc = fixture.lexical.doc("tool:weather").unwrap();
+        let expected = lexical.scores.iter().find(|(d, _)| *d == doc).unwrap().1;
+        assert!((ranking.hits[0].relevance - expected).abs() < 1e-6);
+        // Exact names still come first, at 1.
+        let exact = retrieve(&Query::without_vectors(vec!["Search".into()], "x"), &fixture.indexes(), &filter, 5);
+        assert_eq!((exact.hits[0].id.as_str(), exact.hits[0].relevance), ("tool:search", 1.0));
+        // A capability without a vector (pending) is scored lexically among ones with vectors.
+        let mut pending = Fixture::new(sample());
+        pending.vectors.remove("tool:weather");
+        let ranking = retrieve(&pending.query(message), &pending.indexes(), &filter, 5);
+        assert_eq!(ranking.hits[0].id, "tool:weather");
+    }
+
+    #[test]
     fn filters_apply_before_ranking() {
         let fixture = Fixture::new(sample());
         let filter = DiscoveryFilter {
