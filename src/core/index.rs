@@ -127,11 +127,20 @@ impl VectorIndex {
         )
     }
 
-    /// Returns the `k` ids closest to `query` that pass `keep`, best first.
-    /// Ties are broken by id so results never depend on insertion order.
-    pub fn search(&self, query: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
-        if k == 0 || query.len() != self.dimensions {
-            return Vec::new();
+    /// Returns the row of `id`, if indexed (rows index [`VectorIndex::scores`]).
+    pub fn row(&self, id: &str) -> Option<usize> {
+        self.rows.get(id).copied()
+    }
+
+    /// Returns the cosine of `query` with every row, in row order, or `None`
+    /// when `query` is not of the index's dimension. One sequential pass per
+    /// non-zero query dimension: this is what [`VectorIndex::search`] ranks,
+    /// and what a caller scoring many candidates on one query should read
+    /// (equal to [`VectorIndex::cosine`], without a random access
+    /// per candidate and dimension).
+    pub fn scores(&self, query: &[f32]) -> Option<Vec<f32>> {
+        if query.len() != self.dimensions || self.dimensions == 0 {
+            return None;
         }
         let mut scores = vec![0.0f32; self.ids.len()];
         for (value, column) in query.iter().zip(&self.columns) {
@@ -141,8 +150,25 @@ impl VectorIndex {
                 }
             }
         }
+        Some(scores)
+    }
+
+    /// Returns the `k` ids closest to `query` that pass `keep`, best first.
+    /// Ties are broken by id so results never depend on insertion order.
+    pub fn search(&self, query: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
+        match self.scores(query) {
+            Some(scores) => self.top(&scores, k, keep),
+            None => Vec::new(),
+        }
+    }
+
+    /// Returns the best `k` rows of `scores` (from [`VectorIndex::scores`]) that pass `keep`, best first.
+    pub fn top(&self, scores: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
+        if k == 0 || scores.len() != self.ids.len() {
+            return Vec::new();
+        }
         let mut heap: BinaryHeap<Scored<'_>> = BinaryHeap::with_capacity(k + 1);
-        for (id, &score) in self.ids.iter().zip(&scores) {
+        for (id, &score) in self.ids.iter().zip(scores) {
             let candidate = Scored { score, id };
             // The filter may cost a lookup, so it only runs for rows that would enter the heap.
             if heap.len() == k && heap.peek().is_some_and(|worst| candidate > *worst) {
@@ -252,6 +278,12 @@ mod tests {
                 index.upsert(&format!("id{i:02}"), row).unwrap();
             }
             let hits = index.search(&query, k, |_| true);
+            if let Some(scores) = index.scores(&query) {
+                for i in 0..rows.len() {
+                    let id = format!("id{i:02}");
+                    prop_assert_eq!(scores[index.row(&id).unwrap()], index.cosine(&id, &query).unwrap());
+                }
+            }
             let mut all: Vec<Hit> = rows.iter().enumerate()
                 .map(|(i, _)| Hit { id: format!("id{i:02}"), score: index.cosine(&format!("id{i:02}"), &query).unwrap() }).collect();
             for (i, row) in rows.iter().enumerate() {

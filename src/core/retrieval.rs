@@ -292,8 +292,13 @@ pub fn retrieve_with(
     }
     timings.lexical_us = micros(started);
     let started = std::time::Instant::now();
-    for hit in indexes.vectors.search(&whole.vector, per_signal, admits_id) {
-        add(&hit.id, &mut candidates);
+    // Every part's cosine with every row, one sequential pass per non-zero
+    // dimension: cheaper than a random access per candidate and dimension.
+    let dense_scores: Vec<Option<Vec<f32>>> = parts.iter().map(|part| indexes.vectors.scores(&part.vector)).collect();
+    if let Some(whole_scores) = &dense_scores[0] {
+        for hit in indexes.vectors.top(whole_scores, per_signal, admits_id) {
+            add(&hit.id, &mut candidates);
+        }
     }
     timings.dense_us = micros(started);
     let started = std::time::Instant::now();
@@ -313,15 +318,16 @@ pub fn retrieve_with(
         .iter()
         .map(|id| {
             let doc = lexical.doc(id);
-            parts
+            let row = indexes.vectors.row(id);
+            lexical_maps
                 .iter()
-                .zip(&lexical_maps)
-                .map(|(part, lexical_map)| {
+                .zip(&dense_scores)
+                .map(|(lexical_map, dense)| {
                     let lex = doc.map(|doc| lexical_map[doc as usize]).unwrap_or(0.0);
-                    match indexes.vectors.cosine(id, &part.vector) {
-                        Some(cosine) => fusion.lexical * lex + (1.0 - fusion.lexical) * cosine.max(0.0),
+                    match (dense, row) {
+                        (Some(dense), Some(row)) => fusion.lexical * lex + (1.0 - fusion.lexical) * dense[row].max(0.0),
                         // No vector for the part or the capability: the lexical signal alone.
-                        None => lex,
+                        _ => lex,
                     }
                 })
                 .collect()
