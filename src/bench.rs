@@ -74,7 +74,7 @@ pub enum BenchError {
     Format { path: PathBuf, problem: String },
     #[error("{path} holds no capabilities")]
     Empty { path: PathBuf },
-    #[error("embedder: {0}")]
+    #[error(transparent)]
     Embedder(#[from] EmbedError),
 }
 

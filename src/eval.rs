@@ -68,7 +68,7 @@ pub enum EvalError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("the embedder gave vectors of another dimension than its first ones")]
     Dimensions,
-    #[error("embedder: {0}")]
+    #[error(transparent)]
     Embedder(#[from] EmbedError),
 }
 

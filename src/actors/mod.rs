@@ -61,7 +61,7 @@ pub enum SpawnError {
     Store(#[from] crate::store::StoreError),
     #[error("failed to index the built-in capabilities: {0}")]
     Builtins(String),
-    #[error("the embedder cannot be used: {0}")]
+    #[error("the embedder cannot be used")]
     Embedder(#[from] EmbedError),
 }
 
