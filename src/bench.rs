@@ -1,22 +1,37 @@
-//! `capdex bench --synthetic N`: builds every index over a seeded synthetic
-//! catalog and times per-turn discovery in-process (no actors, no store),
-//! with the built-in embedder.
+//! `capdex bench`: builds every index over a catalog and times per-turn
+//! discovery in-process (no actors, no store).
 //!
-//! Build time covers embedding, the vector index, the lexical index and the
-//! graph. Discovery time covers everything per turn: clause splitting, query
-//! embedding, ranking, graph re-ranking and tier assembly (Tier 0 included).
-//! Peak RSS is the process's high-water mark (`VmHWM` on Linux).
+//! The catalog is a seeded synthetic one (`--synthetic N`) or a file
+//! (`--sources FILE`: a sources object `{tools, skills, ...}`, a catalog
+//! array of descriptors, or a benchmark `tools.jsonl`) with its queries
+//! (`--queries FILE`: JSON lines with a `text` or `query` field). The
+//! embedder is the configured one (built-in by default).
+//!
+//! Build time covers embedding (in batches of `embedder.batch_size`), the
+//! vector index, the lexical index and the graph. Per-turn time covers
+//! everything: clause splitting, query embedding, ranking, graph re-ranking
+//! and tier assembly (Tier 0 included); query embedding and the rest are also
+//! reported on their own (`embedP50Us`, `discoverP50Us`, ...), which matters
+//! for a neural or remote embedder. Peak RSS is the process's high-water mark
+//! (`VmHWM` on Linux).
+//!
+//! `--prompt-size` ([`prompt_size`]) instead runs a fixed query list over a
+//! catalog and reports each tier's tokens against its budget, and the median
+//! prompt against a dump of every capability's full schema or content.
 
 use crate::core::catalog::Catalog;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
-use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter};
-use crate::core::embedder::{Embed, HashingEmbedder};
-use crate::core::graph::CapabilityGraph;
+use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
+use crate::core::embedder::{embed_in_batches, Embed, EmbedError, HashingEmbedder, DEFAULT_BATCH_SIZE};
+use crate::core::evaluation::ToolRecord;
+use crate::core::graph::{CapabilityGraph, Preset};
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
 use crate::core::retrieval::{query_texts, Indexes, Query};
-use crate::core::text::embedding_text;
-use crate::core::tiers::TokenBudget;
+use crate::core::sources::{normalise_catalog, normalise_sources, SourcesPayload};
+use crate::core::text::{detail_text, embedding_text};
+use crate::core::tiers::{estimate_tokens, TokenBudget};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What one benchmark run measured.
@@ -26,12 +41,45 @@ pub struct BenchReport {
     pub n: usize,
     pub queries: usize,
     pub build_ms: f64,
+    /// Whole turn (query embedding included).
     pub p50_us: f64,
     pub p99_us: f64,
     pub candidates_per_query: f64,
     /// Peak resident set size; 0 where the platform does not say.
     pub rss_bytes: u64,
+    /// The embedder's model id.
+    pub model_id: String,
+    /// Query embedding alone (the whole message and its clauses, one request).
+    pub embed_p50_us: f64,
+    pub embed_p99_us: f64,
+    /// Discovery without the query embedding (ranking, graph, tiers).
+    pub discover_p50_us: f64,
+    pub discover_p99_us: f64,
+    /// Mean per-stage times of discovery.
+    pub lexical_mean_us: f64,
+    pub dense_mean_us: f64,
+    pub fusion_mean_us: f64,
+    pub graph_mean_us: f64,
+    pub tiers_mean_us: f64,
 }
+
+/// A benchmark input that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("failed to read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is more than {MAX_FILE_BYTES} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("{path}: {problem}")]
+    Format { path: PathBuf, problem: String },
+    #[error("{path} holds no capabilities")]
+    Empty { path: PathBuf },
+    #[error(transparent)]
+    Embedder(#[from] EmbedError),
+}
+
+/// The largest sources or queries file read.
+pub const MAX_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 const VERBS: &[&str] = &[
     "search",
@@ -175,52 +223,303 @@ pub fn synthetic_queries(n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Builds every index over `n` synthetic capabilities and times `n_queries` discoveries.
+/// Builds every index over `n` synthetic capabilities and times `n_queries`
+/// discoveries with the built-in embedder of `dimensions`.
 pub fn run(n: usize, n_queries: usize, dimensions: usize, config: &DiscoveryConfig) -> BenchReport {
-    let descriptors = synthetic_catalog(n);
-    let queries = synthetic_queries(n_queries);
     let embedder = HashingEmbedder::new(dimensions).unwrap_or_default();
+    run_with(synthetic_catalog(n), Vec::new(), &synthetic_queries(n_queries), &embedder, DEFAULT_BATCH_SIZE, config)
+        .expect("the built-in embedder does not fail")
+}
 
-    let started = Instant::now();
-    let texts: Vec<String> = descriptors.iter().map(embedding_text).collect();
-    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
-    for (descriptor, vector) in descriptors.iter().zip(embedder.embed_batch(&texts)) {
-        vectors.upsert(&descriptor.id, &vector).expect("the embedder's dimension is the index's");
+/// The built indexes of a benchmark catalog.
+pub struct Built {
+    pub catalog: Catalog,
+    pub vectors: VectorIndex,
+    pub lexical: LexicalIndex,
+    pub graph: CapabilityGraph,
+}
+
+impl Built {
+    pub fn indexes(&self) -> Indexes<'_> {
+        Indexes { catalog: &self.catalog, vectors: &self.vectors, lexical: &self.lexical, graph: &self.graph }
     }
+}
+
+/// Embeds `descriptors` (first of each id wins) in batches and builds every index.
+pub fn build(
+    descriptors: Vec<CapabilityDescriptor>,
+    presets: Vec<Preset>,
+    embedder: &dyn Embed,
+    batch_size: usize,
+) -> Result<Built, EmbedError> {
+    let mut seen = std::collections::HashSet::with_capacity(descriptors.len());
+    let descriptors: Vec<CapabilityDescriptor> =
+        descriptors.into_iter().filter(|descriptor| seen.insert(descriptor.id.clone())).collect();
+    drop(seen);
+    let texts: Vec<String> = descriptors.iter().map(embedding_text).collect();
+    let embedded = embed_in_batches(embedder, &texts, batch_size)?;
     drop(texts);
+    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
+    for (descriptor, vector) in descriptors.iter().zip(embedded) {
+        // A vector that does not fit leaves its capability to the lexical signal, as in the Indexer.
+        let _ = vectors.upsert(&descriptor.id, &vector);
+    }
     let lexical = LexicalIndex::build(&descriptors);
-    let graph = CapabilityGraph::build(&descriptors, &[]);
+    let graph = CapabilityGraph::build(&descriptors, &presets);
     // The catalog takes the descriptors over, as the Indexer holds them: one copy.
     let catalog = Catalog {
         version: 1,
         descriptors: descriptors.into_iter().map(|descriptor| (descriptor.id.clone(), descriptor)).collect(),
         ..Catalog::default()
     };
-    let build_ms = started.elapsed().as_secs_f64() * 1e3;
-    let indexes = Indexes { catalog: &catalog, vectors: &vectors, lexical: &lexical, graph: &graph };
-    let filter = DiscoveryFilter::default();
-    let tier0 = catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
+    Ok(Built { catalog, vectors, lexical, graph })
+}
 
-    let mut durations_us: Vec<f64> = Vec::with_capacity(queries.len());
+/// Embeds one message (whole and clauses) and runs one discovery; returns
+/// the result and the embedding time in µs.
+pub fn discover_message(
+    message: &str,
+    built: &Built,
+    embedder: &dyn Embed,
+    batch_size: usize,
+    config: &DiscoveryConfig,
+    tier0: String,
+) -> Result<(DiscoveryResult, f64), EmbedError> {
+    let started = Instant::now();
+    let texts = query_texts(message);
+    let vectors = embed_in_batches(embedder, &texts, batch_size)?;
+    let embed_us = started.elapsed().as_secs_f64() * 1e6;
+    let query = Query::new(texts, vectors);
+    let mut result = discover(&query, &built.indexes(), config, &DiscoveryFilter::default(), tier0);
+    result.diagnostics.timings.embed_us = embed_us;
+    Ok((result, embed_us))
+}
+
+/// Builds every index over `descriptors` and times one discovery per query.
+pub fn run_with(
+    descriptors: Vec<CapabilityDescriptor>,
+    presets: Vec<Preset>,
+    queries: &[String],
+    embedder: &dyn Embed,
+    batch_size: usize,
+    config: &DiscoveryConfig,
+) -> Result<BenchReport, EmbedError> {
+    let started = Instant::now();
+    let built = build(descriptors, presets, embedder, batch_size)?;
+    let build_ms = started.elapsed().as_secs_f64() * 1e3;
+    let filter = DiscoveryFilter::default();
+    let tier0 = built.catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
+
+    let mut turn_us: Vec<f64> = Vec::with_capacity(queries.len());
+    let mut embed_us: Vec<f64> = Vec::with_capacity(queries.len());
+    let mut discover_us: Vec<f64> = Vec::with_capacity(queries.len());
+    let mut stages = [0.0f64; 5];
     let mut candidates = 0usize;
-    for message in &queries {
+    for message in queries {
         let started = Instant::now();
-        let texts = query_texts(message);
-        let query = Query::new(texts.clone(), embedder.embed_batch(&texts));
         // Tier 0 is cached per catalog version in the Router, so a turn only clones it.
-        let result = discover(&query, &indexes, config, &filter, tier0.clone());
-        durations_us.push(started.elapsed().as_secs_f64() * 1e6);
+        let (result, embedded_us) = discover_message(message, &built, embedder, batch_size, config, tier0.clone())?;
+        let total = started.elapsed().as_secs_f64() * 1e6;
+        turn_us.push(total);
+        embed_us.push(embedded_us);
+        discover_us.push(total - embedded_us);
+        let timings = result.diagnostics.timings;
+        for (sum, value) in stages.iter_mut().zip([
+            timings.lexical_us,
+            timings.dense_us,
+            timings.fusion_us,
+            timings.graph_us,
+            timings.tiers_us,
+        ]) {
+            *sum += value;
+        }
         candidates += result.diagnostics.candidates_scanned;
     }
-    durations_us.sort_by(f64::total_cmp);
-    BenchReport {
-        n,
+    for list in [&mut turn_us, &mut embed_us, &mut discover_us] {
+        list.sort_by(f64::total_cmp);
+    }
+    let per_query = |sum: f64| sum / queries.len().max(1) as f64;
+    Ok(BenchReport {
+        n: built.catalog.len(),
         queries: queries.len(),
         build_ms,
-        p50_us: percentile(&durations_us, 0.50),
-        p99_us: percentile(&durations_us, 0.99),
-        candidates_per_query: candidates as f64 / queries.len().max(1) as f64,
+        p50_us: percentile(&turn_us, 0.50),
+        p99_us: percentile(&turn_us, 0.99),
+        candidates_per_query: per_query(candidates as f64),
         rss_bytes: peak_rss_bytes(),
+        model_id: embedder.model_id(),
+        embed_p50_us: percentile(&embed_us, 0.50),
+        embed_p99_us: percentile(&embed_us, 0.99),
+        discover_p50_us: percentile(&discover_us, 0.50),
+        discover_p99_us: percentile(&discover_us, 0.99),
+        lexical_mean_us: per_query(stages[0]),
+        dense_mean_us: per_query(stages[1]),
+        fusion_mean_us: per_query(stages[2]),
+        graph_mean_us: per_query(stages[3]),
+        tiers_mean_us: per_query(stages[4]),
+    })
+}
+
+fn read_text(path: &Path) -> Result<String, BenchError> {
+    let size = std::fs::metadata(path).map_err(|source| BenchError::Read { path: path.into(), source })?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(BenchError::TooLarge { path: path.into() });
+    }
+    std::fs::read_to_string(path).map_err(|source| BenchError::Read { path: path.into(), source })
+}
+
+/// Reads capabilities from a sources object `{tools, skills, extensions,
+/// channels, presets}`, a catalog array of descriptors, or a benchmark
+/// `tools.jsonl` (one tool a line); items the loaders refuse are left out.
+pub fn load_sources(path: &Path) -> Result<(Vec<CapabilityDescriptor>, Vec<Preset>), BenchError> {
+    let text = read_text(path)?;
+    let format = |problem: String| BenchError::Format { path: path.into(), problem };
+    let tools_lines = || -> Result<Vec<CapabilityDescriptor>, BenchError> {
+        let mut descriptors = Vec::new();
+        for (i, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
+            let tool: ToolRecord =
+                serde_json::from_str(line).map_err(|err| format(format!("line {}: {err}", i + 1)))?;
+            descriptors.push(tool.to_descriptor());
+        }
+        Ok(descriptors)
+    };
+    let normalised = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(serde_json::Value::Array(items)) => normalise_catalog(&items),
+        Ok(value @ serde_json::Value::Object(_)) => match serde_json::from_value::<SourcesPayload>(value) {
+            Ok(payload) => normalise_sources(&payload),
+            // One line of a tools file is an object too.
+            Err(err) => match tools_lines() {
+                Ok(descriptors) => crate::core::sources::Normalised { descriptors, ..Default::default() },
+                Err(_) => {
+                    return Err(format(format!(
+                        "not a sources file {{tools, skills, extensions, channels, presets}}: {err}"
+                    )))
+                }
+            },
+        },
+        Ok(_) => return Err(format("expected a sources object, a catalog array or tools JSON lines".into())),
+        Err(_) => crate::core::sources::Normalised { descriptors: tools_lines()?, ..Default::default() },
+    };
+    if normalised.descriptors.is_empty() {
+        return Err(BenchError::Empty { path: path.into() });
+    }
+    Ok((normalised.descriptors, normalised.presets))
+}
+
+/// Reads queries: JSON lines with a `text` or `query` string field.
+pub fn load_queries(path: &Path) -> Result<Vec<String>, BenchError> {
+    let text = read_text(path)?;
+    let mut queries = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
+        let problem = |what: &str| BenchError::Format { path: path.into(), problem: format!("line {}: {what}", i + 1) };
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|err| problem(&err.to_string()))?;
+        let query = value
+            .get("text")
+            .or_else(|| value.get("query"))
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| problem("needs a \"text\" or \"query\" string"))?;
+        queries.push(query.to_string());
+    }
+    if queries.is_empty() {
+        return Err(BenchError::Format { path: path.into(), problem: "no queries".into() });
+    }
+    Ok(queries)
+}
+
+/// One query's prompt size.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptSizeLine {
+    pub query: String,
+    pub tier0_tokens: usize,
+    pub tier1_tokens: usize,
+    pub tier2_tokens: usize,
+    pub total_tokens: usize,
+    /// Tokens of the rendered prompt (at most `totalTokens`).
+    pub rendered_tokens: usize,
+    pub tier1_ids: Vec<String>,
+}
+
+/// Prompt sizes over a query list against the budgets and a dump of every schema.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptSizeReport {
+    pub n: usize,
+    pub queries: usize,
+    pub budgets: [usize; 3],
+    /// Queries where some tier exceeded its budget (none, when capdex holds its invariant).
+    pub over_budget: usize,
+    pub max_tier_tokens: [usize; 3],
+    pub median_total_tokens: f64,
+    pub max_total_tokens: usize,
+    /// Every capability's full schema or content (its Tier 2 text), one after another.
+    pub dump_all_tokens: usize,
+    /// `medianTotalTokens / dumpAllTokens`.
+    pub median_share_of_dump: f64,
+    pub lines: Vec<PromptSizeLine>,
+}
+
+/// Runs every query and measures each tier against its budget.
+pub fn prompt_size(
+    descriptors: Vec<CapabilityDescriptor>,
+    presets: Vec<Preset>,
+    queries: &[String],
+    embedder: &dyn Embed,
+    batch_size: usize,
+    config: &DiscoveryConfig,
+) -> Result<PromptSizeReport, EmbedError> {
+    let built = build(descriptors, presets, embedder, batch_size)?;
+    let dump: String = built.catalog.descriptors.values().map(detail_text).collect::<Vec<_>>().join("\n");
+    let dump_all_tokens = estimate_tokens(&dump);
+    let tier0 = built.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(config.tier0_token_budget));
+    let budgets = [config.tier0_token_budget, config.tier1_token_budget, config.tier2_token_budget];
+    let mut lines = Vec::with_capacity(queries.len());
+    for message in queries {
+        let (result, _) = discover_message(message, &built, embedder, batch_size, config, tier0.clone())?;
+        let estimate = result.token_estimate;
+        lines.push(PromptSizeLine {
+            query: message.clone(),
+            // Counted again on the rendered tier text, not trusted from the estimate.
+            tier0_tokens: estimate_tokens(&result.tier0),
+            tier1_tokens: estimate.tier1_tokens,
+            tier2_tokens: estimate.tier2_tokens,
+            total_tokens: estimate.total_tokens,
+            rendered_tokens: estimate_tokens(&result.rendered),
+            tier1_ids: result.tier1.iter().map(|entry| entry.id.clone()).collect(),
+        });
+    }
+    let over_budget = lines
+        .iter()
+        .filter(|l| l.tier0_tokens > budgets[0] || l.tier1_tokens > budgets[1] || l.tier2_tokens > budgets[2])
+        .count();
+    let max_tier_tokens = [
+        lines.iter().map(|l| l.tier0_tokens).max().unwrap_or(0),
+        lines.iter().map(|l| l.tier1_tokens).max().unwrap_or(0),
+        lines.iter().map(|l| l.tier2_tokens).max().unwrap_or(0),
+    ];
+    let mut totals: Vec<f64> = lines.iter().map(|l| l.total_tokens as f64).collect();
+    totals.sort_by(f64::total_cmp);
+    let median_total_tokens = median(&totals);
+    Ok(PromptSizeReport {
+        n: built.catalog.len(),
+        queries: lines.len(),
+        budgets,
+        over_budget,
+        max_tier_tokens,
+        median_total_tokens,
+        max_total_tokens: lines.iter().map(|l| l.total_tokens).max().unwrap_or(0),
+        dump_all_tokens,
+        median_share_of_dump: if dump_all_tokens == 0 { 0.0 } else { median_total_tokens / dump_all_tokens as f64 },
+        lines,
+    })
+}
+
+/// The median of sorted values (mean of the middle two for an even count); 0 when empty.
+fn median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
 }
 
@@ -267,10 +566,48 @@ mod tests {
     }
 
     #[test]
+    fn loads_every_source_shape_and_queries() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/catalog");
+        let (descriptors, _) = load_sources(&data.join("synthcat-1000.sources.json")).unwrap();
+        assert!(descriptors.len() >= 900, "{}", descriptors.len());
+        let (catalog, _) = load_sources(&data.join("agentos-catalog.json")).unwrap();
+        assert!(catalog.len() >= 300, "{}", catalog.len());
+        let queries = load_queries(&data.join("synthcat-1000.queries.jsonl")).unwrap();
+        assert!(queries.len() >= 100 && queries.iter().all(|q| !q.is_empty()));
+        let dir = tempfile::tempdir().unwrap();
+        let tools = dir.path().join("tools.jsonl");
+        std::fs::write(&tools, "{\"id\":\"a\",\"name\":\"alpha\",\"description\":\"send mail\"}\n").unwrap();
+        assert_eq!(load_sources(&tools).unwrap().0.len(), 1);
+        let bad = dir.path().join("bad.jsonl");
+        std::fs::write(&bad, "{\"q\": 1}\n").unwrap();
+        assert!(matches!(load_queries(&bad), Err(BenchError::Format { .. })));
+        std::fs::write(&bad, "[]").unwrap();
+        assert!(matches!(load_sources(&bad), Err(BenchError::Empty { .. })));
+        assert!(matches!(load_sources(&dir.path().join("missing.json")), Err(BenchError::Read { .. })));
+    }
+
+    #[test]
+    fn prompt_sizes_stay_within_the_budgets() {
+        let config = DiscoveryConfig { tier1_token_budget: 120, tier2_token_budget: 150, ..DiscoveryConfig::default() };
+        let queries = synthetic_queries(12);
+        let report =
+            prompt_size(synthetic_catalog(200), Vec::new(), &queries, &HashingEmbedder::default(), 32, &config)
+                .unwrap();
+        assert_eq!((report.n, report.queries, report.over_budget), (200, 12, 0));
+        assert!(report.max_tier_tokens[1] <= 120 && report.max_tier_tokens[2] <= 150);
+        assert!(report.median_total_tokens > 0.0 && report.median_total_tokens < report.dump_all_tokens as f64);
+        assert!(report.lines.iter().all(|l| l.rendered_tokens <= l.total_tokens));
+        assert_eq!(median(&[1.0, 2.0, 10.0, 11.0]), 6.0);
+    }
+
+    #[test]
     fn a_small_run_reports_every_figure() {
         let report = run(300, 20, 64, &DiscoveryConfig::default());
         assert_eq!((report.n, report.queries), (300, 20));
         assert!(report.p50_us > 0.0 && report.p99_us >= report.p50_us);
         assert!(report.candidates_per_query >= 1.0);
+        assert!(report.embed_p50_us > 0.0 && report.discover_p50_us > 0.0);
+        assert!(report.embed_p50_us <= report.p50_us * 1.0001 + 1.0);
+        assert_eq!(report.model_id, "capdex-hashing-v1-64");
     }
 }

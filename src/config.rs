@@ -82,6 +82,105 @@ pub struct RawDiscovery {
 #[serde(deny_unknown_fields)]
 pub struct RawEmbedder {
     pub dimensions: usize,
+    pub backend: String,
+    pub model_dir: PathBuf,
+    pub endpoint: String,
+    pub model: String,
+    pub api_key_env: String,
+    pub batch_size: usize,
+    pub timeout_ms: u64,
+    pub retries: u32,
+}
+
+/// Which embedder turns texts into vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbedderBackend {
+    /// The built-in feature-hashing embedder (`core::embedder`): no files, deterministic.
+    Builtin,
+    /// A local neural model from `model_dir` (needs the `neural` cargo feature).
+    Local,
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Http,
+}
+
+impl EmbedderBackend {
+    /// Parses `builtin`, `local` or `http`.
+    pub fn parse(text: &str) -> Result<EmbedderBackend, String> {
+        match text {
+            "builtin" => Ok(EmbedderBackend::Builtin),
+            "local" => Ok(EmbedderBackend::Local),
+            "http" => Ok(EmbedderBackend::Http),
+            other => Err(format!("must be \"builtin\", \"local\" or \"http\", got {other:?}")),
+        }
+    }
+}
+
+/// The `[embedder]` section, validated for its backend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmbedderSettings {
+    pub backend: EmbedderBackend,
+    /// Dimensions of the built-in embedder.
+    pub dimensions: usize,
+    pub model_dir: PathBuf,
+    pub endpoint: String,
+    pub model: String,
+    /// Name of the environment variable holding the HTTP bearer key ("" for none).
+    pub api_key_env: String,
+    pub batch_size: usize,
+    pub timeout_ms: u64,
+    pub retries: u32,
+}
+
+impl EmbedderSettings {
+    /// Checks what `backend` needs; the problem names its field.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if !(1..=4096).contains(&self.dimensions) {
+            return Err(("embedder.dimensions", format!("must be in 1..=4096, got {}", self.dimensions)));
+        }
+        if !(1..=2048).contains(&self.batch_size) {
+            return Err(("embedder.batch_size", format!("must be in 1..=2048, got {}", self.batch_size)));
+        }
+        if !(1..=600_000).contains(&self.timeout_ms) {
+            return Err(("embedder.timeout_ms", format!("must be in 1..=600000, got {}", self.timeout_ms)));
+        }
+        if self.retries > 10 {
+            return Err(("embedder.retries", format!("must be at most 10, got {}", self.retries)));
+        }
+        if !self.api_key_env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err((
+                "embedder.api_key_env",
+                format!("must be the name of an environment variable (letters, digits, _), got {:?}", self.api_key_env),
+            ));
+        }
+        match self.backend {
+            EmbedderBackend::Builtin => {}
+            EmbedderBackend::Local => {
+                if !cfg!(feature = "neural") {
+                    return Err((
+                        "embedder.backend",
+                        "\"local\" needs the neural model, but capdex was built without the `neural` feature \
+                         (rebuild with `cargo build --features neural`, or use \"builtin\" or \"http\")"
+                            .into(),
+                    ));
+                }
+                if self.model_dir.as_os_str().is_empty() {
+                    return Err(("embedder.model_dir", "must name the model folder when backend is \"local\"".into()));
+                }
+            }
+            EmbedderBackend::Http => {
+                if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
+                    return Err((
+                        "embedder.endpoint",
+                        format!("must be an http:// or https:// URL when backend is \"http\", got {:?}", self.endpoint),
+                    ));
+                }
+                if self.model.trim().is_empty() {
+                    return Err(("embedder.model", "must name the model when backend is \"http\"".into()));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -212,6 +311,8 @@ pub struct Settings {
     pub discovery: DiscoveryConfig,
     pub embedder_dimensions: usize,
     pub nats: NatsSettings,
+    /// The `[embedder]` section (`embedder_dimensions` is its `dimensions`).
+    pub embedder: EmbedderSettings,
     pub kpi: KpiSettings,
     pub planner: PlannerDefaults,
     pub planner_discovery_max_retries: u32,
@@ -308,12 +409,19 @@ impl Settings {
             "json" => LogFormat::Json,
             other => return Err(invalid("log_format", format!("must be \"text\" or \"json\", got {other:?}"))),
         };
-        if !(1..=4096).contains(&raw.embedder.dimensions) {
-            return Err(invalid(
-                "embedder.dimensions",
-                format!("must be in 1..=4096, got {}", raw.embedder.dimensions),
-            ));
-        }
+        let embedder = EmbedderSettings {
+            backend: EmbedderBackend::parse(&raw.embedder.backend)
+                .map_err(|problem| invalid("embedder.backend", problem))?,
+            dimensions: raw.embedder.dimensions,
+            model_dir: raw.embedder.model_dir.clone(),
+            endpoint: raw.embedder.endpoint.clone(),
+            model: raw.embedder.model.clone(),
+            api_key_env: raw.embedder.api_key_env.clone(),
+            batch_size: raw.embedder.batch_size,
+            timeout_ms: raw.embedder.timeout_ms,
+            retries: raw.embedder.retries,
+        };
+        embedder.validate().map_err(|(field, problem)| invalid(field, problem))?;
         validate_prefix(&raw.nats.subject_prefix).map_err(|problem| invalid("nats.subject_prefix", problem))?;
         if !(raw.nats.url.starts_with("nats://") || raw.nats.url.starts_with("tls://")) {
             return Err(invalid("nats.url", format!("must start with nats:// or tls://, got {:?}", raw.nats.url)));
@@ -461,6 +569,7 @@ impl Settings {
             log_format,
             discovery,
             embedder_dimensions: raw.embedder.dimensions,
+            embedder,
             nats: NatsSettings {
                 url: raw.nats.url,
                 subject_prefix: raw.nats.subject_prefix,
@@ -936,6 +1045,45 @@ mod tests {
         ] {
             let err = Settings::load(None, &env(&[(name, value)])).unwrap_err();
             assert!(err.to_string().contains(field), "{name}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn embedder_backends_are_checked_for_what_they_need() {
+        let settings = Settings::load(None, &env(&[])).unwrap();
+        assert_eq!(settings.embedder.backend, EmbedderBackend::Builtin);
+        assert_eq!(settings.embedder.batch_size, 32);
+        let settings = Settings::load(
+            None,
+            &env(&[
+                ("CAPDEX_EMBEDDER_BACKEND", "http"),
+                ("CAPDEX_EMBEDDER_ENDPOINT", "http://127.0.0.1:8080"),
+                ("CAPDEX_EMBEDDER_MODEL", "all-minilm"),
+                ("CAPDEX_EMBEDDER_API_KEY_ENV", "EMBED_KEY"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(settings.embedder.backend, EmbedderBackend::Http);
+        assert_eq!(settings.embedder.api_key_env, "EMBED_KEY");
+        for (pairs, field) in [
+            (vec![("CAPDEX_EMBEDDER_BACKEND", "openai")], "embedder.backend"),
+            (vec![("CAPDEX_EMBEDDER_BACKEND", "http")], "embedder.endpoint"),
+            (vec![("CAPDEX_EMBEDDER_BACKEND", "http"), ("CAPDEX_EMBEDDER_ENDPOINT", "http://x")], "embedder.model"),
+            (vec![("CAPDEX_EMBEDDER_BATCH_SIZE", "0")], "embedder.batch_size"),
+            (vec![("CAPDEX_EMBEDDER_API_KEY_ENV", "sk-live-123")], "embedder.api_key_env"),
+        ] {
+            let err = Settings::load(None, &env(&pairs)).unwrap_err();
+            assert!(err.to_string().contains(field), "{pairs:?}: {err}");
+        }
+        let local = Settings::load(
+            None,
+            &env(&[("CAPDEX_EMBEDDER_BACKEND", "local"), ("CAPDEX_EMBEDDER_MODEL_DIR", "/models/minilm")]),
+        );
+        if cfg!(feature = "neural") {
+            assert_eq!(local.unwrap().embedder.backend, EmbedderBackend::Local);
+        } else {
+            let err = local.unwrap_err().to_string();
+            assert!(err.contains("built without the `neural` feature"), "{err}");
         }
     }
 

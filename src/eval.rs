@@ -5,11 +5,18 @@
 //! The ranking is the one discovery uses ([`crate::core::retrieval::rank`]: hybrid retrieval, clause
 //! fusion, graph re-ranking as configured), read to `depth` results, with no
 //! relevance minimum (a run file is a ranking, not a prompt).
+//!
+//! The embedder is the configured one, or the one `--embedder` picks
+//! (`builtin`, `local --model-dir DIR`, `http --endpoint URL --model NAME`);
+//! tools are embedded in batches of `embedder.batch_size`. An embedder that
+//! fails stops the evaluation (a score without the dense signal would not be
+//! the one asked for).
 
+use crate::config::EmbedderSettings;
 use crate::core::capability_prior::{distinct_ids, CapabilityStats, PriorSettings, PriorSnapshot};
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryFilter};
-use crate::core::embedder::{Embed, HashingEmbedder};
+use crate::core::embedder::{embed_in_batches, EmbedError};
 use crate::core::evaluation::{aggregate, score_query, Metrics, QueryRecord, RunLine, ToolRecord};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
@@ -31,7 +38,8 @@ pub struct EvalOptions {
     /// Ranked ids written per query.
     pub depth: usize,
     pub config: DiscoveryConfig,
-    pub dimensions: usize,
+    /// Which embedder, as in the `[embedder]` settings.
+    pub embedder: EmbedderSettings,
     /// Fusion weights; the default is the one discovery uses.
     pub fusion: Fusion,
     /// Lexical field weights; the default is the one discovery uses.
@@ -48,6 +56,10 @@ pub struct EvalReport {
     pub metrics: Metrics,
     pub build_ms: f64,
     pub query_ms_mean: f64,
+    /// The embedder's model id.
+    pub model_id: String,
+    /// Mean time to embed one query (its whole text and clauses), in ms.
+    pub query_embed_ms_mean: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,10 +70,12 @@ pub enum EvalError {
     Parse { path: PathBuf, line: usize, source: serde_json::Error },
     #[error("failed to write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
-    #[error("the embedder needs at least one dimension")]
+    #[error("the embedder gave vectors of another dimension than its first ones")]
     Dimensions,
     #[error("{path} outcome {number}: {problem}")]
     Outcome { path: PathBuf, number: usize, problem: String },
+    #[error(transparent)]
+    Embedder(#[from] EmbedError),
 }
 
 /// Builds the outcome prior from task outcomes (`capdex.v1.outcome` objects,
@@ -98,20 +112,24 @@ fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, EvalError> {
 pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let tools: Vec<ToolRecord> = read_jsonl(&options.tools)?;
     let queries: Vec<QueryRecord> = read_jsonl(&options.queries)?;
-    let embedder = HashingEmbedder::new(options.dimensions).ok_or(EvalError::Dimensions)?;
+    let embedder = crate::embedders::backend::build(&options.embedder)?;
+    let batch_size = options.embedder.batch_size;
 
     let started = Instant::now();
     let descriptors: Vec<_> = tools.iter().map(ToolRecord::to_descriptor).collect();
     let mut catalog = Catalog::default();
-    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
+    let mut unique = Vec::with_capacity(descriptors.len());
     for descriptor in &descriptors {
-        if catalog.descriptors.contains_key(&descriptor.id) {
-            continue;
+        if !catalog.descriptors.contains_key(&descriptor.id) {
+            catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+            unique.push(descriptor);
         }
-        vectors
-            .upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor)))
-            .map_err(|_| EvalError::Dimensions)?;
-        catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+    }
+    let texts: Vec<String> = unique.iter().map(|descriptor| embedding_text(descriptor)).collect();
+    let embedded = embed_in_batches(embedder.as_ref(), &texts, batch_size)?;
+    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), unique.len());
+    for (descriptor, vector) in unique.iter().zip(embedded) {
+        vectors.upsert(&descriptor.id, &vector).map_err(|_| EvalError::Dimensions)?;
     }
     let lexical = LexicalIndex::build_with(&descriptors, options.field_weights);
     let graph = CapabilityGraph::build(&descriptors, &[]);
@@ -121,20 +139,25 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let filter = DiscoveryFilter::default();
     let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
     let started = Instant::now();
+    let mut embed_seconds = 0.0;
     let runs: Vec<RunLine> = queries
         .iter()
         .enumerate()
         .map(|(query_idx, record)| {
             let texts = query_texts(&record.query);
-            let query = Query::new(texts.clone(), embedder.embed_batch(&texts));
+            let embed_started = Instant::now();
+            let query_vectors = embed_in_batches(embedder.as_ref(), &texts, batch_size)?;
+            embed_seconds += embed_started.elapsed().as_secs_f64();
+            let query = Query::new(texts, query_vectors);
             let mut ranking = rank_with(&query, &indexes, &filter, options.depth, graph_boost, options.fusion);
             if let Some(prior) = &options.outcome_prior {
                 prior.apply(&mut ranking.hits);
             }
-            RunLine { query_idx, ranked: ranking.hits.into_iter().take(options.depth).map(|hit| hit.id).collect() }
+            Ok(RunLine { query_idx, ranked: ranking.hits.into_iter().take(options.depth).map(|hit| hit.id).collect() })
         })
-        .collect();
+        .collect::<Result<_, EvalError>>()?;
     let query_ms_mean = started.elapsed().as_secs_f64() * 1e3 / queries.len().max(1) as f64;
+    let query_embed_ms_mean = embed_seconds * 1e3 / queries.len().max(1) as f64;
 
     if let Some(out) = &options.out {
         let write_error = |source| EvalError::Write { path: out.clone(), source };
@@ -148,5 +171,12 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     }
     let scores: Vec<_> =
         runs.iter().zip(&queries).map(|(run, record)| score_query(&run.ranked, &record.relevant)).collect();
-    Ok(EvalReport { tools: catalog.len(), metrics: aggregate(&scores, queries.len()), build_ms, query_ms_mean })
+    Ok(EvalReport {
+        tools: catalog.len(),
+        metrics: aggregate(&scores, queries.len()),
+        build_ms,
+        query_ms_mean,
+        model_id: embedder.model_id(),
+        query_embed_ms_mean,
+    })
 }

@@ -6,6 +6,7 @@
 //! - [`gateway`]: the only module that speaks NATS;
 //! - [`store`]: the only module that speaks sled;
 //! - [`sources`]: reading capability folders from disk;
+//! - [`embedders`]: the HTTP and local neural embedding backends, and the choice of one;
 //! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
 //! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring;
 //! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream).
@@ -17,6 +18,7 @@ pub mod bench;
 pub mod config;
 pub mod core;
 pub mod dispatch_cli;
+pub mod embedders;
 pub mod eval;
 pub mod gateway;
 pub mod replication;

@@ -79,18 +79,32 @@ enum Command {
     /// Source Capability Graph: <prefix>.map, .route, .observe, .memory.deposit (requests)
     /// and <prefix>.events.scg (map progress events).
     Serve,
-    /// Time index building and in-process discovery on a seeded synthetic catalog.
+    /// Time index building and in-process discovery on a catalog: seeded synthetic or from files.
     ///
-    /// Prints build time, discover latency p50/p99, candidates per query and peak RSS. Example:
+    /// Prints build time, discover latency p50/p99 (query embedding also on its own),
+    /// candidates per query and peak RSS. Examples:
     ///   capdex bench --synthetic 10000 --json
+    ///   capdex bench --sources ../shared/data/catalog/synthcat-1000.sources.json \
+    ///                --queries ../shared/data/catalog/synthcat-1000.queries.jsonl
+    ///   capdex bench --prompt-size --sources ../shared/data/catalog/agentos-catalog.json \
+    ///                --queries benches/prompt_size_queries.jsonl
     Bench {
-        /// Number of synthetic capabilities.
-        #[arg(long, value_name = "N")]
-        synthetic: usize,
-        /// Number of synthetic queries.
-        #[arg(long, default_value_t = 1000)]
-        queries: usize,
-        /// Print the report as JSON (keys n, buildMs, p50Us, p99Us, rssBytes, ...).
+        /// Number of synthetic capabilities (seeded generator).
+        #[arg(long, value_name = "N", conflicts_with = "sources", required_unless_present = "sources")]
+        synthetic: Option<usize>,
+        /// Capabilities: a sources object {tools, skills, ...}, a catalog array, or tools JSON lines.
+        #[arg(long, value_name = "FILE", requires = "queries")]
+        sources: Option<PathBuf>,
+        /// With --sources: JSON lines with a "text" or "query" field. With --synthetic: how many
+        /// synthetic queries (default 1000).
+        #[arg(long, value_name = "FILE|N")]
+        queries: Option<String>,
+        /// Report prompt sizes per tier against the budgets and a dump of every schema, not timings.
+        #[arg(long, requires = "sources")]
+        prompt_size: bool,
+        #[command(flatten)]
+        embedder: EmbedderFlags,
+        /// Print the report as JSON (keys n, buildMs, p50Us, p99Us, rssBytes, embedP50Us, ...).
         #[arg(long)]
         json: bool,
     },
@@ -132,6 +146,8 @@ enum Command {
         /// configured [discovery] outcome_prior_* settings.
         #[arg(long, value_name = "FILE")]
         outcome_prior: Option<PathBuf>,
+        #[command(flatten)]
+        embedder: EmbedderFlags,
     },
     /// Map a source into the Source Capability Graph (stored in data_dir).
     ///
@@ -307,6 +323,45 @@ enum ApprovalCommand {
     },
 }
 
+/// Picks the embedder for `eval` and `bench`; without `--embedder`, the configured one.
+#[derive(clap::Args, Debug, Default)]
+struct EmbedderFlags {
+    /// builtin, local (with --model-dir) or http (with --endpoint and --model).
+    #[arg(long, value_name = "BACKEND")]
+    embedder: Option<String>,
+    /// The model folder for --embedder local (model.safetensors, tokenizer.json, config.json).
+    #[arg(long, value_name = "DIR")]
+    model_dir: Option<PathBuf>,
+    /// Base URL of an OpenAI-compatible /v1/embeddings endpoint for --embedder http.
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// The model name for --embedder http.
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+}
+
+impl EmbedderFlags {
+    /// The `[embedder]` settings with these flags on top.
+    fn apply(&self, settings: &capdex::config::EmbedderSettings) -> anyhow::Result<capdex::config::EmbedderSettings> {
+        let mut out = settings.clone();
+        if let Some(backend) = &self.embedder {
+            out.backend = capdex::config::EmbedderBackend::parse(backend)
+                .map_err(|problem| anyhow::anyhow!("--embedder {problem}"))?;
+        }
+        if let Some(dir) = &self.model_dir {
+            out.model_dir = dir.clone();
+        }
+        if let Some(endpoint) = &self.endpoint {
+            out.endpoint = endpoint.clone();
+        }
+        if let Some(model) = &self.model {
+            out.model = model.clone();
+        }
+        out.validate().map_err(|(field, problem)| anyhow::anyhow!("{field} {problem}"))?;
+        Ok(out)
+    }
+}
+
 /// Capability files to index besides the folders.
 #[derive(clap::Args, Debug, Default)]
 struct SourceFiles {
@@ -347,6 +402,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         clause_weight,
         field_weights,
         outcome_prior,
+        embedder,
     } = cli.command
     {
         let mut config = settings.discovery.clone();
@@ -364,7 +420,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             depth: depth.max(1),
             config,
-            dimensions: settings.embedder_dimensions,
+            embedder: embedder.apply(&settings.embedder)?,
             fusion,
             field_weights,
             outcome_prior: match outcome_prior {
@@ -374,23 +430,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }
-    if let Command::Bench { synthetic, queries, json } = cli.command {
-        let report = capdex::bench::run(synthetic, queries, settings.embedder_dimensions, &settings.discovery);
-        if json {
-            println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
-        } else {
-            println!(
-                "{} capabilities built in {:.0} ms; {} queries: p50 {:.0} µs, p99 {:.0} µs, {:.1} candidates a query; peak RSS {:.1} MB",
-                report.n,
-                report.build_ms,
-                report.queries,
-                report.p50_us,
-                report.p99_us,
-                report.candidates_per_query,
-                report.rss_bytes as f64 / 1e6
-            );
-        }
-        return Ok(());
+    if let Command::Bench { synthetic, sources, queries, prompt_size, embedder, json } = cli.command {
+        return run_bench(&settings, synthetic, sources, queries, prompt_size, &embedder, json);
     }
     let system = actix_rt::System::new();
     match cli.command {
@@ -673,6 +714,80 @@ async fn discover_once(
         println!("{}", serde_json::to_string_pretty(&result).context("failed to encode the result")?);
     } else {
         print!("{}", result.rendered);
+    }
+    Ok(())
+}
+
+fn run_bench(
+    settings: &Settings,
+    synthetic: Option<usize>,
+    sources: Option<PathBuf>,
+    queries: Option<String>,
+    prompt_size: bool,
+    flags: &EmbedderFlags,
+    json: bool,
+) -> anyhow::Result<()> {
+    use capdex::bench;
+    let embedder_settings = flags.apply(&settings.embedder)?;
+    let embedder = capdex::embedders::backend::build(&embedder_settings)?;
+    let batch_size = embedder_settings.batch_size;
+    let (descriptors, presets, messages) = match (synthetic, sources) {
+        (Some(n), _) => {
+            let count = match queries.as_deref() {
+                None => 1000,
+                Some(text) => text.parse().context("with --synthetic, --queries is a number of queries")?,
+            };
+            (bench::synthetic_catalog(n), Vec::new(), bench::synthetic_queries(count))
+        }
+        (None, Some(path)) => {
+            let (descriptors, presets) = bench::load_sources(&path)?;
+            let queries = queries.context("--sources needs --queries FILE")?;
+            (descriptors, presets, bench::load_queries(std::path::Path::new(&queries))?)
+        }
+        (None, None) => anyhow::bail!("give --synthetic N or --sources FILE --queries FILE"),
+    };
+    if prompt_size {
+        let report =
+            bench::prompt_size(descriptors, presets, &messages, embedder.as_ref(), batch_size, &settings.discovery)?;
+        if json {
+            println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
+        } else {
+            println!(
+                "{} capabilities, {} queries: {} over budget; max tokens per tier {:?} (budgets {:?}); \
+                 median prompt {:.0} tokens (max {}) vs {} for every schema ({:.1}%)",
+                report.n,
+                report.queries,
+                report.over_budget,
+                report.max_tier_tokens,
+                report.budgets,
+                report.median_total_tokens,
+                report.max_total_tokens,
+                report.dump_all_tokens,
+                report.median_share_of_dump * 100.0
+            );
+        }
+        return Ok(());
+    }
+    let report = bench::run_with(descriptors, presets, &messages, embedder.as_ref(), batch_size, &settings.discovery)?;
+    if json {
+        println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
+    } else {
+        println!(
+            "{} capabilities built in {:.0} ms; {} queries: p50 {:.0} µs, p99 {:.0} µs \
+             (query embedding p50 {:.0} µs, p99 {:.0} µs; the rest p50 {:.0} µs, p99 {:.0} µs), \
+             {:.1} candidates a query; peak RSS {:.1} MB",
+            report.n,
+            report.build_ms,
+            report.queries,
+            report.p50_us,
+            report.p99_us,
+            report.embed_p50_us,
+            report.embed_p99_us,
+            report.discover_p50_us,
+            report.discover_p99_us,
+            report.candidates_per_query,
+            report.rss_bytes as f64 / 1e6
+        );
     }
     Ok(())
 }

@@ -1,8 +1,11 @@
 //! Embedder: turns texts into vectors with the configured [`Embed`] model.
-//! Runs on a `SyncArbiter` thread, since embedding is CPU work.
+//! Runs on a `SyncArbiter` thread, since embedding is CPU work (or, for the
+//! HTTP backend, a blocking request). Texts go to the model in batches of at
+//! most `batch_size` (32 by default), whatever the backend. A failure is
+//! answered, not hidden: the reply carries the typed [`EmbedError`].
 
 use crate::actors::Observe;
-use crate::core::embedder::Embed;
+use crate::core::embedder::{embed_in_batches, Embed, EmbedError, DEFAULT_BATCH_SIZE};
 use actix::prelude::*;
 
 /// Embeds texts, in order.
@@ -12,11 +15,13 @@ pub struct EmbedTexts {
     pub texts: Vec<String>,
 }
 
-/// Vectors for the texts of an [`EmbedTexts`], and the model that made them.
+/// Vectors for the texts of an [`EmbedTexts`] (or why there are none), and the model asked.
 #[derive(Debug, Clone)]
 pub struct EmbeddedTexts {
     pub model_id: String,
-    pub vectors: Vec<Vec<f32>>,
+    /// The model's dimension as far as known (0: not known yet).
+    pub dimensions: usize,
+    pub vectors: Result<Vec<Vec<f32>>, EmbedError>,
 }
 
 /// What the embedder has done so far.
@@ -24,12 +29,17 @@ pub struct EmbeddedTexts {
 pub struct EmbedderStats {
     pub model_id: String,
     pub dimensions: usize,
+    /// Requests made to the model (each at most `batch_size` texts).
     pub batches: u64,
     pub texts_embedded: u64,
+    /// Messages that got an error instead of vectors.
+    pub failures: u64,
+    pub last_error: Option<EmbedError>,
 }
 
 pub struct Embedder {
     model: Box<dyn Embed + Send>,
+    batch_size: usize,
     stats: EmbedderStats,
 }
 
@@ -37,7 +47,13 @@ impl Embedder {
     pub fn new(model: Box<dyn Embed + Send>) -> Embedder {
         let stats =
             EmbedderStats { model_id: model.model_id(), dimensions: model.dimensions(), ..EmbedderStats::default() };
-        Embedder { model, stats }
+        Embedder { model, batch_size: DEFAULT_BATCH_SIZE, stats }
+    }
+
+    /// Sends at most `batch_size` texts (at least 1) to the model at a time.
+    pub fn with_batch_size(mut self, batch_size: usize) -> Embedder {
+        self.batch_size = batch_size.max(1);
+        self
     }
 }
 
@@ -49,12 +65,25 @@ impl Handler<EmbedTexts> for Embedder {
     type Result = MessageResult<EmbedTexts>;
 
     fn handle(&mut self, msg: EmbedTexts, _: &mut SyncContext<Self>) -> Self::Result {
-        self.stats.batches += 1;
-        self.stats.texts_embedded += msg.texts.len() as u64;
-        metrics::counter!("capdex_embedder_texts_total").increment(msg.texts.len() as u64);
+        self.stats.batches += msg.texts.len().div_ceil(self.batch_size) as u64;
+        let vectors = embed_in_batches(self.model.as_ref(), &msg.texts, self.batch_size);
+        match &vectors {
+            Ok(_) => {
+                self.stats.texts_embedded += msg.texts.len() as u64;
+                metrics::counter!("capdex_embedder_texts_total").increment(msg.texts.len() as u64);
+            }
+            Err(err) => {
+                self.stats.failures += 1;
+                self.stats.last_error = Some(err.clone());
+                metrics::counter!("capdex_embedder_failures_total").increment(1);
+                tracing::warn!(code = %err.code, message = %err.message, texts = msg.texts.len(), "embedding failed");
+            }
+        }
+        self.stats.dimensions = self.model.dimensions();
         MessageResult(EmbeddedTexts {
             model_id: self.stats.model_id.clone(),
-            vectors: self.model.embed_batch(&msg.texts),
+            dimensions: self.stats.dimensions,
+            vectors,
         })
     }
 }
@@ -70,15 +99,43 @@ impl Handler<Observe<EmbedderStats>> for Embedder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::embedder::HashingEmbedder;
+    use crate::core::embedder::{EmbedErrorCode, HashingEmbedder};
+    use crate::embedders::backend::FailingEmbedder;
 
     #[actix::test]
     async fn embeds_in_order_and_counts() {
         let addr = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::new(16).unwrap())));
         let out = addr.send(EmbedTexts { texts: vec!["alpha".into(), "beta".into()] }).await.unwrap();
-        assert_eq!(out.vectors.len(), 2);
-        assert_eq!(out.vectors[0], HashingEmbedder::new(16).unwrap().embed("alpha"));
+        let vectors = out.vectors.unwrap();
+        assert_eq!(vectors.len(), 2);
+        assert_eq!(vectors[0], HashingEmbedder::new(16).unwrap().embed("alpha"));
         let stats = addr.send(Observe::<EmbedderStats>::new()).await.unwrap();
         assert_eq!((stats.batches, stats.texts_embedded, stats.dimensions), (1, 2, 16));
+    }
+
+    #[actix::test]
+    async fn batches_hold_at_most_batch_size_texts() {
+        let addr =
+            SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::new(8).unwrap())).with_batch_size(32));
+        let texts: Vec<String> = (0..65).map(|i| format!("text {i}")).collect();
+        let out = addr.send(EmbedTexts { texts }).await.unwrap();
+        assert_eq!(out.vectors.unwrap().len(), 65);
+        let stats = addr.send(Observe::<EmbedderStats>::new()).await.unwrap();
+        assert_eq!(stats.batches, 3);
+    }
+
+    #[actix::test]
+    async fn failures_are_answered_with_their_error() {
+        let addr = SyncArbiter::start(1, || {
+            Embedder::new(Box::new(FailingEmbedder {
+                model_id: "remote".into(),
+                error: EmbedError::new(EmbedErrorCode::Unavailable, "connection refused"),
+            }))
+        });
+        let out = addr.send(EmbedTexts { texts: vec!["a".into()] }).await.unwrap();
+        assert_eq!(out.model_id, "remote");
+        assert_eq!(out.vectors.unwrap_err().code, EmbedErrorCode::Unavailable);
+        let stats = addr.send(Observe::<EmbedderStats>::new()).await.unwrap();
+        assert_eq!(stats.failures, 1);
     }
 }

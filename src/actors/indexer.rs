@@ -3,6 +3,13 @@
 //! when model and text are unchanged (so a restart re-embeds nothing), the
 //! rest go to the Embedder, and the new snapshot is published.
 //!
+//! Embedding is best effort: when the Embedder fails (an HTTP backend that is
+//! down, say), the sync still completes: every capability enters the catalog
+//! and the lexical index, those without a vector are kept *pending* (reported
+//! in the [`SyncReport`]), and [`RetryEmbeddings`] (sent every
+//! [`RETRY_INTERVAL`] while any are pending, and on demand) asks again.
+//! Discovery meanwhile ranks them by the lexical and graph signals.
+//!
 //! Mailbox ordering: a sync holds the mailbox until it is applied
 //! (`AtomicResponse`), so syncs never interleave. Before replying it has
 //! published the catalog to its subscribers and waited for the GraphBuilder,
@@ -13,6 +20,7 @@ use crate::actors::graph_builder::BuildGraph;
 use crate::actors::Observe;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::embedder::{EmbedError, EmbedErrorCode};
 use crate::core::graph::Preset;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
@@ -20,7 +28,27 @@ use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError, StoredEmbedding};
 use actix::prelude::*;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How often capabilities still without a vector are sent to the Embedder again.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Asks the Embedder again for the vectors of every pending capability.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<RetryReport, IndexerError>")]
+pub struct RetryEmbeddings;
+
+/// What one [`RetryEmbeddings`] did.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryReport {
+    pub embedded: usize,
+    /// Capabilities still without a vector.
+    pub pending: usize,
+    pub embedder_error: Option<String>,
+}
 
 /// A change by one origin: `descriptors` replace (or are merged into) what it
 /// contributed, `removals` drop ids it holds, and `presets`, when given,
@@ -124,6 +152,10 @@ pub struct SyncReport {
     pub embedded: usize,
     /// Upserts whose stored vector was still valid.
     pub reused: usize,
+    /// Capabilities (of this sync or earlier ones) indexed without a vector, to be embedded later.
+    pub pending: usize,
+    /// Why the embedder gave no vectors, when it did not (`code: message`).
+    pub embedder_error: Option<String>,
     pub conflicts: Vec<Conflict>,
     pub version: u64,
 }
@@ -150,6 +182,8 @@ pub struct IndexerStats {
     pub syncs: u64,
     pub embedded_total: u64,
     pub reused_total: u64,
+    /// Capabilities indexed without a vector for now.
+    pub pending: usize,
 }
 
 pub struct Indexer {
@@ -164,33 +198,50 @@ pub struct Indexer {
     /// Where index events go (the gateway, when serving).
     events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
     lexical: Arc<LexicalIndex>,
+    /// Ids in the catalog without a vector in the index (the embedder failed).
+    pending: BTreeSet<String>,
     stats: IndexerStats,
 }
 
 impl Indexer {
-    /// Builds an indexer over what the store holds. Descriptors whose stored
-    /// vector has the wrong dimension are left out until they are synced again.
+    /// Builds an indexer over what the store holds, for the embedder model
+    /// `model_id` of `dimensions` (0: not known yet). Every stored descriptor
+    /// is indexed; one whose stored vector was made by another model (or does
+    /// not fit) is pending until the Embedder gives it a new one.
     pub fn load(
         store: Store,
         embedder: Recipient<EmbedTexts>,
         graph_builder: Recipient<BuildGraph>,
         subscribers: Vec<Recipient<CatalogPublished>>,
+        model_id: &str,
         dimensions: usize,
     ) -> Result<Indexer, StoreError> {
         let mut catalog = Catalog::default();
         let mut index = VectorIndex::new(dimensions);
+        let mut pending = BTreeSet::new();
         for stored in store.descriptors()? {
             let descriptor = stored.descriptor;
-            let Some(embedding) = store.embedding(&descriptor.id)? else { continue };
-            if index.upsert(&descriptor.id, &embedding.vector).is_ok() {
-                catalog.origins.insert(descriptor.id.clone(), stored.origin);
-                catalog.descriptors.insert(descriptor.id.clone(), descriptor);
+            let vector_fits = match store.embedding(&descriptor.id)? {
+                Some(embedding) if embedding.model_id == model_id => {
+                    index.upsert(&descriptor.id, &embedding.vector).is_ok()
+                }
+                _ => false,
+            };
+            if !vector_fits {
+                pending.insert(descriptor.id.clone());
             }
+            catalog.origins.insert(descriptor.id.clone(), stored.origin);
+            catalog.descriptors.insert(descriptor.id.clone(), descriptor);
         }
         catalog.presets = store.presets()?.into_iter().collect();
         // Versions count changes within a process; a restored catalog starts a new count at 1.
         catalog.version = u64::from(!catalog.is_empty());
-        let stats = IndexerStats { version: catalog.version, capabilities: catalog.len(), ..IndexerStats::default() };
+        let stats = IndexerStats {
+            version: catalog.version,
+            capabilities: catalog.len(),
+            pending: pending.len(),
+            ..IndexerStats::default()
+        };
         let graph_version = catalog.version;
         // The lexical index has corpus-wide statistics (idf, average length), so it is rebuilt whole.
         let lexical = LexicalIndex::build(catalog.descriptors.values());
@@ -204,6 +255,7 @@ impl Indexer {
             graph_version,
             events: None,
             lexical: Arc::new(lexical),
+            pending,
             stats,
         })
     }
@@ -233,9 +285,13 @@ struct Applied {
     next: Option<(Catalog, VectorIndex, LexicalIndex)>,
     added: Vec<String>,
     updated: Vec<String>,
+    /// Upserts indexed without a vector (lexically only), now pending re-embedding.
+    pending_added: Vec<String>,
+    /// Ids no longer pending: embedded now, or removed.
+    pending_resolved: Vec<String>,
 }
 
-/// Applies `plan` (with a vector for every upsert) by `origin` to copies of
+/// Applies `plan` (with a vector for every upsert that could be embedded) by `origin` to copies of
 /// `base_catalog` and `base_index`, writing each change to the store.
 fn apply_change(
     store: &Store,
@@ -248,16 +304,27 @@ fn apply_change(
 ) -> Result<Applied, IndexerError> {
     let mut catalog = base_catalog.clone();
     let mut index = base_index.clone();
+    let (mut pending_added, mut pending_resolved) = (Vec::new(), Vec::new());
     for id in &plan.removals {
         store.remove_capability(id)?;
         catalog.descriptors.remove(id);
         catalog.origins.remove(id);
         index.remove(id);
+        pending_resolved.push(id.clone());
     }
     let (mut added, mut updated) = (Vec::new(), Vec::new());
     for (descriptor, vector) in plan.upserts.iter().zip(vectors) {
-        let vector = vector.expect("every upsert has a vector by now");
-        index.upsert(&descriptor.id, &vector)?;
+        // No vector (the embedder failed) or one that does not fit: indexed
+        // lexically only, and pending until an embedding retry succeeds.
+        match vector {
+            Some(vector) if index.upsert(&descriptor.id, &vector).is_ok() => {
+                pending_resolved.push(descriptor.id.clone())
+            }
+            _ => {
+                index.remove(&descriptor.id);
+                pending_added.push(descriptor.id.clone());
+            }
+        }
         store.put_descriptor(origin, descriptor)?;
         let previous = catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
         catalog.origins.insert(descriptor.id.clone(), origin.to_string());
@@ -285,7 +352,7 @@ fn apply_change(
         let lexical = LexicalIndex::build(catalog.descriptors.values());
         (catalog, index, lexical)
     });
-    Ok(Applied { plan, next, added, updated })
+    Ok(Applied { plan, next, added, updated, pending_added, pending_resolved })
 }
 
 /// Hash of what a vector was computed from: model and embedding text.
@@ -298,9 +365,17 @@ fn text_hash(model_id: &str, text: &str) -> String {
 impl Actor for Indexer {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Context<Self>) {
+    fn started(&mut self, ctx: &mut Context<Self>) {
         self.publish();
         self.graph_builder.do_send(BuildGraph { catalog: self.catalog.clone() });
+        if !self.pending.is_empty() {
+            ctx.notify(RetryEmbeddings);
+        }
+        ctx.run_interval(RETRY_INTERVAL, |actor, ctx| {
+            if !actor.pending.is_empty() {
+                ctx.notify(RetryEmbeddings);
+            }
+        });
     }
 }
 
@@ -342,15 +417,23 @@ impl Handler<SyncCapabilities> for Indexer {
                     }
                 }
                 let reused = texts.len() - missing.len();
+                let mut embedded_now = 0;
+                let mut embed_error = None;
                 if !missing.is_empty() {
                     let batch: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
                     let embedded = embedder.send(EmbedTexts { texts: batch }).await.map_err(|err| IndexerError::Embedder(err.to_string()))?;
-                    if embedded.vectors.len() != missing.len() {
-                        return Err(IndexerError::EmbedderCount { expected: missing.len(), actual: embedded.vectors.len() });
-                    }
-                    for (&i, vector) in missing.iter().zip(embedded.vectors) {
-                        store.put_embedding(&plan.upserts[i].id, &StoredEmbedding { model_id: model_id.clone(), text_hash: hashes[i].clone(), vector: vector.clone() })?;
-                        vectors[i] = Some(vector);
+                    match checked_vectors(embedded.vectors, missing.len()) {
+                        Ok(list) => {
+                            for (&i, vector) in missing.iter().zip(list) {
+                                if vector.is_empty() {
+                                    continue;
+                                }
+                                store.put_embedding(&plan.upserts[i].id, &StoredEmbedding { model_id: model_id.clone(), text_hash: hashes[i].clone(), vector: vector.clone() })?;
+                                vectors[i] = Some(vector);
+                                embedded_now += 1;
+                            }
+                        }
+                        Err(err) => embed_error = Some(err),
                     }
                 }
                 // The store writes and the index builds are CPU and disk work:
@@ -361,12 +444,16 @@ impl Handler<SyncCapabilities> for Indexer {
                 })
                 .await
                 .map_err(|err| IndexerError::Apply(err.to_string()))??;
-                Ok((applied, reused, missing.len()))
+                Ok::<_, IndexerError>((applied, reused, embedded_now, embed_error))
             }
             .into_actor(self)
             .map(move |result, actor, _ctx| {
-                let (applied, reused, embedded) = result?;
-                let Applied { plan, next, added, updated } = applied;
+                let (applied, reused, embedded, embed_error) = result?;
+                let Applied { plan, next, added, updated, pending_added, pending_resolved } = applied;
+                for id in &pending_resolved {
+                    actor.pending.remove(id);
+                }
+                actor.pending.extend(pending_added);
                 let changed = next.is_some();
                 if let Some((catalog, index, lexical)) = next {
                     actor.lexical = Arc::new(lexical);
@@ -394,6 +481,7 @@ impl Handler<SyncCapabilities> for Indexer {
                 actor.stats.syncs += 1;
                 actor.stats.embedded_total += embedded as u64;
                 actor.stats.reused_total += reused as u64;
+                actor.stats.pending = actor.pending.len();
                 metrics::gauge!("capdex_capabilities_indexed").set(actor.catalog.len() as f64);
                 Ok(SyncReport {
                     added,
@@ -404,6 +492,8 @@ impl Handler<SyncCapabilities> for Indexer {
                     unchanged: plan.unchanged,
                     embedded,
                     reused,
+                    pending: actor.pending.len(),
+                    embedder_error: embed_error.map(|err| err.to_string()),
                     conflicts: plan.conflicts,
                     version: actor.catalog.version,
                 })
@@ -426,6 +516,76 @@ impl Handler<SyncCapabilities> for Indexer {
                 }
                 .into_actor(actor)
             }),
+        ))
+    }
+}
+
+/// Checks the Embedder's answer: one vector per text, or the error to report.
+fn checked_vectors(vectors: Result<Vec<Vec<f32>>, EmbedError>, expected: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let vectors = vectors?;
+    if vectors.len() != expected {
+        return Err(EmbedError::new(
+            EmbedErrorCode::BadResponse,
+            format!("the embedder returned {} vectors for {expected} texts", vectors.len()),
+        ));
+    }
+    Ok(vectors)
+}
+
+impl Handler<RetryEmbeddings> for Indexer {
+    type Result = AtomicResponse<Self, Result<RetryReport, IndexerError>>;
+
+    fn handle(&mut self, _: RetryEmbeddings, _: &mut Context<Self>) -> Self::Result {
+        let ids: Vec<String> = self.pending.iter().filter(|id| self.catalog.get(id).is_some()).cloned().collect();
+        if ids.is_empty() {
+            let report = RetryReport { pending: self.pending.len(), ..RetryReport::default() };
+            return AtomicResponse::new(Box::pin(fut::ready(Ok(report))));
+        }
+        let texts: Vec<String> = ids.iter().filter_map(|id| self.catalog.get(id)).map(embedding_text).collect();
+        let request = self.embedder.send(EmbedTexts { texts: texts.clone() });
+        AtomicResponse::new(Box::pin(
+            async move { request.await.map_err(|err| IndexerError::Embedder(err.to_string())) }.into_actor(self).map(
+                move |answer, actor, _ctx| {
+                    let answer = answer?;
+                    let vectors = match checked_vectors(answer.vectors, ids.len()) {
+                        Ok(vectors) => vectors,
+                        Err(err) => {
+                            return Ok(RetryReport {
+                                embedded: 0,
+                                pending: actor.pending.len(),
+                                embedder_error: Some(err.to_string()),
+                            })
+                        }
+                    };
+                    let mut index = (*actor.index).clone();
+                    let mut embedded = 0;
+                    for ((id, text), vector) in ids.iter().zip(&texts).zip(vectors) {
+                        if vector.is_empty() || index.upsert(id, &vector).is_err() {
+                            continue;
+                        }
+                        let text_hash = text_hash(&answer.model_id, text);
+                        actor.store.put_embedding(
+                            id,
+                            &StoredEmbedding { model_id: answer.model_id.clone(), text_hash, vector },
+                        )?;
+                        actor.pending.remove(id);
+                        embedded += 1;
+                    }
+                    if embedded > 0 {
+                        let mut catalog = (*actor.catalog).clone();
+                        catalog.version += 1;
+                        actor.catalog = Arc::new(catalog);
+                        actor.index = Arc::new(index);
+                        actor.publish();
+                        actor.graph_version = actor.catalog.version;
+                        actor.graph_builder.do_send(BuildGraph { catalog: actor.catalog.clone() });
+                    }
+                    actor.stats.version = actor.catalog.version;
+                    actor.stats.embedded_total += embedded as u64;
+                    actor.stats.pending = actor.pending.len();
+                    Ok(RetryReport { embedded, pending: actor.pending.len(), embedder_error: None })
+                },
+            ),
         ))
     }
 }

@@ -18,7 +18,8 @@ pub mod scg;
 use crate::config::Settings;
 use crate::core::catalog::BUILTIN_ORIGIN;
 use crate::core::dispatch_rules::Builtin;
-use crate::core::embedder::HashingEmbedder;
+use crate::core::embedder::EmbedError;
+use crate::embedders::backend::FailingEmbedder;
 use crate::store::Store;
 use actix::prelude::*;
 use std::marker::PhantomData;
@@ -63,6 +64,8 @@ pub enum SpawnError {
     Store(#[from] crate::store::StoreError),
     #[error("failed to index the built-in capabilities: {0}")]
     Builtins(String),
+    #[error("the embedder cannot be used")]
+    Embedder(#[from] EmbedError),
 }
 
 /// Starts every actor on the current actix System and indexes the built-ins.
@@ -72,9 +75,21 @@ pub async fn spawn_all(
     store: Store,
     index_events: Option<tokio::sync::mpsc::UnboundedSender<indexer::IndexEvent>>,
 ) -> Result<Actors, SpawnError> {
-    let dimensions = settings.embedder_dimensions;
+    // Built here so a configuration problem (a missing key variable, model
+    // files) stops the start; the model then moves to the Embedder's thread.
+    let model = crate::embedders::backend::build(&settings.embedder)?;
+    let (model_id, dimensions) = (model.model_id(), model.dimensions());
+    let model = std::sync::Mutex::new(Some(model));
+    let embedder_settings = settings.embedder.clone();
+    let failing_id = model_id.clone();
+    let batch_size = settings.embedder.batch_size;
     let embedder = SyncArbiter::start(1, move || {
-        embedder::Embedder::new(Box::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")))
+        let model = model.lock().ok().and_then(|mut slot| slot.take()).unwrap_or_else(|| {
+            // The thread was restarted after a panic: build the model again.
+            crate::embedders::backend::build(&embedder_settings)
+                .unwrap_or_else(|error| Box::new(FailingEmbedder { model_id: failing_id.clone(), error }))
+        });
+        embedder::Embedder::new(model).with_batch_size(batch_size)
     });
     let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient())
         .with_outcome_prior(settings.kpi.prior.enabled)
@@ -89,6 +104,7 @@ pub async fn spawn_all(
         embedder.clone().recipient(),
         graph_builder.clone().recipient(),
         vec![router.clone().recipient()],
+        &model_id,
         dimensions,
     )?;
     if let Some(events) = index_events {

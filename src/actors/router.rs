@@ -163,7 +163,16 @@ impl Handler<Discover> for Router {
                 None => actor.config.clone(),
             };
             let embedded = embedded.map_err(|err| RouterError::Embedder(err.to_string()))?;
-            let query = Query::new(texts, embedded.vectors);
+            let embed_us = started.elapsed().as_secs_f64() * 1e6;
+            // Best effort: without vectors, rank by the lexical and graph signals and say so.
+            let query = match embedded.vectors {
+                Ok(vectors) if vectors.len() == texts.len() => Query::new(texts, vectors),
+                Ok(vectors) => Query::without_vectors(
+                    texts.clone(),
+                    format!("embedder_bad_response: {} vectors for {} texts", vectors.len(), texts.len()),
+                ),
+                Err(err) => Query::without_vectors(texts, err.to_string()),
+            };
             let tier0 = actor.tier0(&msg.filter, TokenBudget::new(config.tier0_token_budget));
             let indexes = Indexes {
                 catalog: &actor.catalog,
@@ -172,7 +181,8 @@ impl Handler<Discover> for Router {
                 graph: &actor.graph,
             };
             let prior = msg.filter.outcome_prior.unwrap_or(actor.prior_enabled).then_some(&*actor.prior);
-            let result = discover_with_prior(&query, &indexes, &config, &msg.filter, tier0, prior);
+            let mut result = discover_with_prior(&query, &indexes, &config, &msg.filter, tier0, prior);
+            result.diagnostics.timings.embed_us = embed_us;
             actor.queries += 1;
             metrics::counter!("capdex_discover_requests_total").increment(1);
             metrics::histogram!("capdex_discover_duration_seconds").record(started.elapsed().as_secs_f64());

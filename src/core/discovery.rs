@@ -120,6 +120,24 @@ pub struct DiscoveryDiagnostics {
     pub candidates_scanned: usize,
     pub capabilities_retrieved: usize,
     pub total_indexed: usize,
+    /// `"ok"`, or `"unavailable: <reason>"` when the query could not be
+    /// embedded and was ranked by the lexical and graph signals alone.
+    pub embedder: String,
+    pub timings: StageTimings,
+}
+
+/// Microseconds per stage of one discovery (`embedUs` is filled in by the
+/// caller that embedded the query; `totalUs` covers ranking and tiers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StageTimings {
+    pub embed_us: f64,
+    pub lexical_us: f64,
+    pub dense_us: f64,
+    pub fusion_us: f64,
+    pub graph_us: f64,
+    pub tiers_us: f64,
+    pub total_us: f64,
 }
 
 /// The answer to one discovery query.
@@ -174,12 +192,14 @@ pub fn discover_with_prior(
     tier0: String,
     prior: Option<&crate::core::capability_prior::PriorSnapshot>,
 ) -> DiscoveryResult {
+    let started = std::time::Instant::now();
     let catalog = indexes.catalog;
     let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
     let mut ranking = rank(query, indexes, filter, config.tier1_top_k * 2, graph_boost);
     if let Some(prior) = prior {
         prior.apply(&mut ranking.hits);
     }
+    let tiers_started = std::time::Instant::now();
     let chosen = tier1_with_dependencies(&ranking.hits, indexes, config, filter);
     let candidates: Vec<Candidate> = chosen
         .into_iter()
@@ -202,12 +222,26 @@ pub fn discover_with_prior(
     };
     let retrieved: BTreeSet<&str> =
         tier1.iter().map(|e| e.id.as_str()).chain(tier2.iter().map(|e| e.id.as_str())).collect();
+    let rendered = format!("{tier0}{tier1_block}{tier2_block}");
+    let micros = |since: std::time::Instant| since.elapsed().as_secs_f64() * 1e6;
     let diagnostics = DiscoveryDiagnostics {
         candidates_scanned: ranking.candidates_scanned,
         capabilities_retrieved: retrieved.len(),
         total_indexed: catalog.len(),
+        embedder: match &query.embedder_error {
+            None => "ok".to_string(),
+            Some(reason) => format!("unavailable: {reason}"),
+        },
+        timings: StageTimings {
+            embed_us: 0.0,
+            lexical_us: ranking.timings.lexical_us,
+            dense_us: ranking.timings.dense_us,
+            fusion_us: ranking.timings.fusion_us,
+            graph_us: ranking.timings.graph_us,
+            tiers_us: micros(tiers_started),
+            total_us: micros(started),
+        },
     };
-    let rendered = format!("{tier0}{tier1_block}{tier2_block}");
     debug_assert!(estimate_tokens(&rendered) <= token_estimate.total_tokens);
     DiscoveryResult { tier0, tier1, tier2, token_estimate, rendered, diagnostics }
 }

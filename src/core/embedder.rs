@@ -23,18 +23,99 @@ pub const DEFAULT_DIMENSIONS: usize = 512;
 /// Total weight of a word's character trigrams relative to the word itself.
 pub const TRIGRAM_WEIGHT: f32 = 0.5;
 
+/// Why an embedder could not embed: a stable code and a message for people.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct EmbedError {
+    pub code: EmbedErrorCode,
+    pub message: String,
+}
+
+/// The kinds of [`EmbedError`]; [`EmbedErrorCode::as_str`] is the wire form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EmbedErrorCode {
+    /// The backend could not be reached or did not answer in time.
+    Unavailable,
+    /// The backend answered with an error status (after the retries).
+    Rejected,
+    /// The backend answered, but not with one vector per text of one dimension.
+    BadResponse,
+    /// The backend is not configured correctly (missing model files, key, ...).
+    Config,
+    /// The model itself failed (tokenizer, tensor shapes, ...).
+    Model,
+}
+
+impl EmbedErrorCode {
+    /// The code as written in diagnostics and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EmbedErrorCode::Unavailable => "embedder_unavailable",
+            EmbedErrorCode::Rejected => "embedder_rejected",
+            EmbedErrorCode::BadResponse => "embedder_bad_response",
+            EmbedErrorCode::Config => "embedder_config",
+            EmbedErrorCode::Model => "embedder_model",
+        }
+    }
+}
+
+impl std::fmt::Display for EmbedErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl EmbedError {
+    pub fn new(code: EmbedErrorCode, message: impl Into<String>) -> EmbedError {
+        EmbedError { code, message: message.into() }
+    }
+}
+
+/// Texts per embedding request unless configured otherwise (the design's 32).
+pub const DEFAULT_BATCH_SIZE: usize = 32;
+
 /// Something that turns texts into unit vectors of a fixed dimension.
+///
+/// Embedding may fail (a remote backend is down, a model file is bad); the
+/// caller decides what to do without vectors (capdex falls back to its
+/// lexical and graph signals).
 pub trait Embed {
     /// Names the model (and its version) that produced a vector.
     fn model_id(&self) -> String;
-    /// Number of dimensions of every vector this embedder returns.
+    /// Number of dimensions of every vector this embedder returns; 0 while
+    /// unknown (a remote model before its first answer).
     fn dimensions(&self) -> usize;
-    /// Embeds one text; an empty text gives the zero vector.
-    fn embed(&self, text: &str) -> Vec<f32>;
-    /// Embeds a batch, in order.
-    fn embed_batch(&self, texts: &[String]) -> Vec<Vec<f32>> {
-        texts.iter().map(|text| self.embed(text)).collect()
+    /// Embeds a batch, in order: one vector per text.
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Embeds one text.
+    fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let mut vectors = self.embed_batch(&[text.to_string()])?;
+        match vectors.pop() {
+            Some(vector) if vectors.is_empty() => Ok(vector),
+            _ => Err(EmbedError::new(EmbedErrorCode::BadResponse, "expected one vector for one text")),
+        }
     }
+}
+
+/// Embeds `texts` with `embedder` in requests of at most `batch_size` texts
+/// (at least 1), checking that every request gives one vector per text.
+pub fn embed_in_batches(
+    embedder: &(impl Embed + ?Sized),
+    texts: &[String],
+    batch_size: usize,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let mut vectors = Vec::with_capacity(texts.len());
+    for chunk in texts.chunks(batch_size.max(1)) {
+        let embedded = embedder.embed_batch(chunk)?;
+        if embedded.len() != chunk.len() {
+            return Err(EmbedError::new(
+                EmbedErrorCode::BadResponse,
+                format!("{} vectors for {} texts", embedded.len(), chunk.len()),
+            ));
+        }
+        vectors.extend(embedded);
+    }
+    Ok(vectors)
 }
 
 /// The feature-hashing embedder described in the module docs.
@@ -65,7 +146,23 @@ impl Embed for HashingEmbedder {
         self.dimensions
     }
 
-    fn embed(&self, text: &str) -> Vec<f32> {
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(HashingEmbedder::embed_batch(self, texts))
+    }
+
+    fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        Ok(HashingEmbedder::embed(self, text))
+    }
+}
+
+impl HashingEmbedder {
+    /// Embeds a batch, in order; the built-in embedder cannot fail.
+    pub fn embed_batch(&self, texts: &[String]) -> Vec<Vec<f32>> {
+        texts.iter().map(|text| self.embed(text)).collect()
+    }
+
+    /// Embeds one text; an empty text gives the zero vector. Never fails.
+    pub fn embed(&self, text: &str) -> Vec<f32> {
         let mut vector = vec![0.0f32; self.dimensions];
         let mut term_counts: HashMap<String, u32> = HashMap::new();
         for token in word_tokens(text) {
@@ -225,6 +322,37 @@ mod tests {
         fn streaming_hashes_match_the_reference_on_any_text(text in "\\PC{0,60}") {
             proptest::prop_assert_eq!(HashingEmbedder::default().embed(&text), reference_embed(DEFAULT_DIMENSIONS, &text));
         }
+    }
+
+    /// Records the size of every batch it is given; returns one 1-d vector per text.
+    struct Counting(std::cell::RefCell<Vec<usize>>);
+
+    impl Embed for Counting {
+        fn model_id(&self) -> String {
+            "counting".into()
+        }
+        fn dimensions(&self) -> usize {
+            1
+        }
+        fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.0.borrow_mut().push(texts.len());
+            if texts.iter().any(|t| t == "boom") {
+                return Ok(vec![vec![1.0]]);
+            }
+            Ok(texts.iter().map(|_| vec![1.0]).collect())
+        }
+    }
+
+    #[test]
+    fn batches_are_split_and_checked() {
+        let counting = Counting(Default::default());
+        let texts: Vec<String> = (0..70).map(|i| i.to_string()).collect();
+        assert_eq!(embed_in_batches(&counting, &texts, 32).unwrap().len(), 70);
+        assert_eq!(*counting.0.borrow(), vec![32, 32, 6]);
+        let err = embed_in_batches(&counting, &["a".into(), "boom".into()], 32).unwrap_err();
+        assert_eq!(err.code, EmbedErrorCode::BadResponse);
+        assert_eq!(err.to_string(), "embedder_bad_response: 1 vectors for 2 texts");
+        assert_eq!(Embed::embed(&HashingEmbedder::default(), "x").unwrap(), HashingEmbedder::default().embed("x"));
     }
 
     #[test]

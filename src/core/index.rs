@@ -69,9 +69,15 @@ impl VectorIndex {
         self.rows.contains_key(id)
     }
 
-    /// Inserts or replaces the vector of `id`.
+    /// Inserts or replaces the vector of `id`. An empty index of dimension 0
+    /// (a remote model whose dimension is not known yet) takes the dimension
+    /// of its first vector.
     pub fn upsert(&mut self, id: &str, vector: &[f32]) -> Result<(), IndexError> {
-        if vector.len() != self.dimensions {
+        if self.dimensions == 0 && self.ids.is_empty() && !vector.is_empty() {
+            self.dimensions = vector.len();
+            self.columns = vec![Vec::new(); vector.len()];
+        }
+        if vector.len() != self.dimensions || vector.is_empty() {
             return Err(IndexError::Dimension { id: id.to_string(), expected: self.dimensions, actual: vector.len() });
         }
         match self.rows.get(id) {
@@ -121,11 +127,20 @@ impl VectorIndex {
         )
     }
 
-    /// Returns the `k` ids closest to `query` that pass `keep`, best first.
-    /// Ties are broken by id so results never depend on insertion order.
-    pub fn search(&self, query: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
-        if k == 0 || query.len() != self.dimensions {
-            return Vec::new();
+    /// Returns the row of `id`, if indexed (rows index [`VectorIndex::scores`]).
+    pub fn row(&self, id: &str) -> Option<usize> {
+        self.rows.get(id).copied()
+    }
+
+    /// Returns the cosine of `query` with every row, in row order, or `None`
+    /// when `query` is not of the index's dimension. One sequential pass per
+    /// non-zero query dimension: this is what [`VectorIndex::search`] ranks,
+    /// and what a caller scoring many candidates on one query should read
+    /// (equal to [`VectorIndex::cosine`], without a random access
+    /// per candidate and dimension).
+    pub fn scores(&self, query: &[f32]) -> Option<Vec<f32>> {
+        if query.len() != self.dimensions || self.dimensions == 0 {
+            return None;
         }
         let mut scores = vec![0.0f32; self.ids.len()];
         for (value, column) in query.iter().zip(&self.columns) {
@@ -135,8 +150,25 @@ impl VectorIndex {
                 }
             }
         }
+        Some(scores)
+    }
+
+    /// Returns the `k` ids closest to `query` that pass `keep`, best first.
+    /// Ties are broken by id so results never depend on insertion order.
+    pub fn search(&self, query: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
+        match self.scores(query) {
+            Some(scores) => self.top(&scores, k, keep),
+            None => Vec::new(),
+        }
+    }
+
+    /// Returns the best `k` rows of `scores` (from [`VectorIndex::scores`]) that pass `keep`, best first.
+    pub fn top(&self, scores: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
+        if k == 0 || scores.len() != self.ids.len() {
+            return Vec::new();
+        }
         let mut heap: BinaryHeap<Scored<'_>> = BinaryHeap::with_capacity(k + 1);
-        for (id, &score) in self.ids.iter().zip(&scores) {
+        for (id, &score) in self.ids.iter().zip(scores) {
             let candidate = Scored { score, id };
             // The filter may cost a lookup, so it only runs for rows that would enter the heap.
             if heap.len() == k && heap.peek().is_some_and(|worst| candidate > *worst) {
@@ -205,6 +237,17 @@ mod tests {
     }
 
     #[test]
+    fn an_index_of_unknown_dimension_takes_its_first_vectors() {
+        let mut index = VectorIndex::new(0);
+        assert!(index.search(&[1.0, 0.0], 1, |_| true).is_empty());
+        assert!(index.upsert("a", &[]).is_err());
+        index.upsert("a", &[0.6, 0.8]).unwrap();
+        assert_eq!(index.dimensions(), 2);
+        assert!(index.upsert("b", &[1.0, 0.0, 0.0]).is_err());
+        assert_eq!(index.search(&[0.6, 0.8], 1, |_| true)[0].id, "a");
+    }
+
+    #[test]
     fn remove_keeps_rows_consistent() {
         let mut index = VectorIndex::with_capacity(2, 3);
         for (id, v) in [("a", [1.0, 0.0]), ("b", [0.0, 1.0]), ("c", [0.6, 0.8])] {
@@ -235,6 +278,12 @@ mod tests {
                 index.upsert(&format!("id{i:02}"), row).unwrap();
             }
             let hits = index.search(&query, k, |_| true);
+            if let Some(scores) = index.scores(&query) {
+                for i in 0..rows.len() {
+                    let id = format!("id{i:02}");
+                    prop_assert_eq!(scores[index.row(&id).unwrap()], index.cosine(&id, &query).unwrap());
+                }
+            }
             let mut all: Vec<Hit> = rows.iter().enumerate()
                 .map(|(i, _)| Hit { id: format!("id{i:02}"), score: index.cosine(&format!("id{i:02}"), &query).unwrap() }).collect();
             for (i, row) in rows.iter().enumerate() {

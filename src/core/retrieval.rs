@@ -13,7 +13,10 @@
 //!
 //! where `lex_p` is the normalised BM25F score of [`LexicalIndex::score`]
 //! (in [0, 1]) and `cos_p` the cosine of the part's vector with the
-//! capability's. The weights sum to 1, so `s_p` is in [0, 1]. Then
+//! capability's. The weights sum to 1, so `s_p` is in [0, 1]. When there is
+//! no cosine, because the part has no vector (the embedder failed) or the
+//! capability has none yet (pending), `s_p = lex_p`: the weighted mean of the
+//! signals there are, so relevance stays in [0, 1] and keeps its scale. Then
 //!
 //! ```text
 //! relevance(d) = max(s_whole(d), CLAUSE_WEIGHT · max_c top_whole · s_c(d) / top_c)
@@ -98,12 +101,26 @@ pub struct QueryPart {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Query {
     pub parts: Vec<QueryPart>,
+    /// Why the parts have no vectors (the embedder failed), if they have none.
+    pub embedder_error: Option<String>,
 }
 
 impl Query {
     /// Pairs the texts of [`query_texts`] with their vectors, in order.
     pub fn new(texts: Vec<String>, vectors: Vec<Vec<f32>>) -> Query {
-        Query { parts: texts.into_iter().zip(vectors).map(|(text, vector)| QueryPart { text, vector }).collect() }
+        Query {
+            parts: texts.into_iter().zip(vectors).map(|(text, vector)| QueryPart { text, vector }).collect(),
+            embedder_error: None,
+        }
+    }
+
+    /// The texts without vectors, because embedding failed for `reason`:
+    /// ranking then uses the lexical and graph signals only.
+    pub fn without_vectors(texts: Vec<String>, reason: impl Into<String>) -> Query {
+        Query {
+            parts: texts.into_iter().map(|text| QueryPart { text, vector: Vec::new() }).collect(),
+            embedder_error: Some(reason.into()),
+        }
     }
 
     /// Returns the whole message's text.
@@ -129,6 +146,25 @@ pub struct Ranking {
     pub hits: Vec<RankedHit>,
     /// Distinct admitted capabilities that were scored.
     pub candidates_scanned: usize,
+    /// Where the time went.
+    pub timings: RankTimings,
+}
+
+/// Microseconds spent per retrieval stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RankTimings {
+    /// BM25F scoring of every part, exact names and the lexical candidates.
+    pub lexical_us: f64,
+    /// The dense search on the whole message.
+    pub dense_us: f64,
+    /// Scoring every candidate on every part, and fusing.
+    pub fusion_us: f64,
+    /// Graph re-ranking.
+    pub graph_us: f64,
+}
+
+fn micros(since: std::time::Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e6
 }
 
 /// Returns the texts to embed and search for `message`: the message itself,
@@ -226,6 +262,8 @@ pub fn retrieve_with(
     }
     let admits_id = |id: &str| indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
     let lexical = indexes.lexical;
+    let mut timings = RankTimings::default();
+    let started = std::time::Instant::now();
     let per_signal = candidate_count(limit);
     let n_parts = if fusion.clause > 0.0 { query.parts.len() } else { 1 };
     let parts = &query.parts[..n_parts];
@@ -247,14 +285,23 @@ pub fn retrieve_with(
     for (id, _) in &exact {
         add(id, &mut candidates);
     }
-    for hit in indexes.vectors.search(&whole.vector, per_signal, admits_id) {
-        add(&hit.id, &mut candidates);
-    }
     for scores in &lexical_scores {
         for (doc, _) in scores.top(per_signal, |doc| admits_id(lexical.id(doc))) {
             add(lexical.id(doc), &mut candidates);
         }
     }
+    timings.lexical_us = micros(started);
+    let started = std::time::Instant::now();
+    // Every part's cosine with every row, one sequential pass per non-zero
+    // dimension: cheaper than a random access per candidate and dimension.
+    let dense_scores: Vec<Option<Vec<f32>>> = parts.iter().map(|part| indexes.vectors.scores(&part.vector)).collect();
+    if let Some(whole_scores) = &dense_scores[0] {
+        for hit in indexes.vectors.top(whole_scores, per_signal, admits_id) {
+            add(&hit.id, &mut candidates);
+        }
+    }
+    timings.dense_us = micros(started);
+    let started = std::time::Instant::now();
     // Lexical lookups: one array per part from document to normalised score.
     let lexical_maps: Vec<Vec<f32>> = lexical_scores
         .iter()
@@ -271,13 +318,17 @@ pub fn retrieve_with(
         .iter()
         .map(|id| {
             let doc = lexical.doc(id);
-            parts
+            let row = indexes.vectors.row(id);
+            lexical_maps
                 .iter()
-                .zip(&lexical_maps)
-                .map(|(part, lexical_map)| {
+                .zip(&dense_scores)
+                .map(|(lexical_map, dense)| {
                     let lex = doc.map(|doc| lexical_map[doc as usize]).unwrap_or(0.0);
-                    let cosine = indexes.vectors.cosine(id, &part.vector).unwrap_or(0.0).max(0.0);
-                    fusion.lexical * lex + (1.0 - fusion.lexical) * cosine
+                    match (dense, row) {
+                        (Some(dense), Some(row)) => fusion.lexical * lex + (1.0 - fusion.lexical) * dense[row].max(0.0),
+                        // No vector for the part or the capability: the lexical signal alone.
+                        _ => lex,
+                    }
                 })
                 .collect()
         })
@@ -306,7 +357,8 @@ pub fn retrieve_with(
     hits.retain(|hit| hit.relevance > 0.0);
     sort_hits(&mut hits);
     hits.truncate(limit);
-    Ranking { hits, candidates_scanned }
+    timings.fusion_us = micros(started);
+    Ranking { hits, candidates_scanned, timings }
 }
 
 /// Runs [`retrieve`] for `limit` hits and, when `graph_boost` is `Some`,
@@ -335,6 +387,7 @@ pub fn rank_with(
     if retrieved.hits.is_empty() {
         return retrieved;
     }
+    let started = std::time::Instant::now();
     let scored: Vec<(String, f32)> = retrieved.hits.iter().map(|hit| (hit.id.clone(), hit.relevance)).collect();
     let exact: HashMap<&str, ExactMatch> =
         retrieved.hits.iter().filter_map(|hit| hit.exact.map(|kind| (hit.id.as_str(), kind))).collect();
@@ -349,7 +402,8 @@ pub fn rank_with(
         })
         .collect();
     sort_hits(&mut hits);
-    Ranking { hits, candidates_scanned: retrieved.candidates_scanned }
+    let timings = RankTimings { graph_us: micros(started), ..retrieved.timings };
+    Ranking { hits, candidates_scanned: retrieved.candidates_scanned, timings }
 }
 
 /// Exact matches first (id, then name, then display name), then relevance, then id.
@@ -455,6 +509,30 @@ mod tests {
         // Filters still hold for exact names.
         let tools_only = DiscoveryFilter { kind: Some(CapabilityKind::Channel), ..DiscoveryFilter::default() };
         assert!(!fixture.ids("search", &tools_only).contains(&"tool:search".to_string()));
+    }
+
+    #[test]
+    fn without_vectors_the_lexical_signal_ranks_alone_within_the_unit_range() {
+        let fixture = Fixture::new(sample());
+        let filter = DiscoveryFilter::default();
+        let message = "what's the weather forecast in Paris";
+        let lexical_only = Query::without_vectors(query_texts(message), "embedder_unavailable: down");
+        let ranking = retrieve(&lexical_only, &fixture.indexes(), &filter, 5);
+        assert_eq!(ranking.hits[0].id, "tool:weather");
+        assert!(ranking.hits.iter().all(|hit| (0.0..=1.0).contains(&hit.relevance)));
+        // The relevance is the lexical score itself, not a share of it.
+        let lexical = fixture.lexical.score(message);
+        let doc = fixture.lexical.doc("tool:weather").unwrap();
+        let expected = lexical.scores.iter().find(|(d, _)| *d == doc).unwrap().1;
+        assert!((ranking.hits[0].relevance - expected).abs() < 1e-6);
+        // Exact names still come first, at 1.
+        let exact = retrieve(&Query::without_vectors(vec!["Search".into()], "x"), &fixture.indexes(), &filter, 5);
+        assert_eq!((exact.hits[0].id.as_str(), exact.hits[0].relevance), ("tool:search", 1.0));
+        // A capability without a vector (pending) is scored lexically among ones with vectors.
+        let mut pending = Fixture::new(sample());
+        pending.vectors.remove("tool:weather");
+        let ranking = retrieve(&pending.query(message), &pending.indexes(), &filter, 5);
+        assert_eq!(ranking.hits[0].id, "tool:weather");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod cli;
 mod compose_and_config;
 mod dispatch;
+mod embedder_http;
 mod eval;
 mod exact_names;
 mod hostile_manifests;

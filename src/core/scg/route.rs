@@ -206,7 +206,8 @@ impl RouteIndex {
             .collect();
         let texts: Vec<String> = seedable_idx.iter().map(|at| node_text(&nodes[*at])).collect();
         let vectors = match embedder {
-            Some(embedder) => embedder.embed_batch(&texts),
+            // An embedder that fails leaves the nodes without vectors (words still seed).
+            Some(embedder) => embedder.embed_batch(&texts).unwrap_or_else(|_| vec![Vec::new(); texts.len()]),
             None => vec![Vec::new(); texts.len()],
         };
         let seedable = seedable_idx
@@ -243,8 +244,8 @@ impl RouteIndex {
         memory: Option<MemoryView<'_>>,
     ) -> Vec<RankedRecipe> {
         let k = k.clamp(1, MAX_K);
-        let embedder = embedder.filter(|_| self.embedder_model.is_some());
-        let query_vector = embedder.map(|embedder| embedder.embed(query));
+        let query_vector =
+            embedder.filter(|_| self.embedder_model.is_some()).and_then(|embedder| embedder.embed(query).ok());
         let query_words = word_set(query);
         let mut seeds: Vec<(f32, usize)> = self
             .seedable
@@ -252,8 +253,8 @@ impl RouteIndex {
             .filter(|(at, _, _)| scope.permits(&self.nodes[*at].source_id))
             .map(|(at, vector, words)| {
                 let similarity = match &query_vector {
-                    Some(query_vector) => dot(query_vector, vector),
-                    None => lexical(&query_words, words),
+                    Some(query_vector) if query_vector.len() == vector.len() => dot(query_vector, vector),
+                    _ => lexical(&query_words, words),
                 };
                 (similarity, *at)
             })
@@ -303,7 +304,9 @@ impl RouteIndex {
             Some(view) => MemoryBias::compute(
                 view.notes,
                 |at, note| match (&query_vector, view.vectors.and_then(|vectors| vectors.get(at))) {
-                    (Some(query_vector), Some(vector)) => dot(query_vector, vector).clamp(0.0, 1.0),
+                    (Some(query_vector), Some(vector)) if vector.len() == query_vector.len() => {
+                        dot(query_vector, vector).clamp(0.0, 1.0)
+                    }
                     _ => self.relevance(&query_words, query_vector.as_deref(), embedder, note),
                 },
                 |source_id| scope.permits(source_id),
@@ -381,9 +384,10 @@ impl RouteIndex {
         chain
     }
 
-    /// Returns the vector a note is matched against queries with.
+    /// Returns the vector a note is matched against queries with; empty when
+    /// the embedder fails (the note is then matched by word overlap).
     pub fn note_vector(note: &Note, embedder: &dyn Embed) -> Vec<f32> {
-        embedder.embed(&memory::note_text(note))
+        embedder.embed(&memory::note_text(note)).unwrap_or_default()
     }
 
     /// Returns a note's relevance to a query, in [0, 1]: cosine with the embedder, word overlap without.
@@ -396,7 +400,10 @@ impl RouteIndex {
     ) -> f32 {
         let text = memory::note_text(note);
         match (query_vector, embedder) {
-            (Some(query_vector), Some(embedder)) => dot(query_vector, &embedder.embed(&text)).clamp(0.0, 1.0),
+            (Some(query_vector), Some(embedder)) => match embedder.embed(&text) {
+                Ok(vector) if vector.len() == query_vector.len() => dot(query_vector, &vector).clamp(0.0, 1.0),
+                _ => lexical(query_words, &word_set(&text)),
+            },
             _ => lexical(query_words, &word_set(&text)),
         }
     }

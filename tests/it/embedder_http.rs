@@ -1,0 +1,224 @@
+//! The HTTP embedder through the real binary and the real actors, against a
+//! tiny embeddings server on 127.0.0.1 that counts what it is asked:
+//! batches of at most 32, nothing re-embedded on re-registration or restart,
+//! and best effort when the endpoint is down (indexing completes, discovery
+//! answers lexically and says so, the vectors are fetched later).
+
+use crate::cli::capdex;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Texts of every request the server answered, in order.
+type Seen = Arc<Mutex<Vec<Vec<String>>>>;
+
+/// A deterministic unit-free 16-dimensional vector per text (word hashes).
+fn vector_of(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0f32; 16];
+    for word in text.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        vector[(hash % 16) as usize] += 1.0;
+    }
+    vector
+}
+
+/// Serves OpenAI-style embeddings on `listener` until the test ends.
+fn serve_on(listener: TcpListener) -> Seen {
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line.trim_end().is_empty() {
+                        break;
+                    }
+                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let inputs: Vec<String> = serde_json::from_value(request["input"].clone()).unwrap_or_default();
+                let data: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(index, text)| json!({"object": "embedding", "index": index, "embedding": vector_of(text)}))
+                    .collect();
+                log.lock().unwrap().push(inputs);
+                let answer = json!({"object": "list", "data": data, "model": request["model"]}).to_string();
+                let mut stream = reader.into_inner();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            });
+        }
+    });
+    seen
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A catalog of `n` tools; `tweak` names one whose description changes.
+fn write_catalog(path: &Path, n: usize, changed: Option<usize>) {
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            let description = if changed == Some(i) {
+                format!("Archive old invoices number {i} into cold storage")
+            } else {
+                format!("Send message batch {i} to the team channel about topic {}", i % 7)
+            };
+            json!({"id": format!("tool:notify-{i}"), "kind": "tool", "name": format!("notify-{i}"),
+                   "description": description, "category": "communication", "tags": ["chat", "notify"]})
+        })
+        .collect();
+    std::fs::write(path, serde_json::to_string(&items).unwrap()).unwrap();
+}
+
+fn http_env(command: &mut std::process::Command, endpoint: &str, data_dir: &Path) {
+    command
+        .env("CAPDEX_EMBEDDER_BACKEND", "http")
+        .env("CAPDEX_EMBEDDER_ENDPOINT", endpoint)
+        .env("CAPDEX_EMBEDDER_MODEL", "counting-test")
+        .env("CAPDEX_EMBEDDER_RETRIES", "0")
+        .env("CAPDEX_EMBEDDER_TIMEOUT_MS", "5000")
+        .env("CAPDEX_DATA_DIR", data_dir)
+        .env("CAPDEX_CAPABILITY_DIRS", "");
+}
+
+fn index(endpoint: &str, data_dir: &Path, catalog: &Path) -> String {
+    let mut command = capdex();
+    http_env(&mut command, endpoint, data_dir);
+    let output = command.args(["index", "--catalog"]).arg(catalog).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "capdex index failed: {stderr}");
+    stderr
+}
+
+#[test]
+fn batches_of_32_and_nothing_embedded_twice() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let seen = serve_on(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let (data_dir, catalog) = (dir.path().join("data"), dir.path().join("catalog.json"));
+    write_catalog(&catalog, 70, None);
+
+    index(&endpoint, &data_dir, &catalog);
+    let first: Vec<Vec<String>> = seen.lock().unwrap().clone();
+    let texts: usize = first.iter().map(Vec::len).sum();
+    assert!(texts >= 70, "every capability is embedded once: {texts} texts");
+    assert!(
+        first.iter().all(|batch| !batch.is_empty() && batch.len() <= 32),
+        "{:?}",
+        first.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert!(
+        first.iter().filter(|batch| batch.iter().any(|t| t.contains("notify-"))).count() >= 3,
+        "70 texts need 3 requests"
+    );
+
+    // A restart with the same catalog: every vector comes from the store.
+    let stderr = index(&endpoint, &data_dir, &catalog);
+    assert_eq!(seen.lock().unwrap().len(), first.len(), "a restart embedded again: {stderr}");
+
+    // One changed capability: one text in one request.
+    write_catalog(&catalog, 70, Some(5));
+    index(&endpoint, &data_dir, &catalog);
+    let after: Vec<Vec<String>> = seen.lock().unwrap()[first.len()..].to_vec();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].len(), 1);
+    assert!(after[0][0].contains("Archive old invoices number 5"), "{after:?}");
+}
+
+#[test]
+fn a_closed_port_leaves_discovery_lexical_and_says_so() {
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let (data_dir, catalog) = (dir.path().join("data"), dir.path().join("catalog.json"));
+    write_catalog(&catalog, 40, Some(3));
+    let mut command = capdex();
+    http_env(&mut command, &endpoint, &data_dir);
+    let output = command
+        .args(["discover", "archive old invoices into cold storage", "--json", "--catalog"])
+        .arg(&catalog)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let embedder = result["diagnostics"]["embedder"].as_str().unwrap();
+    assert!(embedder.starts_with("unavailable: embedder_unavailable"), "{embedder}");
+    let tier1 = result["tier1"].as_array().unwrap();
+    assert_eq!(tier1[0]["id"], "tool:notify-3", "{tier1:?}");
+    for entry in tier1 {
+        let relevance = entry["relevance"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&relevance), "{entry}");
+    }
+    assert!(result["diagnostics"]["totalIndexed"].as_u64().unwrap() >= 40);
+}
+
+#[test]
+fn vectors_missed_while_down_are_fetched_later() {
+    use capdex::actors::indexer::{RetryEmbeddings, SyncCapabilities};
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let env: std::collections::BTreeMap<String, String> = [
+        ("CAPDEX_EMBEDDER_BACKEND", "http".to_string()),
+        ("CAPDEX_EMBEDDER_ENDPOINT", format!("http://127.0.0.1:{port}")),
+        ("CAPDEX_EMBEDDER_MODEL", "counting-test".to_string()),
+        ("CAPDEX_EMBEDDER_RETRIES", "0".to_string()),
+        ("CAPDEX_DATA_DIR", dir.path().join("data").display().to_string()),
+        ("CAPDEX_METRICS_LISTEN_ADDR", String::new()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let settings = capdex::config::Settings::load(None, &env).unwrap();
+    let catalog = dir.path().join("catalog.json");
+    write_catalog(&catalog, 10, None);
+    let items: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&catalog).unwrap()).unwrap();
+    let descriptors = capdex::core::sources::normalise_catalog(&items).descriptors;
+    actix_rt::System::new().block_on(async move {
+        let actors = capdex::app::start(&settings).await.unwrap();
+        let report = actors.indexer.send(SyncCapabilities::replace("file:test", descriptors)).await.unwrap().unwrap();
+        assert_eq!(report.upserted, 10);
+        assert_eq!(report.embedded, 0);
+        assert!(report.pending >= 10, "{report:?}");
+        assert!(report.embedder_error.as_deref().unwrap_or("").contains("embedder_unavailable"), "{report:?}");
+        let down = capdex::app::discover(&actors, "notify-4", Default::default()).await.unwrap();
+        assert_eq!(down.tier1[0].id, "tool:notify-4");
+        assert!(down.diagnostics.embedder.starts_with("unavailable"));
+
+        // The endpoint comes up: a retry fetches every missing vector.
+        let seen = serve_on(TcpListener::bind(("127.0.0.1", port)).unwrap());
+        let retry = actors.indexer.send(RetryEmbeddings).await.unwrap().unwrap();
+        assert_eq!(retry.pending, 0, "{retry:?}");
+        assert!(retry.embedded >= 10);
+        assert!(seen.lock().unwrap().iter().all(|batch| batch.len() <= 32));
+        let up =
+            capdex::app::discover(&actors, "send a message to the team channel", Default::default()).await.unwrap();
+        assert_eq!(up.diagnostics.embedder, "ok");
+        assert!(up.tier1.iter().all(|entry| (0.0..=1.0).contains(&entry.relevance)));
+        assert!(!up.tier1.is_empty());
+        let again = actors.indexer.send(RetryEmbeddings).await.unwrap().unwrap();
+        assert_eq!((again.embedded, again.pending), (0, 0));
+    });
+}
