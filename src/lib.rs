@@ -6,6 +6,7 @@
 //! - [`gateway`]: the only module that speaks NATS;
 //! - [`store`]: the only module that speaks sled;
 //! - [`sources`]: reading capability folders from disk;
+//! - [`embedders`]: embedding backends with I/O (the local neural model, feature `neural`);
 //! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
 //! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring.
 
@@ -14,6 +15,7 @@ pub mod app;
 pub mod bench;
 pub mod config;
 pub mod core;
+pub mod embedders;
 pub mod eval;
 pub mod gateway;
 pub mod sources;
