@@ -130,7 +130,7 @@ fn more_texts_than_a_batch_keep_their_order() {
 #[test]
 fn the_embed_trait_gives_zero_for_blank_texts_and_model_vectors_otherwise() {
     let embedder = embedder();
-    let texts = vec!["".to_string(), "send a message on telegram".to_string(), " \n ".to_string()];
+    let texts = ["".to_string(), "send a message on telegram".to_string(), " \n ".to_string()];
     let vectors = Embed::embed_batch(embedder, &texts);
     assert!(vectors[0].iter().all(|x| *x == 0.0));
     assert!(vectors[2].iter().all(|x| *x == 0.0));

@@ -313,7 +313,7 @@ fn parse_config(path: &Path, bytes: &[u8]) -> Result<BertConfig, NeuralError> {
     if config.hidden_size == 0 || config.num_attention_heads == 0 || config.num_hidden_layers == 0 {
         return Err(bad("hidden_size, num_attention_heads and num_hidden_layers must be positive".to_string()));
     }
-    if config.hidden_size % config.num_attention_heads != 0 {
+    if !config.hidden_size.is_multiple_of(config.num_attention_heads) {
         return Err(bad(format!(
             "hidden_size {} is not a multiple of num_attention_heads {}",
             config.hidden_size, config.num_attention_heads
