@@ -9,6 +9,11 @@
 # 3. Runs `cargo test --all-targets --locked "$@"`, then the doc tests.
 # 4. Before that, installs examples/python/requirements.txt (nats-py) into
 #    .venv for the Python example clients' test.
+# 5. Fetches all-MiniLM-L6-v2 (scripts/fetch-minilm.sh, into .models/) and runs the local
+#    neural embedder's test alone with the `neural` feature: `cargo test --features neural
+#    --test neural` (only that test binary is built with the feature, so the suite is not
+#    compiled twice). Done when no arguments are given, or when CAPDEX_NEURAL_TESTS=1;
+#    a CAPDEX_TEST_MODEL_DIR already set is used as is (nothing fetched).
 #
 # Extra arguments go to the first cargo test, e.g.:
 #   scripts/test.sh -- --nocapture
@@ -120,5 +125,16 @@ cargo test --all-targets --locked "$@"
 
 say "cargo test --doc --locked"
 cargo test --doc --locked
+
+if [[ $# -eq 0 || "${CAPDEX_NEURAL_TESTS:-}" == "1" ]]; then
+    if [[ -z "${CAPDEX_TEST_MODEL_DIR:-}" ]]; then
+        say "scripts/fetch-minilm.sh"
+        CAPDEX_TEST_MODEL_DIR="$(bash scripts/fetch-minilm.sh | tail -n 1)" || die "could not fetch all-MiniLM-L6-v2"
+    fi
+    export CAPDEX_TEST_MODEL_DIR
+    say "CAPDEX_TEST_MODEL_DIR=$CAPDEX_TEST_MODEL_DIR"
+    say "cargo test --features neural --test neural --locked"
+    cargo test --features neural --test neural --locked
+fi
 
 say "all tests passed"

@@ -59,7 +59,7 @@ fn local(settings: &EmbedderSettings) -> Result<BoxedEmbedder, EmbedError> {
             format!("cannot load the model in {}: {err}", settings.model_dir.display()),
         )
     })?;
-    Ok(Box::new(NeuralAdapter(model)))
+    Ok(Box::new(model))
 }
 
 #[cfg(not(feature = "neural"))]
@@ -68,25 +68,6 @@ fn local(_: &EmbedderSettings) -> Result<BoxedEmbedder, EmbedError> {
         EmbedErrorCode::Config,
         "embedder.backend \"local\" needs capdex built with the `neural` feature (cargo build --features neural)",
     ))
-}
-
-/// The local neural model seen as an [`Embed`].
-#[cfg(feature = "neural")]
-struct NeuralAdapter(crate::embedders::neural::NeuralEmbedder);
-
-#[cfg(feature = "neural")]
-impl Embed for NeuralAdapter {
-    fn model_id(&self) -> String {
-        self.0.model_id()
-    }
-
-    fn dimensions(&self) -> usize {
-        self.0.dimensions()
-    }
-
-    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.0.embed_texts(texts).map_err(|err| EmbedError::new(EmbedErrorCode::Model, err.to_string()))
-    }
 }
 
 /// An embedder that always fails with the same error: stands in for one that

@@ -1,10 +1,10 @@
-//! Embedding backends besides the built-in one (`core::embedder`): the
-//! OpenAI-compatible HTTP endpoint (`http`), the local neural model (`neural`,
-//! behind the `neural` cargo feature), and the choice between them from the
-//! `[embedder]` settings (`backend`).
-
-//! The `neural` module itself (`#[cfg(feature = "neural")] pub mod neural;`)
-//! comes with the neural backend's branch; `backend` uses it only under that feature.
+//! Embedding backends besides the built-in one (`core::embedder`), the ones
+//! that do I/O: the OpenAI-compatible HTTP endpoint (`http`), the local neural
+//! model (`neural`, a BERT-family sentence embedder on candle, behind the
+//! `neural` cargo feature), and the choice between them from the `[embedder]`
+//! settings (`backend`).
 
 pub mod backend;
 pub mod http;
+#[cfg(feature = "neural")]
+pub mod neural;

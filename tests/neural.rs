@@ -1,0 +1,225 @@
+//! The local neural embedder against reference embeddings, and its typed load errors.
+//!
+//! Needs the all-MiniLM-L6-v2 files: `scripts/fetch-minilm.sh` puts them in
+//! `.models/all-MiniLM-L6-v2`; `CAPDEX_TEST_MODEL_DIR` points elsewhere. Without them every
+//! test here fails with a message saying so (a missing model must not pass silently).
+//! `tests/fixtures/minilm_reference.json` comes from `scripts/minilm_reference.py` (an
+//! independent NumPy BERT forward pass over the same files; see its header).
+#![cfg(feature = "neural")]
+
+use capdex::core::embedder::{dot, Embed};
+use capdex::embedders::neural::{NeuralEmbedder, NeuralError};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Fixture {
+    dimensions: usize,
+    max_seq_length: usize,
+    texts: Vec<FixtureText>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FixtureText {
+    text: String,
+    n_tokens: usize,
+    embedding: Vec<f32>,
+}
+
+fn model_dir() -> PathBuf {
+    match std::env::var_os("CAPDEX_TEST_MODEL_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".models/all-MiniLM-L6-v2"),
+    }
+}
+
+/// The model, loaded once for every test in this binary.
+fn embedder() -> &'static NeuralEmbedder {
+    static EMBEDDER: OnceLock<NeuralEmbedder> = OnceLock::new();
+    EMBEDDER.get_or_init(|| {
+        let dir = model_dir();
+        assert!(
+            dir.join("model.safetensors").is_file(),
+            "all-MiniLM-L6-v2 not found in {}: run scripts/fetch-minilm.sh (or set CAPDEX_TEST_MODEL_DIR)",
+            dir.display()
+        );
+        NeuralEmbedder::load(&dir).unwrap_or_else(|error| panic!("failed to load {}: {error}", dir.display()))
+    })
+}
+
+fn fixture() -> Fixture {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/minilm_reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+fn cosine(left: &[f32], right: &[f32]) -> f32 {
+    dot(left, right) / (dot(left, left).sqrt() * dot(right, right).sqrt())
+}
+
+fn assert_matches_reference(fixture: &Fixture, vectors: &[Vec<f32>], how: &str) {
+    assert_eq!(vectors.len(), fixture.texts.len());
+    for (reference, vector) in fixture.texts.iter().zip(vectors) {
+        assert_eq!(vector.len(), fixture.dimensions);
+        let similarity = cosine(&reference.embedding, vector);
+        assert!(
+            similarity >= 0.999,
+            "{how}: cosine {similarity:.6} < 0.999 for {:?} ({} tokens)",
+            reference.text,
+            reference.n_tokens
+        );
+    }
+}
+
+#[test]
+fn fixture_covers_short_long_truncated_unicode_and_empty_texts() {
+    let fixture = fixture();
+    assert!(fixture.texts.len() >= 20);
+    assert!(fixture.texts.iter().any(|entry| entry.text.is_empty()));
+    assert!(fixture.texts.iter().any(|entry| entry.n_tokens > 128 && entry.n_tokens < fixture.max_seq_length));
+    assert!(fixture.texts.iter().any(|entry| entry.n_tokens == fixture.max_seq_length));
+    assert!(fixture.texts.iter().any(|entry| !entry.text.is_ascii()));
+}
+
+#[test]
+fn one_padded_batch_matches_the_reference() {
+    let fixture = fixture();
+    let embedder = embedder();
+    assert_eq!(embedder.dimensions(), fixture.dimensions);
+    assert_eq!(embedder.max_seq_length(), fixture.max_seq_length);
+    let texts: Vec<String> = fixture.texts.iter().map(|entry| entry.text.clone()).collect();
+    // Every text in one batch: lengths from 2 to 256 tokens, so most rows are padded.
+    let vectors = embedder.embed_texts(&texts).expect("embed fixture texts");
+    assert_matches_reference(&fixture, &vectors, "batched");
+    for vector in &vectors {
+        let norm = dot(vector, vector).sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    }
+}
+
+#[test]
+fn each_text_alone_matches_the_reference() {
+    let fixture = fixture();
+    let embedder = embedder();
+    let vectors: Vec<Vec<f32>> = fixture
+        .texts
+        .iter()
+        .map(|entry| embedder.embed_texts(std::slice::from_ref(&entry.text)).expect("embed one text").remove(0))
+        .collect();
+    assert_matches_reference(&fixture, &vectors, "alone");
+}
+
+#[test]
+fn more_texts_than_a_batch_keep_their_order() {
+    let fixture = fixture();
+    let embedder = embedder();
+    // 3 x 22 texts = 66: three batches of 32, 32 and 2, in shuffled length order.
+    let texts: Vec<String> = (0..3).flat_map(|_| fixture.texts.iter().rev().map(|entry| entry.text.clone())).collect();
+    let vectors = embedder.embed_texts(&texts).expect("embed");
+    assert_eq!(vectors.len(), texts.len());
+    for (text, vector) in texts.iter().zip(&vectors) {
+        let reference = fixture.texts.iter().find(|entry| &entry.text == text).unwrap();
+        assert!(cosine(&reference.embedding, vector) >= 0.999, "{text:?}");
+    }
+    assert!(embedder.embed_texts(&[]).expect("no texts").is_empty());
+}
+
+#[test]
+fn the_embed_trait_gives_zero_for_blank_texts_and_model_vectors_otherwise() {
+    let embedder = embedder();
+    let texts = ["".to_string(), "send a message on telegram".to_string(), " \n ".to_string()];
+    let vectors = Embed::embed_batch(embedder, &texts).expect("the model embeds");
+    assert!(vectors[0].iter().all(|x| *x == 0.0));
+    assert!(vectors[2].iter().all(|x| *x == 0.0));
+    let direct = embedder.embed_texts(&texts[1..2]).unwrap();
+    assert!(cosine(&vectors[1], &direct[0]) > 0.99999);
+    assert_eq!(Embed::embed(embedder, "send a message on telegram").expect("the model embeds").len(), 384);
+    assert_eq!(Embed::model_id(embedder), embedder.model_id());
+    assert_eq!(Embed::dimensions(embedder), 384);
+}
+
+/// A temp model directory: the real files linked in, `overrides` written instead.
+fn model_dir_with(overrides: &[(&str, &[u8])], omit: &[&str]) -> tempfile::TempDir {
+    let source = model_dir();
+    let temp = tempfile::tempdir().expect("tempdir");
+    for name in ["config.json", "tokenizer.json", "model.safetensors", "sentence_bert_config.json"] {
+        if omit.contains(&name) || !source.join(name).exists() {
+            continue;
+        }
+        match overrides.iter().find(|(file, _)| *file == name) {
+            Some((_, bytes)) => std::fs::write(temp.path().join(name), bytes).unwrap(),
+            None => std::os::unix::fs::symlink(source.join(name), temp.path().join(name)).unwrap(),
+        }
+    }
+    temp
+}
+
+#[test]
+fn model_id_follows_the_directory_contents() {
+    let embedder = embedder();
+    let model_id = embedder.model_id();
+    assert!(model_id.starts_with("bert-l6-h384-"), "{model_id}");
+    let same = model_dir_with(&[], &[]);
+    assert_eq!(NeuralEmbedder::load(same.path()).unwrap().model_id(), model_id);
+    // Any change to config.json gives another id, even one that leaves the output alone.
+    let config = std::fs::read_to_string(model_dir().join("config.json")).unwrap();
+    let changed = config.replace("\"initializer_range\": 0.02", "\"initializer_range\": 0.03");
+    assert_ne!(changed, config);
+    let other = model_dir_with(&[("config.json", changed.as_bytes())], &[]);
+    assert_ne!(NeuralEmbedder::load(other.path()).unwrap().model_id(), model_id);
+    // So does another sequence limit.
+    let shorter = model_dir_with(&[("sentence_bert_config.json", br#"{"max_seq_length": 128}"#)], &[]);
+    let shorter = NeuralEmbedder::load(shorter.path()).unwrap();
+    assert_eq!(shorter.max_seq_length(), 128);
+    assert_ne!(shorter.model_id(), model_id);
+}
+
+fn load_error(dir: &Path) -> NeuralError {
+    NeuralEmbedder::load(dir).expect_err("load must fail")
+}
+
+#[test]
+fn bad_model_directories_give_typed_errors() {
+    let missing_dir = tempfile::tempdir().unwrap();
+    let error = load_error(&missing_dir.path().join("nowhere"));
+    assert_eq!(error.code(), "model_file_missing", "{error}");
+    assert!(error.to_string().contains("fetch-minilm.sh"), "{error}");
+
+    for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+        let dir = model_dir_with(&[], &[file]);
+        let error = load_error(dir.path());
+        assert!(matches!(&error, NeuralError::MissingFile { path } if path.ends_with(file)), "{file}: {error}");
+    }
+
+    let cases: [(&str, &[u8], &str); 7] = [
+        ("config.json", b"not json", "model_config_invalid"),
+        ("config.json", br#"{"hidden_size": 384}"#, "model_config_invalid"),
+        ("tokenizer.json", b"{\"version\": 1}", "model_tokenizer_invalid"),
+        ("model.safetensors", b"", "model_weights_invalid"),
+        ("model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ", "model_weights_invalid"),
+        ("sentence_bert_config.json", b"[1, 2", "model_config_invalid"),
+        ("sentence_bert_config.json", br#"{"max_seq_length": 1}"#, "model_config_invalid"),
+    ];
+    for (file, bytes, code) in cases {
+        let dir = model_dir_with(&[(file, bytes)], &[]);
+        let error = load_error(dir.path());
+        assert_eq!(error.code(), code, "{file} = {:?}: {error}", String::from_utf8_lossy(bytes));
+    }
+
+    // A configuration whose heads do not divide the hidden size is refused before candle sees it.
+    let config = std::fs::read_to_string(model_dir().join("config.json")).unwrap();
+    let odd_heads = config.replace("\"num_attention_heads\": 12", "\"num_attention_heads\": 7");
+    let dir = model_dir_with(&[("config.json", odd_heads.as_bytes())], &[]);
+    assert_eq!(load_error(dir.path()).code(), "model_config_invalid");
+    // A vocabulary smaller than the tokenizer's would index past the embedding table.
+    let small_vocab = config.replace("\"vocab_size\": 30522", "\"vocab_size\": 1000");
+    let dir = model_dir_with(&[("config.json", small_vocab.as_bytes())], &[]);
+    assert_eq!(load_error(dir.path()).code(), "model_tokenizer_invalid");
+    // Weights of another shape than the configuration describes.
+    let wider = config.replace("\"intermediate_size\": 1536", "\"intermediate_size\": 1024");
+    let dir = model_dir_with(&[("config.json", wider.as_bytes())], &[]);
+    assert_eq!(load_error(dir.path()).code(), "model_weights_invalid");
+}
