@@ -95,9 +95,13 @@ async def run(args):
 
         echoed = await call(
             nc, args.prefix, "dispatch", "dispatch",
-            {"capabilityId": "tool:echo", "arguments": {"text": args.message}}, args.timeout,
+            {"slug": "echo", "agentId": args.runtime_id, "arguments": {"text": args.message},
+             "executionId": f"{args.runtime_id}-run", "stepId": "echo-1"}, args.timeout,
         )
-        emit("dispatch", capabilityId=echoed["capabilityId"], output=echoed["output"], replayed=echoed["replayed"])
+        if not echoed.get("success"):
+            emit("dispatch", error=echoed.get("error"))
+            return 1
+        emit("dispatch", slug="echo", success=True, output=echoed["data"])
 
         used = [entry["id"] for entry in found["tier1"][:2]]
         statuses = ["success"] * args.successes + ["failed"] * args.failures

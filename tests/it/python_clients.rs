@@ -97,7 +97,7 @@ async fn agent_runtime_failures_reach_ops_alerts() {
     let discover = step("discover").next().expect("a discover step");
     assert_eq!(discover["tier1"][0], "tool:invoice-lookup", "the registered tool is discovered first: {discover}");
     let dispatch = step("dispatch").next().expect("a dispatch step");
-    assert_eq!(dispatch["output"]["text"], "look up the invoices of a customer");
+    assert_eq!(dispatch["output"]["text"], "look up the invoices of a customer", "{dispatch}");
     let outcomes: Vec<&Value> = step("outcome").collect();
     assert_eq!(outcomes.len(), 9);
     assert!(outcomes.iter().all(|o| o["accepted"] == true && o["duplicate"] == false));

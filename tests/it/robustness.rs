@@ -181,11 +181,11 @@ async fn a_slow_request_does_not_hold_up_fast_ones() {
             &request(
                 &client,
                 "capdex.v1.dispatch",
-                json!({"capabilityId": "tool:echo", "arguments": {"text": "fast"}}).to_string().into(),
+                json!({"slug": "echo", "agentId": "agent-1", "arguments": {"text": "fast"}}).to_string().into(),
             )
             .await,
         );
-        assert_eq!(echo["output"]["text"], "fast", "{echo}");
+        assert_eq!(echo["data"]["text"], "fast", "{echo}");
         body(&request(&client, "$SRV.PING.capdex", Vec::new()).await)
     };
     // The fast requests are answered while the slow one is still running.
