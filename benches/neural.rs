@@ -128,6 +128,12 @@ fn bench_set(neural: &NeuralEmbedder, tools: &[ToolRecord], queries: &[QueryReco
     print_metrics("minilm hybrid (default fusion, graph as configured)", &hybrid);
     let alone = evaluate(&indexes, &neural_queries, queries, None, dense_only);
     print_metrics("minilm alone (dense only, no graph)", &alone);
+    // Ablation: the lexical share of the fusion with this model (the default is tuned on the built-in embedder).
+    for lexical in [0.1f32, 0.2, 0.3, 0.4, 0.5] {
+        let fusion = Fusion { lexical, ..Fusion::default() };
+        let metrics = evaluate(&indexes, &neural_queries, queries, graph_boost, fusion);
+        print_metrics(&format!("minilm hybrid, lexical share {lexical:.1}"), &metrics);
+    }
 
     let builtin = HashingEmbedder::new(settings.embedder_dimensions).expect("positive dimensions");
     let mut builtin_index = VectorIndex::with_capacity(builtin.dimensions(), descriptors.len());

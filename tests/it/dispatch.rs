@@ -8,6 +8,7 @@
 
 use crate::cli::capdex;
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::wait_until_serving;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -54,19 +55,7 @@ async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (Serving
     }
     let mut child = command.spawn().expect("capdex serve starts");
     let client = async_nats::connect(nats.url()).await.expect("test client connects");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ping =
-            tokio::time::timeout(Duration::from_millis(500), client.request("$SRV.PING.capdex", "".into())).await;
-        if matches!(ping, Ok(Ok(_))) {
-            break;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("capdex serve exited with {status}: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        }
-        assert!(Instant::now() < deadline, "capdex serve did not answer $SRV.PING.capdex within 30 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_serving(&mut child, &client, || std::fs::read_to_string(&log).unwrap_or_default()).await;
     (Serving { child, log }, client)
 }
 

@@ -9,27 +9,13 @@
 //! (about 1 s in a debug build, while a discover takes milliseconds).
 
 use crate::cli::examples_dir;
-use crate::serve_over_nats::{body, request, serve_at};
+use crate::serve_over_nats::{body, request, serve_at, Served};
 use crate::support::nats_server::NatsServer;
 use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 const SYNTHCAT: &str = "../shared/data/catalog/synthcat-1000.sources.json";
-
-/// A running `capdex serve`, killed on drop.
-struct Served {
-    child: Child,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn serve(nats: &NatsServer, env: &[(&str, &str)]) -> (Served, async_nats::Client) {
     let data = tempfile::tempdir().unwrap();

@@ -116,20 +116,11 @@ fn start_capdex(url: &str, env: &[(&str, String)]) -> Served {
 
 /// Waits until capdex answers `$SRV.PING.capdex` through `client`.
 async fn wait_for_ping(served: &mut Served, client: &async_nats::Client) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ping =
-            tokio::time::timeout(Duration::from_millis(500), client.request("$SRV.PING.capdex", "".into())).await;
-        if let Ok(Ok(reply)) = ping {
-            assert_eq!(body(&reply)["name"], "capdex");
-            return;
-        }
-        if let Ok(Some(status)) = served.child.try_wait() {
-            panic!("capdex serve exited with {status}:\n{}", served.output());
-        }
-        assert!(Instant::now() < deadline, "capdex did not answer within 30 s:\n{}", served.output());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let stderr = served.stderr.clone();
+    crate::support::serving::wait_until_serving(&mut served.child, client, || {
+        std::fs::read_to_string(&stderr).unwrap_or_default()
+    })
+    .await;
 }
 
 /// Waits for `capdex serve` to exit and returns its status.

@@ -3,15 +3,16 @@
 
 use crate::cli::{capdex, examples_dir};
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::wait_until_serving;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `capdex serve`, killed on drop.
-struct Served {
-    child: Child,
-    _data: tempfile::TempDir,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) _data: tempfile::TempDir,
 }
 
 impl Drop for Served {
@@ -53,22 +54,7 @@ pub(crate) async fn serve_at(
     }
     let mut child = command.spawn().expect("capdex serve starts");
     let client = async_nats::connect(nats.url()).await.expect("test client connects");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ping =
-            tokio::time::timeout(Duration::from_millis(500), client.request("$SRV.PING.capdex", "".into())).await;
-        if matches!(ping, Ok(Ok(_))) {
-            break;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("capdex serve exited with {status} before answering $SRV.PING.capdex");
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("capdex serve did not answer $SRV.PING.capdex within 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_serving(&mut child, &client, String::new).await;
     (child, client)
 }
 
