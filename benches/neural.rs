@@ -9,7 +9,7 @@
 //! Without `--bench` (as under `cargo test`) it runs a small smoke pass: 16 tools, 8 queries.
 //! It prints figures and asserts none: timings depend on the machine.
 
-use capdex::config::Settings;
+use capdex::config::{EmbedderBackend, Settings};
 use capdex::core::catalog::Catalog;
 use capdex::core::discovery::DiscoveryFilter;
 use capdex::core::embedder::{Embed, HashingEmbedder};
@@ -124,11 +124,13 @@ fn bench_set(neural: &NeuralEmbedder, tools: &[ToolRecord], queries: &[QueryReco
     let neural_queries: Vec<Query> =
         query_vectors.into_iter().map(|(parts, vectors)| Query::new(parts, vectors)).collect();
     let indexes = Indexes { catalog: &catalog, vectors: &neural_index, lexical: &lexical, graph: &graph };
-    let hybrid = evaluate(&indexes, &neural_queries, queries, graph_boost, Fusion::default());
-    print_metrics("minilm hybrid (default fusion, graph as configured)", &hybrid);
+    // The fusion discovery uses with a local model (`[discovery] lexical_weight = "auto"`).
+    let semantic = Fusion { lexical: EmbedderBackend::Local.default_lexical_weight(), ..Fusion::default() };
+    let hybrid = evaluate(&indexes, &neural_queries, queries, graph_boost, semantic);
+    print_metrics("minilm hybrid (the local backend's fusion, graph as configured)", &hybrid);
     let alone = evaluate(&indexes, &neural_queries, queries, None, dense_only);
     print_metrics("minilm alone (dense only, no graph)", &alone);
-    // Ablation: the lexical share of the fusion with this model (the default is tuned on the built-in embedder).
+    // Ablation: the lexical share of the fusion with this model.
     for lexical in [0.1f32, 0.2, 0.3, 0.4, 0.5] {
         let fusion = Fusion { lexical, ..Fusion::default() };
         let metrics = evaluate(&indexes, &neural_queries, queries, graph_boost, fusion);

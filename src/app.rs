@@ -187,6 +187,8 @@ struct ActorApi {
     planner: PlannerDefaults,
     adaptive: crate::core::turn_planner::AdaptivePolicy,
     discovery_retries: Retries,
+    /// The configured discovery settings, which a request's `config` overrides.
+    discovery: crate::core::discovery::DiscoveryConfig,
     /// Set when index mutations go through the JetStream index log.
     replication: Option<std::rc::Rc<crate::replication::Replication>>,
 }
@@ -213,6 +215,20 @@ where
         result = attempt().await;
     }
     result
+}
+
+/// The settings of one query: the configured ones with the request's
+/// overrides, or `None` (the router's own) when it gives none.
+fn per_query_config(
+    base: &crate::core::discovery::DiscoveryConfig,
+    request: &DiscoverRequest,
+) -> Result<Option<crate::core::discovery::DiscoveryConfig>, ApiError> {
+    match &request.config {
+        Some(overrides) if !overrides.is_empty() => {
+            overrides.apply(base).map(Some).map_err(|problem| ApiError::bad_request(format!("config.{problem}")))
+        }
+        _ => Ok(None),
+    }
 }
 
 fn now_ms() -> u64 {
@@ -294,10 +310,12 @@ impl Api for ActorApi {
 
     fn discover(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<DiscoveryResult, ApiError>> {
         let router = self.actors.router.clone();
+        let config = per_query_config(&self.discovery, &request);
         async move {
             let filter = request.filter()?;
+            let config = config?;
             router
-                .send(Discover { query: request.message, filter, config: None })
+                .send(Discover { query: request.message, filter, config })
                 .await
                 .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
                 .map_err(|err| ApiError::internal(err.to_string()))
@@ -309,8 +327,10 @@ impl Api for ActorApi {
         let (router, kpi) = (self.actors.router.clone(), self.actors.kpi.clone());
         let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
         let retries = self.discovery_retries;
+        let config = per_query_config(&self.discovery, &request);
         async move {
             let filter = request.filter()?;
+            let config = config?;
             let options = request.plan.clone().unwrap_or_default();
             let at_ms = now_ms();
             let view = kpi
@@ -321,7 +341,7 @@ impl Api for ActorApi {
                 })
                 .await
                 .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
-            let discover = Discover { query: request.message, filter, config: None };
+            let discover = Discover { query: request.message, filter, config };
             let discovered = with_retries(retries, || async {
                 match router.send(discover.clone()).await {
                     Ok(Ok(result)) => Ok(result),
@@ -554,6 +574,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
             max_retries: settings.planner_discovery_max_retries,
             backoff: Duration::from_millis(settings.planner_discovery_retry_backoff_ms),
         },
+        discovery: settings.discovery.clone(),
         replication,
     };
     gateway.serve(api, events_rx, shutdown).await?;

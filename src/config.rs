@@ -71,6 +71,8 @@ pub struct RawDiscovery {
     pub tier1_min_relevance: f32,
     pub use_graph_reranking: bool,
     pub graph_boost_factor: f32,
+    /// `"auto"` or a number in [0, 1] (see [`LexicalWeight`]).
+    pub lexical_weight: toml::Value,
     pub outcome_prior: bool,
     pub outcome_prior_strength: f32,
     pub outcome_prior_half_life_ms: u64,
@@ -111,6 +113,53 @@ impl EmbedderBackend {
             "local" => Ok(EmbedderBackend::Local),
             "http" => Ok(EmbedderBackend::Http),
             other => Err(format!("must be \"builtin\", \"local\" or \"http\", got {other:?}")),
+        }
+    }
+}
+
+impl EmbedderBackend {
+    /// The lexical share of fusion that suits this backend's vectors: the
+    /// built-in hashing embedder's cosine is lexical itself, a neural model's
+    /// is semantic ([`crate::core::retrieval::SEMANTIC_LEXICAL_WEIGHT`]).
+    pub fn default_lexical_weight(self) -> f32 {
+        match self {
+            EmbedderBackend::Builtin => crate::core::retrieval::LEXICAL_WEIGHT,
+            EmbedderBackend::Local | EmbedderBackend::Http => crate::core::retrieval::SEMANTIC_LEXICAL_WEIGHT,
+        }
+    }
+}
+
+/// `[discovery] lexical_weight`: the lexical share of fusion, fixed or
+/// following the embedder (`"auto"`, the default).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LexicalWeight {
+    Auto,
+    Fixed(f32),
+}
+
+impl LexicalWeight {
+    /// Reads `"auto"` or a number in [0, 1] (also as text, as an environment override gives it).
+    pub fn parse(value: &toml::Value) -> Result<LexicalWeight, String> {
+        let number = match value {
+            toml::Value::String(text) if text.trim() == "auto" => return Ok(LexicalWeight::Auto),
+            toml::Value::String(text) => text.trim().parse::<f64>().ok(),
+            toml::Value::Float(number) => Some(*number),
+            toml::Value::Integer(number) => Some(*number as f64),
+            _ => None,
+        };
+        match number {
+            Some(number) if number.is_finite() && (0.0..=1.0).contains(&number) => {
+                Ok(LexicalWeight::Fixed(number as f32))
+            }
+            _ => Err(format!("must be \"auto\" or a number in [0, 1], got {value}")),
+        }
+    }
+
+    /// The share to use with `backend`.
+    pub fn resolve(self, backend: EmbedderBackend) -> f32 {
+        match self {
+            LexicalWeight::Auto => backend.default_lexical_weight(),
+            LexicalWeight::Fixed(weight) => weight,
         }
     }
 }
@@ -308,7 +357,10 @@ pub struct Settings {
     pub watch_debounce_ms: u64,
     pub log: String,
     pub log_format: LogFormat,
+    /// With `lexical_weight` resolved for the configured embedder.
     pub discovery: DiscoveryConfig,
+    /// `[discovery] lexical_weight` as written (`auto` follows the embedder).
+    pub lexical_weight: LexicalWeight,
     pub embedder_dimensions: usize,
     pub nats: NatsSettings,
     /// The `[embedder]` section (`embedder_dimensions` is its `dimensions`).
@@ -388,19 +440,6 @@ impl Settings {
     /// Validates raw settings.
     pub fn from_raw(raw: RawSettings) -> Result<Settings, ConfigError> {
         let invalid = |field: &str, problem: String| ConfigError::Invalid { field: field.to_string(), problem };
-        let discovery = DiscoveryConfig {
-            tier0_token_budget: raw.discovery.tier0_token_budget,
-            tier1_token_budget: raw.discovery.tier1_token_budget,
-            tier2_token_budget: raw.discovery.tier2_token_budget,
-            tier1_top_k: raw.discovery.tier1_top_k,
-            tier2_top_k: raw.discovery.tier2_top_k,
-            tier1_min_relevance: raw.discovery.tier1_min_relevance,
-            use_graph_reranking: raw.discovery.use_graph_reranking,
-            graph_boost_factor: raw.discovery.graph_boost_factor,
-        };
-        discovery
-            .validate()
-            .map_err(|problem| invalid(&format!("discovery.{}", snake(problem.field)), problem.problem))?;
         if raw.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty".into()));
         }
@@ -422,6 +461,22 @@ impl Settings {
             retries: raw.embedder.retries,
         };
         embedder.validate().map_err(|(field, problem)| invalid(field, problem))?;
+        let lexical_weight = LexicalWeight::parse(&raw.discovery.lexical_weight)
+            .map_err(|problem| invalid("discovery.lexical_weight", problem))?;
+        let discovery = DiscoveryConfig {
+            tier0_token_budget: raw.discovery.tier0_token_budget,
+            tier1_token_budget: raw.discovery.tier1_token_budget,
+            tier2_token_budget: raw.discovery.tier2_token_budget,
+            tier1_top_k: raw.discovery.tier1_top_k,
+            tier2_top_k: raw.discovery.tier2_top_k,
+            tier1_min_relevance: raw.discovery.tier1_min_relevance,
+            use_graph_reranking: raw.discovery.use_graph_reranking,
+            graph_boost_factor: raw.discovery.graph_boost_factor,
+            lexical_weight: lexical_weight.resolve(embedder.backend),
+        };
+        discovery
+            .validate()
+            .map_err(|problem| invalid(&format!("discovery.{}", snake(problem.field)), problem.problem))?;
         validate_prefix(&raw.nats.subject_prefix).map_err(|problem| invalid("nats.subject_prefix", problem))?;
         if !(raw.nats.url.starts_with("nats://") || raw.nats.url.starts_with("tls://")) {
             return Err(invalid("nats.url", format!("must start with nats:// or tls://, got {:?}", raw.nats.url)));
@@ -568,6 +623,7 @@ impl Settings {
             log: raw.log,
             log_format,
             discovery,
+            lexical_weight,
             embedder_dimensions: raw.embedder.dimensions,
             embedder,
             nats: NatsSettings {
@@ -993,6 +1049,39 @@ mod tests {
         assert_eq!(dirs[dirs.len() - 2..], [PathBuf::from("a"), PathBuf::from("b")]);
         assert_eq!(dirs[1], PathBuf::from(".capdex/capabilities"));
         assert!(dirs[0].ends_with(".capdex/capabilities") && !dirs[0].starts_with("~"));
+    }
+
+    #[test]
+    fn the_lexical_weight_follows_the_embedder_unless_set() {
+        let builtin = Settings::load(None, &env(&[])).unwrap();
+        assert_eq!(builtin.lexical_weight, LexicalWeight::Auto);
+        assert_eq!(builtin.discovery.lexical_weight, crate::core::retrieval::LEXICAL_WEIGHT);
+        let http = Settings::load(
+            None,
+            &env(&[
+                ("CAPDEX_EMBEDDER_BACKEND", "http"),
+                ("CAPDEX_EMBEDDER_ENDPOINT", "http://127.0.0.1:9"),
+                ("CAPDEX_EMBEDDER_MODEL", "m"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(http.discovery.lexical_weight, crate::core::retrieval::SEMANTIC_LEXICAL_WEIGHT);
+        let fixed = Settings::load(
+            None,
+            &env(&[
+                ("CAPDEX_EMBEDDER_BACKEND", "http"),
+                ("CAPDEX_EMBEDDER_ENDPOINT", "http://127.0.0.1:9"),
+                ("CAPDEX_EMBEDDER_MODEL", "m"),
+                ("CAPDEX_DISCOVERY_LEXICAL_WEIGHT", "0.45"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(fixed.lexical_weight, LexicalWeight::Fixed(0.45));
+        assert_eq!(fixed.discovery.lexical_weight, 0.45);
+        for bad in ["1.5", "-0.1", "NaN", "some"] {
+            let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_LEXICAL_WEIGHT", bad)])).unwrap_err();
+            assert!(err.to_string().contains("discovery.lexical_weight"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -407,8 +407,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     {
         let mut config = settings.discovery.clone();
         config.use_graph_reranking &= !no_graph;
+        let embedder = embedder.apply(&settings.embedder)?;
+        // `[discovery] lexical_weight = "auto"` follows the embedder chosen here.
+        config.lexical_weight = settings.lexical_weight.resolve(embedder.backend);
         let mut fusion = capdex::core::retrieval::Fusion::default();
-        fusion.lexical = lexical_weight.unwrap_or(fusion.lexical).clamp(0.0, 1.0);
+        fusion.lexical = lexical_weight.unwrap_or(config.lexical_weight).clamp(0.0, 1.0);
         fusion.clause = clause_weight.unwrap_or(fusion.clause).clamp(0.0, 1.0);
         let field_weights = match field_weights {
             Some(text) => parse_field_weights(&text)?,
@@ -420,7 +423,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             depth: depth.max(1),
             config,
-            embedder: embedder.apply(&settings.embedder)?,
+            embedder,
             fusion,
             field_weights,
             outcome_prior: match outcome_prior {
@@ -731,6 +734,10 @@ fn run_bench(
     let embedder_settings = flags.apply(&settings.embedder)?;
     let embedder = capdex::embedders::backend::build(&embedder_settings)?;
     let batch_size = embedder_settings.batch_size;
+    let discovery = capdex::core::discovery::DiscoveryConfig {
+        lexical_weight: settings.lexical_weight.resolve(embedder_settings.backend),
+        ..settings.discovery.clone()
+    };
     let (descriptors, presets, messages) = match (synthetic, sources) {
         (Some(n), _) => {
             let count = match queries.as_deref() {
@@ -747,8 +754,7 @@ fn run_bench(
         (None, None) => anyhow::bail!("give --synthetic N or --sources FILE --queries FILE"),
     };
     if prompt_size {
-        let report =
-            bench::prompt_size(descriptors, presets, &messages, embedder.as_ref(), batch_size, &settings.discovery)?;
+        let report = bench::prompt_size(descriptors, presets, &messages, embedder.as_ref(), batch_size, &discovery)?;
         if json {
             println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
         } else {
@@ -768,7 +774,7 @@ fn run_bench(
         }
         return Ok(());
     }
-    let report = bench::run_with(descriptors, presets, &messages, embedder.as_ref(), batch_size, &settings.discovery)?;
+    let report = bench::run_with(descriptors, presets, &messages, embedder.as_ref(), batch_size, &discovery)?;
     if json {
         println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
     } else {

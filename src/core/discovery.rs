@@ -5,7 +5,7 @@
 //! embedded query), so the Router actor only gathers those and calls it.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
-use crate::core::retrieval::{rank, Indexes, Query, RankedHit};
+use crate::core::retrieval::{rank_with, Fusion, Indexes, Query, RankedHit, LEXICAL_WEIGHT};
 use crate::core::text::{detail_text, summary_line};
 use crate::core::tiers::{
     assemble_tier1, assemble_tier2, estimate_tokens, Candidate, Tier1Entry, Tier2Entry, TokenBudget, TokenEstimate,
@@ -25,6 +25,15 @@ pub struct DiscoveryConfig {
     pub tier1_min_relevance: f32,
     pub use_graph_reranking: bool,
     pub graph_boost_factor: f32,
+    /// Share of the lexical signal in fusion ([`Fusion::lexical`]); the
+    /// default suits the built-in embedder, and the configuration picks one
+    /// per embedder when it is not set ([`crate::config`]).
+    #[serde(default = "default_lexical_weight")]
+    pub lexical_weight: f32,
+}
+
+fn default_lexical_weight() -> f32 {
+    LEXICAL_WEIGHT
 }
 
 impl Default for DiscoveryConfig {
@@ -38,7 +47,57 @@ impl Default for DiscoveryConfig {
             tier1_min_relevance: 0.3,
             use_graph_reranking: true,
             graph_boost_factor: 0.15,
+            lexical_weight: LEXICAL_WEIGHT,
         }
+    }
+}
+
+/// Per-query overrides of [`DiscoveryConfig`]: every field optional, each one
+/// given replaces the configured value (`"config": {"tier1TopK": 3}` on the wire).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DiscoveryOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier0_token_budget: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier1_token_budget: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier2_token_budget: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier1_top_k: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier2_top_k: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier1_min_relevance: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_graph_reranking: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_boost_factor: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lexical_weight: Option<f32>,
+}
+
+impl DiscoveryOverrides {
+    /// Returns true when no field is given.
+    pub fn is_empty(&self) -> bool {
+        *self == DiscoveryOverrides::default()
+    }
+
+    /// `base` with every given field replaced, validated as a whole.
+    pub fn apply(&self, base: &DiscoveryConfig) -> Result<DiscoveryConfig, ConfigProblem> {
+        let config = DiscoveryConfig {
+            tier0_token_budget: self.tier0_token_budget.unwrap_or(base.tier0_token_budget),
+            tier1_token_budget: self.tier1_token_budget.unwrap_or(base.tier1_token_budget),
+            tier2_token_budget: self.tier2_token_budget.unwrap_or(base.tier2_token_budget),
+            tier1_top_k: self.tier1_top_k.unwrap_or(base.tier1_top_k),
+            tier2_top_k: self.tier2_top_k.unwrap_or(base.tier2_top_k),
+            tier1_min_relevance: self.tier1_min_relevance.unwrap_or(base.tier1_min_relevance),
+            use_graph_reranking: self.use_graph_reranking.unwrap_or(base.use_graph_reranking),
+            graph_boost_factor: self.graph_boost_factor.unwrap_or(base.graph_boost_factor),
+            lexical_weight: self.lexical_weight.unwrap_or(base.lexical_weight),
+        };
+        config.validate()?;
+        Ok(config)
     }
 }
 
@@ -62,6 +121,7 @@ impl DiscoveryConfig {
         };
         unit("tier1MinRelevance", self.tier1_min_relevance)?;
         unit("graphBoostFactor", self.graph_boost_factor)?;
+        unit("lexicalWeight", self.lexical_weight)?;
         for (field, value) in [
             ("tier0TokenBudget", self.tier0_token_budget),
             ("tier1TokenBudget", self.tier1_token_budget),
@@ -154,7 +214,7 @@ pub struct DiscoveryResult {
 }
 
 /// Runs one discovery: rank the admitted capabilities for `query` (hybrid
-/// retrieval and graph re-ranking, [`rank`]), pick Tier 1 with the
+/// retrieval with `config`'s lexical weight and graph re-ranking, [`rank_with`]), pick Tier 1 with the
 /// dependency rule below, and assemble the tiers within `config`'s budgets.
 ///
 /// # Tier 1 and dependencies
@@ -195,7 +255,8 @@ pub fn discover_with_prior(
     let started = std::time::Instant::now();
     let catalog = indexes.catalog;
     let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
-    let mut ranking = rank(query, indexes, filter, config.tier1_top_k * 2, graph_boost);
+    let fusion = Fusion { lexical: config.lexical_weight, ..Fusion::default() };
+    let mut ranking = rank_with(query, indexes, filter, config.tier1_top_k * 2, graph_boost, fusion);
     if let Some(prior) = prior {
         prior.apply(&mut ranking.hits);
     }
@@ -382,6 +443,33 @@ mod tests {
             DiscoveryFilter { only_available: true, kind: Some(CapabilityKind::Channel), ..DiscoveryFilter::default() };
         let result = fixture.discover("send a discord message", &config, &filter);
         assert_eq!(tier1_ids(&result), vec!["channel:telegram"]);
+    }
+
+    #[test]
+    fn per_query_overrides_replace_only_what_they_give() {
+        let base = DiscoveryConfig { lexical_weight: 0.25, ..DiscoveryConfig::default() };
+        let overrides: DiscoveryOverrides =
+            serde_json::from_str(r#"{"tier1TopK": 2, "tier2TopK": 1, "lexicalWeight": 0.5}"#).unwrap();
+        let config = overrides.apply(&base).unwrap();
+        assert_eq!((config.tier1_top_k, config.tier2_top_k, config.lexical_weight), (2, 1, 0.5));
+        assert_eq!(config.tier1_token_budget, base.tier1_token_budget);
+        assert!(DiscoveryOverrides::default().is_empty());
+        assert_eq!(DiscoveryOverrides::default().apply(&base).unwrap(), base);
+        // The whole is validated: tier2TopK may not exceed the (overridden) tier1TopK.
+        let too_many: DiscoveryOverrides = serde_json::from_str(r#"{"tier1TopK": 1}"#).unwrap();
+        assert_eq!(too_many.apply(&base).unwrap_err().field, "tier2TopK");
+        let bad: DiscoveryOverrides = serde_json::from_str(r#"{"lexicalWeight": 1.5}"#).unwrap();
+        assert_eq!(bad.apply(&base).unwrap_err().field, "lexicalWeight");
+        assert!(serde_json::from_str::<DiscoveryOverrides>(r#"{"topK": 3}"#).is_err());
+        // The lexical weight reaches the ranking: all-lexical and all-dense fusions differ.
+        let fixture = fixture();
+        let filter = DiscoveryFilter::default();
+        let lexical_only = DiscoveryConfig { lexical_weight: 1.0, tier1_min_relevance: 0.0, ..base.clone() };
+        let dense_only = DiscoveryConfig { lexical_weight: 0.0, ..lexical_only.clone() };
+        let relevances = |config: &DiscoveryConfig| -> Vec<f32> {
+            fixture.discover("search the web", config, &filter).tier1.iter().map(|entry| entry.relevance).collect()
+        };
+        assert_ne!(relevances(&lexical_only), relevances(&dense_only));
     }
 
     #[test]

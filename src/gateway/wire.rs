@@ -2,7 +2,7 @@
 //! camelCase fields. Core types are reused where their shape is the wire shape.
 
 use crate::core::descriptor::CapabilityKind;
-use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
+use crate::core::discovery::{DiscoveryFilter, DiscoveryOverrides, DiscoveryResult};
 use crate::core::kpi_window::{AlertEvent, Kpi, ToolSelectionMode};
 use crate::core::turn_planner::{PlanOverrides, TaskOutcome, ToolFailureMode, TurnPlan};
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,10 @@ pub struct DiscoverRequest {
     /// Turns the outcome prior on or off for this query (default: `[discovery] outcome_prior`).
     #[serde(default)]
     pub outcome_prior: Option<bool>,
+    /// Per-query settings: any of the `[discovery]` tier and ranking fields
+    /// (`tier1TopK`, `tier2TokenBudget`, `lexicalWeight`, ...), each replacing the configured value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<DiscoveryOverrides>,
 }
 
 /// The turn-planning part of a request: the turn's scope and its overrides.
@@ -106,6 +110,9 @@ pub struct PlanRequest {
     /// Turns the outcome prior on or off for this turn's discovery.
     #[serde(default)]
     pub outcome_prior: Option<bool>,
+    /// Per-query discovery settings, as in [`DiscoverRequest::config`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<DiscoveryOverrides>,
 }
 
 impl PlanRequest {
@@ -129,6 +136,7 @@ impl PlanRequest {
             excluded_capability_ids: self.excluded_capability_ids,
             plan: Some(options),
             outcome_prior: self.outcome_prior,
+            config: self.config,
         };
         request.filter()?;
         Ok(request)

@@ -91,6 +91,9 @@ async fn discover_answers_and_bad_input_gets_an_error_reply() {
         br#"{"message": "x", "bogus": true}"#.to_vec(),
         br#"{"message": ""}"#.to_vec(),
         br#"{"message":"x","kind":"gadget"}"#.to_vec(),
+        br#"{"message":"x","config":{"topK":3}}"#.to_vec(),
+        br#"{"message":"x","config":{"tier1TopK":1,"tier2TopK":2}}"#.to_vec(),
+        br#"{"message":"x","config":{"lexicalWeight":1.5}}"#.to_vec(),
     ] {
         let reply = request(&client, "capdex.v1.discover", bad.clone()).await;
         let headers = reply.headers.clone().expect("error replies carry headers");
@@ -119,6 +122,20 @@ async fn discover_answers_and_bad_input_gets_an_error_reply() {
         "{result}"
     );
 
+    // Per-query settings: one Tier 1 entry, no Tier 2.
+    let reply = request(
+        &client,
+        "capdex.v1.discover",
+        json!({"message": "send a message on telegram", "config": {"tier1TopK": 1, "tier2TopK": 0}})
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    let result = body(&reply);
+    assert_eq!(result["tier1"].as_array().unwrap().len(), 1, "{result}");
+    assert_eq!(result["tier1"][0]["id"], "channel:telegram", "{result}");
+    assert!(result["tier2"].as_array().unwrap().is_empty(), "{result}");
+
     let info = body(&request(&client, "$SRV.INFO.capdex", Vec::new()).await);
     let subjects: Vec<&str> =
         info["endpoints"].as_array().unwrap().iter().map(|e| e["subject"].as_str().unwrap()).collect();
@@ -126,7 +143,7 @@ async fn discover_answers_and_bad_input_gets_an_error_reply() {
     let stats = body(&request(&client, "$SRV.STATS.capdex", Vec::new()).await);
     let discover =
         stats["endpoints"].as_array().unwrap().iter().find(|e| e["subject"] == "capdex.v1.discover").unwrap().clone();
-    assert_eq!(discover["num_requests"].as_u64(), Some(6), "{stats}");
+    assert_eq!(discover["num_requests"].as_u64(), Some(10), "{stats}");
 }
 
 #[tokio::test]
