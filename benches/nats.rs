@@ -9,6 +9,9 @@
 //! - `capdex.v1.discover`: p50/p99 with one in flight, requests/s with 64 in flight;
 //! - outcome ingestion on core NATS (`capdex.v1.outcome` requests, each
 //!   answered once durable), with many in flight;
+//! - alert latency: per fresh scope, 7 failed outcomes (acknowledged), then
+//!   the time from publishing the 8th, which crosses the threshold, until its
+//!   alert event arrives on `capdex.v1.alert.>`;
 //! - outcome ingestion via JetStream (`capdex.v1.js.outcome`, stored by
 //!   JetStream, then recorded and acknowledged by the node's durable consumer),
 //!   from the first publish until the consumer has acknowledged the last one.
@@ -35,6 +38,8 @@ struct Plan {
     latency_requests: usize,
     throughput_requests: usize,
     outcomes: usize,
+    /// Scopes driven into an alert, one latency each.
+    alert_scopes: usize,
 }
 
 const IN_FLIGHT: usize = 64;
@@ -44,9 +49,15 @@ const NODE_NAME: &str = "bench";
 fn main() {
     let full = std::env::args().any(|arg| arg == "--bench" || arg == "--full");
     let plan = if full {
-        Plan { capabilities: 1000, latency_requests: 5000, throughput_requests: 100_000, outcomes: 100_000 }
+        Plan {
+            capabilities: 1000,
+            latency_requests: 5000,
+            throughput_requests: 100_000,
+            outcomes: 100_000,
+            alert_scopes: 200,
+        }
     } else {
-        Plan { capabilities: 50, latency_requests: 50, throughput_requests: 500, outcomes: 500 }
+        Plan { capabilities: 50, latency_requests: 50, throughput_requests: 500, outcomes: 500, alert_scopes: 5 }
     };
     let nats = nats_server::NatsServer::start();
     let data = tempfile::tempdir().expect("a temporary data dir");
@@ -144,6 +155,19 @@ fn main() {
         println!(
             "outcome ingestion, JetStream (capdex.v1.js.outcome): published and stored {publish_rate:.0} events/s; \
              recorded and acknowledged by the node {ingest_rate:.0} events/s end to end"
+        );
+        let alerts = alert_latencies(&client, plan.alert_scopes).await;
+        println!(
+            "alert latency (outcome crossing the threshold → alert event, over NATS, {} scopes): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms{}",
+            alerts.len(),
+            percentile(&alerts, 0.50).as_secs_f64() * 1e3,
+            percentile(&alerts, 0.99).as_secs_f64() * 1e3,
+            alerts.last().map_or(0.0, |max| max.as_secs_f64() * 1e3),
+            if full {
+                format!(" (target p99 <= 50 ms: {})", verdict(percentile(&alerts, 0.99) <= Duration::from_millis(50)))
+            } else {
+                String::new()
+            }
         );
     });
     let _ = stop_serving.send(());
@@ -317,4 +341,41 @@ async fn jetstream_outcomes(client: &async_nats::Client, n: usize) -> (f64, f64)
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     (publish_rate, n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Drives `scopes` fresh scopes into an alert; returns the latencies from the
+/// crossing outcome's publish to its alert event, sorted.
+async fn alert_latencies(client: &async_nats::Client, scopes: usize) -> Vec<Duration> {
+    let mut alerts = client.subscribe("capdex.v1.alert.>").await.expect("subscribes to alerts");
+    client.flush().await.expect("the subscription reaches the server");
+    let failed = |scope: usize, turn: usize| {
+        let report = json!({
+            "turnId": format!("alert-{scope}-{turn}"),
+            "organizationId": "alerting",
+            "personaId": format!("persona-{scope}"),
+            "status": "failed",
+        });
+        Bytes::from(report.to_string())
+    };
+    let mut latencies = Vec::with_capacity(scopes);
+    for scope in 0..scopes {
+        for turn in 0..7 {
+            client.request("capdex.v1.outcome", failed(scope, turn)).await.expect("outcome answered");
+        }
+        let expected = format!("persona-{scope}");
+        let started = Instant::now();
+        client.publish("capdex.v1.outcome", failed(scope, 7)).await.expect("publishes");
+        loop {
+            let alert = tokio::time::timeout(Duration::from_secs(10), alerts.next())
+                .await
+                .expect("an alert within 10 s")
+                .expect("the alert subscription stays open");
+            if alert.subject.ends_with(&expected) {
+                break;
+            }
+        }
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    latencies
 }
