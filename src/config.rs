@@ -313,6 +313,7 @@ pub struct RawJetStream {
     pub outcome_stream: String,
     pub outcome_max_age_ms: u64,
     pub outcome_consumer: String,
+    pub events_stream: String,
     pub node_name: String,
     pub replicas: usize,
     pub duplicate_window_ms: u64,
@@ -397,6 +398,9 @@ pub struct JetStreamSettings {
     pub outcome_max_age_ms: u64,
     /// Durable consumer name prefix; each node's consumer is `<outcome_consumer>-<node name>`.
     pub outcome_consumer: String,
+    /// The stream through which the KPI and alert events of stream outcomes
+    /// are published once, whatever the number of nodes.
+    pub events_stream: String,
     /// Empty: a name generated once and kept in the data dir.
     pub node_name: String,
     pub replicas: usize,
@@ -678,6 +682,7 @@ fn validate_jetstream(raw: RawJetStream) -> Result<JetStreamSettings, ConfigErro
         ("jetstream.index_stream", &raw.index_stream),
         ("jetstream.outcome_stream", &raw.outcome_stream),
         ("jetstream.outcome_consumer", &raw.outcome_consumer),
+        ("jetstream.events_stream", &raw.events_stream),
     ] {
         if value.is_empty() || value.len() > 64 || !restricted(value) {
             return Err(invalid(field, format!("must be 1 to 64 letters, digits, - or _, got {value:?}")));
@@ -685,6 +690,9 @@ fn validate_jetstream(raw: RawJetStream) -> Result<JetStreamSettings, ConfigErro
     }
     if raw.index_stream == raw.outcome_stream {
         return Err(invalid("jetstream.outcome_stream", "must differ from jetstream.index_stream".into()));
+    }
+    if raw.events_stream == raw.index_stream || raw.events_stream == raw.outcome_stream {
+        return Err(invalid("jetstream.events_stream", "must differ from the index and outcome streams".into()));
     }
     if raw.node_name.len() > 64 || !restricted(&raw.node_name) {
         return Err(invalid(
@@ -728,6 +736,7 @@ fn validate_jetstream(raw: RawJetStream) -> Result<JetStreamSettings, ConfigErro
         outcome_stream: raw.outcome_stream,
         outcome_max_age_ms: raw.outcome_max_age_ms,
         outcome_consumer: raw.outcome_consumer,
+        events_stream: raw.events_stream,
         node_name: raw.node_name,
         replicas: raw.replicas,
         duplicate_window_ms: raw.duplicate_window_ms,

@@ -221,7 +221,10 @@ async fn ingest_outcome(
     if report.turn_id.is_none() {
         report.turn_id = Some(outcome_id.clone());
     }
-    let recorded = match kpi.send(RecordOutcome { report, at_ms: crate::app::epoch_ms() }).await {
+    // The stream's timestamp, not this node's clock: every node then sees the
+    // same times (cooldowns, horizon), so all make the same KPI and alert events.
+    let at_ms = if message.published_ms > 0 { message.published_ms } else { crate::app::epoch_ms() };
+    let recorded = match kpi.send(RecordOutcome { report, at_ms }).await {
         Ok(recorded) => recorded,
         Err(err) => {
             tracing::warn!(%err, %outcome_id, "the KPI actor is unavailable; the outcome will come again");
@@ -260,11 +263,15 @@ async fn ingest_outcome(
         tracing::warn!(%err, %outcome_id, "failed to store an outcome as processed");
         return Disposition::Retry;
     }
+    // Every node records this outcome; its events are published once (the
+    // events stream keeps the first copy of each id, made of the sequence).
     if !update.duplicate {
-        jetstream.publish_event(subjects.kpi(&update.kpi.scope_key), &update.kpi).await;
+        let subject = subjects.js_event(&subjects.kpi(&update.kpi.scope_key));
+        jetstream.publish_event_once(subject, &format!("kpi-{}", message.sequence), &update.kpi).await;
     }
     if let Some(alert) = &update.alert {
-        jetstream.publish_event(subjects.alert(&alert.severity, &alert.scope_key), alert).await;
+        let subject = subjects.js_event(&subjects.alert(&alert.severity, &alert.scope_key));
+        jetstream.publish_event_once(subject, &format!("alert-{}", message.sequence), alert).await;
     }
     Disposition::Ack
 }

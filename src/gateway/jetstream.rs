@@ -57,6 +57,8 @@ pub enum IndexMutation {
 pub struct StreamMessage {
     /// Its stream sequence.
     pub sequence: u64,
+    /// When JetStream stored it, in milliseconds since the epoch: the same on every node.
+    pub published_ms: u64,
     /// Its `Nats-Msg-Id`, when the publisher gave one.
     pub message_id: Option<String>,
     pub payload: Bytes,
@@ -71,7 +73,11 @@ pub enum Disposition {
     Retry,
 }
 
-/// The two streams, on one NATS connection. Cheap to clone.
+/// Events kept per events stream (the oldest go first); they only need to
+/// outlive the duplicate window.
+const EVENTS_STREAM_MAX_MESSAGES: i64 = 100_000;
+
+/// The streams, on one NATS connection. Cheap to clone.
 #[derive(Clone)]
 pub struct JetStream {
     context: jetstream::Context,
@@ -99,7 +105,47 @@ impl JetStream {
         };
         js.ensure_stream(&settings.index_stream, &js.index_subject, settings.index_max_age_ms).await?;
         js.ensure_stream(&settings.outcome_stream, &js.outcome_subject, settings.outcome_max_age_ms).await?;
+        let prefix = subjects.prefix();
+        for (suffix, kind) in [("KPI", "kpi.*"), ("ALERTS", "alert.*.*")] {
+            let name = format!("{}_{suffix}", settings.events_stream);
+            js.ensure_events_stream(&name, &format!("{prefix}.js.events.{kind}"), &format!("{prefix}.{kind}")).await?;
+        }
         Ok(js)
+    }
+
+    /// A stream in memory that keeps the first copy of each event (by
+    /// `Nats-Msg-Id`, within the duplicate window) and republishes it on
+    /// `destination`: the subject with the `js.events` tokens taken out, so
+    /// the two never overlap (the server refuses a republish cycle).
+    async fn ensure_events_stream(&self, name: &str, subject: &str, destination: &str) -> Result<(), JetStreamError> {
+        let wildcards = destination.split('.').filter(|token| *token == "*").count();
+        let mut mapped = destination.to_string();
+        for index in 1..=wildcards {
+            mapped = mapped.replacen('*', &format!("{{{{wildcard({index})}}}}"), 1);
+        }
+        let window = Duration::from_millis(self.settings.duplicate_window_ms);
+        let config = stream::Config {
+            name: name.to_string(),
+            subjects: vec![subject.to_string()],
+            retention: stream::RetentionPolicy::Limits,
+            storage: stream::StorageType::Memory,
+            max_age: window * 2,
+            max_messages: EVENTS_STREAM_MAX_MESSAGES,
+            discard: stream::DiscardPolicy::Old,
+            num_replicas: self.settings.replicas,
+            duplicate_window: window,
+            republish: Some(stream::Republish {
+                source: subject.to_string(),
+                destination: mapped,
+                headers_only: false,
+            }),
+            ..Default::default()
+        };
+        self.context
+            .get_or_create_stream(config)
+            .await
+            .map(|_| ())
+            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })
     }
 
     async fn ensure_stream(&self, name: &str, subject: &str, max_age_ms: u64) -> Result<(), JetStreamError> {
@@ -310,6 +356,23 @@ impl JetStream {
             .map_err(|err| JetStreamError::Messages { stream: name.clone(), message: err.to_string() })
     }
 
+    /// Publishes `event` once across nodes: as JSON to the events stream on
+    /// `stream_subject` (`Subjects::js_event`) with `message_id`, which every
+    /// node derives alike for one event; JetStream keeps the first copy and
+    /// republishes it on the event's own subject. Logs a failure.
+    pub async fn publish_event_once<T: Serialize>(&self, stream_subject: String, message_id: &str, event: &T) {
+        match serde_json::to_vec(event) {
+            Ok(body) => {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", message_id);
+                if let Err(err) = self.client.publish_with_headers(stream_subject.clone(), headers, body.into()).await {
+                    tracing::warn!(subject = %stream_subject, %err, "failed to publish an event");
+                }
+            }
+            Err(err) => tracing::warn!(subject = %stream_subject, %err, "failed to encode an event"),
+        }
+    }
+
     /// Publishes `event` as JSON on `subject` (core NATS), logging a failure.
     pub async fn publish_event<T: Serialize>(&self, subject: String, event: &T) {
         match serde_json::to_vec(event) {
@@ -324,8 +387,8 @@ impl JetStream {
 }
 
 fn stream_message(message: &jetstream::Message) -> Option<StreamMessage> {
-    let sequence = match message.info() {
-        Ok(info) => info.stream_sequence,
+    let (sequence, published_ms) = match message.info() {
+        Ok(info) => (info.stream_sequence, (info.published.unix_timestamp_nanos() / 1_000_000).max(0) as u64),
         Err(err) => {
             tracing::warn!(%err, subject = %message.subject, "a JetStream message without metadata was skipped");
             return None;
@@ -336,7 +399,7 @@ fn stream_message(message: &jetstream::Message) -> Option<StreamMessage> {
         .as_ref()
         .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
         .map(|value| value.as_str().to_string());
-    Some(StreamMessage { sequence, message_id, payload: message.payload.clone() })
+    Some(StreamMessage { sequence, published_ms, message_id, payload: message.payload.clone() })
 }
 
 #[cfg(test)]

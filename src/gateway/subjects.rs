@@ -169,6 +169,18 @@ impl Subjects {
         format!("{}.js.outcome", self.prefix)
     }
 
+    /// The JetStream subjects that republish, once, events of stream outcomes
+    /// (stream `jetstream.events_stream`): `<prefix>.js.events.<event subject without the prefix>`.
+    pub fn js_events(&self) -> String {
+        format!("{}.js.events.>", self.prefix)
+    }
+
+    /// The subject an event for `subject` (one of this prefix's subjects) is handed to the events stream on.
+    pub fn js_event(&self, subject: &str) -> String {
+        let rest = subject.strip_prefix(&self.prefix).unwrap_or(subject).trim_start_matches('.');
+        format!("{}.js.events.{rest}", self.prefix)
+    }
+
     /// Alert (and recovery) events of one scope.
     pub fn alert(&self, severity: &str, scope_key: &str) -> String {
         format!("{}.alert.{}.{}", self.prefix, token(severity), token(scope_key))
@@ -206,6 +218,8 @@ mod tests {
         assert_eq!(subjects.events_scg(), "capdex.v1.events.scg");
         assert_eq!(subjects.js_index(), "capdex.v1.js.index");
         assert_eq!(subjects.js_outcome(), "capdex.v1.js.outcome");
+        assert_eq!(subjects.js_event(&subjects.alert("critical", "acme")), "capdex.v1.js.events.alert.critical.acme");
+        assert_eq!(subjects.js_events(), "capdex.v1.js.events.>");
         assert_eq!(subjects.approval("ab12", "approve"), "capdex.v1.approval.ab12.approve");
         assert_eq!(subjects.exec("lookup_order"), "capdex.v1.exec.lookup_order");
         assert_eq!(subjects.events_dispatch(), "capdex.v1.events.dispatch");

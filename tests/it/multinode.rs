@@ -278,3 +278,52 @@ async fn outcomes_on_the_stream_are_counted_exactly_once_when_a_node_dies_mid_st
     assert_eq!(a.stored_sample_counts(), expected, "node a");
     assert_eq!(b.stored_sample_counts(), expected, "node b");
 }
+
+/// Both nodes count every stream outcome, but ops hear each event once: the
+/// outcome that crosses the alert threshold raises one alert, not one per node,
+/// and each outcome gives one KPI event.
+#[tokio::test]
+async fn events_of_stream_outcomes_are_published_once_whatever_the_number_of_nodes() {
+    let nats = NatsServer::start();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client.clone());
+    let (mut a, mut b) = (Node::new("a"), Node::new("b"));
+    a.start(&nats);
+    b.start(&nats);
+    wait_for_nodes(&client, 2).await;
+    let mut alerts = client.subscribe("capdex.v1.alert.>").await.unwrap();
+    let mut kpis = client.subscribe("capdex.v1.kpi.>").await.unwrap();
+    client.flush().await.unwrap();
+
+    for turn in 0..10u64 {
+        let turn_id = format!("once-{turn}");
+        let report = json!({"turnId": turn_id, "organizationId": "acme", "personaId": "once", "status": "failed"});
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", turn_id.as_str());
+        let ack =
+            jetstream.publish_with_headers("capdex.v1.js.outcome", headers, report.to_string().into()).await.unwrap();
+        ack.await.expect("JetStream stores the outcome");
+    }
+    drained(&jetstream, "a").await;
+    drained(&jetstream, "b").await;
+    // Both nodes counted all ten.
+    let mut kpi_events = 0;
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(2), kpis.next()).await {
+        assert_eq!(event.subject.as_str(), "capdex.v1.kpi.acme_once");
+        kpi_events += 1;
+    }
+    assert_eq!(kpi_events, 10, "one KPI event per outcome, not one per node");
+    let first = tokio::time::timeout(EVENTUALLY, alerts.next()).await.expect("an alert").unwrap();
+    assert_eq!(first.subject.as_str(), "capdex.v1.alert.critical.acme_once");
+    let alert: Value = serde_json::from_slice(&first.payload).unwrap();
+    assert_eq!(alert["sampleCount"], 8, "{alert}");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), alerts.next()).await.is_err(),
+        "the alert was published once, not once per node"
+    );
+    a.kill_9();
+    b.kill_9();
+    let expected = vec![("acme/once".to_string(), 10)];
+    assert_eq!(a.stored_sample_counts(), expected, "node a");
+    assert_eq!(b.stored_sample_counts(), expected, "node b");
+}
