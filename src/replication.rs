@@ -231,19 +231,22 @@ async fn ingest_outcome(
             return Disposition::Retry;
         }
     };
-    // The processed id is written right after the sample, so one group flush
-    // usually makes both durable; the ack waits for both.
+    // The processed id is written only once the sample is durable: were the id
+    // durable first, a crash between the two would make the redelivery look
+    // processed and the outcome would be lost. (The other way round, a crash
+    // leaves a durable sample without its id, and the redelivery is refused by
+    // the KPI window's own turnId check.) The ack waits for both.
     let (recorded, marked) = match recorded {
-        Ok(recorded) => {
-            let marked = store.mark_outcome_processed(&outcome_id, message.sequence).map(|()| store.durable());
-            match marked {
-                Ok(durable) => {
-                    let (recorded, marked) = futures::future::join(recorded.once_durable(), durable).await;
-                    (recorded, marked)
-                }
-                Err(err) => (recorded.once_durable().await, Err(err)),
+        Ok(recorded) => match recorded.once_durable().await {
+            Ok(update) => {
+                let marked = match store.mark_outcome_processed(&outcome_id, message.sequence) {
+                    Ok(()) => store.durable().await,
+                    Err(err) => Err(err),
+                };
+                (Ok(update), marked)
             }
-        }
+            Err(err) => (Err(err), Ok(())),
+        },
         Err(err) => (Err(err), Ok(())),
     };
     let update = match recorded {
