@@ -269,4 +269,50 @@ mod tests {
         assert_eq!(current.graph_version, 6);
         assert_eq!(current.tier0(&DiscoveryFilter::default(), crate::core::tiers::TokenBudget::new(200)), tier0);
     }
+
+    /// The Indexer and the GraphBuilder publish into the cell themselves before
+    /// they reply, so no message to the Router has to be handled first: here
+    /// they have no subscriber at all, and the cell is still current at the reply.
+    #[actix::test]
+    async fn a_change_is_in_the_cell_when_it_is_replied_to() {
+        use crate::actors::graph_builder::GraphBuilder;
+        use crate::actors::indexer::{Indexer, SyncCapabilities};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path()).unwrap();
+        let cell = Arc::new(SnapshotCell::default());
+        let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
+        let graph_cell = cell.clone();
+        let graph_builder = SyncArbiter::start(1, move || {
+            GraphBuilder::new(Vec::new(), Vec::new()).with_snapshot_cell(graph_cell.clone())
+        });
+        let model = HashingEmbedder::default();
+        let indexer = Indexer::load(
+            store,
+            embedder.recipient(),
+            graph_builder.recipient(),
+            Vec::new(),
+            &model.model_id(),
+            model.dimensions(),
+        )
+        .unwrap()
+        .with_snapshot_cell(cell.clone())
+        .start();
+        let workers = {
+            let cell = cell.clone();
+            SyncArbiter::start(2, move || {
+                let model: Box<dyn Embed + Send> = Box::new(HashingEmbedder::default());
+                DiscoveryWorker::new(cell.clone(), DiscoveryConfig::default(), false, Some(model), 32)
+            })
+        };
+        let lanes = DiscoveryLanes { workers, embedder: None, threads: 2 };
+        for round in 0..5 {
+            let name = format!("coil{round}gauge");
+            let sync = SyncCapabilities::merge("runtime:t", vec![tool(&name, "Read the gauge of a reactor coil")]);
+            let report = indexer.send(sync).await.unwrap().unwrap();
+            let current = cell.load();
+            assert_eq!((current.catalog.version, current.graph_version), (report.version, report.version));
+            let found = lanes.run(discover(&format!("read the {name}")), keep()).await.unwrap().unwrap();
+            assert_eq!(found.tier1.first().map(|entry| entry.id.clone()), Some(format!("tool:{name}")));
+        }
+    }
 }
