@@ -3,7 +3,9 @@
 //!
 //! Runtime model: everything runs inside `actix_rt::System` (a single-threaded
 //! tokio runtime with a LocalSet); CPU- and disk-bound actors run on
-//! `SyncArbiter` threads. The gateway's tasks are local tasks on that System.
+//! `SyncArbiter` threads. The gateway's tasks are local tasks on that System;
+//! its discover, search and plan requests rank (and encode) on the
+//! DiscoveryWorker threads.
 
 use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
@@ -20,7 +22,7 @@ use crate::core::sources::{normalise_catalog, normalise_sources, Normalised, Sou
 use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
 use crate::gateway::service::{Api, Gateway};
 use crate::gateway::wire::{runtime_id, ListRequest, RegistrationReply, RemoveRequest};
-use crate::gateway::wire::{ApiError, DiscoverRequest, PlanReply, RecordedOutcome};
+use crate::gateway::wire::{ApiError, Codec, DiscoverRequest, PlanReply, RecordedOutcome};
 use crate::store::Store;
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
@@ -231,6 +233,33 @@ fn per_query_config(
     }
 }
 
+impl ActorApi {
+    /// Runs `request`'s discovery on a discovery worker and `finish` there, on its result and
+    /// the catalog it was ranked on.
+    fn on_worker<R: Send + 'static>(
+        &self,
+        request: DiscoverRequest,
+        finish: impl FnOnce(DiscoveryResult, &crate::core::catalog::Catalog) -> Result<R, ApiError> + Send + 'static,
+    ) -> LocalBoxFuture<'static, Result<R, ApiError>> {
+        let lanes = self.actors.discovery.clone();
+        let config = per_query_config(&self.discovery, &request);
+        async move {
+            let filter = request.filter()?;
+            let config = config?;
+            let discover = Discover { query: request.message, filter, config };
+            let finish = move |result: Result<DiscoveryResult, crate::actors::router::RouterError>,
+                               catalog: &crate::core::catalog::Catalog| {
+                finish(result.map_err(|err| ApiError::internal(err.to_string()))?, catalog)
+            };
+            lanes
+                .run(discover, Box::new(finish))
+                .await
+                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+        }
+        .boxed_local()
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -262,21 +291,18 @@ impl Api for ActorApi {
         &self,
         request: DiscoverRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::meta_tool::SearchAnswer, ApiError>> {
-        let router = self.actors.router.clone();
-        async move {
-            let filter = request.filter()?;
-            let unavailable = |err: actix::MailboxError| ApiError::new(503, "unavailable", err.to_string());
-            // The router answers in order, so this catalog is the query's snapshot or a newer
-            // one; an id removed in between is left out of the answer.
-            let result = router
-                .send(Discover { query: request.message, filter, config: None })
-                .await
-                .map_err(unavailable)?
-                .map_err(|err| ApiError::internal(err.to_string()))?;
-            let catalog = router.send(crate::actors::router::CurrentCatalog).await.map_err(unavailable)?;
-            Ok(crate::core::meta_tool::search_answer(&result, &catalog))
-        }
-        .boxed_local()
+        // Ranked and answered from one snapshot: the catalog is the one the query was ranked on.
+        self.on_worker(request, |result, catalog| Ok(crate::core::meta_tool::search_answer(&result, catalog)))
+    }
+
+    fn search_encoded(
+        &self,
+        request: DiscoverRequest,
+        codec: Codec,
+    ) -> LocalBoxFuture<'static, Result<Vec<u8>, ApiError>> {
+        self.on_worker(request, move |result, catalog| {
+            codec.encode(&crate::core::meta_tool::search_answer(&result, catalog))
+        })
     }
 
     fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
@@ -309,22 +335,19 @@ impl Api for ActorApi {
     }
 
     fn discover(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<DiscoveryResult, ApiError>> {
-        let router = self.actors.router.clone();
-        let config = per_query_config(&self.discovery, &request);
-        async move {
-            let filter = request.filter()?;
-            let config = config?;
-            router
-                .send(Discover { query: request.message, filter, config })
-                .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
-                .map_err(|err| ApiError::internal(err.to_string()))
-        }
-        .boxed_local()
+        self.on_worker(request, |result, _| Ok(result))
+    }
+
+    fn discover_encoded(
+        &self,
+        request: DiscoverRequest,
+        codec: Codec,
+    ) -> LocalBoxFuture<'static, Result<Vec<u8>, ApiError>> {
+        self.on_worker(request, move |result, _| codec.encode(&result))
     }
 
     fn plan(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<PlanReply, ApiError>> {
-        let (router, kpi) = (self.actors.router.clone(), self.actors.kpi.clone());
+        let (lanes, kpi) = (self.actors.discovery.clone(), self.actors.kpi.clone());
         let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
         let retries = self.discovery_retries;
         let config = per_query_config(&self.discovery, &request);
@@ -343,10 +366,9 @@ impl Api for ActorApi {
                 .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
             let discover = Discover { query: request.message, filter, config };
             let discovered = with_retries(retries, || async {
-                match router.send(discover.clone()).await {
-                    Ok(Ok(result)) => Ok(result),
-                    Ok(Err(err)) => Err(err.to_string()),
-                    Err(err) => Err(format!("the router is unavailable: {err}")),
+                match lanes.run(discover.clone(), Box::new(|result, _| result.map_err(|err| err.to_string()))).await {
+                    Ok(result) => result,
+                    Err(err) => Err(format!("the discovery workers are unavailable: {err}")),
                 }
             })
             .await;

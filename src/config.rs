@@ -78,6 +78,7 @@ pub struct RawDiscovery {
     pub outcome_prior_half_life_ms: u64,
     pub outcome_prior_pseudo_count: f32,
     pub outcome_prior_publish_interval_ms: u64,
+    pub workers: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -371,6 +372,8 @@ pub struct Settings {
     pub planner_discovery_max_retries: u32,
     pub planner_discovery_retry_backoff_ms: u64,
     pub metrics_listen_addr: Option<SocketAddr>,
+    /// Threads that run the NATS service's discoveries (`[discovery] workers`, 0: one per core).
+    pub discovery_workers: usize,
     pub scg: ScgSettings,
     pub jetstream: JetStreamSettings,
     pub dispatch: DispatchSettings,
@@ -667,11 +670,29 @@ impl Settings {
             planner_discovery_max_retries: raw.planner.discovery_max_retries,
             planner_discovery_retry_backoff_ms: raw.planner.discovery_retry_backoff_ms,
             metrics_listen_addr,
+            discovery_workers: discovery_workers(raw.discovery.workers)?,
             scg,
             jetstream,
             dispatch: dispatch_settings(&raw.dispatch)?,
         })
     }
+}
+
+/// The most discovery worker threads allowed.
+pub const MAX_DISCOVERY_WORKERS: usize = 256;
+
+/// `[discovery] workers`: 0 is the available parallelism; at most [`MAX_DISCOVERY_WORKERS`].
+fn discovery_workers(workers: usize) -> Result<usize, ConfigError> {
+    if workers > MAX_DISCOVERY_WORKERS {
+        return Err(ConfigError::Invalid {
+            field: "discovery.workers".to_string(),
+            problem: format!("must be at most {MAX_DISCOVERY_WORKERS}, got {workers}"),
+        });
+    }
+    Ok(match workers {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        n => n,
+    })
 }
 
 /// Checks the `[jetstream]` section: names are ADR-6 `restricted-term`s, limits are bounded.
@@ -1226,5 +1247,15 @@ mod tests {
                 other => panic!("{pairs:?} gave {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn discovery_workers_default_to_the_cores_and_are_bounded() {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        assert_eq!(Settings::load(None, &env(&[])).unwrap().discovery_workers, cores);
+        let three = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_WORKERS", "3")])).unwrap();
+        assert_eq!(three.discovery_workers, 3);
+        let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_WORKERS", "257")])).unwrap_err();
+        assert!(err.to_string().contains("discovery.workers"), "{err}");
     }
 }

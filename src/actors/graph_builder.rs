@@ -36,12 +36,20 @@ pub struct GraphBuilderStats {
 pub struct GraphBuilder {
     presets: Vec<Preset>,
     subscribers: Vec<Recipient<GraphPublished>>,
+    /// Where discovery reads its snapshots, written before a build is replied to.
+    snapshots: Option<Arc<crate::actors::router::SnapshotCell>>,
     stats: GraphBuilderStats,
 }
 
 impl GraphBuilder {
     pub fn new(presets: Vec<Preset>, subscribers: Vec<Recipient<GraphPublished>>) -> GraphBuilder {
-        GraphBuilder { presets, subscribers, stats: GraphBuilderStats::default() }
+        GraphBuilder { presets, subscribers, snapshots: None, stats: GraphBuilderStats::default() }
+    }
+
+    /// Publishes every graph into `snapshots` too, before replying to its build.
+    pub fn with_snapshot_cell(mut self, snapshots: Arc<crate::actors::router::SnapshotCell>) -> GraphBuilder {
+        self.snapshots = Some(snapshots);
+        self
     }
 }
 
@@ -58,6 +66,9 @@ impl Handler<BuildGraph> for GraphBuilder {
         presets.extend(msg.catalog.all_presets());
         let graph = Arc::new(CapabilityGraph::build(&descriptors, &presets));
         let stats = graph.stats();
+        if let Some(snapshots) = &self.snapshots {
+            snapshots.publish_graph(msg.catalog.version, &graph);
+        }
         for subscriber in &self.subscribers {
             subscriber.do_send(GraphPublished { version: msg.catalog.version, graph: graph.clone() });
         }

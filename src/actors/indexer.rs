@@ -198,6 +198,8 @@ pub struct Indexer {
     /// Where index events go (the gateway, when serving).
     events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
     lexical: Arc<LexicalIndex>,
+    /// Where discovery reads its snapshots, written before a change is replied to.
+    snapshots: Option<Arc<crate::actors::router::SnapshotCell>>,
     /// Ids in the catalog without a vector in the index (the embedder failed).
     pending: BTreeSet<String>,
     stats: IndexerStats,
@@ -255,6 +257,7 @@ impl Indexer {
             graph_version,
             events: None,
             lexical: Arc::new(lexical),
+            snapshots: None,
             pending,
             stats,
         })
@@ -266,12 +269,27 @@ impl Indexer {
         self
     }
 
+    /// Publishes every catalog into `snapshots` too, directly, so a discovery
+    /// that starts after a change's reply is served from it (or a newer one).
+    pub fn with_snapshot_cell(mut self, snapshots: Arc<crate::actors::router::SnapshotCell>) -> Indexer {
+        snapshots.publish_catalog(&CatalogPublished {
+            catalog: self.catalog.clone(),
+            index: self.index.clone(),
+            lexical: self.lexical.clone(),
+        });
+        self.snapshots = Some(snapshots);
+        self
+    }
+
     fn publish(&self) {
         let published = CatalogPublished {
             catalog: self.catalog.clone(),
             index: self.index.clone(),
             lexical: self.lexical.clone(),
         };
+        if let Some(snapshots) = &self.snapshots {
+            snapshots.publish_catalog(&published);
+        }
         for subscriber in &self.subscribers {
             subscriber.do_send(published.clone());
         }

@@ -4,8 +4,12 @@
 //! Flow: Scanner → Indexer (with Embedder) → GraphBuilder → Router;
 //! Indexer → Router, Dispatcher (catalog snapshots); KpiTelemetry stands alone.
 //! Everything runs on the actix System's single arbiter thread except the
-//! Embedder and Scanner, which are `SyncArbiter` actors (CPU and disk bound).
+//! `SyncArbiter` actors (CPU and disk bound): the Embedder, Scanner,
+//! GraphBuilder, ScgMapper, and the DiscoveryWorkers (`[discovery] workers`
+//! threads), which run the NATS service's discoveries on every core from the
+//! Router's `SnapshotCell` while the System's thread does the NATS I/O.
 
+pub mod discovery_worker;
 pub mod dispatcher;
 pub mod embedder;
 pub mod graph_builder;
@@ -51,6 +55,8 @@ pub struct Actors {
     pub indexer: Addr<indexer::Indexer>,
     pub graph_builder: Addr<graph_builder::GraphBuilder>,
     pub router: Addr<router::Router>,
+    /// The discovery worker threads, reading the Router's snapshots.
+    pub discovery: discovery_worker::DiscoveryLanes,
     pub dispatcher: Addr<dispatcher::Dispatcher>,
     pub kpi: Addr<kpi::KpiTelemetry>,
     /// The Source Capability Graph: mapper and graph, with their progress events.
@@ -91,13 +97,20 @@ pub async fn spawn_all(
         });
         embedder::Embedder::new(model).with_batch_size(batch_size)
     });
+    // What discovery serves from: the Indexer and GraphBuilder publish into it before they reply.
+    let snapshots = std::sync::Arc::new(router::SnapshotCell::default());
     let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient())
         .with_outcome_prior(settings.kpi.prior.enabled)
+        .with_snapshot_cell(snapshots.clone())
         .start();
+    let discovery = spawn_discovery_workers(settings, &snapshots, &embedder)?;
     // On its own thread, like the Embedder: building the graph of a large catalog is CPU work.
     let router_for_graph = router.clone().recipient();
-    let graph_builder =
-        SyncArbiter::start(1, move || graph_builder::GraphBuilder::new(Vec::new(), vec![router_for_graph.clone()]));
+    let snapshots_for_graph = snapshots.clone();
+    let graph_builder = SyncArbiter::start(1, move || {
+        graph_builder::GraphBuilder::new(Vec::new(), vec![router_for_graph.clone()])
+            .with_snapshot_cell(snapshots_for_graph.clone())
+    });
     let dispatcher = dispatcher::Dispatcher::new(store.clone(), settings.dispatch.clone())?.start();
     let mut indexer = indexer::Indexer::load(
         store.clone(),
@@ -110,6 +123,7 @@ pub async fn spawn_all(
     if let Some(events) = index_events {
         indexer = indexer.with_events(events);
     }
+    indexer = indexer.with_snapshot_cell(snapshots);
     let indexer = indexer.start();
     let scan_dirs = settings.capability_dirs.clone();
     let indexer_for_scanner = indexer.clone().recipient();
@@ -138,5 +152,30 @@ pub async fn spawn_all(
         .await
         .map_err(|err| SpawnError::Builtins(err.to_string()))?
         .map_err(|err| SpawnError::Builtins(err.to_string()))?;
-    Ok(Actors { scanner, embedder, indexer, graph_builder, router, dispatcher, kpi, scg })
+    Ok(Actors { scanner, embedder, indexer, graph_builder, router, discovery, dispatcher, kpi, scg })
+}
+
+/// Starts `settings.discovery_workers` discovery threads on `snapshots`. With
+/// the built-in embedder each thread embeds queries with its own copy (it is
+/// pure and cheap); any other backend stays behind the Embedder actor.
+fn spawn_discovery_workers(
+    settings: &Settings,
+    snapshots: &std::sync::Arc<router::SnapshotCell>,
+    embedder: &Addr<embedder::Embedder>,
+) -> Result<discovery_worker::DiscoveryLanes, SpawnError> {
+    let in_process = settings.embedder.backend == crate::config::EmbedderBackend::Builtin;
+    if in_process {
+        // Fails here, not on a worker thread, if the settings cannot build it.
+        crate::embedders::backend::build(&settings.embedder)?;
+    }
+    let threads = settings.discovery_workers.max(1);
+    let (snapshots, config, prior_enabled) =
+        (snapshots.clone(), settings.discovery.clone(), settings.kpi.prior.enabled);
+    let (embedder_settings, batch_size) = (settings.embedder.clone(), settings.embedder.batch_size);
+    let workers = SyncArbiter::start(threads, move || {
+        let model = in_process.then(|| crate::embedders::backend::build(&embedder_settings).ok()).flatten();
+        discovery_worker::DiscoveryWorker::new(snapshots.clone(), config.clone(), prior_enabled, model, batch_size)
+    });
+    let embedder = (!in_process).then(|| embedder.clone().recipient());
+    Ok(discovery_worker::DiscoveryLanes { workers, embedder, threads })
 }

@@ -74,6 +74,25 @@ pub trait Api: 'static {
         &self,
         request: ScgDepositRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::memory::Deposited, ApiError>>;
+    /// [`Api::discover`], its reply encoded with `codec`: an implementation
+    /// may rank and encode off the service's thread, which then only sends the bytes.
+    fn discover_encoded(
+        &self,
+        request: DiscoverRequest,
+        codec: Codec,
+    ) -> LocalBoxFuture<'static, Result<Vec<u8>, ApiError>> {
+        let answer = self.discover(request);
+        Box::pin(async move { codec.encode(&answer.await?) })
+    }
+    /// [`Api::search`], its reply encoded with `codec` (see [`Api::discover_encoded`]).
+    fn search_encoded(
+        &self,
+        request: DiscoverRequest,
+        codec: Codec,
+    ) -> LocalBoxFuture<'static, Result<Vec<u8>, ApiError>> {
+        let answer = self.search(request);
+        Box::pin(async move { codec.encode(&answer.await?) })
+    }
     /// Registry, bindings, approvals and provenance of the dispatch pipeline.
     fn dispatch_admin(
         &self,
@@ -491,14 +510,14 @@ async fn handle<A: Api>(
                     let reply = api.plan(discover).await?;
                     codec.encode(&DiscoverReply { result: reply.discovery.unwrap_or_default(), plan: Some(reply.plan) })
                 } else {
-                    codec.encode(&api.discover(discover).await?)
+                    api.discover_encoded(discover, codec).await
                 }
             }
             EndpointKind::Search => {
                 let search: SearchRequest = codec.decode(&payload, max)?;
                 let discover = search.into_discover();
                 discover.filter()?;
-                codec.encode(&api.search(discover).await?)
+                api.search_encoded(discover, codec).await
             }
             EndpointKind::Plan => {
                 let request: PlanRequest = codec.decode(&payload, max)?;

@@ -9,6 +9,7 @@ mod eval;
 mod exact_names;
 mod hostile_manifests;
 mod kpi_over_nats;
+mod lanes;
 mod multinode;
 mod python_clients;
 mod robustness;

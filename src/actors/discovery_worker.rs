@@ -1,0 +1,318 @@
+//! DiscoveryWorker: runs discoveries off the System's thread. A `SyncArbiter`
+//! of `[discovery] workers` threads, each reading the Router's
+//! [`SnapshotCell`] (immutable `Arc` snapshots of one catalog version), so the
+//! NATS service's discover, search and plan requests rank on every core while
+//! the System's thread only does their I/O.
+//!
+//! A worker embeds the query itself when the embedder is in-process and cheap
+//! (the built-in hashing embedder, pure and deterministic); otherwise
+//! [`DiscoveryLanes::run`] asks the Embedder actor first and hands the vectors
+//! over. The caller's `finish` runs on the worker too, so a reply is encoded
+//! there (JSON or msgpack) and the System's thread sends bytes.
+
+use crate::actors::embedder::EmbedTexts;
+use crate::actors::router::{run_discovery, Discover, RouterError, SnapshotCell};
+use crate::core::catalog::Catalog;
+use crate::core::discovery::{DiscoveryConfig, DiscoveryResult};
+use crate::core::embedder::{embed_in_batches, Embed, EmbedError};
+use crate::core::retrieval::query_texts;
+use actix::prelude::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Turns a discovery's result (with the catalog it was ranked on) into the caller's answer, on the worker.
+pub type Finish<R> = Box<dyn FnOnce(Result<DiscoveryResult, RouterError>, &Catalog) -> R + Send>;
+
+/// One discovery for a worker.
+pub struct RunDiscovery<R> {
+    pub discover: Discover,
+    /// The Embedder actor's answer for `query_texts(discover.query)`; `None`:
+    /// the worker embeds with its own model.
+    pub embedded: Option<QueryVectors>,
+    pub finish: Finish<R>,
+}
+
+/// The vectors of a query's texts (or why there are none), and the microseconds they took.
+pub struct QueryVectors {
+    pub vectors: Result<Vec<Vec<f32>>, EmbedError>,
+    pub embed_us: f64,
+}
+
+impl<R: 'static> Message for RunDiscovery<R> {
+    type Result = R;
+}
+
+/// One discovery thread.
+pub struct DiscoveryWorker {
+    snapshots: Arc<SnapshotCell>,
+    config: DiscoveryConfig,
+    prior_enabled: bool,
+    /// The in-process embedder, when queries are embedded here.
+    model: Option<Box<dyn Embed + Send>>,
+    batch_size: usize,
+}
+
+impl DiscoveryWorker {
+    pub fn new(
+        snapshots: Arc<SnapshotCell>,
+        config: DiscoveryConfig,
+        prior_enabled: bool,
+        model: Option<Box<dyn Embed + Send>>,
+        batch_size: usize,
+    ) -> DiscoveryWorker {
+        DiscoveryWorker { snapshots, config, prior_enabled, model, batch_size: batch_size.max(1) }
+    }
+}
+
+impl Actor for DiscoveryWorker {
+    type Context = SyncContext<Self>;
+}
+
+impl<R: Send + 'static> Handler<RunDiscovery<R>> for DiscoveryWorker {
+    type Result = MessageResult<RunDiscovery<R>>;
+
+    fn handle(&mut self, msg: RunDiscovery<R>, _: &mut SyncContext<Self>) -> Self::Result {
+        let texts = query_texts(&msg.discover.query);
+        let (vectors, embed_us) = match (msg.embedded, &self.model) {
+            (Some(embedded), _) => (embedded.vectors, embedded.embed_us),
+            (None, Some(model)) => {
+                let started = Instant::now();
+                let vectors = embed_in_batches(model.as_ref(), &texts, self.batch_size);
+                (vectors, started.elapsed().as_secs_f64() * 1e6)
+            }
+            (None, None) => {
+                let reason = "no query vectors were given to a discovery worker without a model";
+                (Err(EmbedError::new(crate::core::embedder::EmbedErrorCode::Unavailable, reason)), 0.0)
+            }
+        };
+        let snapshot = self.snapshots.load();
+        let result =
+            run_discovery(&snapshot, &self.config, self.prior_enabled, &msg.discover, texts, vectors, embed_us);
+        self.snapshots.count_query();
+        MessageResult((msg.finish)(result, &snapshot.catalog))
+    }
+}
+
+/// How the gateway reaches the workers: their address and, when queries are
+/// not embedded on the workers, the Embedder to ask first.
+#[derive(Clone)]
+pub struct DiscoveryLanes {
+    pub workers: Addr<DiscoveryWorker>,
+    /// `None` when the workers embed queries themselves (the built-in embedder).
+    pub embedder: Option<Recipient<EmbedTexts>>,
+    /// How many worker threads serve.
+    pub threads: usize,
+}
+
+impl DiscoveryLanes {
+    /// Runs `discover` on a worker and returns what `finish` made of it there.
+    pub async fn run<R: Send + 'static>(&self, discover: Discover, finish: Finish<R>) -> Result<R, MailboxError> {
+        let embedded = match &self.embedder {
+            None => None,
+            Some(embedder) => {
+                let started = Instant::now();
+                let answer = embedder.send(EmbedTexts { texts: query_texts(&discover.query) }).await?;
+                Some(QueryVectors { vectors: answer.vectors, embed_us: started.elapsed().as_secs_f64() * 1e6 })
+            }
+        };
+        self.workers.send(RunDiscovery { discover, embedded, finish }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::embedder::Embedder;
+    use crate::actors::indexer::CatalogPublished;
+    use crate::actors::router::{Router, RouterStats};
+    use crate::actors::Observe;
+    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+    use crate::core::discovery::DiscoveryFilter;
+    use crate::core::dispatch_rules::Builtin;
+    use crate::core::embedder::HashingEmbedder;
+    use crate::core::graph::CapabilityGraph;
+    use crate::core::index::VectorIndex;
+    use crate::core::lexical::LexicalIndex;
+    use crate::core::text::embedding_text;
+
+    fn tool(name: &str, description: &str) -> CapabilityDescriptor {
+        CapabilityDescriptor {
+            id: format!("tool:{name}"),
+            kind: CapabilityKind::Tool,
+            name: name.into(),
+            display_name: name.into(),
+            description: description.into(),
+            category: "ops".into(),
+            tags: vec![],
+            required_secrets: vec![],
+            required_tools: vec![],
+            available: true,
+            has_side_effects: None,
+            full_schema: None,
+            full_content: None,
+            source_ref: SourceRef::Builtin,
+        }
+    }
+
+    /// A few capabilities as catalog `version`, published into `cell` with their graph.
+    fn publish(cell: &SnapshotCell, version: u64) -> Arc<Catalog> {
+        let embedder = HashingEmbedder::default();
+        let mut descriptors: Vec<_> = Builtin::ALL.iter().map(|builtin| builtin.descriptor()).collect();
+        descriptors.extend([
+            tool("send-message", "Send a message to a team channel"),
+            tool("invoice-lookup", "Look up an invoice by number and return its status"),
+            tool("list-capabilities", "List what is indexed, by kind and origin"),
+            tool("weather", "Tell the weather forecast for a city"),
+        ]);
+        let mut catalog = Catalog::default();
+        let mut index = VectorIndex::new(embedder.dimensions());
+        for descriptor in &descriptors {
+            index.upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor))).unwrap();
+            catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+        }
+        catalog.version = version;
+        let catalog = Arc::new(catalog);
+        let lexical = Arc::new(LexicalIndex::build(&descriptors));
+        cell.publish_catalog(&CatalogPublished { catalog: catalog.clone(), index: Arc::new(index), lexical });
+        cell.publish_graph(version, &Arc::new(CapabilityGraph::build(&descriptors, &[])));
+        catalog
+    }
+
+    fn without_timings(mut result: DiscoveryResult) -> DiscoveryResult {
+        result.diagnostics.timings = Default::default();
+        result
+    }
+
+    fn discover(query: &str) -> Discover {
+        Discover { query: query.to_string(), filter: DiscoveryFilter::default(), config: None }
+    }
+
+    fn keep() -> Finish<Result<DiscoveryResult, String>> {
+        Box::new(|result, _| result.map_err(|err| err.to_string()))
+    }
+
+    #[actix::test]
+    async fn workers_answer_as_the_router_does_and_are_counted() {
+        let cell = Arc::new(SnapshotCell::default());
+        publish(&cell, 3);
+        let config = DiscoveryConfig::default();
+        let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
+        let router = Router::new(config.clone(), embedder.clone().recipient()).with_snapshot_cell(cell.clone()).start();
+        let with_model = {
+            let cell = cell.clone();
+            let config = config.clone();
+            SyncArbiter::start(2, move || {
+                let model: Box<dyn Embed + Send> = Box::new(HashingEmbedder::default());
+                DiscoveryWorker::new(cell.clone(), config.clone(), true, Some(model), 32)
+            })
+        };
+        let lanes = DiscoveryLanes { workers: with_model, embedder: None, threads: 2 };
+        // A worker without a model gets the Embedder actor's vectors.
+        let without_model = {
+            let (cell, config) = (cell.clone(), config.clone());
+            SyncArbiter::start(1, move || DiscoveryWorker::new(cell.clone(), config.clone(), true, None, 32))
+        };
+        let relayed = DiscoveryLanes { workers: without_model, embedder: Some(embedder.recipient()), threads: 1 };
+        for query in ["echo this text back", "list what is indexed", "send a message to the team"] {
+            let by_router = without_timings(router.send(discover(query)).await.unwrap().unwrap());
+            assert_eq!(by_router.diagnostics.embedder, "ok");
+            assert!(!by_router.tier1.is_empty(), "{query}: {by_router:?}");
+            let on_worker = without_timings(lanes.run(discover(query), keep()).await.unwrap().unwrap());
+            assert_eq!(on_worker, by_router, "{query}");
+            let relayed = without_timings(relayed.run(discover(query), keep()).await.unwrap().unwrap());
+            assert_eq!(relayed, by_router, "{query}");
+        }
+        // `finish` sees the catalog the query was ranked on.
+        let version = lanes.run(discover("anything"), Box::new(|_, catalog| catalog.version)).await.unwrap();
+        assert_eq!(version, 3);
+        let stats = router.send(Observe::<RouterStats>::new()).await.unwrap();
+        assert_eq!((stats.queries, stats.catalog_version, stats.graph_version), (10, 3, 3));
+    }
+
+    #[actix::test]
+    async fn a_worker_without_vectors_ranks_lexically_and_says_why() {
+        let cell = Arc::new(SnapshotCell::default());
+        publish(&cell, 1);
+        let workers = {
+            let cell = cell.clone();
+            SyncArbiter::start(1, move || {
+                DiscoveryWorker::new(cell.clone(), DiscoveryConfig::default(), false, None, 32)
+            })
+        };
+        let lanes = DiscoveryLanes { workers, embedder: None, threads: 1 };
+        let result = lanes.run(discover("look up invoice 42"), keep()).await.unwrap().unwrap();
+        assert!(result.diagnostics.embedder.starts_with("unavailable: "), "{:?}", result.diagnostics);
+        assert!(!result.tier1.is_empty());
+        // Per-query settings are checked on the worker too.
+        let bad = DiscoveryConfig { tier1_min_relevance: 2.0, ..DiscoveryConfig::default() };
+        let query = Discover { config: Some(bad), ..discover("anything") };
+        assert!(lanes.run(query, keep()).await.unwrap().unwrap_err().contains("not valid"));
+    }
+
+    #[test]
+    fn the_cell_never_goes_back_to_an_older_version() {
+        let cell = SnapshotCell::default();
+        let newer = publish(&cell, 5);
+        let graph = cell.load().graph.clone();
+        let tier0 = cell.load().tier0(&DiscoveryFilter::default(), crate::core::tiers::TokenBudget::new(200));
+        assert!(!tier0.is_empty());
+        publish(&cell, 4);
+        let current = cell.load();
+        assert!(Arc::ptr_eq(&current.catalog, &newer));
+        assert!(Arc::ptr_eq(&current.graph, &graph));
+        assert_eq!(current.graph_version, 5);
+        // A newer graph or prior keeps the catalog and its Tier 0 cache.
+        cell.publish_graph(6, &Arc::new(CapabilityGraph::default()));
+        cell.publish_prior(&Arc::new(crate::core::capability_prior::PriorSnapshot::neutral()));
+        let current = cell.load();
+        assert!(Arc::ptr_eq(&current.catalog, &newer));
+        assert_eq!(current.graph_version, 6);
+        assert_eq!(current.tier0(&DiscoveryFilter::default(), crate::core::tiers::TokenBudget::new(200)), tier0);
+    }
+
+    /// The Indexer and the GraphBuilder publish into the cell themselves before
+    /// they reply, so no message to the Router has to be handled first: here
+    /// they have no subscriber at all, and the cell is still current at the reply.
+    #[actix::test]
+    async fn a_change_is_in_the_cell_when_it_is_replied_to() {
+        use crate::actors::graph_builder::GraphBuilder;
+        use crate::actors::indexer::{Indexer, SyncCapabilities};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path()).unwrap();
+        let cell = Arc::new(SnapshotCell::default());
+        let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
+        let graph_cell = cell.clone();
+        let graph_builder = SyncArbiter::start(1, move || {
+            GraphBuilder::new(Vec::new(), Vec::new()).with_snapshot_cell(graph_cell.clone())
+        });
+        let model = HashingEmbedder::default();
+        let indexer = Indexer::load(
+            store,
+            embedder.recipient(),
+            graph_builder.recipient(),
+            Vec::new(),
+            &model.model_id(),
+            model.dimensions(),
+        )
+        .unwrap()
+        .with_snapshot_cell(cell.clone())
+        .start();
+        let workers = {
+            let cell = cell.clone();
+            SyncArbiter::start(2, move || {
+                let model: Box<dyn Embed + Send> = Box::new(HashingEmbedder::default());
+                DiscoveryWorker::new(cell.clone(), DiscoveryConfig::default(), false, Some(model), 32)
+            })
+        };
+        let lanes = DiscoveryLanes { workers, embedder: None, threads: 2 };
+        for round in 0..5 {
+            let name = format!("coil{round}gauge");
+            let sync = SyncCapabilities::merge("runtime:t", vec![tool(&name, "Read the gauge of a reactor coil")]);
+            let report = indexer.send(sync).await.unwrap().unwrap();
+            let current = cell.load();
+            assert_eq!((current.catalog.version, current.graph_version), (report.version, report.version));
+            let found = lanes.run(discover(&format!("read the {name}")), keep()).await.unwrap().unwrap();
+            assert_eq!(found.tier1.first().map(|entry| entry.id.clone()), Some(format!("tool:{name}")));
+        }
+    }
+}
