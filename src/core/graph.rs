@@ -17,7 +17,7 @@ use crate::core::descriptor::CapabilityDescriptor;
 use petgraph::graph::{NodeIndex, UnGraph};
 use petgraph::visit::EdgeRef;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The kind of a relation between two capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -218,22 +218,27 @@ impl CapabilityGraph {
     ///    score), if `keep` admits it, so filters hold for pull-ins too.
     /// 3. Everything is sorted by score, best first (ties by id).
     pub fn rerank(&self, hits: &[(String, f32)], boost: f32, keep: impl Fn(&str) -> bool) -> Vec<(String, f32)> {
-        let mut scores: BTreeMap<String, f32> = hits.iter().cloned().collect();
-        let hit_ids: BTreeSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
+        // Scores by borrowed id (a repeated hit keeps its last score); strings
+        // are made once, for the answer.
+        let mut scores: HashMap<&str, f32> = HashMap::with_capacity(hits.len() * 2);
+        for (id, score) in hits {
+            scores.insert(id.as_str(), *score);
+        }
+        let hit_ids: HashSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
         for (id, parent_score) in hits {
             for (neighbour, edge) in self.neighbours(id) {
                 if hit_ids.contains(neighbour) {
                     *scores.get_mut(neighbour).expect("hit ids are scored") += boost * edge.weight;
                 } else if edge.kind.pulls_in() && keep(neighbour) {
                     let pulled = parent_score * boost * edge.weight;
-                    let slot = scores.entry(neighbour.to_string()).or_insert(0.0);
+                    let slot = scores.entry(neighbour).or_insert(0.0);
                     *slot = slot.max(pulled);
                 }
             }
         }
-        let mut ranked: Vec<(String, f32)> = scores.into_iter().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        ranked
+        let mut ranked: Vec<(&str, f32)> = scores.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        ranked.into_iter().map(|(id, score)| (id.to_string(), score)).collect()
     }
 }
 

@@ -8,9 +8,16 @@
 //! of 512 buckets), so this reads a small share of the index where a
 //! row-major scan would read all of it; a dense query costs what a row-major
 //! scan costs.
+//!
+//! Rows are the index's own numbering (a removal moves the last row into the
+//! hole), so retrieval, which numbers candidates by lexical document, asks for
+//! an [`Alignment`] between the two: computed once per pair of index versions
+//! and cached here, it turns "which row is document `d`" into an array read.
 
+use crate::core::lexical::LexicalIndex;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, RwLock};
 
 /// One search hit.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,14 +34,45 @@ pub enum IndexError {
 }
 
 /// Exact nearest-neighbour index over unit vectors.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct VectorIndex {
     dimensions: usize,
     ids: Vec<String>,
     /// `columns[d][row]`: dimension `d` of the vector of `ids[row]`.
     columns: Vec<Vec<f32>>,
     rows: HashMap<String, usize>,
+    /// The last [`Alignment`] asked for; cleared by every change.
+    alignment: RwLock<Option<Arc<Alignment>>>,
 }
+
+impl Clone for VectorIndex {
+    fn clone(&self) -> Self {
+        VectorIndex {
+            dimensions: self.dimensions,
+            ids: self.ids.clone(),
+            columns: self.columns.clone(),
+            rows: self.rows.clone(),
+            alignment: RwLock::new(self.cached_alignment()),
+        }
+    }
+}
+
+/// The correspondence between a vector index's rows and a lexical index's
+/// documents (the same capability id), for one version of each.
+#[derive(Debug, PartialEq)]
+pub struct Alignment {
+    /// [`LexicalIndex::generation`] of the documents' index.
+    lexical_generation: u64,
+    /// Row of each document, [`NONE`] when it has no vector (pending).
+    pub row_of_doc: Vec<u32>,
+    /// Document of each row, [`NONE`] when the lexical index does not hold its id.
+    pub doc_of_row: Vec<u32>,
+    /// Rows whose id the lexical index does not hold.
+    pub unmatched_rows: usize,
+}
+
+/// "No row" or "no document" in an [`Alignment`].
+pub const NONE: u32 = u32::MAX;
 
 impl VectorIndex {
     /// Returns an empty index for vectors of `dimensions`.
@@ -50,6 +88,7 @@ impl VectorIndex {
             ids: Vec::with_capacity(capacity),
             columns: (0..dimensions).map(|_| Vec::with_capacity(capacity)).collect(),
             rows: HashMap::with_capacity(capacity),
+            alignment: RwLock::new(None),
         }
     }
 
@@ -69,6 +108,55 @@ impl VectorIndex {
         self.rows.contains_key(id)
     }
 
+    /// Returns the id of `row`.
+    pub fn id(&self, row: usize) -> &str {
+        &self.ids[row]
+    }
+
+    /// Returns the [`Alignment`] of this index's rows with `lexical`'s
+    /// documents, computed on the first call for this pair and cached until
+    /// either changes (O(n) id lookups once, then an `Arc` clone).
+    pub fn alignment(&self, lexical: &LexicalIndex) -> Arc<Alignment> {
+        if let Some(cached) = self.cached_alignment() {
+            if cached.lexical_generation == lexical.generation() && cached.doc_of_row.len() == self.ids.len() {
+                return cached;
+            }
+        }
+        let mut row_of_doc = vec![NONE; lexical.len()];
+        let mut unmatched_rows = 0;
+        let doc_of_row: Vec<u32> = self
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(row, id)| match lexical.doc(id) {
+                Some(doc) => {
+                    row_of_doc[doc as usize] = row as u32;
+                    doc
+                }
+                None => {
+                    unmatched_rows += 1;
+                    NONE
+                }
+            })
+            .collect();
+        let alignment =
+            Arc::new(Alignment { lexical_generation: lexical.generation(), row_of_doc, doc_of_row, unmatched_rows });
+        if let Ok(mut slot) = self.alignment.write() {
+            *slot = Some(alignment.clone());
+        }
+        alignment
+    }
+
+    fn cached_alignment(&self) -> Option<Arc<Alignment>> {
+        self.alignment.read().ok().and_then(|slot| slot.clone())
+    }
+
+    fn forget_alignment(&mut self) {
+        if let Ok(slot) = self.alignment.get_mut() {
+            *slot = None;
+        }
+    }
+
     /// Inserts or replaces the vector of `id`. An empty index of dimension 0
     /// (a remote model whose dimension is not known yet) takes the dimension
     /// of its first vector.
@@ -80,6 +168,7 @@ impl VectorIndex {
         if vector.len() != self.dimensions || vector.is_empty() {
             return Err(IndexError::Dimension { id: id.to_string(), expected: self.dimensions, actual: vector.len() });
         }
+        self.forget_alignment();
         match self.rows.get(id) {
             Some(&row) => {
                 for (column, value) in self.columns.iter_mut().zip(vector) {
@@ -101,6 +190,7 @@ impl VectorIndex {
     /// Removes `id`; returns whether it was present. The last row moves into its place.
     pub fn remove(&mut self, id: &str) -> bool {
         let Some(row) = self.rows.remove(id) else { return false };
+        self.forget_alignment();
         for column in &mut self.columns {
             column.swap_remove(row);
         }
@@ -139,10 +229,19 @@ impl VectorIndex {
     /// (equal to [`VectorIndex::cosine`], without a random access
     /// per candidate and dimension).
     pub fn scores(&self, query: &[f32]) -> Option<Vec<f32>> {
+        let mut scores = Vec::new();
+        self.scores_into(query, &mut scores).then_some(scores)
+    }
+
+    /// [`VectorIndex::scores`] into `scores` (resized to the row count), so a
+    /// caller can reuse one buffer; returns false, leaving `scores` empty, when
+    /// `query` is not of the index's dimension.
+    pub fn scores_into(&self, query: &[f32], scores: &mut Vec<f32>) -> bool {
+        scores.clear();
         if query.len() != self.dimensions || self.dimensions == 0 {
-            return None;
+            return false;
         }
-        let mut scores = vec![0.0f32; self.ids.len()];
+        scores.resize(self.ids.len(), 0.0);
         for (value, column) in query.iter().zip(&self.columns) {
             if *value != 0.0 {
                 for (score, entry) in scores.iter_mut().zip(column) {
@@ -150,7 +249,30 @@ impl VectorIndex {
                 }
             }
         }
-        Some(scores)
+        true
+    }
+
+    /// Returns the non-zero dimensions of `query` with their values, in
+    /// dimension order, or `None` when `query` is not of the index's dimension.
+    pub fn sparse_query(&self, query: &[f32]) -> Option<Vec<(u32, f32)>> {
+        if query.len() != self.dimensions || self.dimensions == 0 {
+            return None;
+        }
+        Some(
+            query.iter().enumerate().filter(|(_, value)| **value != 0.0).map(|(d, value)| (d as u32, *value)).collect(),
+        )
+    }
+
+    /// Returns the cosine of the query whose [`VectorIndex::sparse_query`] is
+    /// `sparse` with the vector of `row`: the very float [`VectorIndex::scores`]
+    /// gives that row (same terms, same order), at the cost of one read per
+    /// non-zero dimension, for scoring a few candidates without a full pass.
+    pub fn row_score(&self, sparse: &[(u32, f32)], row: usize) -> f32 {
+        let mut score = 0.0f32;
+        for &(d, value) in sparse {
+            score += value * self.columns[d as usize][row];
+        }
+        score
     }
 
     /// Returns the `k` ids closest to `query` that pass `keep`, best first.
@@ -164,28 +286,43 @@ impl VectorIndex {
 
     /// Returns the best `k` rows of `scores` (from [`VectorIndex::scores`]) that pass `keep`, best first.
     pub fn top(&self, scores: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
+        self.top_rows(scores, k, |row| keep(&self.ids[row]))
+            .into_iter()
+            .map(|(row, score)| Hit { id: self.ids[row].clone(), score })
+            .collect()
+    }
+
+    /// [`VectorIndex::top`] by row: the best `k` `(row, score)` whose row
+    /// passes `keep`, best first, ties by id.
+    pub fn top_rows(&self, scores: &[f32], k: usize, keep: impl Fn(usize) -> bool) -> Vec<(usize, f32)> {
         if k == 0 || scores.len() != self.ids.len() {
             return Vec::new();
         }
         let mut heap: BinaryHeap<Scored<'_>> = BinaryHeap::with_capacity(k + 1);
-        for (id, &score) in self.ids.iter().zip(scores) {
-            let candidate = Scored { score, id };
+        for (row, (id, &score)) in self.ids.iter().zip(scores).enumerate() {
+            // A row that cannot enter the heap is skipped before its id is
+            // read: most rows lose on the score alone.
+            if heap.len() == k {
+                if let Some(worst) = heap.peek() {
+                    match worst.score.total_cmp(&score) {
+                        Ordering::Greater => continue,
+                        Ordering::Equal if id.as_str() > worst.id => continue,
+                        _ => {}
+                    }
+                }
+            }
             // The filter may cost a lookup, so it only runs for rows that would enter the heap.
-            if heap.len() == k && heap.peek().is_some_and(|worst| candidate > *worst) {
+            if !keep(row) {
                 continue;
             }
-            if !keep(id) {
-                continue;
-            }
-            heap.push(candidate);
+            heap.push(Scored { score, id, row });
             if heap.len() > k {
                 heap.pop();
             }
         }
-        let mut hits: Vec<Hit> =
-            heap.into_iter().map(|scored| Hit { id: scored.id.to_string(), score: scored.score }).collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
-        hits
+        let mut hits: Vec<Scored<'_>> = heap.into_vec();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(b.id)));
+        hits.into_iter().map(|scored| (scored.row, scored.score)).collect()
     }
 }
 
@@ -193,6 +330,7 @@ impl VectorIndex {
 struct Scored<'a> {
     score: f32,
     id: &'a str,
+    row: usize,
 }
 
 impl Ord for Scored<'_> {

@@ -25,12 +25,20 @@
 //! query's information the document matches".
 //!
 //! A search touches only the postings of the query's terms (an accumulator per
-//! document) and keeps the best `k` with a bounded heap.
+//! document, kept per thread and reset on the touched documents only, so a
+//! query costs what its postings cost, not what the catalog holds) and keeps
+//! the best `k` with a bounded heap.
+//!
+//! The index also numbers its documents densely (`0..len`) and keeps what the
+//! discovery filters read of each one (kind, category, availability), so
+//! retrieval checks a filter by document number, without a catalog lookup.
 
-use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
 use crate::core::text::index_terms;
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 /// BM25 saturation.
 pub const K1: f32 = 1.2;
@@ -76,6 +84,31 @@ pub struct LexicalIndex {
     length_norms: Vec<f32>,
     /// Loose spelling of each id, name and display name → documents, best match kind first.
     exact: HashMap<String, Vec<(u32, ExactMatch)>>,
+    /// What the discovery filters read of each document.
+    attributes: Vec<DocAttributes>,
+    /// The distinct categories, as spelled; [`DocAttributes::category`] indexes them.
+    categories: Vec<String>,
+    /// Tells index builds apart (clones share it): a cache keyed on it is valid
+    /// for exactly this document numbering.
+    generation: u64,
+}
+
+/// What the discovery filters read of one document (see
+/// [`crate::core::discovery::DiscoveryFilter::admits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DocAttributes {
+    pub kind: CapabilityKind,
+    pub available: bool,
+    /// Index into [`LexicalIndex::categories`].
+    pub category: u32,
+}
+
+/// Hands out index generations; 0 is never handed out.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Per-thread accumulator of [`LexicalIndex::score`]: all zeros between calls.
+    static ACCUMULATOR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// How a query met a capability's name.
@@ -107,9 +140,11 @@ impl LexicalIndex {
         descriptors: impl IntoIterator<Item = &'a CapabilityDescriptor>,
         weights: FieldWeights,
     ) -> LexicalIndex {
-        let mut index = LexicalIndex::default();
+        let mut index =
+            LexicalIndex { generation: GENERATIONS.fetch_add(1, AtomicOrdering::Relaxed), ..LexicalIndex::default() };
         let mut lengths: Vec<f32> = Vec::new();
         let mut doc_terms: HashMap<u32, f32> = HashMap::new();
+        let mut category_ids: HashMap<String, u32> = HashMap::new();
         for descriptor in descriptors {
             if index.docs.contains_key(&descriptor.id) {
                 continue;
@@ -117,6 +152,12 @@ impl LexicalIndex {
             let doc = index.ids.len() as u32;
             index.ids.push(descriptor.id.clone());
             index.docs.insert(descriptor.id.clone(), doc);
+            let next_category = index.categories.len() as u32;
+            let category = *category_ids.entry(descriptor.category.clone()).or_insert_with(|| {
+                index.categories.push(descriptor.category.clone());
+                next_category
+            });
+            index.attributes.push(DocAttributes { kind: descriptor.kind, available: descriptor.available, category });
             doc_terms.clear();
             let mut length = 0.0f32;
             let mut name_text = descriptor.name.clone();
@@ -206,6 +247,21 @@ impl LexicalIndex {
         self.docs.get(id).copied()
     }
 
+    /// Returns what the filters read of document `doc`.
+    pub fn attributes(&self, doc: u32) -> DocAttributes {
+        self.attributes[doc as usize]
+    }
+
+    /// Returns the distinct categories, as spelled, indexed by [`DocAttributes::category`].
+    pub fn categories(&self) -> &[String] {
+        &self.categories
+    }
+
+    /// Returns this build's generation: equal for clones, different for any two builds.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Scores every document that holds a term of `query`, normalised to [0, 1]
     /// as the module docs describe.
     pub fn score(&self, query: &str) -> LexicalScores {
@@ -217,10 +273,24 @@ impl LexicalIndex {
         if reference <= 0.0 {
             return LexicalScores::default();
         }
-        // A dense accumulator and a list of touched documents: no hashing per posting.
-        let mut accumulator: Vec<f32> = vec![0.0; self.ids.len()];
+        // A dense accumulator and a list of touched documents: no hashing per
+        // posting. The accumulator is the thread's, all zeros between calls
+        // (each touched slot is reset on the way out), so a query never pays
+        // for zeroing the whole catalog.
+        ACCUMULATOR.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut accumulator) => self.accumulate(&query_terms, reference, &mut accumulator),
+            Err(_) => self.accumulate(&query_terms, reference, &mut Vec::new()),
+        })
+    }
+
+    /// The postings walk of [`LexicalIndex::score`] into `accumulator`, which
+    /// is all zeros on entry and on return.
+    fn accumulate(&self, query_terms: &[u32], reference: f32, accumulator: &mut Vec<f32>) -> LexicalScores {
+        if accumulator.len() < self.ids.len() {
+            accumulator.resize(self.ids.len(), 0.0);
+        }
         let mut touched: Vec<u32> = Vec::new();
-        for &term in &query_terms {
+        for &term in query_terms {
             let idf = self.idf[term as usize];
             for &(doc, tf) in &self.postings[term as usize] {
                 let saturated = tf * (K1 + 1.0) / (tf + self.length_norms[doc as usize]);
@@ -231,7 +301,15 @@ impl LexicalIndex {
                 *slot += idf * saturated;
             }
         }
-        let scores = touched.into_iter().map(|doc| (doc, (accumulator[doc as usize] / reference).min(1.0))).collect();
+        let scores = touched
+            .into_iter()
+            .map(|doc| {
+                let slot = &mut accumulator[doc as usize];
+                let score = (*slot / reference).min(1.0);
+                *slot = 0.0;
+                (doc, score)
+            })
+            .collect();
         LexicalScores { scores }
     }
 

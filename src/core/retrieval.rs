@@ -50,9 +50,10 @@
 use crate::core::catalog::Catalog;
 use crate::core::discovery::DiscoveryFilter;
 use crate::core::graph::CapabilityGraph;
-use crate::core::index::VectorIndex;
+use crate::core::index::{Alignment, VectorIndex, NONE};
 use crate::core::lexical::{ExactMatch, LexicalIndex, LexicalScores};
 use crate::core::text::index_terms;
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Share of the lexical (BM25F) signal in a part's score with the built-in
@@ -261,7 +262,237 @@ pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, 
 }
 
 /// [`retrieve`] with explicit fusion weights (for evaluation and ablation).
+///
+/// Candidates are numbered by lexical document: filters are checked on the
+/// lexical index's copy of the filtered fields ([`Admission`]), vector rows
+/// are found through the cached [`crate::core::index::Alignment`], and only
+/// the whole message gets a full dense pass; a clause's cosines are computed
+/// for the candidates alone ([`VectorIndex::row_score`], the same floats).
+/// Ids become strings only for the hits returned. The result is that of
+/// [`retrieve_reference`], float for float.
 pub fn retrieve_with(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    fusion: Fusion,
+) -> Ranking {
+    let Some(whole) = query.parts.first() else { return Ranking::default() };
+    if limit == 0 {
+        return Ranking::default();
+    }
+    let lexical = indexes.lexical;
+    if indexes.catalog.len() != lexical.len() {
+        return retrieve_reference(query, indexes, filter, limit, fusion);
+    }
+    let alignment = indexes.vectors.alignment(lexical);
+    if alignment.unmatched_rows > 0 {
+        return retrieve_reference(query, indexes, filter, limit, fusion);
+    }
+    let admission = Admission::new(lexical, filter);
+    let mut timings = RankTimings::default();
+    let started = std::time::Instant::now();
+    let per_signal = candidate_count(limit);
+    let n_parts = if fusion.clause > 0.0 { query.parts.len() } else { 1 };
+    let parts = &query.parts[..n_parts];
+    let lexical_scores: Vec<LexicalScores> = parts.iter().map(|part| lexical.score(&part.text)).collect();
+    let exact: Vec<(u32, ExactMatch)> =
+        lexical.exact_matches(&whole.text).iter().copied().filter(|&(doc, _)| admission.admits(doc)).collect();
+    let mut candidates: Vec<u32> = exact.iter().map(|&(doc, _)| doc).collect();
+    for scores in &lexical_scores {
+        candidates.extend(scores.top(per_signal, |doc| admission.admits(doc)).into_iter().map(|(doc, _)| doc));
+    }
+    timings.lexical_us = micros(started);
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => rank_candidates(
+            query,
+            indexes,
+            &admission,
+            &alignment,
+            Candidates { lexical_scores, exact, docs: candidates },
+            limit,
+            fusion,
+            timings,
+            &mut scratch,
+        ),
+        Err(_) => rank_candidates(
+            query,
+            indexes,
+            &admission,
+            &alignment,
+            Candidates { lexical_scores, exact, docs: candidates },
+            limit,
+            fusion,
+            timings,
+            &mut Scratch::default(),
+        ),
+    })
+}
+
+/// What the lexical stage of [`retrieve_with`] found.
+struct Candidates {
+    lexical_scores: Vec<LexicalScores>,
+    exact: Vec<(u32, ExactMatch)>,
+    /// Documents, possibly repeated.
+    docs: Vec<u32>,
+}
+
+/// Per-thread buffers of [`retrieve_with`], sized to the catalog and reused.
+#[derive(Default)]
+struct Scratch {
+    /// The whole message's cosine per vector row.
+    dense: Vec<f32>,
+    /// One part's lexical score per document; all zeros between uses.
+    lexical: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The dense and fusion stages of [`retrieve_with`].
+#[allow(clippy::too_many_arguments)]
+fn rank_candidates(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    admission: &Admission<'_>,
+    alignment: &Alignment,
+    found: Candidates,
+    limit: usize,
+    fusion: Fusion,
+    mut timings: RankTimings,
+    scratch: &mut Scratch,
+) -> Ranking {
+    let Candidates { lexical_scores, exact, docs: mut candidates } = found;
+    let (lexical, vectors) = (indexes.lexical, indexes.vectors);
+    let n_parts = lexical_scores.len();
+    let parts = &query.parts[..n_parts];
+    let per_signal = candidate_count(limit);
+    let started = std::time::Instant::now();
+    // The query's non-zero dimensions per part; `None` when a part has no usable vector.
+    let sparse: Vec<Option<Vec<(u32, f32)>>> = parts.iter().map(|part| vectors.sparse_query(&part.vector)).collect();
+    let whole_dense = sparse[0].is_some() && vectors.scores_into(&parts[0].vector, &mut scratch.dense);
+    if whole_dense {
+        let top = vectors.top_rows(&scratch.dense, per_signal, |row| {
+            let doc = alignment.doc_of_row[row];
+            doc != NONE && admission.admits(doc)
+        });
+        candidates.extend(top.into_iter().map(|(row, _)| alignment.doc_of_row[row]));
+    }
+    timings.dense_us = micros(started);
+    let started = std::time::Instant::now();
+    candidates.sort_unstable();
+    candidates.dedup();
+    if scratch.lexical.len() < lexical.len() {
+        scratch.lexical.resize(lexical.len(), 0.0);
+    }
+    // part_scores[i * n_parts + p]: candidate i's score s_p on part p.
+    let mut part_scores = vec![0.0f32; candidates.len() * n_parts];
+    for (p, scores) in lexical_scores.iter().enumerate() {
+        for &(doc, score) in &scores.scores {
+            scratch.lexical[doc as usize] = score;
+        }
+        let dense = sparse[p].as_deref().filter(|_| whole_dense || p > 0);
+        for (i, &doc) in candidates.iter().enumerate() {
+            let lex = scratch.lexical[doc as usize];
+            let row = alignment.row_of_doc[doc as usize];
+            part_scores[i * n_parts + p] = match dense {
+                Some(sparse) if row != NONE => {
+                    let row = row as usize;
+                    let cosine = if p == 0 { scratch.dense[row] } else { vectors.row_score(sparse, row) };
+                    fusion.lexical * lex + (1.0 - fusion.lexical) * cosine.max(0.0)
+                }
+                // No vector for the part or the capability: the lexical signal alone.
+                _ => lex,
+            };
+        }
+        for &(doc, _) in &scores.scores {
+            scratch.lexical[doc as usize] = 0.0;
+        }
+    }
+    let part_tops: Vec<f32> = (0..n_parts)
+        .map(|p| (0..candidates.len()).map(|i| part_scores[i * n_parts + p]).fold(0.0f32, f32::max))
+        .collect();
+    let whole_top = part_tops.first().copied().unwrap_or(0.0);
+    let mut hits: Vec<(u32, f32, Option<ExactMatch>)> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, &doc)| {
+            let scores = &part_scores[i * n_parts..(i + 1) * n_parts];
+            let clause_score = (1..n_parts)
+                .filter(|&p| part_tops[p] > 0.0)
+                .map(|p| whole_top * scores[p] / part_tops[p])
+                .fold(0.0f32, f32::max);
+            let exact_kind = exact.iter().find(|(exact_doc, _)| *exact_doc == doc).map(|(_, kind)| *kind);
+            let relevance = match exact_kind {
+                Some(_) => 1.0,
+                None => scores[0].max(fusion.clause * clause_score).clamp(0.0, 1.0),
+            };
+            (doc, relevance, exact_kind)
+        })
+        .collect();
+    let candidates_scanned = hits.len();
+    // A candidate no signal found relevant is noise; keeping it would let it boost its graph neighbours.
+    hits.retain(|&(_, relevance, _)| relevance > 0.0);
+    hits.sort_by(|a, b| {
+        b.2.cmp(&a.2).then_with(|| b.1.total_cmp(&a.1)).then_with(|| lexical.id(a.0).cmp(lexical.id(b.0)))
+    });
+    hits.truncate(limit);
+    let hits = hits
+        .into_iter()
+        .map(|(doc, relevance, exact)| RankedHit { id: lexical.id(doc).to_string(), relevance, exact })
+        .collect();
+    timings.fusion_us = micros(started);
+    Ranking { hits, candidates_scanned, timings }
+}
+
+/// A [`DiscoveryFilter`] checked by lexical document, on the fields the
+/// lexical index keeps of each ([`crate::core::lexical::DocAttributes`]):
+/// the same answers as [`DiscoveryFilter::admits`] on the catalog's
+/// descriptor, without a lookup.
+pub struct Admission<'a> {
+    lexical: &'a LexicalIndex,
+    filter: &'a DiscoveryFilter,
+    /// No filter is set: every document is admitted.
+    all: bool,
+    /// Per category of the lexical index: whether it matches the filter's.
+    categories: Option<Vec<bool>>,
+    /// The documents of the excluded ids, sorted.
+    excluded: Vec<u32>,
+}
+
+impl<'a> Admission<'a> {
+    /// Prepares `filter` for the documents of `lexical`.
+    pub fn new(lexical: &'a LexicalIndex, filter: &'a DiscoveryFilter) -> Admission<'a> {
+        let categories = filter
+            .category
+            .as_deref()
+            .map(|wanted| lexical.categories().iter().map(|category| category.eq_ignore_ascii_case(wanted)).collect());
+        let mut excluded: Vec<u32> = filter.excluded_capability_ids.iter().filter_map(|id| lexical.doc(id)).collect();
+        excluded.sort_unstable();
+        let all = filter.kind.is_none() && categories.is_none() && !filter.only_available && excluded.is_empty();
+        Admission { lexical, filter, all, categories, excluded }
+    }
+
+    /// Returns true when the filter admits document `doc`.
+    pub fn admits(&self, doc: u32) -> bool {
+        if self.all {
+            return true;
+        }
+        let attributes = self.lexical.attributes(doc);
+        self.filter.kind.is_none_or(|kind| attributes.kind == kind)
+            && self.categories.as_ref().is_none_or(|matches| matches[attributes.category as usize])
+            && (!self.filter.only_available || attributes.available)
+            && self.excluded.binary_search(&doc).is_err()
+    }
+}
+
+/// [`retrieve_with`] as first written: candidates by id, every filter check a
+/// catalog lookup, full dense and lexical arrays per part. It is the
+/// reference the fast path is tested against (same hits, same floats), and
+/// what runs when the indexes do not line up (a catalog and a lexical index
+/// of different sizes, or vectors of ids the lexical index lacks).
+pub fn retrieve_reference(
     query: &Query,
     indexes: &Indexes<'_>,
     filter: &DiscoveryFilter,
@@ -395,6 +626,29 @@ pub fn rank_with(
     fusion: Fusion,
 ) -> Ranking {
     let retrieved = retrieve_with(query, indexes, filter, limit, fusion);
+    rerank_retrieved(retrieved, indexes, filter, graph_boost)
+}
+
+/// [`rank_with`] over [`retrieve_reference`]: the reference the tests hold the fast path to.
+pub fn rank_reference(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    graph_boost: Option<f32>,
+    fusion: Fusion,
+) -> Ranking {
+    let retrieved = retrieve_reference(query, indexes, filter, limit, fusion);
+    rerank_retrieved(retrieved, indexes, filter, graph_boost)
+}
+
+/// The graph stage of [`rank_with`].
+fn rerank_retrieved(
+    retrieved: Ranking,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    graph_boost: Option<f32>,
+) -> Ranking {
     let Some(boost) = graph_boost else { return retrieved };
     if retrieved.hits.is_empty() {
         return retrieved;
@@ -596,6 +850,133 @@ mod tests {
                 "get the rock type"
             ]
         );
+    }
+
+    const WORDS: &[&str] = &[
+        "send", "message", "search", "web", "weather", "forecast", "book", "flight", "hotel", "room", "email",
+        "calendar", "event", "file", "upload", "news", "city", "note",
+    ];
+
+    fn arb_descriptor(i: usize) -> impl Strategy<Value = CapabilityDescriptor> {
+        (
+            proptest::sample::select(vec!["tool", "skill", "channel"]),
+            proptest::collection::vec(proptest::sample::select(WORDS.to_vec()), 1..3),
+            proptest::collection::vec(proptest::sample::select(WORDS.to_vec()), 0..8),
+            proptest::sample::select(vec!["travel", "Travel", "information", "communication"]),
+            any::<bool>(),
+        )
+            .prop_map(move |(kind, name, description, category, available)| {
+                let id = format!("{kind}:{}-{i}", name.join("-"));
+                descriptor(&id, &description.join(" "), category, available)
+            })
+    }
+
+    fn arb_catalog() -> impl Strategy<Value = Vec<CapabilityDescriptor>> {
+        (1usize..24).prop_flat_map(|n| (0..n).map(arb_descriptor).collect::<Vec<_>>())
+    }
+
+    fn arb_filter() -> impl Strategy<Value = DiscoveryFilter> {
+        (
+            proptest::option::of(proptest::sample::select(vec![CapabilityKind::Tool, CapabilityKind::Skill])),
+            proptest::option::of(proptest::sample::select(vec!["TRAVEL".to_string(), "information".to_string()])),
+            any::<bool>(),
+            proptest::collection::vec(0usize..24, 0..3),
+        )
+            .prop_map(|(kind, category, only_available, excluded)| DiscoveryFilter {
+                kind,
+                category,
+                only_available,
+                // Indexes into the catalog, resolved by the test.
+                excluded_capability_ids: excluded.into_iter().map(|i| i.to_string()).collect(),
+                outcome_prior: None,
+            })
+    }
+
+    fn arb_message() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            proptest::sample::select(
+                WORDS
+                    .iter()
+                    .copied()
+                    .chain(["then", "the", "a", "and", ".", "flight-7", "Web Search"])
+                    .collect::<Vec<_>>(),
+            ),
+            0..12,
+        )
+        .prop_map(|words| words.join(" ").replace(" .", "."))
+    }
+
+    proptest! {
+        /// The fast path returns what the reference implementation returns,
+        /// float for float: over random catalogs, filters and messages, with
+        /// vector rows out of document order and some capabilities pending.
+        #[test]
+        fn the_fast_path_matches_the_reference(
+            descriptors in arb_catalog(),
+            mut filter in arb_filter(),
+            message in arb_message(),
+            limit in 0usize..12,
+            lexical_share in proptest::sample::select(vec![0.0f32, 0.25, 0.6, 1.0]),
+            pending in proptest::collection::vec(0usize..24, 0..4),
+            shuffle in proptest::collection::vec(0usize..24, 0..6),
+            without_vectors in proptest::bool::weighted(0.1),
+        ) {
+            let mut fixture = Fixture::new(descriptors.clone());
+            // Removals move the last row into the hole and re-upserts append:
+            // rows end up out of document order.
+            for i in shuffle {
+                if let Some(descriptor) = descriptors.get(i) {
+                    fixture.vectors.remove(&descriptor.id);
+                    fixture.vectors.upsert(&descriptor.id, &fixture.embedder.embed(&embedding_text(descriptor))).unwrap();
+                }
+            }
+            for i in pending {
+                if let Some(descriptor) = descriptors.get(i) {
+                    fixture.vectors.remove(&descriptor.id);
+                }
+            }
+            filter.excluded_capability_ids = filter
+                .excluded_capability_ids
+                .iter()
+                .filter_map(|i| descriptors.get(i.parse::<usize>().unwrap()).map(|d| d.id.clone()))
+                .chain(["tool:not-indexed".to_string()])
+                .collect();
+            let query = if without_vectors {
+                Query::without_vectors(query_texts(&message), "down")
+            } else {
+                fixture.query(&message)
+            };
+            for clause in [0.0, CLAUSE_WEIGHT] {
+                let fusion = Fusion { lexical: lexical_share, clause };
+                let fast = retrieve_with(&query, &fixture.indexes(), &filter, limit, fusion);
+                let reference = retrieve_reference(&query, &fixture.indexes(), &filter, limit, fusion);
+                prop_assert_eq!(&fast.hits, &reference.hits);
+                prop_assert_eq!(fast.candidates_scanned, reference.candidates_scanned);
+                let fast = rank_with(&query, &fixture.indexes(), &filter, limit, Some(0.15), fusion);
+                let reference = rank_reference(&query, &fixture.indexes(), &filter, limit, Some(0.15), fusion);
+                prop_assert_eq!(&fast.hits, &reference.hits);
+            }
+        }
+    }
+
+    #[test]
+    fn indexes_that_do_not_line_up_take_the_reference_path() {
+        let fixture = Fixture::new(sample());
+        let filter = DiscoveryFilter::default();
+        let query = fixture.query("book a flight then reserve a hotel room");
+        // A vector for an id the lexical index does not hold.
+        let mut extra = Fixture::new(sample());
+        extra.vectors.upsert("tool:ghost", &fixture.embedder.embed("book a flight")).unwrap();
+        extra
+            .catalog
+            .descriptors
+            .insert("tool:ghost".into(), descriptor("tool:ghost", "Book a flight", "travel", true));
+        for fixture in [&fixture, &extra] {
+            let fast = retrieve(&query, &fixture.indexes(), &filter, 5);
+            let reference = retrieve_reference(&query, &fixture.indexes(), &filter, 5, Fusion::default());
+            assert_eq!(fast.hits, reference.hits);
+        }
+        assert!(retrieve(&query, &extra.indexes(), &filter, 10).hits.iter().any(|hit| hit.id == "tool:ghost"));
     }
 
     proptest! {

@@ -20,7 +20,22 @@ pub const CHARS_PER_TOKEN: usize = 4;
 /// assert_eq!(estimate_tokens("abcde"), 2);
 /// ```
 pub fn estimate_tokens(text: &str) -> usize {
-    text.encode_utf16().count().div_ceil(CHARS_PER_TOKEN)
+    utf16_len(text).div_ceil(CHARS_PER_TOKEN)
+}
+
+/// Returns the length of `text` in UTF-16 units (`text.encode_utf16().count()`),
+/// from its bytes: every byte that starts a character counts one unit, and
+/// a four-byte character (outside the basic plane, a surrogate pair) one more.
+/// A branch-free pass over bytes, where decoding every character is not.
+///
+/// # Examples
+/// ```
+/// use capdex::core::tiers::utf16_len;
+/// assert_eq!(utf16_len("abc"), 3);
+/// assert_eq!(utf16_len("é—😀"), 4);
+/// ```
+pub fn utf16_len(text: &str) -> usize {
+    text.bytes().map(|byte| usize::from(byte & 0xC0 != 0x80) + usize::from(byte >= 0xF0)).sum()
 }
 
 /// A maximum number of tokens; zero is allowed and means "emit nothing".
@@ -45,10 +60,10 @@ impl TokenBudget {
 /// Cuts `text` so that it holds at most `max_units` UTF-16 units, never
 /// splitting a character; an abridged text ends with `marker` (counted).
 pub fn cut_to_units(text: &str, max_units: usize, marker: &str) -> String {
-    if text.encode_utf16().count() <= max_units {
+    if utf16_len(text) <= max_units {
         return text.to_string();
     }
-    let marker_units = marker.encode_utf16().count();
+    let marker_units = utf16_len(marker);
     if marker_units > max_units {
         return String::new();
     }
@@ -96,7 +111,7 @@ pub fn assemble_tier0(members: &[CategoryMember<'_>], budget: TokenBudget) -> St
     }
     groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
     let max_units = budget.max_units();
-    let fixed = TIER0_HEADER.encode_utf16().count() + TIER0_FOOTER.encode_utf16().count();
+    let fixed = utf16_len(TIER0_HEADER) + utf16_len(TIER0_FOOTER);
     if fixed > max_units {
         return cut_to_units(TIER0_HEADER, max_units, "");
     }
@@ -111,16 +126,16 @@ pub fn assemble_tier0(members: &[CategoryMember<'_>], budget: TokenBudget) -> St
         let short = format!("- {label} ({})\n", names.len());
         let remaining = groups.len() - listed - 1;
         let tail = if remaining > 0 { format!("- (+{remaining} more categories)\n") } else { String::new() };
-        let tail_units = tail.encode_utf16().count();
-        let line = [full, short].into_iter().find(|line| used + line.encode_utf16().count() + tail_units <= max_units);
+        let tail_units = utf16_len(&tail);
+        let line = [full, short].into_iter().find(|line| used + utf16_len(line) + tail_units <= max_units);
         match line {
             Some(line) => {
-                used += line.encode_utf16().count();
+                used += utf16_len(&line);
                 body.push_str(&line);
             }
             None => {
                 let omitted = format!("- (+{} more categories)\n", groups.len() - listed);
-                if used + omitted.encode_utf16().count() <= max_units {
+                if used + utf16_len(&omitted) <= max_units {
                     body.push_str(&omitted);
                 }
                 break;
@@ -190,7 +205,7 @@ const MIN_SUMMARY_UNITS: usize = 48;
 /// shorter lines still get their chance.
 pub fn assemble_tier1(candidates: &[Candidate], budget: TokenBudget) -> (Vec<Tier1Entry>, String) {
     let max_units = budget.max_units();
-    let header_units = TIER1_HEADER.encode_utf16().count();
+    let header_units = utf16_len(TIER1_HEADER);
     if candidates.is_empty() || header_units >= max_units {
         return (Vec::new(), String::new());
     }
@@ -199,16 +214,16 @@ pub fn assemble_tier1(candidates: &[Candidate], budget: TokenBudget) -> (Vec<Tie
     let mut entries = Vec::new();
     for candidate in candidates {
         let prefix = format!("{}. ", entries.len() + 1);
-        let fixed = prefix.encode_utf16().count() + 1; // prefix and newline
+        let fixed = utf16_len(&prefix) + 1; // prefix and newline
         if used + fixed >= max_units {
             break;
         }
         let room = max_units - used - fixed;
         let summary = cut_to_units(&candidate.summary, room, ABRIDGED);
-        if summary.encode_utf16().count() < MIN_SUMMARY_UNITS.min(candidate.summary.encode_utf16().count()) {
+        if utf16_len(&summary) < MIN_SUMMARY_UNITS.min(utf16_len(&candidate.summary)) {
             continue;
         }
-        used += fixed + summary.encode_utf16().count();
+        used += fixed + utf16_len(&summary);
         block.push_str(&format!("{prefix}{summary}\n"));
         entries.push(Tier1Entry { id: candidate.id.clone(), relevance: candidate.relevance, summary_text: summary });
     }
@@ -223,7 +238,7 @@ pub fn assemble_tier1(candidates: &[Candidate], budget: TokenBudget) -> (Vec<Tie
 /// the room left, with a marker saying so.
 pub fn assemble_tier2(details: &[(String, String)], budget: TokenBudget) -> (Vec<Tier2Entry>, String) {
     let max_units = budget.max_units();
-    let header_units = TIER2_HEADER.encode_utf16().count();
+    let header_units = utf16_len(TIER2_HEADER);
     if details.is_empty() || header_units >= max_units {
         return (Vec::new(), String::new());
     }
@@ -232,7 +247,7 @@ pub fn assemble_tier2(details: &[(String, String)], budget: TokenBudget) -> (Vec
     let mut entries = Vec::new();
     for (id, text) in details {
         let separator = "\n";
-        let separator_units = separator.encode_utf16().count();
+        let separator_units = utf16_len(separator);
         if used + separator_units >= max_units {
             break;
         }
@@ -241,7 +256,7 @@ pub fn assemble_tier2(details: &[(String, String)], budget: TokenBudget) -> (Vec
         if body.is_empty() || body == TRUNCATED {
             break;
         }
-        used += separator_units + body.encode_utf16().count();
+        used += separator_units + utf16_len(&body);
         block.push_str(separator);
         block.push_str(&body);
         entries.push(Tier2Entry { id: id.clone(), full_text: body });
@@ -263,6 +278,9 @@ mod tests {
         assert_eq!(estimate_tokens("abcd"), 1);
         assert_eq!(estimate_tokens("—"), 1);
         assert_eq!(estimate_tokens("😀😀"), 1); // two surrogate pairs, 4 units
+        for text in ["", "abc", "é—😀", "a\u{7f}\u{80}\u{7ff}\u{800}\u{ffff}\u{10000}\u{10ffff}"] {
+            assert_eq!(utf16_len(text), text.encode_utf16().count(), "{text:?}");
+        }
         assert_eq!(cut_to_units("abcdef", 4, "…"), "abc…");
         assert_eq!(cut_to_units("ab😀", 3, ""), "ab");
     }
@@ -315,6 +333,11 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn utf16_len_counts_what_encode_utf16_counts(text in any::<String>()) {
+            prop_assert_eq!(utf16_len(&text), text.encode_utf16().count());
+        }
+
         #[test]
         fn tiers_never_exceed_their_budgets(
             names in proptest::collection::vec(("[a-z]{1,8}", "[a-z]{1,12}"), 0..60),
