@@ -1,4 +1,4 @@
-//! Builds the configured embedder: `builtin`, `local` or `http` (see the
+//! Builds the configured embedder: `builtin`, `local`, `http` or `static` (see the
 //! `[embedder]` section of `config/capdex.toml`).
 //!
 //! The local neural model is wired through a small adapter that turns its
@@ -7,6 +7,7 @@
 
 use crate::config::{EmbedderBackend, EmbedderSettings};
 use crate::core::embedder::{Embed, EmbedError, EmbedErrorCode, HashingEmbedder};
+use crate::core::static_embedder::StaticEmbedder;
 use crate::embedders::http::{HttpEmbedder, HttpEmbedderConfig};
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ pub fn build_with_env(
             Ok(Box::new(HttpEmbedder::new(config)?))
         }
         EmbedderBackend::Local => local(settings),
+        EmbedderBackend::Static => Ok(Box::new(StaticEmbedder::new())),
     }
 }
 
