@@ -22,7 +22,7 @@
 //! the table's dimension and the start of its SHA-256 ([`MODEL_ID`]; a test
 //! checks the hash), so stored vectors are re-embedded whenever it changes.
 
-use crate::core::embedder::{Embed, EmbedError, HashingEmbedder};
+use crate::core::embedder::{Embed, EmbedError};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use unicode_categories::UnicodeCategories;
@@ -284,54 +284,6 @@ impl Embed for StaticEmbedder {
 
     fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         Ok(StaticEmbedder::embed(self, text))
-    }
-}
-
-/// The static embedder beside the hashing one: the two unit vectors
-/// concatenated with weights `sqrt(1 − share)` and `sqrt(share)`, so the
-/// cosine of two texts is `(1 − share)·cos_static + share·cos_hashing`
-/// (when both parts are non-zero; the result is L2-normalised either way).
-#[derive(Clone, Copy, Debug)]
-pub struct StaticHashingEmbedder {
-    hashing: HashingEmbedder,
-    hashing_share: f32,
-}
-
-impl StaticHashingEmbedder {
-    /// `None` unless `hashing_share` is in [0, 1].
-    pub fn new(hashing: HashingEmbedder, hashing_share: f32) -> Option<StaticHashingEmbedder> {
-        (0.0..=1.0).contains(&hashing_share).then_some(StaticHashingEmbedder { hashing, hashing_share })
-    }
-
-    /// Embeds one text (see the type docs); never fails.
-    pub fn embed(&self, text: &str) -> Vec<f32> {
-        let static_weight = (1.0 - self.hashing_share).sqrt();
-        let hashing_weight = self.hashing_share.sqrt();
-        let mut vector: Vec<f32> = StaticEmbedder.embed(text).into_iter().map(|v| v * static_weight).collect();
-        vector.extend(self.hashing.embed(text).into_iter().map(|v| v * hashing_weight));
-        let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
-        if norm > 0.0 {
-            vector.iter_mut().for_each(|v| *v /= norm);
-        }
-        vector
-    }
-}
-
-impl Embed for StaticHashingEmbedder {
-    fn model_id(&self) -> String {
-        format!("{MODEL_ID}+{}@{}", self.hashing.model_id(), self.hashing_share)
-    }
-
-    fn dimensions(&self) -> usize {
-        model().1.dimensions + Embed::dimensions(&self.hashing)
-    }
-
-    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        Ok(texts.iter().map(|text| StaticHashingEmbedder::embed(self, text)).collect())
-    }
-
-    fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
-        Ok(StaticHashingEmbedder::embed(self, text))
     }
 }
 

@@ -124,6 +124,9 @@ mod tests {
         let http = build(&settings(EmbedderBackend::Http)).unwrap();
         assert_eq!(http.model_id(), "openai-compatible:http://127.0.0.1:9/v1/embeddings#m");
         assert_eq!(http.dimensions(), 0);
+        let distilled = build(&settings(EmbedderBackend::Static)).unwrap();
+        assert_eq!(distilled.model_id(), crate::core::static_embedder::MODEL_ID);
+        assert_eq!(distilled.embed("web search").unwrap(), StaticEmbedder::new().embed("web search"));
     }
 
     #[test]
