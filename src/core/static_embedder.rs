@@ -35,7 +35,7 @@ static VOCAB: &str = include_str!("../../assets/static-minilm/vocab.txt");
 
 /// The model id: scheme, dimensions and the first 12 hex digits of the
 /// table's SHA-256 (`tests::the_model_id_names_the_table` checks it).
-pub const MODEL_ID: &str = "capdex-static-minilm-v1-128-e6ead7b09a05";
+pub const MODEL_ID: &str = "capdex-static-minilm-v1-64-e140d94f6a7f";
 
 /// Longest word WordPiece splits; a longer one is `[UNK]` (BERT's 100).
 pub const MAX_INPUT_CHARS_PER_WORD: usize = 100;
