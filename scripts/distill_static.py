@@ -21,7 +21,7 @@ with include_bytes!, tokenises with its own BERT WordPiece tokenizer over vocab.
 embeds a text as the L2-normalised mean of its token rows (the weights are folded into them).
 
 Usage (a scratch virtualenv outside the repository, as for minilm_reference.py):
-    /tmp/minilm-venv/bin/python scripts/distill_static.py [--dims 128] [--sif 1e-4]
+    /tmp/minilm-venv/bin/python scripts/distill_static.py [--dims 64] [--sif 1e-5]
 """
 
 import argparse
@@ -131,8 +131,8 @@ def main():
     ap.add_argument("--model-dir", default=os.path.join(root, ".models", "all-MiniLM-L6-v2"))
     ap.add_argument("--out", default=os.path.join(root, "assets", "static-minilm"))
     ap.add_argument("--cache", default="/tmp/capdex-static-token-outputs.npy")
-    ap.add_argument("--dims", type=int, default=128)
-    ap.add_argument("--sif", type=float, default=1e-4)
+    ap.add_argument("--dims", type=int, default=64)
+    ap.add_argument("--sif", type=float, default=1e-5)
     args = ap.parse_args()
 
     with open(os.path.join(args.model_dir, "tokenizer.json"), encoding="utf-8") as f:
