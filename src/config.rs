@@ -104,16 +104,20 @@ pub enum EmbedderBackend {
     Local,
     /// An OpenAI-compatible `/v1/embeddings` endpoint.
     Http,
+    /// The compiled-in static token table distilled from all-MiniLM-L6-v2
+    /// (`core::static_embedder`): no files, deterministic, semantic.
+    Static,
 }
 
 impl EmbedderBackend {
-    /// Parses `builtin`, `local` or `http`.
+    /// Parses `builtin`, `local`, `http` or `static`.
     pub fn parse(text: &str) -> Result<EmbedderBackend, String> {
         match text {
             "builtin" => Ok(EmbedderBackend::Builtin),
             "local" => Ok(EmbedderBackend::Local),
             "http" => Ok(EmbedderBackend::Http),
-            other => Err(format!("must be \"builtin\", \"local\" or \"http\", got {other:?}")),
+            "static" => Ok(EmbedderBackend::Static),
+            other => Err(format!("must be \"builtin\", \"local\", \"http\" or \"static\", got {other:?}")),
         }
     }
 }
@@ -203,7 +207,7 @@ impl EmbedderSettings {
             ));
         }
         match self.backend {
-            EmbedderBackend::Builtin => {}
+            EmbedderBackend::Builtin | EmbedderBackend::Static => {}
             EmbedderBackend::Local => {
                 if !cfg!(feature = "neural") {
                     return Err((

@@ -7,7 +7,7 @@
 //! relevance minimum (a run file is a ranking, not a prompt).
 //!
 //! The embedder is the configured one, or the one `--embedder` picks
-//! (`builtin`, `local --model-dir DIR`, `http --endpoint URL --model NAME`);
+//! (`builtin`, `static`, `local --model-dir DIR`, `http --endpoint URL --model NAME`);
 //! tools are embedded in batches of `embedder.batch_size`. An embedder that
 //! fails stops the evaluation (a score without the dense signal would not be
 //! the one asked for).

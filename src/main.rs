@@ -326,7 +326,8 @@ enum ApprovalCommand {
 /// Picks the embedder for `eval` and `bench`; without `--embedder`, the configured one.
 #[derive(clap::Args, Debug, Default)]
 struct EmbedderFlags {
-    /// builtin, local (with --model-dir) or http (with --endpoint and --model).
+    /// builtin (hashing), static (distilled MiniLM table), local (with --model-dir) or http
+    /// (with --endpoint and --model).
     #[arg(long, value_name = "BACKEND")]
     embedder: Option<String>,
     /// The model folder for --embedder local (model.safetensors, tokenizer.json, config.json).

@@ -22,6 +22,7 @@ pub mod meta_tool;
 pub mod retrieval;
 pub mod scg;
 pub mod sources;
+pub mod static_embedder;
 pub mod text;
 pub mod tiers;
 pub mod turn_planner;

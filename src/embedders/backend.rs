@@ -1,4 +1,4 @@
-//! Builds the configured embedder: `builtin`, `local` or `http` (see the
+//! Builds the configured embedder: `builtin`, `local`, `http` or `static` (see the
 //! `[embedder]` section of `config/capdex.toml`).
 //!
 //! The local neural model is wired through a small adapter that turns its
@@ -7,6 +7,7 @@
 
 use crate::config::{EmbedderBackend, EmbedderSettings};
 use crate::core::embedder::{Embed, EmbedError, EmbedErrorCode, HashingEmbedder};
+use crate::core::static_embedder::StaticEmbedder;
 use crate::embedders::http::{HttpEmbedder, HttpEmbedderConfig};
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ pub fn build_with_env(
             Ok(Box::new(HttpEmbedder::new(config)?))
         }
         EmbedderBackend::Local => local(settings),
+        EmbedderBackend::Static => Ok(Box::new(StaticEmbedder::new())),
     }
 }
 
@@ -122,6 +124,9 @@ mod tests {
         let http = build(&settings(EmbedderBackend::Http)).unwrap();
         assert_eq!(http.model_id(), "openai-compatible:http://127.0.0.1:9/v1/embeddings#m");
         assert_eq!(http.dimensions(), 0);
+        let distilled = build(&settings(EmbedderBackend::Static)).unwrap();
+        assert_eq!(distilled.model_id(), crate::core::static_embedder::MODEL_ID);
+        assert_eq!(distilled.embed("web search").unwrap(), StaticEmbedder::new().embed("web search"));
     }
 
     #[test]
