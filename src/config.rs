@@ -129,6 +129,7 @@ impl EmbedderBackend {
     pub fn default_lexical_weight(self) -> f32 {
         match self {
             EmbedderBackend::Builtin => crate::core::retrieval::LEXICAL_WEIGHT,
+            EmbedderBackend::Static => crate::core::retrieval::STATIC_LEXICAL_WEIGHT,
             EmbedderBackend::Local | EmbedderBackend::Http => crate::core::retrieval::SEMANTIC_LEXICAL_WEIGHT,
         }
     }
