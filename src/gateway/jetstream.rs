@@ -141,11 +141,7 @@ impl JetStream {
             }),
             ..Default::default()
         };
-        self.context
-            .get_or_create_stream(config)
-            .await
-            .map(|_| ())
-            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })
+        self.create_stream(config).await
     }
 
     async fn ensure_stream(&self, name: &str, subject: &str, max_age_ms: u64) -> Result<(), JetStreamError> {
@@ -159,11 +155,17 @@ impl JetStream {
             duplicate_window: Duration::from_millis(self.settings.duplicate_window_ms),
             ..Default::default()
         };
+        self.create_stream(config).await
+    }
+
+    /// Creates the stream `config` describes unless it exists (an existing one is used as it is).
+    async fn create_stream(&self, config: stream::Config) -> Result<(), JetStreamError> {
+        let name = config.name.clone();
         self.context
             .get_or_create_stream(config)
             .await
             .map(|_| ())
-            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })
+            .map_err(|err| JetStreamError::Stream { stream: name, message: err.to_string() })
     }
 
     /// The subject outcomes are published on.

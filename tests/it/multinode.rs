@@ -250,8 +250,8 @@ async fn drained(jetstream: &async_nats::jetstream::Context, name: &str) {
     }
 }
 
-#[tokio::test]
-async fn outcomes_on_the_stream_are_counted_exactly_once_when_a_node_dies_mid_stream() {
+/// A nats-server, a client with its JetStream context, and nodes `a` and `b` serving.
+async fn two_nodes() -> (NatsServer, async_nats::Client, async_nats::jetstream::Context, Node, Node) {
     let nats = NatsServer::start();
     let client = async_nats::connect(nats.url()).await.unwrap();
     let jetstream = async_nats::jetstream::new(client.clone());
@@ -259,6 +259,12 @@ async fn outcomes_on_the_stream_are_counted_exactly_once_when_a_node_dies_mid_st
     a.start(&nats);
     b.start(&nats);
     wait_for_nodes(&client, 2).await;
+    (nats, client, jetstream, a, b)
+}
+
+#[tokio::test]
+async fn outcomes_on_the_stream_are_counted_exactly_once_when_a_node_dies_mid_stream() {
+    let (nats, client, jetstream, mut a, mut b) = two_nodes().await;
 
     publish_outcomes(&jetstream, 0..PER_SCOPE / 2).await;
     // Kill a while it is working through the stream, publish the rest, and bring it back.
@@ -284,13 +290,7 @@ async fn outcomes_on_the_stream_are_counted_exactly_once_when_a_node_dies_mid_st
 /// and each outcome gives one KPI event.
 #[tokio::test]
 async fn events_of_stream_outcomes_are_published_once_whatever_the_number_of_nodes() {
-    let nats = NatsServer::start();
-    let client = async_nats::connect(nats.url()).await.unwrap();
-    let jetstream = async_nats::jetstream::new(client.clone());
-    let (mut a, mut b) = (Node::new("a"), Node::new("b"));
-    a.start(&nats);
-    b.start(&nats);
-    wait_for_nodes(&client, 2).await;
+    let (_nats, client, jetstream, mut a, mut b) = two_nodes().await;
     let mut alerts = client.subscribe("capdex.v1.alert.>").await.unwrap();
     let mut kpis = client.subscribe("capdex.v1.kpi.>").await.unwrap();
     client.flush().await.unwrap();
