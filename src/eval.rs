@@ -11,12 +11,17 @@
 //! tools are embedded in batches of `embedder.batch_size`. An embedder that
 //! fails stops the evaluation (a score without the dense signal would not be
 //! the one asked for).
+//!
+//! With a cache directory, every vector (tools and query parts) is kept in a
+//! sled store keyed by [`text_hash`] of model id and text, so a second
+//! evaluation with the same model embeds nothing already seen: ablations and
+//! sweeps of a neural model cost ranking time only.
 
 use crate::config::EmbedderSettings;
 use crate::core::capability_prior::{distinct_ids, CapabilityStats, PriorSettings, PriorSnapshot};
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryFilter};
-use crate::core::embedder::{embed_in_batches, EmbedError};
+use crate::core::embedder::{embed_in_batches, text_hash, Embed, EmbedError};
 use crate::core::evaluation::{aggregate, score_query, Metrics, QueryRecord, RunLine, ToolRecord};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
@@ -24,6 +29,7 @@ use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query};
 use crate::core::text::embedding_text;
+use crate::store::{Store, StoreError};
 use serde::de::DeserializeOwned;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -46,6 +52,8 @@ pub struct EvalOptions {
     pub field_weights: FieldWeights,
     /// The outcome prior applied to every ranking, as discovery applies it.
     pub outcome_prior: Option<PriorSnapshot>,
+    /// Keep vectors in a sled store here, keyed by model and text.
+    pub cache: Option<PathBuf>,
 }
 
 /// The outcome of one evaluation.
@@ -76,6 +84,39 @@ pub enum EvalError {
     Outcome { path: PathBuf, number: usize, problem: String },
     #[error(transparent)]
     Embedder(#[from] EmbedError),
+    #[error("embedding cache: {0}")]
+    Cache(#[from] StoreError),
+}
+
+/// The vectors of `texts`: from `cache` where it has them, the others
+/// embedded in batches of `batch_size` (and cached).
+fn embed_cached(
+    embedder: &(impl Embed + ?Sized),
+    cache: Option<&Store>,
+    texts: &[String],
+    batch_size: usize,
+) -> Result<Vec<Vec<f32>>, EvalError> {
+    let Some(cache) = cache else {
+        return Ok(embed_in_batches(embedder, texts, batch_size)?);
+    };
+    let model_id = embedder.model_id();
+    let hashes: Vec<String> = texts.iter().map(|text| text_hash(&model_id, text)).collect();
+    let mut vectors = Vec::with_capacity(texts.len());
+    let mut missing = Vec::new();
+    for (i, hash) in hashes.iter().enumerate() {
+        let cached = cache.text_embedding(hash)?;
+        if cached.is_none() {
+            missing.push(i);
+        }
+        vectors.push(cached.unwrap_or_default());
+    }
+    let texts_missing: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
+    let embedded = embed_in_batches(embedder, &texts_missing, batch_size)?;
+    for (i, vector) in missing.into_iter().zip(embedded) {
+        cache.put_text_embedding(&hashes[i], &vector)?;
+        vectors[i] = vector;
+    }
+    Ok(vectors)
 }
 
 /// Builds the outcome prior from task outcomes (`capdex.v1.outcome` objects,
@@ -114,6 +155,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let queries: Vec<QueryRecord> = read_jsonl(&options.queries)?;
     let embedder = crate::embedders::backend::build(&options.embedder)?;
     let batch_size = options.embedder.batch_size;
+    let cache = options.cache.as_deref().map(Store::open).transpose()?;
 
     let started = Instant::now();
     let descriptors: Vec<_> = tools.iter().map(ToolRecord::to_descriptor).collect();
@@ -126,7 +168,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         }
     }
     let texts: Vec<String> = unique.iter().map(|descriptor| embedding_text(descriptor)).collect();
-    let embedded = embed_in_batches(embedder.as_ref(), &texts, batch_size)?;
+    let embedded = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size)?;
     let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), unique.len());
     for (descriptor, vector) in unique.iter().zip(embedded) {
         vectors.upsert(&descriptor.id, &vector).map_err(|_| EvalError::Dimensions)?;
@@ -146,7 +188,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         .map(|(query_idx, record)| {
             let texts = query_texts(&record.query);
             let embed_started = Instant::now();
-            let query_vectors = embed_in_batches(embedder.as_ref(), &texts, batch_size)?;
+            let query_vectors = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size)?;
             embed_seconds += embed_started.elapsed().as_secs_f64();
             let query = Query::new(texts, query_vectors);
             let mut ranking = rank_with(&query, &indexes, &filter, options.depth, graph_boost, options.fusion);
@@ -157,6 +199,9 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         })
         .collect::<Result<_, EvalError>>()?;
     let query_ms_mean = started.elapsed().as_secs_f64() * 1e3 / queries.len().max(1) as f64;
+    if let Some(cache) = &cache {
+        cache.flush()?;
+    }
     let query_embed_ms_mean = embed_seconds * 1e3 / queries.len().max(1) as f64;
 
     if let Some(out) = &options.out {

@@ -146,6 +146,10 @@ enum Command {
         /// configured [discovery] outcome_prior_* settings.
         #[arg(long, value_name = "FILE")]
         outcome_prior: Option<PathBuf>,
+        /// Keep every vector (tools and queries) in a sled store in DIR, keyed by model id and
+        /// text hash, so later runs with the same model embed nothing twice (cheap sweeps).
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
         #[command(flatten)]
         embedder: EmbedderFlags,
     },
@@ -403,6 +407,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         clause_weight,
         field_weights,
         outcome_prior,
+        cache_dir,
         embedder,
     } = cli.command
     {
@@ -431,6 +436,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(path) => Some(capdex::eval::prior_from_outcomes(&path, &settings.kpi.prior)?),
                 None => None,
             },
+            cache: cache_dir,
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }

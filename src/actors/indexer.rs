@@ -20,14 +20,13 @@ use crate::actors::graph_builder::BuildGraph;
 use crate::actors::Observe;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
-use crate::core::embedder::{EmbedError, EmbedErrorCode};
+use crate::core::embedder::{text_hash, EmbedError, EmbedErrorCode};
 use crate::core::graph::Preset;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError, StoredEmbedding};
 use actix::prelude::*;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -371,13 +370,6 @@ fn apply_change(
         (catalog, index, lexical)
     });
     Ok(Applied { plan, next, added, updated, pending_added, pending_resolved })
-}
-
-/// Hash of what a vector was computed from: model and embedding text.
-fn text_hash(model_id: &str, text: &str) -> String {
-    let digest =
-        Sha256::new().chain_update(model_id.as_bytes()).chain_update([0u8]).chain_update(text.as_bytes()).finalize();
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 impl Actor for Indexer {

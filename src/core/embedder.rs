@@ -118,6 +118,15 @@ pub fn embed_in_batches(
     Ok(vectors)
 }
 
+/// Hash of what a vector is computed from, model and text: the key of
+/// embedding caches (a vector is valid while both are unchanged).
+pub fn text_hash(model_id: &str, text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest =
+        Sha256::new().chain_update(model_id.as_bytes()).chain_update([0u8]).chain_update(text.as_bytes()).finalize();
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// The feature-hashing embedder described in the module docs.
 #[derive(Clone, Copy, Debug)]
 pub struct HashingEmbedder {

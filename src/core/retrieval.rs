@@ -8,20 +8,28 @@
 //! one part:
 //!
 //! ```text
-//! s_p(d) = w · lex_p(d) + (1 − w) · max(0, cos_p(d))
+//! s_p(d) = (w · lex_p(d) / L_p + (1 − w) · cos⁺_p(d) / C_p) · (w · L_p + (1 − w) · C_p)
 //! ```
 //!
 //! with `w` the lexical share ([`Fusion::lexical`], `lexicalWeight` in the
 //! discovery settings): [`LEXICAL_WEIGHT`] (0.6) for the built-in hashing
 //! embedder, [`STATIC_LEXICAL_WEIGHT`] (0.75) for the static token table,
-//! [`SEMANTIC_LEXICAL_WEIGHT`] (0.25) for neural models.
+//! [`SEMANTIC_LEXICAL_WEIGHT`] (0.4) for neural models.
 //!
 //! where `lex_p` is the normalised BM25F score of [`LexicalIndex::score`]
-//! (in [0, 1]) and `cos_p` the cosine of the part's vector with the
-//! capability's. The weights sum to 1, so `s_p` is in [0, 1]. When there is
-//! no cosine, because the part has no vector (the embedder failed) or the
-//! capability has none yet (pending), `s_p = lex_p`: the weighted mean of the
-//! signals there are, so relevance stays in [0, 1] and keeps its scale. Then
+//! (in [0, 1]), `cos⁺_p = max(0, cos_p)` the cosine of the part's vector with
+//! the capability's, and `L_p`, `C_p` the best `lex_p` and `cos⁺_p` among the
+//! candidates (a term whose best is 0 counts 0). Each signal is thus
+//! measured against the best the message found on it before they are mixed,
+//! so a model whose cosines sit in a narrow band (MiniLM: 0.2–0.6 for most
+//! pairs) or a long message whose BM25F scores are all small still gets its
+//! share of the ranking; the second factor, the mix of the two bests, puts
+//! the scale back, so a message nothing matches well keeps a low relevance
+//! and `tier1MinRelevance` keeps its meaning. A capability best on both
+//! signals scores exactly `w · L_p + (1 − w) · C_p`, and every `s_p` is in
+//! [0, 1]. When there is no cosine, because the part has no vector (the
+//! embedder failed) or the capability has none yet (pending),
+//! `s_p = lex_p`: the signals there are, so relevance keeps its scale. Then
 //!
 //! ```text
 //! relevance(d) = max(s_whole(d), CLAUSE_WEIGHT · max_c top_whole · s_c(d) / top_c)
@@ -65,15 +73,18 @@ pub const LEXICAL_WEIGHT: f32 = 0.6;
 pub const DENSE_WEIGHT: f32 = 1.0 - LEXICAL_WEIGHT;
 /// Share of the lexical signal with a semantic embedder (a neural model,
 /// local or over HTTP): its cosine carries paraphrases BM25F misses, so it
-/// leads, and BM25F breaks its ties on names and rare terms. Chosen on the
-/// MetaTool dev queries with all-MiniLM-L6-v2 (lexical share 0.1 → NDCG@10
-/// 67.6, 0.2 → 68.3, 0.3 → 67.9, 0.4 → 66.9, 0.6 → 63.7; dense alone 65.4).
-pub const SEMANTIC_LEXICAL_WEIGHT: f32 = 0.25;
+/// leads, and BM25F breaks its ties on names and rare terms. Chosen on both
+/// dev sets at once with all-MiniLM-L6-v2 (NDCG@10 MetaTool / Seal-Tools:
+/// 0.3 → 68.77 / 91.13, 0.35 → 68.41 / 91.88, 0.4 → 67.91 / 92.85,
+/// 0.45 → 67.03 / 93.18, 0.5 → 66.07 / 93.55; without the per-part
+/// normalisation of the module docs, 0.25 → 68.29 / 88.14 and 0.4 → 66.92 / 91.57).
+pub const SEMANTIC_LEXICAL_WEIGHT: f32 = 0.4;
 /// Share of the lexical signal with the static MiniLM-distilled table
 /// (`core::static_embedder`): a bag of token vectors, semantic but coarse,
-/// so BM25F keeps the lead. One value for both dev sets (64 dims): 0.6 →
-/// MetaTool NDCG@10 58.95, Seal-Tools 87.66; 0.7 → 58.43, 91.20; 0.75 →
-/// 58.02, 92.05; 0.8 → 57.57, 92.65.
+/// so BM25F keeps the lead. One value for both dev sets (64 dims), before
+/// the per-part normalisation of the module docs: 0.6 → MetaTool NDCG@10
+/// 58.95, Seal-Tools 87.66; 0.7 → 58.43, 91.20; 0.75 → 58.02, 92.05; 0.8 →
+/// 57.57, 92.65; with it, 0.75 → 56.96, 92.97.
 pub const STATIC_LEXICAL_WEIGHT: f32 = 0.75;
 /// Discount on a clause's score relative to the whole message's.
 pub const CLAUSE_WEIGHT: f32 = 0.9;
@@ -336,6 +347,28 @@ pub fn retrieve_with(
     })
 }
 
+/// One part's fused scores `s_p` (module docs) from each candidate's
+/// lexical score and cosine, `None` when the part or the capability has no
+/// vector (then `s_p` is the lexical score alone); `put(i, s_p)` per candidate.
+fn fuse_part(lexical_share: f32, signals: &[(f32, Option<f32>)], mut put: impl FnMut(usize, f32)) {
+    let (lexical_top, dense_top) = signals.iter().fold((0.0f32, 0.0f32), |(lexical_top, dense_top), &(lex, cosine)| {
+        (lexical_top.max(lex), cosine.map_or(dense_top, |cosine| dense_top.max(cosine)))
+    });
+    let relative = |value: f32, top: f32| if top > 0.0 { value / top } else { 0.0 };
+    let dense_share = 1.0 - lexical_share;
+    let scale = lexical_share * lexical_top + dense_share * dense_top;
+    for (i, &(lex, cosine)) in signals.iter().enumerate() {
+        let score = match cosine {
+            Some(cosine) => {
+                (lexical_share * relative(lex, lexical_top) + dense_share * relative(cosine.max(0.0), dense_top))
+                    * scale
+            }
+            None => lex,
+        };
+        put(i, score.clamp(0.0, 1.0));
+    }
+}
+
 /// What the lexical stage of [`retrieve_with`] found.
 struct Candidates {
     lexical_scores: Vec<LexicalScores>,
@@ -395,24 +428,26 @@ fn rank_candidates(
     }
     // part_scores[i * n_parts + p]: candidate i's score s_p on part p.
     let mut part_scores = vec![0.0f32; candidates.len() * n_parts];
+    let mut signals: Vec<(f32, Option<f32>)> = Vec::with_capacity(candidates.len());
     for (p, scores) in lexical_scores.iter().enumerate() {
         for &(doc, score) in &scores.scores {
             scratch.lexical[doc as usize] = score;
         }
         let dense = sparse[p].as_deref().filter(|_| whole_dense || p > 0);
-        for (i, &doc) in candidates.iter().enumerate() {
+        signals.clear();
+        signals.extend(candidates.iter().map(|&doc| {
             let lex = scratch.lexical[doc as usize];
             let row = alignment.row_of_doc[doc as usize];
-            part_scores[i * n_parts + p] = match dense {
+            let cosine = match dense {
                 Some(sparse) if row != NONE => {
                     let row = row as usize;
-                    let cosine = if p == 0 { scratch.dense[row] } else { vectors.row_score(sparse, row) };
-                    fusion.lexical * lex + (1.0 - fusion.lexical) * cosine.max(0.0)
+                    Some(if p == 0 { scratch.dense[row] } else { vectors.row_score(sparse, row) })
                 }
-                // No vector for the part or the capability: the lexical signal alone.
-                _ => lex,
+                _ => None,
             };
-        }
+            (lex, cosine)
+        }));
+        fuse_part(fusion.lexical, &signals, |i, score| part_scores[i * n_parts + p] = score);
         for &(doc, _) in &scores.scores {
             scratch.lexical[doc as usize] = 0.0;
         }
@@ -564,25 +599,21 @@ pub fn retrieve_reference(
         })
         .collect();
     // part_scores[i][p]: candidate i's score s_p on part p.
-    let part_scores: Vec<Vec<f32>> = candidates
-        .iter()
-        .map(|id| {
-            let doc = lexical.doc(id);
-            let row = indexes.vectors.row(id);
-            lexical_maps
-                .iter()
-                .zip(&dense_scores)
-                .map(|(lexical_map, dense)| {
-                    let lex = doc.map(|doc| lexical_map[doc as usize]).unwrap_or(0.0);
-                    match (dense, row) {
-                        (Some(dense), Some(row)) => fusion.lexical * lex + (1.0 - fusion.lexical) * dense[row].max(0.0),
-                        // No vector for the part or the capability: the lexical signal alone.
-                        _ => lex,
-                    }
-                })
-                .collect()
-        })
-        .collect();
+    let mut part_scores: Vec<Vec<f32>> = vec![vec![0.0; n_parts]; candidates.len()];
+    for (p, (lexical_map, dense)) in lexical_maps.iter().zip(&dense_scores).enumerate() {
+        let signals: Vec<(f32, Option<f32>)> = candidates
+            .iter()
+            .map(|id| {
+                let lex = lexical.doc(id).map(|doc| lexical_map[doc as usize]).unwrap_or(0.0);
+                let cosine = match (dense, indexes.vectors.row(id)) {
+                    (Some(dense), Some(row)) => Some(dense[row]),
+                    _ => None,
+                };
+                (lex, cosine)
+            })
+            .collect();
+        fuse_part(fusion.lexical, &signals, |i, score| part_scores[i][p] = score);
+    }
     let part_tops: Vec<f32> =
         (0..n_parts).map(|p| part_scores.iter().map(|scores| scores[p]).fold(0.0f32, f32::max)).collect();
     let whole_top = part_tops.first().copied().unwrap_or(0.0);

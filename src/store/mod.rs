@@ -159,6 +159,7 @@ const EMBEDDINGS: &str = "embeddings";
 const PRESETS: &str = "presets";
 const KPI: &str = "kpi";
 const DISPATCH_RESULTS: &str = "dispatch_results";
+const TEXT_EMBEDDINGS: &str = "text_embeddings";
 
 /// Typed access to capdex's sled database. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -169,6 +170,8 @@ pub struct Store {
     kpi: sled::Tree,
     dispatch_results: sled::Tree,
     presets: sled::Tree,
+    /// Vectors by `core::embedder::text_hash` (model and text), for `capdex eval`.
+    text_embeddings: sled::Tree,
     dispatch: dispatch::DispatchTrees,
     group_flush: Arc<group_flush::GroupFlush>,
 }
@@ -187,6 +190,7 @@ impl Store {
             kpi: tree(KPI)?,
             dispatch_results: tree(DISPATCH_RESULTS)?,
             presets: tree(PRESETS)?,
+            text_embeddings: tree(TEXT_EMBEDDINGS)?,
             dispatch: dispatch::DispatchTrees::open(&db).map_err(open_err)?,
             group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?)),
             db,
@@ -242,6 +246,15 @@ impl Store {
 
     pub fn put_embedding(&self, id: &str, embedding: &StoredEmbedding) -> Result<(), StoreError> {
         put(&self.embeddings, EMBEDDINGS, id, embedding)
+    }
+
+    /// The cached vector of a text, by its `core::embedder::text_hash`.
+    pub fn text_embedding(&self, text_hash: &str) -> Result<Option<Vec<f32>>, StoreError> {
+        get(&self.text_embeddings, TEXT_EMBEDDINGS, text_hash)
+    }
+
+    pub fn put_text_embedding(&self, text_hash: &str, vector: &[f32]) -> Result<(), StoreError> {
+        put(&self.text_embeddings, TEXT_EMBEDDINGS, text_hash, &vector)
     }
 
     /// Returns every stored KPI scope, in scope-key order, samples ordered by

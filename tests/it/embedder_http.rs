@@ -222,3 +222,54 @@ fn vectors_missed_while_down_are_fetched_later() {
         assert_eq!((again.embedded, again.pending), (0, 0));
     });
 }
+
+/// `capdex eval --cache-dir`: a second evaluation with the same model asks
+/// the endpoint nothing and ranks exactly as the first; another model misses
+/// the cache.
+#[test]
+fn eval_with_a_cache_embeds_nothing_twice() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let seen = serve_on(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, queries, cache) =
+        (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"), dir.path().join("cache"));
+    let tool_lines: Vec<String> = (0..40)
+        .map(|i| {
+            json!({"id": format!("t{i}"), "name": format!("notify{i}"),
+                   "description": format!("Send message batch {i} about topic {}", i % 7)})
+            .to_string()
+        })
+        .collect();
+    std::fs::write(&tools, tool_lines.join("\n") + "\n").unwrap();
+    let query_lines: Vec<String> = (0..10)
+        .map(|i| {
+            json!({"query": format!("send batch {i}, then topic {}", i % 3), "relevant": [format!("t{i}")]}).to_string()
+        })
+        .collect();
+    std::fs::write(&queries, query_lines.join("\n") + "\n").unwrap();
+    let run = |model: &str, out: &Path| {
+        let output = capdex()
+            .args(["eval", "--json", "--embedder", "http", "--endpoint", &endpoint, "--model", model, "--tools"])
+            .arg(&tools)
+            .arg("--queries")
+            .arg(&queries)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg("--out")
+            .arg(out)
+            .env("CAPDEX_EMBEDDER_RETRIES", "0")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "capdex eval failed: {}", String::from_utf8_lossy(&output.stderr));
+        std::fs::read_to_string(out).unwrap()
+    };
+    let first = run("counting-test", &dir.path().join("run-1.jsonl"));
+    let asked = seen.lock().unwrap().iter().map(Vec::len).sum::<usize>();
+    assert!(asked >= 50, "40 tools and 10 queries with their clauses are embedded: {asked} texts");
+    let second = run("counting-test", &dir.path().join("run-2.jsonl"));
+    assert_eq!(seen.lock().unwrap().iter().map(Vec::len).sum::<usize>(), asked, "the second run asked the endpoint");
+    assert_eq!(first, second, "cached vectors rank as fresh ones");
+    run("another-model", &dir.path().join("run-3.jsonl"));
+    assert_eq!(seen.lock().unwrap().iter().map(Vec::len).sum::<usize>(), 2 * asked, "another model shares no vector");
+}
