@@ -78,6 +78,10 @@ pub struct CapabilityGraph {
     /// The direction the undirected graph forgets: dependent id → the ids it
     /// depends on (resolved `requiredTools`), sorted.
     dependencies: HashMap<String, Vec<String>>,
+    /// Per node (by index), its neighbours with the edges to them in
+    /// [`CapabilityGraph::neighbours`] order, sorted once at build time so a
+    /// query never sorts (or compares ids) to walk them.
+    adjacency: Vec<Vec<(NodeIndex, Edge)>>,
 }
 
 impl CapabilityGraph {
@@ -164,21 +168,39 @@ impl CapabilityGraph {
         for ((a, b, kind), weight) in edges {
             graph.graph.add_edge(graph.nodes[&a], graph.nodes[&b], Edge { kind, weight });
         }
+        graph.adjacency = graph.graph.node_indices().map(|node| graph.sorted_neighbours(node)).collect();
         graph
     }
 
-    /// Returns the neighbours of `id` with the edges to them, strongest first.
-    pub fn neighbours(&self, id: &str) -> Vec<(&str, Edge)> {
-        let Some(&node) = self.nodes.get(id) else { return Vec::new() };
-        let mut out: Vec<(&str, Edge)> = self
+    /// The neighbours of `node` with the edges to them, strongest first, then
+    /// by id, then by kind.
+    fn sorted_neighbours(&self, node: NodeIndex) -> Vec<(NodeIndex, Edge)> {
+        let mut out: Vec<(NodeIndex, Edge)> = self
             .graph
             .edges(node)
-            .map(|edge| (self.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight()))
+            .map(|edge| (other_end(edge.source(), edge.target(), node), *edge.weight()))
             .collect();
         out.sort_by(|a, b| {
-            b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind))
+            b.1.weight
+                .total_cmp(&a.1.weight)
+                .then_with(|| self.graph[a.0].cmp(&self.graph[b.0]))
+                .then_with(|| a.1.kind.cmp(&b.1.kind))
         });
         out
+    }
+
+    /// The precomputed [`CapabilityGraph::neighbours`] of `id`, by node.
+    fn adjacent(&self, id: &str) -> &[(NodeIndex, Edge)] {
+        match self.nodes.get(id) {
+            Some(node) => self.adjacency.get(node.index()).map(Vec::as_slice).unwrap_or(&[]),
+            None => &[],
+        }
+    }
+
+    /// Returns the neighbours of `id` with the edges to them, strongest first
+    /// (then by id, then by kind).
+    pub fn neighbours(&self, id: &str) -> Vec<(&str, Edge)> {
+        self.adjacent(id).iter().map(|&(node, edge)| (self.graph[node].as_str(), edge)).collect()
     }
 
     /// Returns the capabilities `id` depends on (its `DEPENDS_ON` edges in
@@ -190,10 +212,10 @@ impl CapabilityGraph {
     /// Returns the capabilities that share a preset with `id` (`COMPOSED_WITH`), sorted by id.
     pub fn composed_with(&self, id: &str) -> Vec<&str> {
         let mut partners: Vec<&str> = self
-            .neighbours(id)
-            .into_iter()
+            .adjacent(id)
+            .iter()
             .filter(|(_, edge)| edge.kind == EdgeKind::ComposedWith)
-            .map(|(partner, _)| partner)
+            .map(|&(partner, _)| self.graph[partner].as_str())
             .collect();
         partners.sort_unstable();
         partners
@@ -226,7 +248,8 @@ impl CapabilityGraph {
         }
         let hit_ids: HashSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
         for (id, parent_score) in hits {
-            for (neighbour, edge) in self.neighbours(id) {
+            for &(node, edge) in self.adjacent(id) {
+                let neighbour = self.graph[node].as_str();
                 if hit_ids.contains(neighbour) {
                     *scores.get_mut(neighbour).expect("hit ids are scored") += boost * edge.weight;
                 } else if edge.kind.pulls_in() && keep(neighbour) {
