@@ -17,7 +17,7 @@ use crate::core::descriptor::CapabilityDescriptor;
 use petgraph::graph::{NodeIndex, UnGraph};
 use petgraph::visit::EdgeRef;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The kind of a relation between two capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -239,29 +239,43 @@ impl CapabilityGraph {
     ///    pulled in at `parentScore · boost · weight` (the parent's search
     ///    score), if `keep` admits it, so filters hold for pull-ins too.
     /// 3. Everything is sorted by score, best first (ties by id).
-    pub fn rerank(&self, hits: &[(String, f32)], boost: f32, keep: impl Fn(&str) -> bool) -> Vec<(String, f32)> {
-        // Scores by borrowed id (a repeated hit keeps its last score); strings
-        // are made once, for the answer.
-        let mut scores: HashMap<&str, f32> = HashMap::with_capacity(hits.len() * 2);
-        for (id, score) in hits {
-            scores.insert(id.as_str(), *score);
+    pub fn rerank<S: AsRef<str>>(
+        &self,
+        hits: &[(S, f32)],
+        boost: f32,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<(String, f32)> {
+        // Scores by borrowed id with each id's node: the hits first (a
+        // repeated hit keeps its last score), then the pulled-in neighbours.
+        // A query holds a few hits, so a neighbour is found among them by node
+        // number, without hashing or comparing ids; strings are made once, for
+        // the answer.
+        let nodes: Vec<Option<NodeIndex>> = hits.iter().map(|(id, _)| self.nodes.get(id.as_ref()).copied()).collect();
+        let mut scores: Vec<(&str, Option<NodeIndex>, f32)> = Vec::with_capacity(hits.len() * 2);
+        for ((id, score), &node) in hits.iter().zip(&nodes) {
+            let id = id.as_ref();
+            match scores.iter_mut().find(|(existing, _, _)| *existing == id) {
+                Some(slot) => slot.2 = *score,
+                None => scores.push((id, node, *score)),
+            }
         }
-        let hit_ids: HashSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
-        for (id, parent_score) in hits {
-            for &(node, edge) in self.adjacent(id) {
-                let neighbour = self.graph[node].as_str();
-                if hit_ids.contains(neighbour) {
-                    *scores.get_mut(neighbour).expect("hit ids are scored") += boost * edge.weight;
-                } else if edge.kind.pulls_in() && keep(neighbour) {
+        let n_hits = scores.len();
+        for ((_, parent_score), node) in hits.iter().zip(&nodes) {
+            let Some(node) = node else { continue };
+            for &(neighbour, edge) in self.adjacency.get(node.index()).map(Vec::as_slice).unwrap_or(&[]) {
+                if let Some(hit) = scores[..n_hits].iter_mut().find(|(_, hit_node, _)| *hit_node == Some(neighbour)) {
+                    hit.2 += boost * edge.weight;
+                } else if edge.kind.pulls_in() && keep(&self.graph[neighbour]) {
                     let pulled = parent_score * boost * edge.weight;
-                    let slot = scores.entry(neighbour).or_insert(0.0);
-                    *slot = slot.max(pulled);
+                    match scores[n_hits..].iter_mut().find(|(_, pulled_node, _)| *pulled_node == Some(neighbour)) {
+                        Some(slot) => slot.2 = slot.2.max(pulled),
+                        None => scores.push((self.graph[neighbour].as_str(), Some(neighbour), 0.0f32.max(pulled))),
+                    }
                 }
             }
         }
-        let mut ranked: Vec<(&str, f32)> = scores.into_iter().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-        ranked.into_iter().map(|(id, score)| (id.to_string(), score)).collect()
+        scores.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(b.0)));
+        scores.into_iter().map(|(id, _, score)| (id.to_string(), score)).collect()
     }
 }
 

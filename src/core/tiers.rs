@@ -236,7 +236,10 @@ pub fn assemble_tier1(candidates: &[Candidate], budget: TokenBudget) -> (Vec<Tie
 
 /// Renders Tier 2 details; each text that does not fit whole is truncated to
 /// the room left, with a marker saying so.
-pub fn assemble_tier2<I: AsRef<str>, T: AsRef<str>>(details: &[(I, T)], budget: TokenBudget) -> (Vec<Tier2Entry>, String) {
+pub fn assemble_tier2<I: AsRef<str>, T: AsRef<str>>(
+    details: &[(I, T)],
+    budget: TokenBudget,
+) -> (Vec<Tier2Entry>, String) {
     let max_units = budget.max_units();
     let header_units = utf16_len(TIER2_HEADER);
     if details.is_empty() || header_units >= max_units {
