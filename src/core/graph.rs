@@ -407,4 +407,92 @@ mod tests {
         let filtered = graph.rerank(&hits, 0.15, |id| !id.starts_with("tool:"));
         assert!(filtered.iter().all(|(id, _)| id != "tool:cli-executor"));
     }
+
+    /// The re-ranking as first written, over ids and hash maps, with the
+    /// neighbours sorted per call: what [`CapabilityGraph::rerank`] must equal.
+    fn rerank_reference(
+        graph: &CapabilityGraph,
+        hits: &[(String, f32)],
+        boost: f32,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<(String, f32)> {
+        let mut scores: HashMap<&str, f32> = HashMap::new();
+        for (id, score) in hits {
+            scores.insert(id.as_str(), *score);
+        }
+        let hit_ids: BTreeSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
+        for (id, parent_score) in hits {
+            let Some(&node) = graph.nodes.get(id.as_str()) else { continue };
+            let mut neighbours: Vec<(&str, Edge)> = graph
+                .graph
+                .edges(node)
+                .map(|edge| (graph.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight()))
+                .collect();
+            neighbours.sort_by(|a, b| {
+                b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind))
+            });
+            assert_eq!(neighbours, graph.neighbours(id), "precomputed neighbours of {id}");
+            for (neighbour, edge) in neighbours {
+                if hit_ids.contains(neighbour) {
+                    *scores.get_mut(neighbour).unwrap() += boost * edge.weight;
+                } else if edge.kind.pulls_in() && keep(neighbour) {
+                    let slot = scores.entry(neighbour).or_insert(0.0);
+                    *slot = slot.max(parent_score * boost * edge.weight);
+                }
+            }
+        }
+        let mut ranked: Vec<(&str, f32)> = scores.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        ranked.into_iter().map(|(id, score)| (id.to_string(), score)).collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rerank_equals_the_reference_float_for_float(
+            specs in proptest::collection::vec(
+                (0usize..3, 0usize..3, proptest::collection::vec(0usize..5, 0..4), proptest::collection::vec(0usize..12, 0..3)),
+                1..12,
+            ),
+            preset in proptest::collection::vec(0usize..12, 0..5),
+            hits in proptest::collection::vec((0usize..14, 0.0f32..1.0), 0..10),
+            boost in 0.0f32..1.0,
+            excluded in 0usize..14,
+        ) {
+            let kinds = ["tool", "skill", "channel"];
+            let descriptors: Vec<CapabilityDescriptor> = specs
+                .iter()
+                .enumerate()
+                .map(|(i, (kind, category, tags, requires))| {
+                    let tags: Vec<String> = tags.iter().map(|t| format!("t{t}")).collect();
+                    let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+                    let requires: Vec<String> = requires.iter().map(|r| format!("c{r}")).collect();
+                    let requires: Vec<&str> = requires.iter().map(String::as_str).collect();
+                    descriptor(&format!("{}:c{i}", kinds[*kind]), &format!("g{category}"), &tags, &requires)
+                })
+                .collect();
+            let ids = |i: &usize| descriptors.get(*i).map_or(format!("tool:missing{i}"), |d| d.id.clone());
+            let presets = [Preset { name: "p".into(), capability_ids: preset.iter().map(ids).collect() }];
+            let graph = CapabilityGraph::build(&descriptors, &presets);
+            let hits: Vec<(String, f32)> = hits.iter().map(|(i, score)| (ids(i), *score)).collect();
+            let excluded = ids(&excluded);
+            let keep = |id: &str| id != excluded;
+            let fast = graph.rerank(&hits, boost, keep);
+            let reference = rerank_reference(&graph, &hits, boost, keep);
+            proptest::prop_assert_eq!(fast.len(), reference.len());
+            for ((id, score), (reference_id, reference_score)) in fast.iter().zip(&reference) {
+                proptest::prop_assert_eq!(id, reference_id);
+                proptest::prop_assert_eq!(score.to_bits(), reference_score.to_bits());
+            }
+            for descriptor in &descriptors {
+                let mut partners: Vec<&str> = graph
+                    .neighbours(&descriptor.id)
+                    .into_iter()
+                    .filter(|(_, edge)| edge.kind == EdgeKind::ComposedWith)
+                    .map(|(partner, _)| partner)
+                    .collect();
+                partners.sort_unstable();
+                proptest::prop_assert_eq!(graph.composed_with(&descriptor.id), partners);
+            }
+        }
+    }
 }

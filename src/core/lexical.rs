@@ -450,6 +450,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn tier_texts_are_made_once_per_document_and_equal_fresh_ones() {
+        let descriptors = sample();
+        let index = LexicalIndex::build(&descriptors);
+        for descriptor in &descriptors {
+            let summary = index.summary_line(descriptor);
+            assert!(matches!(summary, Cow::Borrowed(_)));
+            assert_eq!(summary, crate::core::text::summary_line(descriptor));
+            assert_eq!(index.detail_text(descriptor), crate::core::text::detail_text(descriptor));
+            // The second call returns the very text the first one made.
+            assert!(std::ptr::eq(index.summary_line(descriptor).as_ref(), summary.as_ref()));
+        }
+        let stranger = descriptor("stranger", "Not in the index", &[]);
+        assert!(matches!(index.summary_line(&stranger), Cow::Owned(_)));
+        assert_eq!(index.detail_text(&stranger), crate::core::text::detail_text(&stranger));
+    }
+
     fn sample() -> Vec<CapabilityDescriptor> {
         vec![
             descriptor("getWeatherForecast", "Forecast for the coming days", &["weather"]),
