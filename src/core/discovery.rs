@@ -11,6 +11,7 @@ use crate::core::tiers::{
     assemble_tier1, assemble_tier2, estimate_tokens, Candidate, Tier1Entry, Tier2Entry, TokenBudget, TokenEstimate,
 };
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// Discovery settings; defaults are the design's.
@@ -262,17 +263,34 @@ pub fn discover_with_prior(
     }
     let tiers_started = std::time::Instant::now();
     let chosen = tier1_with_dependencies(&ranking.hits, indexes, config, filter);
+    // The lexical index keeps each capability's texts for its catalog version;
+    // a catalog it was not built with (of another size) gets fresh ones.
+    let texts = (indexes.lexical.len() == catalog.len()).then_some(indexes.lexical);
     let candidates: Vec<Candidate> = chosen
         .into_iter()
         .filter_map(|(id, relevance)| {
-            catalog.get(&id).map(|descriptor| Candidate { id, relevance, summary: summary_line(descriptor) })
+            catalog.get(&id).map(|descriptor| {
+                let summary = match texts {
+                    Some(lexical) => lexical.summary_line(descriptor).into_owned(),
+                    None => summary_line(descriptor),
+                };
+                Candidate { id, relevance, summary }
+            })
         })
         .collect();
     let (tier1, tier1_block) = assemble_tier1(&candidates, TokenBudget::new(config.tier1_token_budget));
-    let details: Vec<(String, String)> = tier1
+    let details: Vec<(&str, Cow<'_, str>)> = tier1
         .iter()
         .take(config.tier2_top_k)
-        .filter_map(|entry| catalog.get(&entry.id).map(|descriptor| (entry.id.clone(), detail_text(descriptor))))
+        .filter_map(|entry| {
+            catalog.get(&entry.id).map(|descriptor| {
+                let detail = match texts {
+                    Some(lexical) => lexical.detail_text(descriptor),
+                    None => Cow::Owned(detail_text(descriptor)),
+                };
+                (entry.id.as_str(), detail)
+            })
+        })
         .collect();
     let (tier2, tier2_block) = assemble_tier2(&details, TokenBudget::new(config.tier2_token_budget));
     let token_estimate = TokenEstimate {

@@ -17,7 +17,7 @@ use crate::core::descriptor::CapabilityDescriptor;
 use petgraph::graph::{NodeIndex, UnGraph};
 use petgraph::visit::EdgeRef;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The kind of a relation between two capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -78,6 +78,10 @@ pub struct CapabilityGraph {
     /// The direction the undirected graph forgets: dependent id → the ids it
     /// depends on (resolved `requiredTools`), sorted.
     dependencies: HashMap<String, Vec<String>>,
+    /// Per node (by index), its neighbours with the edges to them in
+    /// [`CapabilityGraph::neighbours`] order, sorted once at build time so a
+    /// query never sorts (or compares ids) to walk them.
+    adjacency: Vec<Vec<(NodeIndex, Edge)>>,
 }
 
 impl CapabilityGraph {
@@ -164,21 +168,39 @@ impl CapabilityGraph {
         for ((a, b, kind), weight) in edges {
             graph.graph.add_edge(graph.nodes[&a], graph.nodes[&b], Edge { kind, weight });
         }
+        graph.adjacency = graph.graph.node_indices().map(|node| graph.sorted_neighbours(node)).collect();
         graph
     }
 
-    /// Returns the neighbours of `id` with the edges to them, strongest first.
-    pub fn neighbours(&self, id: &str) -> Vec<(&str, Edge)> {
-        let Some(&node) = self.nodes.get(id) else { return Vec::new() };
-        let mut out: Vec<(&str, Edge)> = self
+    /// The neighbours of `node` with the edges to them, strongest first, then
+    /// by id, then by kind.
+    fn sorted_neighbours(&self, node: NodeIndex) -> Vec<(NodeIndex, Edge)> {
+        let mut out: Vec<(NodeIndex, Edge)> = self
             .graph
             .edges(node)
-            .map(|edge| (self.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight()))
+            .map(|edge| (other_end(edge.source(), edge.target(), node), *edge.weight()))
             .collect();
         out.sort_by(|a, b| {
-            b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind))
+            b.1.weight
+                .total_cmp(&a.1.weight)
+                .then_with(|| self.graph[a.0].cmp(&self.graph[b.0]))
+                .then_with(|| a.1.kind.cmp(&b.1.kind))
         });
         out
+    }
+
+    /// The precomputed [`CapabilityGraph::neighbours`] of `id`, by node.
+    fn adjacent(&self, id: &str) -> &[(NodeIndex, Edge)] {
+        match self.nodes.get(id) {
+            Some(node) => self.adjacency.get(node.index()).map(Vec::as_slice).unwrap_or(&[]),
+            None => &[],
+        }
+    }
+
+    /// Returns the neighbours of `id` with the edges to them, strongest first
+    /// (then by id, then by kind).
+    pub fn neighbours(&self, id: &str) -> Vec<(&str, Edge)> {
+        self.adjacent(id).iter().map(|&(node, edge)| (self.graph[node].as_str(), edge)).collect()
     }
 
     /// Returns the capabilities `id` depends on (its `DEPENDS_ON` edges in
@@ -190,10 +212,10 @@ impl CapabilityGraph {
     /// Returns the capabilities that share a preset with `id` (`COMPOSED_WITH`), sorted by id.
     pub fn composed_with(&self, id: &str) -> Vec<&str> {
         let mut partners: Vec<&str> = self
-            .neighbours(id)
-            .into_iter()
+            .adjacent(id)
+            .iter()
             .filter(|(_, edge)| edge.kind == EdgeKind::ComposedWith)
-            .map(|(partner, _)| partner)
+            .map(|&(partner, _)| self.graph[partner].as_str())
             .collect();
         partners.sort_unstable();
         partners
@@ -217,28 +239,43 @@ impl CapabilityGraph {
     ///    pulled in at `parentScore · boost · weight` (the parent's search
     ///    score), if `keep` admits it, so filters hold for pull-ins too.
     /// 3. Everything is sorted by score, best first (ties by id).
-    pub fn rerank(&self, hits: &[(String, f32)], boost: f32, keep: impl Fn(&str) -> bool) -> Vec<(String, f32)> {
-        // Scores by borrowed id (a repeated hit keeps its last score); strings
-        // are made once, for the answer.
-        let mut scores: HashMap<&str, f32> = HashMap::with_capacity(hits.len() * 2);
-        for (id, score) in hits {
-            scores.insert(id.as_str(), *score);
+    pub fn rerank<S: AsRef<str>>(
+        &self,
+        hits: &[(S, f32)],
+        boost: f32,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<(String, f32)> {
+        // Scores by borrowed id with each id's node: the hits first (a
+        // repeated hit keeps its last score), then the pulled-in neighbours.
+        // A query holds a few hits, so a neighbour is found among them by node
+        // number, without hashing or comparing ids; strings are made once, for
+        // the answer.
+        let nodes: Vec<Option<NodeIndex>> = hits.iter().map(|(id, _)| self.nodes.get(id.as_ref()).copied()).collect();
+        let mut scores: Vec<(&str, Option<NodeIndex>, f32)> = Vec::with_capacity(hits.len() * 2);
+        for ((id, score), &node) in hits.iter().zip(&nodes) {
+            let id = id.as_ref();
+            match scores.iter_mut().find(|(existing, _, _)| *existing == id) {
+                Some(slot) => slot.2 = *score,
+                None => scores.push((id, node, *score)),
+            }
         }
-        let hit_ids: HashSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
-        for (id, parent_score) in hits {
-            for (neighbour, edge) in self.neighbours(id) {
-                if hit_ids.contains(neighbour) {
-                    *scores.get_mut(neighbour).expect("hit ids are scored") += boost * edge.weight;
-                } else if edge.kind.pulls_in() && keep(neighbour) {
+        let n_hits = scores.len();
+        for ((_, parent_score), node) in hits.iter().zip(&nodes) {
+            let Some(node) = node else { continue };
+            for &(neighbour, edge) in self.adjacency.get(node.index()).map(Vec::as_slice).unwrap_or(&[]) {
+                if let Some(hit) = scores[..n_hits].iter_mut().find(|(_, hit_node, _)| *hit_node == Some(neighbour)) {
+                    hit.2 += boost * edge.weight;
+                } else if edge.kind.pulls_in() && keep(&self.graph[neighbour]) {
                     let pulled = parent_score * boost * edge.weight;
-                    let slot = scores.entry(neighbour).or_insert(0.0);
-                    *slot = slot.max(pulled);
+                    match scores[n_hits..].iter_mut().find(|(_, pulled_node, _)| *pulled_node == Some(neighbour)) {
+                        Some(slot) => slot.2 = slot.2.max(pulled),
+                        None => scores.push((self.graph[neighbour].as_str(), Some(neighbour), 0.0f32.max(pulled))),
+                    }
                 }
             }
         }
-        let mut ranked: Vec<(&str, f32)> = scores.into_iter().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-        ranked.into_iter().map(|(id, score)| (id.to_string(), score)).collect()
+        scores.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(b.0)));
+        scores.into_iter().map(|(id, _, score)| (id.to_string(), score)).collect()
     }
 }
 
@@ -369,5 +406,93 @@ mod tests {
         assert!((pulled.1 - 0.8 * 0.15 * 1.0).abs() < 1e-6);
         let filtered = graph.rerank(&hits, 0.15, |id| !id.starts_with("tool:"));
         assert!(filtered.iter().all(|(id, _)| id != "tool:cli-executor"));
+    }
+
+    /// The re-ranking as first written, over ids and hash maps, with the
+    /// neighbours sorted per call: what [`CapabilityGraph::rerank`] must equal.
+    fn rerank_reference(
+        graph: &CapabilityGraph,
+        hits: &[(String, f32)],
+        boost: f32,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<(String, f32)> {
+        let mut scores: HashMap<&str, f32> = HashMap::new();
+        for (id, score) in hits {
+            scores.insert(id.as_str(), *score);
+        }
+        let hit_ids: BTreeSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
+        for (id, parent_score) in hits {
+            let Some(&node) = graph.nodes.get(id.as_str()) else { continue };
+            let mut neighbours: Vec<(&str, Edge)> = graph
+                .graph
+                .edges(node)
+                .map(|edge| (graph.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight()))
+                .collect();
+            neighbours.sort_by(|a, b| {
+                b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind))
+            });
+            assert_eq!(neighbours, graph.neighbours(id), "precomputed neighbours of {id}");
+            for (neighbour, edge) in neighbours {
+                if hit_ids.contains(neighbour) {
+                    *scores.get_mut(neighbour).unwrap() += boost * edge.weight;
+                } else if edge.kind.pulls_in() && keep(neighbour) {
+                    let slot = scores.entry(neighbour).or_insert(0.0);
+                    *slot = slot.max(parent_score * boost * edge.weight);
+                }
+            }
+        }
+        let mut ranked: Vec<(&str, f32)> = scores.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        ranked.into_iter().map(|(id, score)| (id.to_string(), score)).collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rerank_equals_the_reference_float_for_float(
+            specs in proptest::collection::vec(
+                (0usize..3, 0usize..3, proptest::collection::vec(0usize..5, 0..4), proptest::collection::vec(0usize..12, 0..3)),
+                1..12,
+            ),
+            preset in proptest::collection::vec(0usize..12, 0..5),
+            hits in proptest::collection::vec((0usize..14, 0.0f32..1.0), 0..10),
+            boost in 0.0f32..1.0,
+            excluded in 0usize..14,
+        ) {
+            let kinds = ["tool", "skill", "channel"];
+            let descriptors: Vec<CapabilityDescriptor> = specs
+                .iter()
+                .enumerate()
+                .map(|(i, (kind, category, tags, requires))| {
+                    let tags: Vec<String> = tags.iter().map(|t| format!("t{t}")).collect();
+                    let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+                    let requires: Vec<String> = requires.iter().map(|r| format!("c{r}")).collect();
+                    let requires: Vec<&str> = requires.iter().map(String::as_str).collect();
+                    descriptor(&format!("{}:c{i}", kinds[*kind]), &format!("g{category}"), &tags, &requires)
+                })
+                .collect();
+            let ids = |i: &usize| descriptors.get(*i).map_or(format!("tool:missing{i}"), |d| d.id.clone());
+            let presets = [Preset { name: "p".into(), capability_ids: preset.iter().map(ids).collect() }];
+            let graph = CapabilityGraph::build(&descriptors, &presets);
+            let hits: Vec<(String, f32)> = hits.iter().map(|(i, score)| (ids(i), *score)).collect();
+            let excluded = ids(&excluded);
+            let keep = |id: &str| id != excluded;
+            let fast = graph.rerank(&hits, boost, keep);
+            let reference = rerank_reference(&graph, &hits, boost, keep);
+            proptest::prop_assert_eq!(fast.len(), reference.len());
+            for ((id, score), (reference_id, reference_score)) in fast.iter().zip(&reference) {
+                proptest::prop_assert_eq!(id, reference_id);
+                proptest::prop_assert_eq!(score.to_bits(), reference_score.to_bits());
+            }
+            for descriptor in &descriptors {
+                let mut partners: Vec<&str> = graph
+                    .neighbours(&descriptor.id)
+                    .into_iter()
+                    .filter(|(_, edge)| edge.kind == EdgeKind::ComposedWith)
+                    .map(|(partner, _)| partner)
+                    .collect();
+                partners.sort_unstable();
+                proptest::prop_assert_eq!(graph.composed_with(&descriptor.id), partners);
+            }
+        }
     }
 }

@@ -32,13 +32,20 @@
 //! The index also numbers its documents densely (`0..len`) and keeps what the
 //! discovery filters read of each one (kind, category, availability), so
 //! retrieval checks a filter by document number, without a catalog lookup.
+//!
+//! It also holds each document's Tier 1 summary line and Tier 2 detail text
+//! ([`LexicalIndex::summary_line`], [`LexicalIndex::detail_text`]), made on
+//! first use and kept for the life of the build (one catalog version), so a
+//! discovery renders a capability's texts once per version, not per query.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
 use crate::core::text::index_terms;
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::OnceLock;
 
 /// BM25 saturation.
 pub const K1: f32 = 1.2;
@@ -91,6 +98,15 @@ pub struct LexicalIndex {
     /// Tells index builds apart (clones share it): a cache keyed on it is valid
     /// for exactly this document numbering.
     generation: u64,
+    /// Each document's tier texts, made on first use.
+    texts: Vec<DocTexts>,
+}
+
+/// A document's Tier 1 summary line and Tier 2 detail text, each made once, on first use.
+#[derive(Clone, Debug, Default)]
+struct DocTexts {
+    summary: OnceLock<String>,
+    detail: OnceLock<String>,
 }
 
 /// What the discovery filters read of one document (see
@@ -158,6 +174,7 @@ impl LexicalIndex {
                 next_category
             });
             index.attributes.push(DocAttributes { kind: descriptor.kind, available: descriptor.available, category });
+            index.texts.push(DocTexts::default());
             doc_terms.clear();
             let mut length = 0.0f32;
             let mut name_text = descriptor.name.clone();
@@ -245,6 +262,26 @@ impl LexicalIndex {
     /// Returns the document of `id`.
     pub fn doc(&self, id: &str) -> Option<u32> {
         self.docs.get(id).copied()
+    }
+
+    /// Returns [`crate::core::text::summary_line`] of `descriptor`, which must
+    /// be the descriptor this index was built with for its id (the catalog of
+    /// the same version): made on first use and kept with the document. A
+    /// descriptor whose id the index lacks gets a fresh line.
+    pub fn summary_line<'a>(&'a self, descriptor: &CapabilityDescriptor) -> Cow<'a, str> {
+        match self.doc(&descriptor.id).and_then(|doc| self.texts.get(doc as usize)) {
+            Some(texts) => Cow::Borrowed(texts.summary.get_or_init(|| crate::core::text::summary_line(descriptor))),
+            None => Cow::Owned(crate::core::text::summary_line(descriptor)),
+        }
+    }
+
+    /// Returns [`crate::core::text::detail_text`] of `descriptor`, kept as
+    /// [`LexicalIndex::summary_line`] keeps the summary.
+    pub fn detail_text<'a>(&'a self, descriptor: &CapabilityDescriptor) -> Cow<'a, str> {
+        match self.doc(&descriptor.id).and_then(|doc| self.texts.get(doc as usize)) {
+            Some(texts) => Cow::Borrowed(texts.detail.get_or_init(|| crate::core::text::detail_text(descriptor))),
+            None => Cow::Owned(crate::core::text::detail_text(descriptor)),
+        }
     }
 
     /// Returns what the filters read of document `doc`.
@@ -411,6 +448,23 @@ mod tests {
             full_content: None,
             source_ref: SourceRef::Builtin,
         }
+    }
+
+    #[test]
+    fn tier_texts_are_made_once_per_document_and_equal_fresh_ones() {
+        let descriptors = sample();
+        let index = LexicalIndex::build(&descriptors);
+        for descriptor in &descriptors {
+            let summary = index.summary_line(descriptor);
+            assert!(matches!(summary, Cow::Borrowed(_)));
+            assert_eq!(summary, crate::core::text::summary_line(descriptor));
+            assert_eq!(index.detail_text(descriptor), crate::core::text::detail_text(descriptor));
+            // The second call returns the very text the first one made.
+            assert!(std::ptr::eq(index.summary_line(descriptor).as_ref(), summary.as_ref()));
+        }
+        let stranger = descriptor("stranger", "Not in the index", &[]);
+        assert!(matches!(index.summary_line(&stranger), Cow::Owned(_)));
+        assert_eq!(index.detail_text(&stranger), crate::core::text::detail_text(&stranger));
     }
 
     fn sample() -> Vec<CapabilityDescriptor> {

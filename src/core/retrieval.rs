@@ -692,8 +692,9 @@ fn rerank_retrieved(
         return retrieved;
     }
     let started = std::time::Instant::now();
-    let scored: Vec<(String, f32)> = retrieved.hits.iter().map(|hit| (hit.id.clone(), hit.relevance)).collect();
-    let exact: HashMap<&str, ExactMatch> =
+    let scored: Vec<(&str, f32)> = retrieved.hits.iter().map(|hit| (hit.id.as_str(), hit.relevance)).collect();
+    // A few hits: the exact ones are found by a scan, without a map.
+    let exact: Vec<(&str, ExactMatch)> =
         retrieved.hits.iter().filter_map(|hit| hit.exact.map(|kind| (hit.id.as_str(), kind))).collect();
     let keep = |id: &str| indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
     let mut hits: Vec<RankedHit> = indexes
@@ -701,7 +702,7 @@ fn rerank_retrieved(
         .rerank(&scored, boost, keep)
         .into_iter()
         .map(|(id, score)| {
-            let exact_kind = exact.get(id.as_str()).copied();
+            let exact_kind = exact.iter().rev().find(|(exact_id, _)| *exact_id == id).map(|(_, kind)| *kind);
             RankedHit { relevance: score.clamp(0.0, 1.0), exact: exact_kind, id }
         })
         .collect();

@@ -168,7 +168,11 @@ pub fn word_tokens(text: &str) -> Vec<String> {
             if boundary && !current.is_empty() {
                 tokens.push(std::mem::take(&mut current));
             }
-            current.extend(ch.to_lowercase());
+            if ch.is_ascii() {
+                current.push(ch.to_ascii_lowercase());
+            } else {
+                current.extend(ch.to_lowercase());
+            }
             previous = Some(ch);
         } else {
             if !current.is_empty() {
@@ -199,7 +203,8 @@ const STOPWORDS: &[&str] = &[
 
 /// Returns true for a stopword.
 pub fn is_stopword(token: &str) -> bool {
-    STOPWORDS.binary_search(&token).is_ok()
+    // Every stopword is 1 to 6 bytes long: most tokens are ruled out by length alone.
+    (1..=6).contains(&token.len()) && STOPWORDS.binary_search(&token).is_ok()
 }
 
 /// Reduces an English word to a crude stem so that inflections meet:
@@ -305,5 +310,7 @@ mod tests {
         let mut sorted = STOPWORDS.to_vec();
         sorted.sort_unstable();
         assert_eq!(sorted, STOPWORDS, "STOPWORDS must stay sorted for binary search");
+        assert!(STOPWORDS.iter().all(|word| (1..=6).contains(&word.len())), "is_stopword checks lengths first");
+        assert_eq!(word_tokens("ÉCOLE Straße"), vec!["école", "straße"]);
     }
 }

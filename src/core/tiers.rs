@@ -236,7 +236,10 @@ pub fn assemble_tier1(candidates: &[Candidate], budget: TokenBudget) -> (Vec<Tie
 
 /// Renders Tier 2 details; each text that does not fit whole is truncated to
 /// the room left, with a marker saying so.
-pub fn assemble_tier2(details: &[(String, String)], budget: TokenBudget) -> (Vec<Tier2Entry>, String) {
+pub fn assemble_tier2<I: AsRef<str>, T: AsRef<str>>(
+    details: &[(I, T)],
+    budget: TokenBudget,
+) -> (Vec<Tier2Entry>, String) {
     let max_units = budget.max_units();
     let header_units = utf16_len(TIER2_HEADER);
     if details.is_empty() || header_units >= max_units {
@@ -246,6 +249,7 @@ pub fn assemble_tier2(details: &[(String, String)], budget: TokenBudget) -> (Vec
     let mut block = TIER2_HEADER.to_string();
     let mut entries = Vec::new();
     for (id, text) in details {
+        let (id, text) = (id.as_ref(), text.as_ref());
         let separator = "\n";
         let separator_units = utf16_len(separator);
         if used + separator_units >= max_units {
@@ -259,7 +263,7 @@ pub fn assemble_tier2(details: &[(String, String)], budget: TokenBudget) -> (Vec
         used += separator_units + utf16_len(&body);
         block.push_str(separator);
         block.push_str(&body);
-        entries.push(Tier2Entry { id: id.clone(), full_text: body });
+        entries.push(Tier2Entry { id: id.to_string(), full_text: body });
     }
     if entries.is_empty() {
         return (Vec::new(), String::new());
