@@ -48,6 +48,20 @@ pub struct RecordOutcome {
     pub at_ms: u64,
 }
 
+/// [`RecordOutcome`] for an outcome read from the JetStream outcome stream:
+/// its id (with its stream sequence) is stored as processed in the same
+/// group-commit round as its writes (`KpiOp::OutcomeProcessed`), after them,
+/// so one flush makes both durable and the id is never durable without the
+/// sample. A refused (invalid) outcome marks nothing.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Recorded, KpiError>")]
+pub struct RecordStreamOutcome {
+    pub report: OutcomeReport,
+    pub at_ms: u64,
+    pub outcome_id: String,
+    pub sequence: u64,
+}
+
 /// The result of calling one capability (a dispatch), observed at `at_ms`:
 /// credited to the capability's statistics as 1 (success) or 0 (failure).
 /// The answer resolves once the statistics are durable.
@@ -415,6 +429,20 @@ impl Handler<RecordOutcome> for KpiTelemetry {
     fn handle(&mut self, msg: RecordOutcome, ctx: &mut Context<Self>) -> Self::Result {
         let (update, credited) = self.apply(&msg.report, msg.at_ms).inspect_err(|_| self.ops.clear())?;
         // Registered with the writes (and for a duplicate, after the write it repeats).
+        let durable = self.store.commit_kpi(self.ops.drain(..));
+        if credited {
+            self.prior_changed(ctx);
+        }
+        Ok(Recorded { update, durable })
+    }
+}
+
+impl Handler<RecordStreamOutcome> for KpiTelemetry {
+    type Result = Result<Recorded, KpiError>;
+
+    fn handle(&mut self, msg: RecordStreamOutcome, ctx: &mut Context<Self>) -> Self::Result {
+        let (update, credited) = self.apply(&msg.report, msg.at_ms).inspect_err(|_| self.ops.clear())?;
+        self.ops.push(KpiOp::OutcomeProcessed { outcome_id: msg.outcome_id, sequence: msg.sequence });
         let durable = self.store.commit_kpi(self.ops.drain(..));
         if credited {
             self.prior_changed(ctx);
