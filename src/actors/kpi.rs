@@ -596,6 +596,33 @@ mod tests {
     }
 
     #[actix::test]
+    async fn a_stream_outcome_is_marked_processed_once_durable_and_a_refused_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let kpi = KpiTelemetry::load(store.clone(), settings()).unwrap().start();
+        let stream = |report, outcome_id: &str, sequence| RecordStreamOutcome {
+            report,
+            at_ms: 1_000 + sequence,
+            outcome_id: outcome_id.into(),
+            sequence,
+        };
+        let recorded = kpi.send(stream(failed("t1"), "js-1", 1)).await.unwrap().unwrap();
+        let update = recorded.once_durable().await.unwrap();
+        assert_eq!((update.kpi.sample_count, update.duplicate), (1, false));
+        assert!(store.outcome_processed("js-1").unwrap());
+        // A repeat of the turn under another id is not counted, but its id is marked.
+        let update = kpi.send(stream(failed("t1"), "js-2", 2)).await.unwrap().unwrap().once_durable().await.unwrap();
+        assert_eq!((update.kpi.sample_count, update.duplicate), (1, true));
+        assert!(store.outcome_processed("js-2").unwrap());
+        // An invalid outcome changes nothing and marks nothing.
+        let bad = OutcomeReport { score: Some(2.0), ..failed("t3") };
+        assert!(matches!(kpi.send(stream(bad, "js-3", 3)).await.unwrap(), Err(KpiError::Outcome(_))));
+        kpi.send(stream(failed("t4"), "js-4", 4)).await.unwrap().unwrap().once_durable().await.unwrap();
+        assert!(!store.outcome_processed("js-3").unwrap());
+        assert!(store.outcome_processed("js-4").unwrap());
+    }
+
+    #[actix::test]
     async fn a_smaller_window_trims_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         {
