@@ -302,18 +302,6 @@ async fn serve_endpoint<A: Api>(
     let spawn = |message: async_nats::Message| {
         let guard = in_flight.enter();
         let (api, shared, stats) = (api.clone(), shared.clone(), stats.clone());
-        // Outcomes get a task of their own, a few hundred bytes: the general
-        // handler's future is sized for its largest request and cost an
-        // allocation outside malloc's fast bins and a copy per outcome (a
-        // profile of the outcome benchmark spent a fifth of the System
-        // thread in malloc and memmove).
-        if let EndpointKind::Outcome = kind {
-            tokio::task::spawn_local(async move {
-                handle_outcome(message, api, shared, stats).await;
-                drop(guard);
-            });
-            return;
-        }
         tokio::task::spawn_local(async move {
             handle(kind, message, api, shared, stats).await;
             drop(guard);
@@ -498,33 +486,6 @@ impl EndpointKind {
     }
 }
 
-/// The codec a request asks for with its `Content-Type` header.
-fn request_codec(message: &async_nats::Message) -> Codec {
-    Codec::from_content_type(
-        message.headers.as_ref().and_then(|headers| headers.get("Content-Type")).map(|v| v.as_str()),
-    )
-}
-
-/// Handles one `outcome` request: records it (the reply waits until it is
-/// durable), publishes the scope's KPI and any alert, and answers.
-async fn handle_outcome<A: Api>(message: async_nats::Message, api: Rc<A>, shared: Rc<Shared>, stats: EndpointStats) {
-    let started = Instant::now();
-    let codec = request_codec(&message);
-    let result: Result<Vec<u8>, ApiError> = async {
-        let report: OutcomeReport = codec.decode(&message.payload, shared.max_payload_bytes)?;
-        let recorded = api.outcome(report).await?;
-        if !recorded.duplicate {
-            publish(&shared.client, shared.subjects.kpi(&recorded.kpi.scope_key), &recorded.kpi).await;
-        }
-        if let Some(alert) = &recorded.alert {
-            publish(&shared.client, shared.subjects.alert(&alert.severity, &alert.scope_key), alert).await;
-        }
-        codec.encode(&OutcomeReply { accepted: true, duplicate: recorded.duplicate, kpi: recorded.kpi })
-    }
-    .await;
-    respond(EndpointKind::Outcome, message.reply, codec, result, &shared, &stats, started).await;
-}
-
 async fn handle<A: Api>(
     kind: EndpointKind,
     message: async_nats::Message,
@@ -534,7 +495,9 @@ async fn handle<A: Api>(
 ) {
     let started = Instant::now();
     let payload = message.payload.clone();
-    let codec = request_codec(&message);
+    let content_type =
+        message.headers.as_ref().and_then(|headers| headers.get("Content-Type")).map(|v| v.as_str().to_string());
+    let codec = Codec::from_content_type(content_type.as_deref());
     let max = shared.max_payload_bytes;
     // An empty body means "no arguments" for the requests that have none required.
     let empty = payload.is_empty();
@@ -560,8 +523,17 @@ async fn handle<A: Api>(
                 let request: PlanRequest = codec.decode(&payload, max)?;
                 codec.encode(&api.plan(request.into_discover()?).await?)
             }
-            // Served by `handle_outcome` (see `serve_endpoint`); never routed here.
-            EndpointKind::Outcome => Err(ApiError::internal("outcomes are handled by handle_outcome")),
+            EndpointKind::Outcome => {
+                let report: OutcomeReport = codec.decode(&payload, max)?;
+                let recorded = api.outcome(report).await?;
+                if !recorded.duplicate {
+                    publish(&shared.client, shared.subjects.kpi(&recorded.kpi.scope_key), &recorded.kpi).await;
+                }
+                if let Some(alert) = &recorded.alert {
+                    publish(&shared.client, shared.subjects.alert(&alert.severity, &alert.scope_key), alert).await;
+                }
+                codec.encode(&OutcomeReply { accepted: true, duplicate: recorded.duplicate, kpi: recorded.kpi })
+            }
             EndpointKind::Dispatch => {
                 let call: serde_json::Value = codec.decode(&payload, max)?;
                 codec.encode(&api.dispatch(call).await?)
@@ -605,20 +577,7 @@ async fn handle<A: Api>(
         }
     }
     .await;
-    respond(kind, message.reply, codec, result, &shared, &stats, started).await;
-}
-
-/// Sends the reply (or error reply) of a request and records it in `$SRV.STATS`.
-async fn respond(
-    kind: EndpointKind,
-    reply: Option<async_nats::Subject>,
-    codec: Codec,
-    result: Result<Vec<u8>, ApiError>,
-    shared: &Shared,
-    stats: &EndpointStats,
-    started: Instant,
-) {
-    let Some(reply) = reply else {
+    let Some(reply) = message.reply.clone() else {
         if let Err(err) = &result {
             tracing::warn!(?kind, code = %err.code, message = %err.message, "request without reply subject failed");
         }
