@@ -8,7 +8,9 @@
 //!   runtime, like capdex): latency with one request in flight, throughput with 64;
 //! - `capdex.v1.discover`: p50/p99 with one in flight, requests/s with 64 in flight;
 //! - outcome ingestion on core NATS (`capdex.v1.outcome` requests, each
-//!   answered once durable), with many in flight;
+//!   answered once durable), with many in flight; with an external node
+//!   (`CAPDEX_BENCH_SERVE_BIN`) also the node's CPU time per outcome, which
+//!   other processes' load does not change the way it changes events/s;
 //! - alert latency: per fresh scope, 7 failed outcomes (acknowledged), then
 //!   the time from publishing the 8th, which crosses the threshold, until its
 //!   alert event arrives on `capdex.v1.alert.>`;
@@ -113,6 +115,7 @@ fn main() {
         })
     });
 
+    let serve_pid = external.as_ref().map(|child| child.id());
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let client = async_nats::connect(nats.url()).await.expect("bench client connects");
@@ -146,15 +149,19 @@ fn main() {
             );
         }
 
+        let cpu_before = serve_cpu_secs(serve_pid);
         let core_rate = core_outcomes(&client, plan.outcomes).await;
         println!(
-            "outcome ingestion, core NATS (capdex.v1.outcome, durable before reply, {OUTCOME_IN_FLIGHT} in flight): {core_rate:.0} events/s{}",
-            if full { format!(" (target >= 50,000: {})", verdict(core_rate >= 50_000.0)) } else { String::new() }
+            "outcome ingestion, core NATS (capdex.v1.outcome, durable before reply, {OUTCOME_IN_FLIGHT} in flight): {core_rate:.0} events/s{}{}",
+            if full { format!(" (target >= 50,000: {})", verdict(core_rate >= 50_000.0)) } else { String::new() },
+            cpu_per_outcome(cpu_before, serve_cpu_secs(serve_pid), plan.outcomes)
         );
+        let cpu_before = serve_cpu_secs(serve_pid);
         let (publish_rate, ingest_rate) = jetstream_outcomes(&client, plan.outcomes).await;
         println!(
             "outcome ingestion, JetStream (capdex.v1.js.outcome): published and stored {publish_rate:.0} events/s; \
-             recorded and acknowledged by the node {ingest_rate:.0} events/s end to end"
+             recorded and acknowledged by the node {ingest_rate:.0} events/s end to end{}",
+            cpu_per_outcome(cpu_before, serve_cpu_secs(serve_pid), plan.outcomes)
         );
         let alerts = alert_latencies(&client, plan.alert_scopes).await;
         println!(
@@ -177,6 +184,28 @@ fn main() {
     if let Some(child) = external.as_mut() {
         let _ = child.kill();
         let _ = child.wait();
+    }
+}
+
+/// CPU seconds (user + system, all threads) the external `capdex serve`
+/// process has used so far, from `/proc/<pid>/stat` (in USER_HZ = 100 ticks).
+/// The outcome sections print it per outcome: a figure that, unlike events/s,
+/// does not depend on how much CPU other processes on the machine take.
+fn serve_cpu_secs(pid: Option<u32>) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index).and_then(|field| field.parse::<u64>().ok());
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+}
+
+fn cpu_per_outcome(before: Option<f64>, after: Option<f64>, outcomes: usize) -> String {
+    match (before, after) {
+        (Some(before), Some(after)) => {
+            format!("; capdex serve CPU {:.1} µs per outcome", (after - before) * 1e6 / outcomes as f64)
+        }
+        _ => String::new(),
     }
 }
 

@@ -19,13 +19,14 @@
 //!
 //! Outcomes on the outcome stream: each node reads every outcome through its
 //! own durable consumer; an outcome is acknowledged only after the KPI actor
-//! has made it durable and its id is stored as processed, so a node that dies
+//! has made it durable together with its id stored as processed (one
+//! group-commit round, the id written after the sample), so a node that dies
 //! mid-stream loses none (unacknowledged ones come again) and counts none twice
-//! (a redelivered id is skipped; between the two writes the KPI window's own
-//! `turnId` check refuses the repeat, and an outcome without a `turnId` is given
-//! its message id as one).
+//! (a redelivered id is skipped; should only the sample have landed, the KPI
+//! window's own `turnId` check refuses the repeat, and an outcome without a
+//! `turnId` is given its message id as one).
 
-use crate::actors::kpi::{KpiError, KpiTelemetry, RecordOutcome};
+use crate::actors::kpi::{KpiError, KpiTelemetry, RecordStreamOutcome};
 use crate::actors::Actors;
 use crate::config::Settings;
 use crate::core::kpi_window::OutcomeReport;
@@ -224,30 +225,23 @@ async fn ingest_outcome(
     // The stream's timestamp, not this node's clock: every node then sees the
     // same times (cooldowns, horizon), so all make the same KPI and alert events.
     let at_ms = if message.published_ms > 0 { message.published_ms } else { crate::app::epoch_ms() };
-    let recorded = match kpi.send(RecordOutcome { report, at_ms }).await {
+    let sequence = message.sequence;
+    let record = RecordStreamOutcome { report, at_ms, outcome_id: outcome_id.clone(), sequence };
+    let recorded = match kpi.send(record).await {
         Ok(recorded) => recorded,
         Err(err) => {
             tracing::warn!(%err, %outcome_id, "the KPI actor is unavailable; the outcome will come again");
             return Disposition::Retry;
         }
     };
-    // The processed id is written only once the sample is durable: were the id
-    // durable first, a crash between the two would make the redelivery look
-    // processed and the outcome would be lost. (The other way round, a crash
-    // leaves a durable sample without its id, and the redelivery is refused by
-    // the KPI window's own turnId check.) The ack waits for both.
-    let (recorded, marked) = match recorded {
-        Ok(recorded) => match recorded.once_durable().await {
-            Ok(update) => {
-                let marked = match store.mark_outcome_processed(&outcome_id, message.sequence) {
-                    Ok(()) => store.durable().await,
-                    Err(err) => Err(err),
-                };
-                (Ok(update), marked)
-            }
-            Err(err) => (Err(err), Ok(())),
-        },
-        Err(err) => (Err(err), Ok(())),
+    // The processed id is queued with the sample's writes and lands after them
+    // in the same group-commit round: sled recovers a prefix of its log, so the
+    // id is never durable without the sample (were it, a crash between the two
+    // would make the redelivery look processed and the outcome would be lost).
+    // One flush makes both durable; the ack waits for it.
+    let recorded = match recorded {
+        Ok(recorded) => recorded.once_durable().await,
+        Err(err) => Err(err),
     };
     let update = match recorded {
         Ok(update) => update,
@@ -261,11 +255,6 @@ async fn ingest_outcome(
             return Disposition::Retry;
         }
     };
-    if let Err(err) = marked {
-        // The outcome is durable in its KPI window; a redelivery is refused there by its turnId.
-        tracing::warn!(%err, %outcome_id, "failed to store an outcome as processed");
-        return Disposition::Retry;
-    }
     // Every node records this outcome; its events are published once (the
     // events stream keeps the first copy of each id, made of the sequence).
     if !update.duplicate {

@@ -48,6 +48,20 @@ pub struct RecordOutcome {
     pub at_ms: u64,
 }
 
+/// [`RecordOutcome`] for an outcome read from the JetStream outcome stream:
+/// its id (with its stream sequence) is stored as processed in the same
+/// group-commit round as its writes (`KpiOp::OutcomeProcessed`), after them,
+/// so one flush makes both durable and the id is never durable without the
+/// sample. A refused (invalid) outcome marks nothing.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Recorded, KpiError>")]
+pub struct RecordStreamOutcome {
+    pub report: OutcomeReport,
+    pub at_ms: u64,
+    pub outcome_id: String,
+    pub sequence: u64,
+}
+
 /// The result of calling one capability (a dispatch), observed at `at_ms`:
 /// credited to the capability's statistics as 1 (success) or 0 (failure).
 /// The answer resolves once the statistics are durable.
@@ -423,6 +437,20 @@ impl Handler<RecordOutcome> for KpiTelemetry {
     }
 }
 
+impl Handler<RecordStreamOutcome> for KpiTelemetry {
+    type Result = Result<Recorded, KpiError>;
+
+    fn handle(&mut self, msg: RecordStreamOutcome, ctx: &mut Context<Self>) -> Self::Result {
+        let (update, credited) = self.apply(&msg.report, msg.at_ms).inspect_err(|_| self.ops.clear())?;
+        self.ops.push(KpiOp::OutcomeProcessed { outcome_id: msg.outcome_id, sequence: msg.sequence });
+        let durable = self.store.commit_kpi(self.ops.drain(..));
+        if credited {
+            self.prior_changed(ctx);
+        }
+        Ok(Recorded { update, durable })
+    }
+}
+
 impl Handler<CapabilityResult> for KpiTelemetry {
     type Result = Result<Durable, KpiError>;
 
@@ -565,6 +593,33 @@ mod tests {
         let update = record(&kpi, failed("t10"), 3_000).await.unwrap();
         assert_eq!(update.alert, None);
         assert_eq!(update.kpi.sample_count, 9);
+    }
+
+    #[actix::test]
+    async fn a_stream_outcome_is_marked_processed_once_durable_and_a_refused_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let kpi = KpiTelemetry::load(store.clone(), settings()).unwrap().start();
+        let stream = |report, outcome_id: &str, sequence| RecordStreamOutcome {
+            report,
+            at_ms: 1_000 + sequence,
+            outcome_id: outcome_id.into(),
+            sequence,
+        };
+        let recorded = kpi.send(stream(failed("t1"), "js-1", 1)).await.unwrap().unwrap();
+        let update = recorded.once_durable().await.unwrap();
+        assert_eq!((update.kpi.sample_count, update.duplicate), (1, false));
+        assert!(store.outcome_processed("js-1").unwrap());
+        // A repeat of the turn under another id is not counted, but its id is marked.
+        let update = kpi.send(stream(failed("t1"), "js-2", 2)).await.unwrap().unwrap().once_durable().await.unwrap();
+        assert_eq!((update.kpi.sample_count, update.duplicate), (1, true));
+        assert!(store.outcome_processed("js-2").unwrap());
+        // An invalid outcome changes nothing and marks nothing.
+        let bad = OutcomeReport { score: Some(2.0), ..failed("t3") };
+        assert!(matches!(kpi.send(stream(bad, "js-3", 3)).await.unwrap(), Err(KpiError::Outcome(_))));
+        kpi.send(stream(failed("t4"), "js-4", 4)).await.unwrap().unwrap().once_durable().await.unwrap();
+        assert!(!store.outcome_processed("js-3").unwrap());
+        assert!(store.outcome_processed("js-4").unwrap());
     }
 
     #[actix::test]

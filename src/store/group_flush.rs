@@ -6,7 +6,10 @@
 //! Write path of one round:
 //! 1. take every queued write and every waiter, in the order they were queued;
 //! 2. apply the writes as one `sled::Batch` (atomic: after a crash sled holds
-//!    all of a batch or none of it, and batches land in order);
+//!    all of a batch or none of it, and batches land in order), then the
+//!    round's processed-outcome marks (`KpiOp::OutcomeProcessed`) as a second
+//!    batch on the `jetstream` tree: sled recovers a prefix of its log, so a
+//!    mark is never durable without the samples before it;
 //! 3. flush sled, which makes the batch and every write issued before step 1
 //!    durable;
 //! 4. resolve the waiters.
@@ -56,13 +59,14 @@ impl std::fmt::Debug for GroupFlush {
 }
 
 impl GroupFlush {
-    /// Starts the thread that applies writes to `kpi` and flushes `db`.
-    pub(crate) fn start(db: sled::Db, kpi: sled::Tree) -> GroupFlush {
+    /// Starts the thread that applies writes to `kpi` (and processed-outcome
+    /// marks to `jetstream`) and flushes `db`.
+    pub(crate) fn start(db: sled::Db, kpi: sled::Tree, jetstream: sled::Tree) -> GroupFlush {
         let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), wake: Condvar::new() });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("capdex-flush".into())
-            .spawn(move || run(&thread_shared, &db, &kpi))
+            .spawn(move || run(&thread_shared, &db, &kpi, &jetstream))
             .expect("the flush thread starts");
         GroupFlush { shared, thread: Mutex::new(Some(thread)) }
     }
@@ -115,7 +119,7 @@ impl Drop for GroupFlush {
     }
 }
 
-fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree) {
+fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree, jetstream: &sled::Tree) {
     loop {
         let (ops, waiters) = {
             let mut queue = shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -129,7 +133,7 @@ fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree) {
         };
         let started = Instant::now();
         let n_ops = ops.len();
-        let result = match apply(kpi, ops) {
+        let result = match apply(kpi, jetstream, ops) {
             Ok(()) => db.flush().map(|_| ()).map_err(|err| err.to_string()),
             Err(message) => {
                 poison(shared, &message);
@@ -159,18 +163,29 @@ fn poison(shared: &Shared, message: &str) {
     }
 }
 
-/// Applies one round's writes as one atomic batch, in queue order (a later write to a key wins).
-fn apply(kpi: &sled::Tree, ops: Vec<KpiOp>) -> Result<(), String> {
+/// Applies one round's writes as one atomic batch, in queue order (a later
+/// write to a key wins), then its processed-outcome marks as a second batch.
+fn apply(kpi: &sled::Tree, jetstream: &sled::Tree, ops: Vec<KpiOp>) -> Result<(), String> {
     if ops.is_empty() {
         return Ok(());
     }
-    let mut batch = sled::Batch::default();
+    let (mut batch, mut marks, mut n_marks) = (sled::Batch::default(), sled::Batch::default(), 0);
     for op in &ops {
+        let target = if matches!(op, KpiOp::OutcomeProcessed { .. }) {
+            n_marks += 1;
+            &mut marks
+        } else {
+            &mut batch
+        };
         match op.encode() {
-            Ok((key, Some(value))) => batch.insert(key, value),
-            Ok((key, None)) => batch.remove(key),
+            Ok((key, Some(value))) => target.insert(key, value),
+            Ok((key, None)) => target.remove(key),
             Err(err) => return Err(format!("failed to encode a KPI write: {err}")),
         }
     }
-    kpi.apply_batch(batch).map_err(|err| format!("failed to apply {} KPI writes: {err}", ops.len()))
+    kpi.apply_batch(batch).map_err(|err| format!("failed to apply {} KPI writes: {err}", ops.len() - n_marks))?;
+    if n_marks > 0 {
+        jetstream.apply_batch(marks).map_err(|err| format!("failed to mark {n_marks} outcomes processed: {err}"))?;
+    }
+    Ok(())
 }

@@ -109,6 +109,11 @@ pub enum KpiOp {
     ForgetCapability { capability_id: String },
     /// The statistics of every capability together.
     PriorGlobal { stat: DecayedStat },
+    /// An outcome from the JetStream outcome stream, recorded: its id (with
+    /// its stream sequence) into the `jetstream` tree ([`sequence`]). The
+    /// group-commit thread writes these after the round's `kpi` batch and
+    /// before its flush, so the id is never durable without the sample.
+    OutcomeProcessed { outcome_id: String, sequence: u64 },
 }
 
 impl KpiOp {
@@ -126,6 +131,9 @@ impl KpiOp {
             }
             KpiOp::ForgetCapability { capability_id } => (capability_key(capability_id), None),
             KpiOp::PriorGlobal { stat } => (PRIOR_GLOBAL_KEY.to_vec(), Some(rmp_serde::to_vec_named(stat)?)),
+            KpiOp::OutcomeProcessed { outcome_id, sequence } => {
+                (sequence::outcome_key(outcome_id), Some(sequence.to_be_bytes().to_vec()))
+            }
         })
     }
 }
@@ -192,7 +200,7 @@ impl Store {
             presets: tree(PRESETS)?,
             text_embeddings: tree(TEXT_EMBEDDINGS)?,
             dispatch: dispatch::DispatchTrees::open(&db).map_err(open_err)?,
-            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?)),
+            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?, tree(sequence::TREE)?)),
             db,
         })
     }
@@ -538,6 +546,28 @@ mod tests {
         store.remove_capability(&descriptor.id).unwrap();
         assert!(store.descriptors().unwrap().is_empty());
         assert_eq!(store.embedding(&descriptor.id).unwrap(), None);
+    }
+
+    #[test]
+    fn processed_outcome_marks_land_with_their_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let sample = Sample::new(Some(OutcomeStatus::Success), None, 5).unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let ops = vec![
+                KpiOp::Sample { scope_key: Arc::from("acme"), seq: 0, capacity: 3, sample },
+                KpiOp::OutcomeProcessed { outcome_id: "js-1".into(), sequence: 11 },
+            ];
+            futures::executor::block_on(store.commit_kpi(ops)).unwrap();
+            assert!(store.outcome_processed("js-1").unwrap(), "the mark is in the jetstream tree");
+            assert!(!store.outcome_processed("js-2").unwrap());
+        }
+        // Durable once the commit resolved: no flush in between.
+        let store = Store::open(dir.path()).unwrap();
+        assert!(store.outcome_processed("js-1").unwrap());
+        let scopes = store.kpi_scopes().unwrap();
+        assert_eq!(scopes.len(), 1, "the mark is not read back as a KPI key");
+        assert_eq!(scopes[0].samples, vec![(0, sample)]);
     }
 
     fn stat(score_sum: f64) -> DecayedStat {

@@ -16,7 +16,7 @@
 
 use super::{Store, StoreError};
 
-const TREE: &str = "jetstream";
+pub(super) const TREE: &str = "jetstream";
 const NODE_KEY: &[u8] = b"node";
 const INDEX_SEQ_KEY: &[u8] = b"index_seq";
 
@@ -57,7 +57,9 @@ impl Store {
     }
 
     /// Records the outcome `outcome_id` (stream sequence `sequence`) as processed;
-    /// await [`Store::durable`] before acknowledging it.
+    /// await [`Store::durable`] before acknowledging it. (The outcome stream's
+    /// consumer queues the mark with its KPI writes instead, as
+    /// [`super::KpiOp::OutcomeProcessed`].)
     pub fn mark_outcome_processed(&self, outcome_id: &str, sequence: u64) -> Result<(), StoreError> {
         let tree = self.jetstream_tree()?;
         tree.insert(outcome_key(outcome_id), &sequence.to_be_bytes()).map_err(|source| sled_err("insert", source))?;
@@ -65,7 +67,7 @@ impl Store {
     }
 }
 
-fn outcome_key(outcome_id: &str) -> Vec<u8> {
+pub(super) fn outcome_key(outcome_id: &str) -> Vec<u8> {
     [b"o\0".as_slice(), outcome_id.as_bytes()].concat()
 }
 
