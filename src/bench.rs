@@ -256,13 +256,15 @@ pub fn build(
     let descriptors: Vec<CapabilityDescriptor> =
         descriptors.into_iter().filter(|descriptor| seen.insert(descriptor.id.clone())).collect();
     drop(seen);
-    let texts: Vec<String> = descriptors.iter().map(embedding_text).collect();
-    let embedded = embed_in_batches(embedder, &texts, batch_size)?;
-    drop(texts);
+    // One batch at a time, straight into the index: the vectors are never
+    // all held twice (as rows and as columns), which would double the peak.
     let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
-    for (descriptor, vector) in descriptors.iter().zip(embedded) {
-        // A vector that does not fit leaves its capability to the lexical signal, as in the Indexer.
-        let _ = vectors.upsert(&descriptor.id, &vector);
+    for batch in descriptors.chunks(batch_size.max(1)) {
+        let texts: Vec<String> = batch.iter().map(embedding_text).collect();
+        for (descriptor, vector) in batch.iter().zip(embed_in_batches(embedder, &texts, batch_size)?) {
+            // A vector that does not fit leaves its capability to the lexical signal, as in the Indexer.
+            let _ = vectors.upsert(&descriptor.id, &vector);
+        }
     }
     let lexical = LexicalIndex::build(&descriptors);
     let graph = CapabilityGraph::build(&descriptors, &presets);
