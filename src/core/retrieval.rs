@@ -721,6 +721,26 @@ fn sort_hits(hits: &mut [RankedHit]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fusion of one part: the candidate best on both signals keeps the
+    /// unnormalised mix of the bests, scores stay in [0, 1], a candidate
+    /// without a vector keeps its lexical score, and a narrow cosine band
+    /// still orders candidates by the dense signal.
+    #[test]
+    fn fuse_part_measures_each_signal_against_its_best() {
+        let signals = [(0.2, Some(0.5)), (0.1, Some(0.45)), (0.05, Some(-0.3)), (0.15, None)];
+        let mut scores = [f32::NAN; 4];
+        fuse_part(0.4, &signals, |i, score| scores[i] = score);
+        let scale = 0.4 * 0.2 + 0.6 * 0.5;
+        assert!((scores[0] - scale).abs() < 1e-6, "{scores:?}");
+        assert!((scores[1] - (0.4 * 0.5 + 0.6 * 0.9) * scale).abs() < 1e-6, "{scores:?}");
+        assert!((scores[2] - 0.4 * 0.25 * scale).abs() < 1e-6, "a negative cosine counts 0: {scores:?}");
+        assert_eq!(scores[3], 0.15, "no vector: the lexical score alone");
+        assert!(scores.iter().all(|score| (0.0..=1.0).contains(score)));
+        let mut silent = [f32::NAN; 2];
+        fuse_part(0.4, &[(0.0, Some(0.0)), (0.0, None)], |i, score| silent[i] = score);
+        assert_eq!(silent, [0.0, 0.0], "nothing matched: nothing is relevant");
+    }
     use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
     use crate::core::embedder::{Embed, HashingEmbedder};
     use crate::core::text::embedding_text;
