@@ -138,8 +138,18 @@ fn main() {
             .map(|query| Bytes::from(json!({ "message": query }).to_string()))
             .collect();
         let latency = latencies(&client, "capdex.v1.discover", &queries, plan.latency_requests).await;
+        let cpu_before = [serve_cpu_secs(serve_pid), serve_cpu_secs(nats.pid()), serve_cpu_secs(Some(std::process::id()))];
         let rate = throughput(&client, "capdex.v1.discover", &queries, plan.throughput_requests).await;
         report("capdex.v1.discover", &latency, rate);
+        let cpu_after = [serve_cpu_secs(serve_pid), serve_cpu_secs(nats.pid()), serve_cpu_secs(Some(std::process::id()))];
+        let per_request: Vec<String> = ["capdex serve", "nats-server", "bench client"]
+            .iter()
+            .zip(cpu_before.iter().zip(&cpu_after))
+            .filter_map(|(name, (before, after))| {
+                Some(format!("{name} {:.1} µs", (after.as_ref()? - before.as_ref()?) * 1e6 / plan.throughput_requests as f64))
+            })
+            .collect();
+        println!("  CPU per request at {IN_FLIGHT} in flight: {}", per_request.join(", "));
         if full {
             println!(
                 "  targets: p50 <= 1 ms {}, p99 <= 5 ms {}, >= 20,000 req/s {}",
@@ -187,8 +197,8 @@ fn main() {
     }
 }
 
-/// CPU seconds (user + system, all threads) the external `capdex serve`
-/// process has used so far, from `/proc/<pid>/stat` (in USER_HZ = 100 ticks).
+/// CPU seconds (user + system, all threads) a process (the external `capdex
+/// serve`, nats-server or this client) has used so far, from `/proc/<pid>/stat` (in USER_HZ = 100 ticks).
 /// The outcome sections print it per outcome: a figure that, unlike events/s,
 /// does not depend on how much CPU other processes on the machine take.
 fn serve_cpu_secs(pid: Option<u32>) -> Option<f64> {

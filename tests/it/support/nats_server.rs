@@ -85,6 +85,11 @@ impl NatsServer {
         self.dir.path().join("store")
     }
 
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the server process is currently running.
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
