@@ -285,18 +285,23 @@ async fn latencies(client: &async_nats::Client, subject: &str, payloads: &[Bytes
 /// Sends `n` requests with [`IN_FLIGHT`] in flight; returns requests per second.
 async fn throughput(client: &async_nats::Client, subject: &str, payloads: &[Bytes], n: usize) -> f64 {
     let started = Instant::now();
-    let answered = futures::stream::iter(payloads.iter().cycle().take(n).cloned())
+    let replies: Vec<usize> = futures::stream::iter(payloads.iter().cycle().take(n).cloned())
         .map(|payload| {
             let client = client.clone();
             let subject = subject.to_string();
-            async move { client.request(subject, payload).await.is_ok() }
+            async move {
+                let reply = client.request(subject, payload).await.expect("every request is answered");
+                let error = reply.headers.as_ref().and_then(|headers| headers.get("Nats-Service-Error"));
+                assert!(error.is_none(), "an error reply: {error:?}");
+                reply.payload.len()
+            }
         })
         .buffer_unordered(IN_FLIGHT)
-        .filter(|ok| std::future::ready(*ok))
-        .count()
+        .collect()
         .await;
-    assert_eq!(answered, n, "every request is answered");
-    n as f64 / started.elapsed().as_secs_f64()
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    println!("  {subject}: {:.0} bytes per reply on average", replies.iter().sum::<usize>() as f64 / n.max(1) as f64);
+    rate
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {

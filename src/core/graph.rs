@@ -14,10 +14,11 @@
 //! overwritten by a weaker or different one.
 
 use crate::core::descriptor::CapabilityDescriptor;
+use foldhash::HashMap;
 use petgraph::graph::{NodeIndex, UnGraph};
 use petgraph::visit::EdgeRef;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The kind of a relation between two capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -416,7 +417,7 @@ mod tests {
         boost: f32,
         keep: impl Fn(&str) -> bool,
     ) -> Vec<(String, f32)> {
-        let mut scores: HashMap<&str, f32> = HashMap::new();
+        let mut scores: HashMap<&str, f32> = HashMap::default();
         for (id, score) in hits {
             scores.insert(id.as_str(), *score);
         }

@@ -69,6 +69,11 @@ pub struct Alignment {
     pub doc_of_row: Vec<u32>,
     /// Rows whose id the lexical index does not hold.
     pub unmatched_rows: usize,
+    /// [`LexicalIndex::id_rank`] of each row's document ([`NONE`] for an
+    /// unmatched row): comparing two rows' ranks compares their ids.
+    pub rank_of_row: Vec<u32>,
+    /// The row of each id rank ([`NONE`] when that document has no vector).
+    pub row_of_rank: Vec<u32>,
 }
 
 /// "No row" or "no document" in an [`Alignment`].
@@ -139,8 +144,22 @@ impl VectorIndex {
                 }
             })
             .collect();
-        let alignment =
-            Arc::new(Alignment { lexical_generation: lexical.generation(), row_of_doc, doc_of_row, unmatched_rows });
+        let rank_of_row: Vec<u32> =
+            doc_of_row.iter().map(|&doc| if doc == NONE { NONE } else { lexical.id_rank(doc) }).collect();
+        let mut row_of_rank = vec![NONE; lexical.len()];
+        for (row, &rank) in rank_of_row.iter().enumerate() {
+            if rank != NONE {
+                row_of_rank[rank as usize] = row as u32;
+            }
+        }
+        let alignment = Arc::new(Alignment {
+            lexical_generation: lexical.generation(),
+            row_of_doc,
+            doc_of_row,
+            unmatched_rows,
+            rank_of_row,
+            row_of_rank,
+        });
         if let Ok(mut slot) = self.alignment.write() {
             *slot = Some(alignment.clone());
         }
@@ -326,6 +345,104 @@ impl VectorIndex {
     }
 }
 
+impl Alignment {
+    /// [`VectorIndex::top_rows`] with ties broken by [`Alignment::rank_of_row`]
+    /// instead of the id strings: the same rows in the same order when every
+    /// row `keep` admits is matched, without a heap or a string comparison.
+    pub fn top_rows(&self, scores: &[f32], k: usize, keep: impl Fn(usize) -> bool) -> Vec<(usize, f32)> {
+        if k == 0 || scores.len() != self.rank_of_row.len() {
+            return Vec::new();
+        }
+        let mut top = TopKeys::new(k);
+        for (row, (&score, &rank)) in scores.iter().zip(&self.rank_of_row).enumerate() {
+            let key = quality_key(score, rank);
+            // The filter may cost a lookup, so it only runs for rows that could enter.
+            if top.could_take(key) && keep(row) {
+                top.take(key);
+            }
+        }
+        top.into_best_first()
+            .into_iter()
+            .map(|key| {
+                let row = self.row_of_rank[key_rank(key) as usize] as usize;
+                (row, scores[row])
+            })
+            .collect()
+    }
+}
+
+/// A key whose integer order is the order of quality: the score by
+/// `f32::total_cmp` in the high half, then the lower rank in the low half.
+/// Ranks are unique, so keys are.
+pub fn quality_key(score: f32, rank: u32) -> u64 {
+    let bits = score.to_bits();
+    // Negative floats order backwards as integers: flip them whole; flip only the sign of the others.
+    let ordered = if bits & 0x8000_0000 != 0 { !bits } else { bits | 0x8000_0000 };
+    (u64::from(ordered) << 32) | u64::from(u32::MAX - rank)
+}
+
+/// The score a [`quality_key`] was made of, bit for bit.
+pub fn key_score(key: u64) -> f32 {
+    let ordered = (key >> 32) as u32;
+    f32::from_bits(if ordered & 0x8000_0000 != 0 { ordered & 0x7FFF_FFFF } else { !ordered })
+}
+
+/// The rank a [`quality_key`] was made of.
+pub fn key_rank(key: u64) -> u32 {
+    u32::MAX - key as u32
+}
+
+/// The `k` largest of the keys offered, largest first. Keys above a running
+/// threshold are buffered; a buffer of `4k` is cut to its best `k` (a
+/// selection, linear), whose smallest becomes the threshold. Most keys are
+/// turned away by one comparison, and the few taken cost O(1) each.
+pub struct TopKeys {
+    k: usize,
+    buffer: Vec<u64>,
+    /// Keys at or below it cannot be among the best `k`; `None` until the first cut.
+    threshold: Option<u64>,
+}
+
+impl TopKeys {
+    pub fn new(k: usize) -> TopKeys {
+        TopKeys { k, buffer: Vec::with_capacity(4 * k.max(1)), threshold: None }
+    }
+
+    /// Whether `key` could be among the best `k` of the keys taken so far.
+    pub fn could_take(&self, key: u64) -> bool {
+        self.k > 0 && self.threshold.is_none_or(|threshold| key > threshold)
+    }
+
+    /// Takes `key`, which [`TopKeys::could_take`] said could enter.
+    pub fn take(&mut self, key: u64) {
+        self.buffer.push(key);
+        if self.buffer.len() >= 4 * self.k {
+            self.cut();
+        }
+    }
+
+    /// Keeps the best `k` of the buffer.
+    fn cut(&mut self) {
+        if self.buffer.len() > self.k {
+            self.buffer.select_nth_unstable_by(self.k - 1, |a, b| b.cmp(a));
+            self.buffer.truncate(self.k);
+        }
+        if self.buffer.len() == self.k {
+            self.threshold = self.buffer.iter().min().copied();
+        }
+    }
+
+    /// The best `k` keys, largest first.
+    pub fn into_best_first(mut self) -> Vec<u64> {
+        if self.k == 0 {
+            return Vec::new();
+        }
+        self.cut();
+        self.buffer.sort_unstable_by(|a, b| b.cmp(a));
+        self.buffer
+    }
+}
+
 /// Heap entry ordered so the *worst* hit is on top (a min-heap on quality).
 struct Scored<'a> {
     score: f32,
@@ -436,6 +553,85 @@ mod tests {
             prop_assert_eq!(hits, all);
             even.truncate(k);
             prop_assert_eq!(index.search(&query, k, |id| id.ends_with(['0', '2', '4', '6', '8'])), even);
+        }
+
+        /// The alignment's rank-keyed top equals the id-keyed one, ties (many
+        /// equal scores, both zeros, negatives) and filters included, whatever
+        /// order ids were inserted and documents numbered in.
+        #[test]
+        fn ranked_top_rows_match_the_id_keyed_ones(
+            rows in proptest::collection::vec((0u32..1000, -2i8..3), 0..60),
+            k in 0usize..12,
+            modulus in 1usize..4,
+        ) {
+            let mut index = VectorIndex::new(1);
+            for &(name, value) in &rows {
+                index.upsert(&format!("id{name}"), &[f32::from(value) * 0.5]).unwrap();
+            }
+            // Documents numbered in another order than rows.
+            let mut descriptors: Vec<_> = rows.iter().map(|&(name, _)| descriptor(&format!("id{name}"))).collect();
+            descriptors.reverse();
+            let lexical = LexicalIndex::build(&descriptors);
+            let alignment = index.alignment(&lexical);
+            prop_assert_eq!(alignment.unmatched_rows, 0);
+            let mut scores = index.scores(&[1.0]).unwrap_or_default();
+            // Both zeros tie-break the same way on both sides.
+            for score in scores.iter_mut().step_by(3) {
+                if *score == 0.0 {
+                    *score = -0.0;
+                }
+            }
+            let keep = |row: usize| row % modulus == 0;
+            prop_assert_eq!(alignment.top_rows(&scores, k, keep), index.top_rows(&scores, k, keep));
+        }
+    }
+
+    proptest! {
+        /// Keys order as `(score by total_cmp, lower rank)` and give both back bit for bit.
+        #[test]
+        fn quality_keys_order_as_score_then_rank(
+            a in proptest::num::f32::ANY, b in proptest::num::f32::ANY, ra in 0u32..5, rb in 0u32..5,
+        ) {
+            let expected = a.total_cmp(&b).then_with(|| rb.cmp(&ra));
+            prop_assert_eq!(quality_key(a, ra).cmp(&quality_key(b, rb)), expected);
+            prop_assert_eq!(key_score(quality_key(a, ra)).to_bits(), a.to_bits());
+            prop_assert_eq!(key_rank(quality_key(a, ra)), ra);
+        }
+
+        /// TopKeys keeps exactly the best k keys, best first, whatever the offer order.
+        #[test]
+        fn top_keys_match_a_full_sort(keys in proptest::collection::hash_set(proptest::num::u64::ANY, 0..300), k in 0usize..20) {
+            let keys: Vec<u64> = keys.into_iter().collect();
+            let mut top = TopKeys::new(k);
+            for &key in &keys {
+                if top.could_take(key) {
+                    top.take(key);
+                }
+            }
+            let mut all = keys.clone();
+            all.sort_unstable_by(|a, b| b.cmp(a));
+            all.truncate(k);
+            prop_assert_eq!(top.into_best_first(), all);
+        }
+    }
+
+    fn descriptor(id: &str) -> crate::core::descriptor::CapabilityDescriptor {
+        use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+        CapabilityDescriptor {
+            id: id.to_string(),
+            kind: CapabilityKind::Tool,
+            name: id.to_string(),
+            display_name: id.to_string(),
+            description: String::new(),
+            category: "test".into(),
+            tags: vec![],
+            required_secrets: vec![],
+            required_tools: vec![],
+            available: true,
+            has_side_effects: None,
+            full_schema: None,
+            full_content: None,
+            source_ref: SourceRef::Builtin,
         }
     }
 }

@@ -39,11 +39,11 @@
 //! discovery renders a capability's texts once per version, not per query.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
+use crate::core::index::{key_rank, key_score, quality_key, TopKeys};
 use crate::core::text::index_terms;
+use foldhash::{HashMap, HashMapExt};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::OnceLock;
 
@@ -100,6 +100,9 @@ pub struct LexicalIndex {
     generation: u64,
     /// Each document's tier texts, made on first use.
     texts: Vec<DocTexts>,
+    /// `id_rank[doc]`: the place of the document's id among all ids in byte
+    /// order, so comparing two ranks compares the two ids without reading them.
+    id_rank: Vec<u32>,
 }
 
 /// A document's Tier 1 summary line and Tier 2 detail text, each made once, on first use.
@@ -243,6 +246,12 @@ impl LexicalIndex {
         for matches in index.exact.values_mut() {
             matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         }
+        let mut by_id: Vec<u32> = (0..index.ids.len() as u32).collect();
+        by_id.sort_unstable_by(|&a, &b| index.ids[a as usize].cmp(&index.ids[b as usize]));
+        index.id_rank = vec![0; by_id.len()];
+        for (rank, doc) in by_id.into_iter().enumerate() {
+            index.id_rank[doc as usize] = rank as u32;
+        }
         index
     }
 
@@ -257,6 +266,12 @@ impl LexicalIndex {
     /// Returns the id of document `doc`.
     pub fn id(&self, doc: u32) -> &str {
         &self.ids[doc as usize]
+    }
+
+    /// Returns the place of document `doc`'s id among all ids in byte order:
+    /// `id_rank(a) < id_rank(b)` exactly when `id(a) < id(b)`.
+    pub fn id_rank(&self, doc: u32) -> u32 {
+        self.id_rank[doc as usize]
     }
 
     /// Returns the document of `id`.
@@ -360,49 +375,17 @@ impl LexicalIndex {
 impl LexicalScores {
     /// Returns the best `k` documents that pass `keep`, best first (ties by document).
     pub fn top(&self, k: usize, keep: impl Fn(u32) -> bool) -> Vec<(u32, f32)> {
-        if k == 0 {
-            return Vec::new();
-        }
-        let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k + 1);
+        // Keys order by score, then the lower document first.
+        let mut top = TopKeys::new(k);
         for &(doc, score) in &self.scores {
-            if heap.len() == k && heap.peek().is_some_and(|worst| Worst(doc, score) > *worst) {
-                continue;
-            }
-            if !keep(doc) {
-                continue;
-            }
-            heap.push(Worst(doc, score));
-            if heap.len() > k {
-                heap.pop();
+            let key = quality_key(score, doc);
+            if top.could_take(key) && keep(doc) {
+                top.take(key);
             }
         }
-        let mut top: Vec<(u32, f32)> = heap.into_iter().map(|Worst(doc, score)| (doc, score)).collect();
-        top.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        top
+        top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect()
     }
 }
-
-/// A heap entry ordered so the worst hit is on top: a lower score is
-/// "greater", and among equal scores the higher document is.
-#[derive(Clone, Copy, Debug)]
-struct Worst(u32, f32);
-
-impl Ord for Worst {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.1.total_cmp(&self.1).then_with(|| self.0.cmp(&other.0))
-    }
-}
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl PartialEq for Worst {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Worst {}
 
 /// Returns the descriptions of the top-level parameters of the input schema, joined.
 fn parameter_descriptions(descriptor: &CapabilityDescriptor) -> String {

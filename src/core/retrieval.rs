@@ -413,7 +413,7 @@ fn rank_candidates(
     let sparse: Vec<Option<Vec<(u32, f32)>>> = parts.iter().map(|part| vectors.sparse_query(&part.vector)).collect();
     let whole_dense = sparse[0].is_some() && vectors.scores_into(&parts[0].vector, &mut scratch.dense);
     if whole_dense {
-        let top = vectors.top_rows(&scratch.dense, per_signal, |row| {
+        let top = alignment.top_rows(&scratch.dense, per_signal, |row| {
             let doc = alignment.doc_of_row[row];
             doc != NONE && admission.admits(doc)
         });
@@ -477,7 +477,7 @@ fn rank_candidates(
     // A candidate no signal found relevant is noise; keeping it would let it boost its graph neighbours.
     hits.retain(|&(_, relevance, _)| relevance > 0.0);
     hits.sort_by(|a, b| {
-        b.2.cmp(&a.2).then_with(|| b.1.total_cmp(&a.1)).then_with(|| lexical.id(a.0).cmp(lexical.id(b.0)))
+        b.2.cmp(&a.2).then_with(|| b.1.total_cmp(&a.1)).then_with(|| lexical.id_rank(a.0).cmp(&lexical.id_rank(b.0)))
     });
     hits.truncate(limit);
     let hits = hits
@@ -696,7 +696,14 @@ fn rerank_retrieved(
     // A few hits: the exact ones are found by a scan, without a map.
     let exact: Vec<(&str, ExactMatch)> =
         retrieved.hits.iter().filter_map(|hit| hit.exact.map(|kind| (hit.id.as_str(), kind))).collect();
-    let keep = |id: &str| indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor));
+    // Within one publication (catalog and lexical index of the same size) the
+    // filter is checked on the lexical index's copy of the filtered fields,
+    // without a string-keyed tree walk per pulled-in neighbour.
+    let admission = (indexes.lexical.len() == indexes.catalog.len()).then(|| Admission::new(indexes.lexical, filter));
+    let keep = |id: &str| match &admission {
+        Some(admission) => indexes.lexical.doc(id).is_some_and(|doc| admission.admits(doc)),
+        None => indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor)),
+    };
     let mut hits: Vec<RankedHit> = indexes
         .graph
         .rerank(&scored, boost, keep)

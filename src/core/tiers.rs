@@ -69,14 +69,17 @@ pub fn cut_to_units(text: &str, max_units: usize, marker: &str) -> String {
     }
     let room = max_units - marker_units;
     let mut used = 0;
-    let mut out = String::new();
-    for ch in text.chars() {
+    // The byte length of the longest prefix of whole characters that fits.
+    let mut end = 0;
+    for (at, ch) in text.char_indices() {
         if used + ch.len_utf16() > room {
             break;
         }
         used += ch.len_utf16();
-        out.push(ch);
+        end = at + ch.len_utf8();
     }
+    let mut out = String::with_capacity(end + marker.len());
+    out.push_str(&text[..end]);
     out.push_str(marker);
     out
 }
