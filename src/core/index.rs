@@ -581,7 +581,7 @@ mod tests {
                     *score = -0.0;
                 }
             }
-            let keep = |row: usize| row % modulus == 0;
+            let keep = |row: usize| row.is_multiple_of(modulus);
             prop_assert_eq!(alignment.top_rows(&scores, k, keep), index.top_rows(&scores, k, keep));
         }
     }
