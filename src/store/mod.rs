@@ -482,7 +482,7 @@ pub(crate) fn log_sample(log: &mut Vec<u8>, scope_key: &str, seq: u64, sample: &
 /// Reads a round log back: each sample with its scope key, or what is wrong with it.
 fn decode_log(bytes: &[u8]) -> Result<Vec<(&str, RingEntry)>, &'static str> {
     use crate::core::kpi_window::OutcomeStatus;
-    fn take<'a, const N: usize>(rest: &mut &'a [u8]) -> Result<[u8; N], &'static str> {
+    fn take<const N: usize>(rest: &mut &[u8]) -> Result<[u8; N], &'static str> {
         let (head, tail) = rest.split_first_chunk::<N>().ok_or("truncated round log")?;
         *rest = tail;
         Ok(*head)
