@@ -6,7 +6,8 @@
 //! Write path of one round:
 //! 1. take every queued write and every waiter, in the order they were queued;
 //! 2. apply the writes as one `sled::Batch` (atomic: after a crash sled holds
-//!    all of a batch or none of it, and batches land in order), then the
+//!    all of a batch or none of it, and batches land in order; the round's KPI
+//!    samples are one round-log value in it, see [`apply`]), then the
 //!    round's processed-outcome marks (`KpiOp::OutcomeProcessed`) as a second
 //!    batch on the `jetstream` tree: sled recovers a prefix of its log, so a
 //!    mark is never durable without the samples before it;

@@ -8,6 +8,7 @@
 //! | `presets` | origin | its presets |
 //! | `embeddings` | capability id | [`StoredEmbedding`] (model id, text hash, vector) |
 //! | `kpi` | `r\0<scope>\0<slot, 4 bytes big-endian>` | a [`RingEntry`]: one sample of the scope's window and its sequence number |
+//! | `kpi` | `l\0<round, 8 bytes big-endian>` | a round log: the samples of one group-commit round (with their scope and sequence number), not yet folded into their ring slots ([`log_sample`] gives the layout) |
 //! | `kpi` | `m\0<scope>` | the scope's [`ScopeMeta`] (alert and adaptive state) |
 //! | `kpi` | `c\0<capability id>`, `g` | a capability's outcome statistics, all capabilities' ([`DecayedStat`]) |
 //! | `dispatch_results` | idempotency key | the reply first given for it |
@@ -24,6 +25,12 @@
 //! every ring back ordered by `seq` ([`Store::load_kpi`] also rewrites a ring
 //! laid out for another window size, and the one-key-per-sample `w\0` layout of
 //! earlier versions).
+//! Under load the group-commit thread does not insert each sample into its slot:
+//! a round's samples are one round-log value, and every 1,024 rounds (or 131,072
+//! samples) a round folds the logs into the ring, writing each slot once with
+//! its newest sample. Slots and logs together always hold every sample of each
+//! window; [`Store::load_kpi`] folds the logs it finds (a data dir of an earlier
+//! version has none and opens as before).
 //!
 //! Guarantees: a write returns after sled has it in its page cache; callers
 //! that promise durability (dispatch results, acknowledged outcomes) call
