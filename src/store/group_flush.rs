@@ -6,7 +6,8 @@
 //! Write path of one round:
 //! 1. take every queued write and every waiter, in the order they were queued;
 //! 2. apply the writes as one `sled::Batch` (atomic: after a crash sled holds
-//!    all of a batch or none of it, and batches land in order), then the
+//!    all of a batch or none of it, and batches land in order; the round's KPI
+//!    samples are one round-log value in it, see [`apply`]), then the
 //!    round's processed-outcome marks (`KpiOp::OutcomeProcessed`) as a second
 //!    batch on the `jetstream` tree: sled recovers a prefix of its log, so a
 //!    mark is never durable without the samples before it;
@@ -25,10 +26,30 @@
 //! is reported to its round only (its writes are in sled and a later flush
 //! covers them).
 
-use super::KpiOp;
+use super::{KpiOp, RingEntry};
 use futures::channel::oneshot;
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
+
+/// Logged samples after which the pending ones are folded into their ring slots.
+const FOLD_AFTER_SAMPLES: usize = 1 << 17;
+/// Round logs after which the pending samples are folded into their ring slots
+/// (fewer under test, so a test reaches a fold quickly).
+pub(super) const FOLD_AFTER_ROUNDS: usize = if cfg!(test) { 16 } else { 1024 };
+
+/// The samples of the rounds logged since the last fold: the newest entry
+/// of each ring slot, and the logs that hold them.
+#[derive(Default)]
+struct RoundLogs {
+    /// The next round log's number.
+    next_round: u64,
+    pending: HashMap<(Arc<str>, u32), RingEntry>,
+    logs: Vec<Vec<u8>>,
+    n_logged: usize,
+    /// Reused for every round's log value.
+    buffer: Vec<u8>,
+}
 
 type Waiter = oneshot::Sender<Result<(), String>>;
 
@@ -66,7 +87,15 @@ impl GroupFlush {
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("capdex-flush".into())
-            .spawn(move || run(&thread_shared, &db, &kpi, &jetstream))
+            .spawn(move || {
+                // Rounds already logged (by a process that stopped before folding them) keep their numbers.
+                let last_round = kpi.scan_prefix(super::LOG_PREFIX).keys().next_back().and_then(Result::ok);
+                let next_round = last_round
+                    .and_then(|key| key.get(super::LOG_PREFIX.len()..)?.try_into().ok())
+                    .map_or(0, |round: [u8; 8]| u64::from_be_bytes(round) + 1);
+                let round_logs = RoundLogs { next_round, ..RoundLogs::default() };
+                run(&thread_shared, &db, &kpi, &jetstream, round_logs)
+            })
             .expect("the flush thread starts");
         GroupFlush { shared, thread: Mutex::new(Some(thread)) }
     }
@@ -119,7 +148,7 @@ impl Drop for GroupFlush {
     }
 }
 
-fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree, jetstream: &sled::Tree) {
+fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree, jetstream: &sled::Tree, mut round_logs: RoundLogs) {
     loop {
         let (ops, waiters) = {
             let mut queue = shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -133,7 +162,7 @@ fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree, jetstream: &sled::Tree)
         };
         let started = Instant::now();
         let n_ops = ops.len();
-        let result = match apply(kpi, jetstream, ops) {
+        let result = match apply(kpi, jetstream, ops, &mut round_logs) {
             Ok(()) => db.flush().map(|_| ()).map_err(|err| err.to_string()),
             Err(message) => {
                 poison(shared, &message);
@@ -165,22 +194,60 @@ fn poison(shared: &Shared, message: &str) {
 
 /// Applies one round's writes as one atomic batch, in queue order (a later
 /// write to a key wins), then its processed-outcome marks as a second batch.
-fn apply(kpi: &sled::Tree, jetstream: &sled::Tree, ops: Vec<KpiOp>) -> Result<(), String> {
+///
+/// Samples do not go to their ring slots one insert each: the round's samples
+/// are one value, a round log (`store::log_key`), in the same batch. Every
+/// `FOLD_AFTER_ROUNDS` logs or `FOLD_AFTER_SAMPLES` samples, a round instead
+/// folds them: the newest entry of each ring slot written since the last fold
+/// goes to its slot (a slot overwritten several times is written once) and the
+/// logs are removed, in that round's one atomic batch. A crash leaves logs and
+/// slots that together hold every sample of each window, and
+/// `Store::load_kpi` folds what it finds.
+fn apply(kpi: &sled::Tree, jetstream: &sled::Tree, ops: Vec<KpiOp>, round_logs: &mut RoundLogs) -> Result<(), String> {
     if ops.is_empty() {
         return Ok(());
     }
     let (mut batch, mut marks, mut n_marks) = (sled::Batch::default(), sled::Batch::default(), 0);
+    let mut n_samples = 0;
+    super::log_start(&mut round_logs.buffer);
     for op in &ops {
-        let target = if matches!(op, KpiOp::OutcomeProcessed { .. }) {
-            n_marks += 1;
-            &mut marks
-        } else {
-            &mut batch
+        let target = match op {
+            KpiOp::Sample { scope_key, seq, capacity, sample } => {
+                super::log_sample(&mut round_logs.buffer, scope_key, *seq, sample);
+                let slot = super::ring_slot(*seq, *capacity);
+                round_logs.pending.insert((scope_key.clone(), slot), RingEntry { seq: *seq, sample: *sample });
+                n_samples += 1;
+                continue;
+            }
+            KpiOp::OutcomeProcessed { .. } => {
+                n_marks += 1;
+                &mut marks
+            }
+            _ => &mut batch,
         };
         match op.encode() {
             Ok((key, Some(value))) => target.insert(key, value),
             Ok((key, None)) => target.remove(key),
             Err(err) => return Err(format!("failed to encode a KPI write: {err}")),
+        }
+    }
+    if n_samples > 0 {
+        round_logs.n_logged += n_samples;
+        if round_logs.n_logged >= FOLD_AFTER_SAMPLES || round_logs.logs.len() + 1 >= FOLD_AFTER_ROUNDS {
+            for ((scope_key, slot), entry) in round_logs.pending.drain() {
+                let value =
+                    rmp_serde::to_vec_named(&entry).map_err(|err| format!("failed to encode a KPI write: {err}"))?;
+                batch.insert(super::ring_key(&scope_key, slot), value);
+            }
+            for log in round_logs.logs.drain(..) {
+                batch.remove(log);
+            }
+            round_logs.n_logged = 0;
+        } else {
+            let log = super::log_key(round_logs.next_round);
+            round_logs.next_round += 1;
+            batch.insert(log.clone(), round_logs.buffer.as_slice());
+            round_logs.logs.push(log);
         }
     }
     kpi.apply_batch(batch).map_err(|err| format!("failed to apply {} KPI writes: {err}", ops.len() - n_marks))?;

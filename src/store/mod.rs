@@ -8,6 +8,7 @@
 //! | `presets` | origin | its presets |
 //! | `embeddings` | capability id | [`StoredEmbedding`] (model id, text hash, vector) |
 //! | `kpi` | `r\0<scope>\0<slot, 4 bytes big-endian>` | a [`RingEntry`]: one sample of the scope's window and its sequence number |
+//! | `kpi` | `l\0<round, 8 bytes big-endian>` | a round log: the samples of one group-commit round (with their scope and sequence number), not yet folded into their ring slots ([`log_sample`] gives the layout) |
 //! | `kpi` | `m\0<scope>` | the scope's [`ScopeMeta`] (alert and adaptive state) |
 //! | `kpi` | `c\0<capability id>`, `g` | a capability's outcome statistics, all capabilities' ([`DecayedStat`]) |
 //! | `dispatch_results` | idempotency key | the reply first given for it |
@@ -24,6 +25,12 @@
 //! every ring back ordered by `seq` ([`Store::load_kpi`] also rewrites a ring
 //! laid out for another window size, and the one-key-per-sample `w\0` layout of
 //! earlier versions).
+//! Under load the group-commit thread does not insert each sample into its slot:
+//! a round's samples are one round-log value, and every 1,024 rounds (or 131,072
+//! samples) a round folds the logs into the ring, writing each slot once with
+//! its newest sample. Slots and logs together always hold every sample of each
+//! window; [`Store::load_kpi`] folds the logs it finds (a data dir of an earlier
+//! version has none and opens as before).
 //!
 //! Guarantees: a write returns after sled has it in its page cache; callers
 //! that promise durability (dispatch results, acknowledged outcomes) call
@@ -58,6 +65,8 @@ pub enum StoreError {
     Durable { message: String },
     #[error("malformed key {key:?} in tree {tree}")]
     Key { tree: &'static str, key: String },
+    #[error("malformed value of key {key:?} in tree {tree}: {problem}")]
+    Value { tree: &'static str, key: String, problem: &'static str },
 }
 
 /// Resolves once the writes made before [`Store::durable`] was called are durable.
@@ -348,6 +357,19 @@ impl Store {
                     scopes[at].0.samples.push((entry.seq, entry.sample));
                     scopes[at].1.push(key.to_vec());
                 }
+                // A round's samples, not yet folded into their ring slots (`log_key`).
+                Some((b'l', rest)) if rest.len() == 9 && rest[0] == 0 => {
+                    let bad_value = |problem| StoreError::Value {
+                        tree: KPI,
+                        key: String::from_utf8_lossy(&key).into_owned(),
+                        problem,
+                    };
+                    for (scope_key, entry) in decode_log(&bytes).map_err(bad_value)? {
+                        let at = scope_of(&mut scopes, scope_key);
+                        scopes[at].0.samples.push((entry.seq, entry.sample));
+                        scopes[at].1.push(key.to_vec());
+                    }
+                }
                 Some((b'm', rest)) if rest.first() == Some(&0) => {
                     let scope_key = std::str::from_utf8(&rest[1..]).map_err(|_| bad_key())?;
                     let meta: ScopeMeta = rmp_serde::from_slice(&bytes).map_err(decode_err)?;
@@ -371,7 +393,13 @@ impl Store {
             // Ring slots are in slot order; the window is in sequence order.
             let mut rows: Vec<((u64, Sample), Vec<u8>)> = scope.samples.into_iter().zip(scope_keys).collect();
             rows.sort_by_key(|((seq, _), _)| *seq);
-            let (samples, scope_keys): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+            let (mut samples, scope_keys): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+            // A sample can be both in its ring slot and in a round log not yet
+            // removed; older samples that a logged one overwrote in its slot are
+            // still listed, and fall out of the window as the newest `capacity`
+            // are kept (every sample of the window is stored somewhere). Then the
+            // keys no longer pair with the samples, so `load_kpi` rewrites the scope.
+            samples.dedup_by_key(|(seq, _)| *seq);
             scope.samples = samples;
             stored.scopes.push(scope);
             keys.push(scope_keys);
@@ -413,6 +441,86 @@ impl Store {
 }
 
 const PRIOR_GLOBAL_KEY: &[u8] = b"g";
+
+/// The key of round log number `round`: `l\0<round, 8 bytes big-endian>`.
+pub(crate) const LOG_PREFIX: &[u8] = b"l\0";
+
+pub(crate) fn log_key(round: u64) -> Vec<u8> {
+    [LOG_PREFIX, &round.to_be_bytes()].concat()
+}
+
+/// The version byte that opens a round log.
+const LOG_VERSION: u8 = 1;
+
+/// Starts a round log (`log_key`): the version byte, then [`log_sample`]s.
+pub(crate) fn log_start(log: &mut Vec<u8>) {
+    log.clear();
+    log.push(LOG_VERSION);
+}
+
+/// Appends one sample to a round log: the scope key (u16 length, bytes), the
+/// sequence number, the status (0 success, 1 partial, 2 failed), the score
+/// (f32 bits), the time, and the turn (0, or 1 and the value); integers
+/// big-endian. Fixed-width fields: no allocation, no serde per sample.
+pub(crate) fn log_sample(log: &mut Vec<u8>, scope_key: &str, seq: u64, sample: &Sample) {
+    use crate::core::kpi_window::OutcomeStatus;
+    // A scope key is at most two ids of `MAX_ID_CHARS` characters, far below u16::MAX bytes.
+    debug_assert!(scope_key.len() <= usize::from(u16::MAX));
+    let scope_bytes = &scope_key.as_bytes()[..scope_key.len().min(usize::from(u16::MAX))];
+    log.extend_from_slice(&(scope_bytes.len() as u16).to_be_bytes());
+    log.extend_from_slice(scope_bytes);
+    log.extend_from_slice(&seq.to_be_bytes());
+    log.push(match sample.status {
+        OutcomeStatus::Success => 0,
+        OutcomeStatus::Partial => 1,
+        OutcomeStatus::Failed => 2,
+    });
+    log.extend_from_slice(&sample.score.to_bits().to_be_bytes());
+    log.extend_from_slice(&sample.at_ms.to_be_bytes());
+    match sample.turn {
+        Some(turn) => {
+            log.push(1);
+            log.extend_from_slice(&turn.to_be_bytes());
+        }
+        None => log.push(0),
+    }
+}
+
+/// Reads a round log back: each sample with its scope key, or what is wrong with it.
+fn decode_log(bytes: &[u8]) -> Result<Vec<(&str, RingEntry)>, &'static str> {
+    use crate::core::kpi_window::OutcomeStatus;
+    fn take<const N: usize>(rest: &mut &[u8]) -> Result<[u8; N], &'static str> {
+        let (head, tail) = rest.split_first_chunk::<N>().ok_or("truncated round log")?;
+        *rest = tail;
+        Ok(*head)
+    }
+    let Some((&LOG_VERSION, mut rest)) = bytes.split_first() else {
+        return Err("unknown round log version");
+    };
+    let mut entries = Vec::new();
+    while !rest.is_empty() {
+        let scope_len = usize::from(u16::from_be_bytes(take::<2>(&mut rest)?));
+        let (scope, tail) = rest.split_at_checked(scope_len).ok_or("truncated round log")?;
+        rest = tail;
+        let scope = std::str::from_utf8(scope).map_err(|_| "scope key is not UTF-8")?;
+        let seq = u64::from_be_bytes(take::<8>(&mut rest)?);
+        let status = match take::<1>(&mut rest)?[0] {
+            0 => OutcomeStatus::Success,
+            1 => OutcomeStatus::Partial,
+            2 => OutcomeStatus::Failed,
+            _ => return Err("unknown status in round log"),
+        };
+        let score = f32::from_bits(u32::from_be_bytes(take::<4>(&mut rest)?));
+        let at_ms = u64::from_be_bytes(take::<8>(&mut rest)?);
+        let turn = match take::<1>(&mut rest)?[0] {
+            0 => None,
+            1 => Some(u64::from_be_bytes(take::<8>(&mut rest)?)),
+            _ => return Err("bad turn flag in round log"),
+        };
+        entries.push((scope, RingEntry { seq, sample: Sample { status, score, at_ms, turn } }));
+    }
+    Ok(entries)
+}
 
 /// The keys a scope's samples are stored under, in the order of its samples.
 type SampleKeys = Vec<Vec<u8>>;
@@ -534,12 +642,18 @@ mod tests {
         let scopes = store.kpi_scopes().unwrap();
         assert_eq!(scopes.len(), 2);
         assert_eq!(scopes[0].scope_key, "acme/bot");
-        assert_eq!(scopes[0].samples, vec![(1, samples[1]), (2, samples[2]), (3, samples[3])], "ordered by seq");
+        // The round log still lists sample 0, which sample 3 overwrote in its slot.
+        let all: Vec<_> = samples.iter().enumerate().map(|(seq, sample)| (seq as u64, *sample)).collect();
+        assert_eq!(scopes[0].samples, all, "ordered by seq");
         assert_eq!(scopes[0].meta, Some(meta));
         assert_eq!(scopes[1].samples, vec![(7, samples[0])]);
         assert_eq!(scopes[1].meta, None);
         let loaded = store.load_kpi(3).unwrap();
-        assert_eq!(loaded.scopes, scopes, "a ring of the configured size is read as it is");
+        assert_eq!(loaded.scopes[0].samples, all[1..], "the window is the newest 3");
+        assert_eq!(loaded.scopes[1], scopes[1]);
+        assert!(store.kpi.scan_prefix(LOG_PREFIX).next().is_none(), "loading folded the round log");
+        assert_eq!(store.kpi_scopes().unwrap(), loaded.scopes, "into ring slots");
+        assert_eq!(store.load_kpi(3).unwrap().scopes, loaded.scopes, "a ring of the configured size is read as it is");
         assert_eq!(loaded.prior.capabilities.into_iter().collect::<Vec<_>>(), vec![("tool:a".to_string(), stat(0.0))]);
         assert_eq!(loaded.prior.global, stat(0.5));
         assert_eq!(store.dispatch_result::<serde_json::Value>("k1").unwrap(), Some(serde_json::json!({"text": "hi"})));
@@ -620,5 +734,61 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         store.embeddings.insert("x", &b"\xff\x00garbage"[..]).unwrap();
         assert!(matches!(store.embedding("x"), Err(StoreError::Decode { .. })));
+        let sample = Sample::new(Some(OutcomeStatus::Partial), Some(0.5), 7).unwrap();
+        let mut log = Vec::new();
+        log_start(&mut log);
+        log_sample(&mut log, "acme", 3, &sample);
+        // A log of the version byte alone is an empty round; every other cut is refused.
+        for cut in (0..log.len()).filter(|cut| *cut != 1) {
+            store.kpi.insert(log_key(0), &log[..cut]).unwrap();
+            assert!(matches!(store.kpi_scopes(), Err(StoreError::Value { .. })), "cut at {cut}");
+        }
+        store.kpi.insert(log_key(0), log).unwrap();
+        assert_eq!(store.kpi_scopes().unwrap()[0].samples, vec![(3, sample)]);
+    }
+
+    /// Commits `n_rounds` rounds of one sample each to scope `s` (ring of 3).
+    fn commit_rounds(store: &Store, seqs: std::ops::Range<u64>) -> Vec<(u64, Sample)> {
+        seqs.map(|seq| {
+            let turn = Some(seq * 7);
+            let sample = Sample { turn, ..Sample::new(Some(OutcomeStatus::Failed), None, seq).unwrap() };
+            let op = KpiOp::Sample { scope_key: Arc::from("s"), seq, capacity: 3, sample };
+            futures::executor::block_on(store.commit_kpi([op])).unwrap();
+            (seq, sample)
+        })
+        .collect()
+    }
+
+    #[test]
+    fn rounds_are_logged_then_folded_into_ring_slots_and_a_restart_finds_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = |store: &Store| store.kpi.scan_prefix(LOG_PREFIX).count();
+        let committed = {
+            let store = Store::open(dir.path()).unwrap();
+            let first = commit_rounds(&store, 0..5);
+            assert_eq!(logs(&store), 5, "one log per round, no ring slot yet");
+            assert_eq!(sample_keys(&store).len(), 5);
+            // The fold round writes each slot once and removes the logs.
+            let mut committed = [first, commit_rounds(&store, 5..group_flush::FOLD_AFTER_ROUNDS as u64)].concat();
+            assert_eq!(logs(&store), 0);
+            assert_eq!(sample_keys(&store), (0..3).map(|slot| ring_key("s", slot)).collect::<Vec<_>>());
+            // Logged again after the fold; the process stops without folding them.
+            let n = committed.len() as u64;
+            committed.extend(commit_rounds(&store, n..n + 2));
+            assert_eq!(logs(&store), 2);
+            committed
+        };
+        let store = Store::open(dir.path()).unwrap();
+        let window = committed[committed.len() - 3..].to_vec();
+        let loaded = store.load_kpi(3).unwrap();
+        assert_eq!(loaded.scopes[0].samples, window);
+        assert_eq!(logs(&store), 0);
+        assert_eq!(store.kpi_scopes().unwrap()[0].samples, window);
+        // Round numbers go on after a restart.
+        let n = committed.len() as u64;
+        let next = commit_rounds(&store, n..n + 1);
+        // Until the next fold, the sample its log overwrites in its slot is still listed.
+        assert_eq!(store.kpi_scopes().unwrap()[0].samples, [&window[..], &next[..]].concat());
+        assert_eq!(store.load_kpi(3).unwrap().scopes[0].samples, [&window[1..], &next[..]].concat());
     }
 }
