@@ -615,23 +615,9 @@ mod tests {
         }
     }
 
+    /// A capability that differs from a built-in only by its id.
     fn descriptor(id: &str) -> crate::core::descriptor::CapabilityDescriptor {
-        use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
-        CapabilityDescriptor {
-            id: id.to_string(),
-            kind: CapabilityKind::Tool,
-            name: id.to_string(),
-            display_name: id.to_string(),
-            description: String::new(),
-            category: "test".into(),
-            tags: vec![],
-            required_secrets: vec![],
-            required_tools: vec![],
-            available: true,
-            has_side_effects: None,
-            full_schema: None,
-            full_content: None,
-            source_ref: SourceRef::Builtin,
-        }
+        let builtin = crate::core::dispatch_rules::Builtin::ALL[0].descriptor();
+        crate::core::descriptor::CapabilityDescriptor { id: id.to_string(), ..builtin }
     }
 }
