@@ -1,8 +1,14 @@
-//! DiscoveryWorker: runs discoveries off the System's thread. A `SyncArbiter`
-//! of `[discovery] workers` threads, each reading the Router's
-//! [`SnapshotCell`] (immutable `Arc` snapshots of one catalog version), so the
-//! NATS service's discover, search and plan requests rank on every core while
-//! the System's thread only does their I/O.
+//! DiscoveryWorker: runs discoveries off the System's thread. A pool of
+//! `[discovery] workers` threads, each reading the Router's [`SnapshotCell`]
+//! (immutable `Arc` snapshots of one catalog version), so the NATS service's
+//! discover, search and plan requests rank on every core while the System's
+//! thread only does their I/O.
+//!
+//! The pool is a mutex-guarded queue with a condition variable, not a
+//! `SyncArbiter`: an idle thread sleeps until a job arrives, where the
+//! arbiter's channel spins and yields to the scheduler before it parks (a
+//! measured tenth of a serving node's CPU on two cores, taken from the
+//! threads that have work).
 //!
 //! A worker embeds the query itself when the embedder is in-process and cheap
 //! (the built-in hashing embedder, pure and deterministic); otherwise
@@ -17,7 +23,8 @@ use crate::core::discovery::{DiscoveryConfig, DiscoveryResult};
 use crate::core::embedder::{embed_in_batches, Embed, EmbedError};
 use crate::core::retrieval::query_texts;
 use actix::prelude::*;
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// Turns a discovery's result (with the catalog it was ranked on) into the caller's answer, on the worker.
@@ -38,11 +45,7 @@ pub struct QueryVectors {
     pub embed_us: f64,
 }
 
-impl<R: 'static> Message for RunDiscovery<R> {
-    type Result = R;
-}
-
-/// One discovery thread.
+/// One discovery thread's state.
 pub struct DiscoveryWorker {
     snapshots: Arc<SnapshotCell>,
     config: DiscoveryConfig,
@@ -62,16 +65,9 @@ impl DiscoveryWorker {
     ) -> DiscoveryWorker {
         DiscoveryWorker { snapshots, config, prior_enabled, model, batch_size: batch_size.max(1) }
     }
-}
 
-impl Actor for DiscoveryWorker {
-    type Context = SyncContext<Self>;
-}
-
-impl<R: Send + 'static> Handler<RunDiscovery<R>> for DiscoveryWorker {
-    type Result = MessageResult<RunDiscovery<R>>;
-
-    fn handle(&mut self, msg: RunDiscovery<R>, _: &mut SyncContext<Self>) -> Self::Result {
+    /// Embeds (unless given vectors), ranks on the current snapshot and finishes.
+    fn run<R>(&mut self, msg: RunDiscovery<R>) -> R {
         let texts = query_texts(&msg.discover.query);
         let (vectors, embed_us) = match (msg.embedded, &self.model) {
             (Some(embedded), _) => (embedded.vectors, embedded.embed_us),
@@ -89,15 +85,94 @@ impl<R: Send + 'static> Handler<RunDiscovery<R>> for DiscoveryWorker {
         let result =
             run_discovery(&snapshot, &self.config, self.prior_enabled, &msg.discover, texts, vectors, embed_us);
         self.snapshots.count_query();
-        MessageResult((msg.finish)(result, &snapshot.catalog))
+        (msg.finish)(result, &snapshot.catalog)
     }
 }
 
-/// How the gateway reaches the workers: their address and, when queries are
+/// A job for whichever worker thread takes it first.
+type Job = Box<dyn FnOnce(&mut DiscoveryWorker) + Send>;
+
+/// The queue the worker threads take jobs from.
+#[derive(Default)]
+struct Queue {
+    jobs: Mutex<Jobs>,
+    /// Signalled for each job pushed, and for all when the pool closes.
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Jobs {
+    waiting: VecDeque<Job>,
+    closed: bool,
+}
+
+/// The worker threads; closing (dropping the last [`DiscoveryLanes`]) lets
+/// each finish the jobs queued and exit.
+struct Pool {
+    queue: Arc<Queue>,
+}
+
+impl Pool {
+    /// Starts `threads` (at least one), each with the worker `factory` makes on it.
+    fn start(threads: usize, factory: impl Fn() -> DiscoveryWorker + Send + Sync + 'static) -> std::io::Result<Pool> {
+        let queue = Arc::new(Queue::default());
+        let factory = Arc::new(factory);
+        for index in 0..threads.max(1) {
+            let (queue, factory) = (queue.clone(), factory.clone());
+            std::thread::Builder::new()
+                .name(format!("capdex-discovery-{index}"))
+                .spawn(move || work(&queue, factory()))?;
+        }
+        Ok(Pool { queue })
+    }
+
+    fn push(&self, job: Job) -> Result<(), MailboxError> {
+        let mut jobs = self.queue.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if jobs.closed {
+            return Err(MailboxError::Closed);
+        }
+        jobs.waiting.push_back(job);
+        drop(jobs);
+        self.queue.ready.notify_one();
+        Ok(())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.queue.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).closed = true;
+        self.queue.ready.notify_all();
+    }
+}
+
+/// A worker thread: takes jobs until the pool is closed and drained. A job
+/// that panics drops its answer (the caller gets an error); the thread goes on.
+fn work(queue: &Queue, mut worker: DiscoveryWorker) {
+    loop {
+        let job = {
+            let mut jobs = queue.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            loop {
+                if let Some(job) = jobs.waiting.pop_front() {
+                    break job;
+                }
+                if jobs.closed {
+                    return;
+                }
+                jobs = queue.ready.wait(jobs).unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+        };
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut worker)));
+        if ran.is_err() {
+            tracing::error!("a discovery panicked on a worker thread; its request gets an error");
+        }
+    }
+}
+
+/// How the gateway reaches the workers: their queue and, when queries are
 /// not embedded on the workers, the Embedder to ask first.
 #[derive(Clone)]
 pub struct DiscoveryLanes {
-    pub workers: Addr<DiscoveryWorker>,
+    pool: Arc<Pool>,
     /// `None` when the workers embed queries themselves (the built-in embedder).
     pub embedder: Option<Recipient<EmbedTexts>>,
     /// How many worker threads serve.
@@ -105,6 +180,18 @@ pub struct DiscoveryLanes {
 }
 
 impl DiscoveryLanes {
+    /// Starts `threads` worker threads (at least one), each with the worker
+    /// `factory` makes on it; `embedder`: the Embedder to ask for query
+    /// vectors first, `None` when the workers embed themselves.
+    pub fn start(
+        threads: usize,
+        factory: impl Fn() -> DiscoveryWorker + Send + Sync + 'static,
+        embedder: Option<Recipient<EmbedTexts>>,
+    ) -> std::io::Result<DiscoveryLanes> {
+        let threads = threads.max(1);
+        Ok(DiscoveryLanes { pool: Arc::new(Pool::start(threads, factory)?), embedder, threads })
+    }
+
     /// Runs `discover` on a worker and returns what `finish` made of it there.
     pub async fn run<R: Send + 'static>(&self, discover: Discover, finish: Finish<R>) -> Result<R, MailboxError> {
         let embedded = match &self.embedder {
@@ -115,7 +202,12 @@ impl DiscoveryLanes {
                 Some(QueryVectors { vectors: answer.vectors, embed_us: started.elapsed().as_secs_f64() * 1e6 })
             }
         };
-        self.workers.send(RunDiscovery { discover, embedded, finish }).await
+        let (answer, answered) = futures::channel::oneshot::channel();
+        let msg = RunDiscovery { discover, embedded, finish };
+        self.pool.push(Box::new(move |worker: &mut DiscoveryWorker| {
+            let _ = answer.send(worker.run(msg));
+        }))?;
+        answered.await.map_err(|_| MailboxError::Closed)
     }
 }
 
@@ -198,21 +290,21 @@ mod tests {
         let config = DiscoveryConfig::default();
         let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
         let router = Router::new(config.clone(), embedder.clone().recipient()).with_snapshot_cell(cell.clone()).start();
-        let with_model = {
+        let lanes = {
             let cell = cell.clone();
             let config = config.clone();
-            SyncArbiter::start(2, move || {
+            let factory = move || {
                 let model: Box<dyn Embed + Send> = Box::new(HashingEmbedder::default());
                 DiscoveryWorker::new(cell.clone(), config.clone(), true, Some(model), 32)
-            })
+            };
+            DiscoveryLanes::start(2, factory, None).unwrap()
         };
-        let lanes = DiscoveryLanes { workers: with_model, embedder: None, threads: 2 };
         // A worker without a model gets the Embedder actor's vectors.
-        let without_model = {
+        let relayed = {
             let (cell, config) = (cell.clone(), config.clone());
-            SyncArbiter::start(1, move || DiscoveryWorker::new(cell.clone(), config.clone(), true, None, 32))
+            let factory = move || DiscoveryWorker::new(cell.clone(), config.clone(), true, None, 32);
+            DiscoveryLanes::start(1, factory, Some(embedder.recipient())).unwrap()
         };
-        let relayed = DiscoveryLanes { workers: without_model, embedder: Some(embedder.recipient()), threads: 1 };
         for query in ["echo this text back", "list what is indexed", "send a message to the team"] {
             let by_router = without_timings(router.send(discover(query)).await.unwrap().unwrap());
             assert_eq!(by_router.diagnostics.embedder, "ok");
@@ -233,13 +325,11 @@ mod tests {
     async fn a_worker_without_vectors_ranks_lexically_and_says_why() {
         let cell = Arc::new(SnapshotCell::default());
         publish(&cell, 1);
-        let workers = {
+        let lanes = {
             let cell = cell.clone();
-            SyncArbiter::start(1, move || {
-                DiscoveryWorker::new(cell.clone(), DiscoveryConfig::default(), false, None, 32)
-            })
+            let factory = move || DiscoveryWorker::new(cell.clone(), DiscoveryConfig::default(), false, None, 32);
+            DiscoveryLanes::start(1, factory, None).unwrap()
         };
-        let lanes = DiscoveryLanes { workers, embedder: None, threads: 1 };
         let result = lanes.run(discover("look up invoice 42"), keep()).await.unwrap().unwrap();
         assert!(result.diagnostics.embedder.starts_with("unavailable: "), "{:?}", result.diagnostics);
         assert!(!result.tier1.is_empty());
@@ -297,14 +387,14 @@ mod tests {
         .unwrap()
         .with_snapshot_cell(cell.clone())
         .start();
-        let workers = {
+        let lanes = {
             let cell = cell.clone();
-            SyncArbiter::start(2, move || {
+            let factory = move || {
                 let model: Box<dyn Embed + Send> = Box::new(HashingEmbedder::default());
                 DiscoveryWorker::new(cell.clone(), DiscoveryConfig::default(), false, Some(model), 32)
-            })
+            };
+            DiscoveryLanes::start(2, factory, None).unwrap()
         };
-        let lanes = DiscoveryLanes { workers, embedder: None, threads: 2 };
         for round in 0..5 {
             let name = format!("coil{round}gauge");
             let sync = SyncCapabilities::merge("runtime:t", vec![tool(&name, "Read the gauge of a reactor coil")]);

@@ -5,9 +5,10 @@
 //! Indexer → Router, Dispatcher (catalog snapshots); KpiTelemetry stands alone.
 //! Everything runs on the actix System's single arbiter thread except the
 //! `SyncArbiter` actors (CPU and disk bound): the Embedder, Scanner,
-//! GraphBuilder, ScgMapper, and the DiscoveryWorkers (`[discovery] workers`
-//! threads), which run the NATS service's discoveries on every core from the
-//! Router's `SnapshotCell` while the System's thread does the NATS I/O.
+//! GraphBuilder and ScgMapper; and the DiscoveryWorkers (a pool of
+//! `[discovery] workers` threads), which run the NATS service's discoveries
+//! on every core from the Router's `SnapshotCell` while the System's thread
+//! does the NATS I/O.
 
 pub mod discovery_worker;
 pub mod dispatcher;
@@ -72,6 +73,8 @@ pub enum SpawnError {
     Builtins(String),
     #[error("the embedder cannot be used")]
     Embedder(#[from] EmbedError),
+    #[error("failed to start the discovery threads: {0}")]
+    Threads(#[from] std::io::Error),
 }
 
 /// Starts every actor on the current actix System and indexes the built-ins.
@@ -172,10 +175,10 @@ fn spawn_discovery_workers(
     let (snapshots, config, prior_enabled) =
         (snapshots.clone(), settings.discovery.clone(), settings.kpi.prior.enabled);
     let (embedder_settings, batch_size) = (settings.embedder.clone(), settings.embedder.batch_size);
-    let workers = SyncArbiter::start(threads, move || {
+    let factory = move || {
         let model = in_process.then(|| crate::embedders::backend::build(&embedder_settings).ok()).flatten();
         discovery_worker::DiscoveryWorker::new(snapshots.clone(), config.clone(), prior_enabled, model, batch_size)
-    });
+    };
     let embedder = (!in_process).then(|| embedder.clone().recipient());
-    Ok(discovery_worker::DiscoveryLanes { workers, embedder, threads })
+    discovery_worker::DiscoveryLanes::start(threads, factory, embedder).map_err(SpawnError::from)
 }
