@@ -113,11 +113,11 @@ struct Pool {
 }
 
 impl Pool {
-    /// Starts `threads` (at least one), each with the worker `factory` makes on it.
+    /// Starts `threads`, each with the worker `factory` makes on it.
     fn start(threads: usize, factory: impl Fn() -> DiscoveryWorker + Send + Sync + 'static) -> std::io::Result<Pool> {
         let queue = Arc::new(Queue::default());
         let factory = Arc::new(factory);
-        for index in 0..threads.max(1) {
+        for index in 0..threads {
             let (queue, factory) = (queue.clone(), factory.clone());
             std::thread::Builder::new()
                 .name(format!("capdex-discovery-{index}"))

@@ -264,8 +264,8 @@ pub fn discover_with_prior(
     let tiers_started = std::time::Instant::now();
     let chosen = tier1_with_dependencies(&ranking.hits, indexes, config, filter);
     // The lexical index keeps each capability's texts for its catalog version;
-    // a catalog it was not built with (of another size) gets fresh ones.
-    let texts = (indexes.lexical.len() == catalog.len()).then_some(indexes.lexical);
+    // a catalog it was not built with gets fresh ones.
+    let texts = indexes.one_publication().then_some(indexes.lexical);
     let candidates: Vec<Candidate> = chosen
         .into_iter()
         .filter_map(|(id, relevance)| {

@@ -346,15 +346,19 @@ impl VectorIndex {
 }
 
 impl Alignment {
-    /// [`VectorIndex::top_rows`] with ties broken by [`Alignment::rank_of_row`]
-    /// instead of the id strings: the same rows in the same order when every
-    /// row `keep` admits is matched, without a heap or a string comparison.
+    /// [`VectorIndex::top_rows`] over the matched rows, with ties broken by
+    /// [`Alignment::rank_of_row`] instead of the id strings: the same rows in
+    /// the same order, without a heap or a string comparison.
     pub fn top_rows(&self, scores: &[f32], k: usize, keep: impl Fn(usize) -> bool) -> Vec<(usize, f32)> {
         if k == 0 || scores.len() != self.rank_of_row.len() {
             return Vec::new();
         }
         let mut top = TopKeys::new(k);
         for (row, (&score, &rank)) in scores.iter().zip(&self.rank_of_row).enumerate() {
+            // A row whose id the lexical index lacks has no rank and is never a candidate.
+            if rank == NONE {
+                continue;
+            }
             let key = quality_key(score, rank);
             // The filter may cost a lookup, so it only runs for rows that could enter.
             if top.could_take(key) && keep(row) {

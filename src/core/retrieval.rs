@@ -121,6 +121,16 @@ pub struct Indexes<'a> {
     pub graph: &'a CapabilityGraph,
 }
 
+impl Indexes<'_> {
+    /// Whether the catalog and the lexical index are of one publication (the
+    /// Indexer publishes them together, so equal sizes mean the same
+    /// documents): then what the lexical index keeps of each capability
+    /// (filtered fields, tier texts) stands for the catalog's descriptor.
+    pub fn one_publication(&self) -> bool {
+        self.catalog.len() == self.lexical.len()
+    }
+}
+
 /// One searchable part of a message: its text and its vector.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueryPart {
@@ -300,7 +310,7 @@ pub fn retrieve_with(
         return Ranking::default();
     }
     let lexical = indexes.lexical;
-    if indexes.catalog.len() != lexical.len() {
+    if !indexes.one_publication() {
         return retrieve_reference(query, indexes, filter, limit, fusion);
     }
     let alignment = indexes.vectors.alignment(lexical);
@@ -413,10 +423,8 @@ fn rank_candidates(
     let sparse: Vec<Option<Vec<(u32, f32)>>> = parts.iter().map(|part| vectors.sparse_query(&part.vector)).collect();
     let whole_dense = sparse[0].is_some() && vectors.scores_into(&parts[0].vector, &mut scratch.dense);
     if whole_dense {
-        let top = alignment.top_rows(&scratch.dense, per_signal, |row| {
-            let doc = alignment.doc_of_row[row];
-            doc != NONE && admission.admits(doc)
-        });
+        // Only matched rows are offered: each has a document.
+        let top = alignment.top_rows(&scratch.dense, per_signal, |row| admission.admits(alignment.doc_of_row[row]));
         candidates.extend(top.into_iter().map(|(row, _)| alignment.doc_of_row[row]));
     }
     timings.dense_us = micros(started);
@@ -696,10 +704,9 @@ fn rerank_retrieved(
     // A few hits: the exact ones are found by a scan, without a map.
     let exact: Vec<(&str, ExactMatch)> =
         retrieved.hits.iter().filter_map(|hit| hit.exact.map(|kind| (hit.id.as_str(), kind))).collect();
-    // Within one publication (catalog and lexical index of the same size) the
-    // filter is checked on the lexical index's copy of the filtered fields,
-    // without a string-keyed tree walk per pulled-in neighbour.
-    let admission = (indexes.lexical.len() == indexes.catalog.len()).then(|| Admission::new(indexes.lexical, filter));
+    // Within one publication the filter is checked on the lexical index's copy
+    // of the filtered fields, without a string-keyed tree walk per pulled-in neighbour.
+    let admission = indexes.one_publication().then(|| Admission::new(indexes.lexical, filter));
     let keep = |id: &str| match &admission {
         Some(admission) => indexes.lexical.doc(id).is_some_and(|doc| admission.admits(doc)),
         None => indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor)),

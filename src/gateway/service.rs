@@ -302,16 +302,6 @@ async fn serve_endpoint<A: Api>(
     let spawn = |message: async_nats::Message| {
         let guard = in_flight.enter();
         let (api, shared, stats) = (api.clone(), shared.clone(), stats.clone());
-        if let EndpointKind::Outcome = kind {
-            // Outcomes come by the thousand: their task holds only the outcome
-            // future, not `handle`'s (the union of every endpoint's, large
-            // enough that each spawn took malloc's slow path and a big copy).
-            tokio::task::spawn_local(async move {
-                handle_outcome(message, api, shared, stats).await;
-                drop(guard);
-            });
-            return;
-        }
         tokio::task::spawn_local(async move {
             handle(kind, message, api, shared, stats).await;
             drop(guard);
@@ -505,9 +495,7 @@ async fn handle<A: Api>(
 ) {
     let started = Instant::now();
     let payload = message.payload.clone();
-    let content_type =
-        message.headers.as_ref().and_then(|headers| headers.get("Content-Type")).map(|v| v.as_str().to_string());
-    let codec = Codec::from_content_type(content_type.as_deref());
+    let codec = request_codec(&message);
     let max = shared.max_payload_bytes;
     // An empty body means "no arguments" for the requests that have none required.
     let empty = payload.is_empty();
@@ -580,15 +568,6 @@ async fn handle<A: Api>(
     respond(kind, &message, codec, result, &shared, &stats, started).await;
 }
 
-/// Handles one outcome request ([`handle`] for [`EndpointKind::Outcome`],
-/// with a future a fraction of its size).
-async fn handle_outcome<A: Api>(message: async_nats::Message, api: Rc<A>, shared: Rc<Shared>, stats: EndpointStats) {
-    let started = Instant::now();
-    let codec = request_codec(&message);
-    let result = outcome(api.as_ref(), &shared, codec, &message.payload).await;
-    respond(EndpointKind::Outcome, &message, codec, result, &shared, &stats, started).await;
-}
-
 /// The codec a request asks for with its `Content-Type` header.
 fn request_codec(message: &async_nats::Message) -> Codec {
     Codec::from_content_type(
@@ -597,43 +576,17 @@ fn request_codec(message: &async_nats::Message) -> Codec {
 }
 
 /// Records an outcome, publishes its KPI (unless a duplicate) and alert
-/// events, and returns the encoded reply. The KPI is encoded to JSON once,
-/// for its event and, with the JSON codec, inside the reply.
+/// events, and returns the encoded reply.
 async fn outcome<A: Api>(api: &A, shared: &Shared, codec: Codec, payload: &[u8]) -> Result<Vec<u8>, ApiError> {
     let report: OutcomeReport = codec.decode(payload, shared.max_payload_bytes)?;
     let recorded = api.outcome(report).await?;
-    let kpi_json =
-        serde_json::to_vec(&recorded.kpi).map_err(|err| ApiError::internal(format!("failed to encode: {err}")))?;
     if !recorded.duplicate {
-        let subject = shared.subjects.kpi(&recorded.kpi.scope_key);
-        if let Err(err) = shared.client.publish(subject, bytes::Bytes::copy_from_slice(&kpi_json)).await {
-            tracing::warn!(%err, "failed to publish a KPI event");
-        }
+        publish(&shared.client, shared.subjects.kpi(&recorded.kpi.scope_key), &recorded.kpi).await;
     }
     if let Some(alert) = &recorded.alert {
         publish(&shared.client, shared.subjects.alert(&alert.severity, &alert.scope_key), alert).await;
     }
-    match codec {
-        Codec::Json => Ok(outcome_reply_json(recorded.duplicate, &kpi_json)),
-        Codec::Msgpack => {
-            codec.encode(&OutcomeReply { accepted: true, duplicate: recorded.duplicate, kpi: recorded.kpi })
-        }
-    }
-}
-
-/// `OutcomeReply { accepted: true, duplicate, kpi }` as serde_json writes it,
-/// around an already encoded KPI.
-fn outcome_reply_json(duplicate: bool, kpi_json: &[u8]) -> Vec<u8> {
-    let head: &[u8] = if duplicate {
-        b"{\"accepted\":true,\"duplicate\":true,\"kpi\":"
-    } else {
-        b"{\"accepted\":true,\"duplicate\":false,\"kpi\":"
-    };
-    let mut body = Vec::with_capacity(head.len() + kpi_json.len() + 1);
-    body.extend_from_slice(head);
-    body.extend_from_slice(kpi_json);
-    body.push(b'}');
-    body
+    codec.encode(&OutcomeReply { accepted: true, duplicate: recorded.duplicate, kpi: recorded.kpi })
 }
 
 /// Sends the reply (or the error reply, with its headers) to a request and records it.
@@ -748,21 +701,5 @@ impl crate::core::dispatch::ExecTransport for NatsExec {
                 }),
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::kpi_window::{KpiWindow, WindowSpec};
-
-    #[test]
-    fn the_spliced_outcome_reply_is_what_serde_writes() {
-        let kpi = KpiWindow::new(WindowSpec::new(100, 0).unwrap()).kpi("org:\"acme\"", 5);
-        let kpi_json = serde_json::to_vec(&kpi).unwrap();
-        for duplicate in [false, true] {
-            let expected = serde_json::to_vec(&OutcomeReply { accepted: true, duplicate, kpi: kpi.clone() }).unwrap();
-            assert_eq!(outcome_reply_json(duplicate, &kpi_json), expected);
-        }
     }
 }
