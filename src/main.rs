@@ -12,6 +12,13 @@ use std::process::ExitCode;
 
 mod scg_cli;
 
+/// mimalloc, not glibc's malloc: the service allocates on one thread and
+/// frees on another (request bytes on the System's thread, replies on the
+/// discovery workers), and glibc takes the owning arena's lock for each such
+/// free; under load those locks were most of the node's futex calls.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// capdex tells AI agents which of their capabilities matter for the turn at
 /// hand, within a token budget, and runs the capability calls they make.
 #[derive(Parser, Debug)]

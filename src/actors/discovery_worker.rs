@@ -104,6 +104,13 @@ struct Queue {
 struct Jobs {
     waiting: VecDeque<Job>,
     closed: bool,
+    /// Workers asleep on [`Queue::ready`] (or woken and not yet back at the
+    /// queue), and how many of them a push has signalled already. A push
+    /// signals only when some sleeper has not been: a signal is a system
+    /// call whether or not anyone waits, a burst of pushes needs each sleeper
+    /// woken once, and a busy worker looks at the queue before it sleeps.
+    sleeping: usize,
+    signalled: usize,
 }
 
 /// The worker threads; closing (dropping the last [`DiscoveryLanes`]) lets
@@ -132,8 +139,14 @@ impl Pool {
             return Err(MailboxError::Closed);
         }
         jobs.waiting.push_back(job);
+        let wake_one = jobs.sleeping > jobs.signalled;
+        if wake_one {
+            jobs.signalled += 1;
+        }
         drop(jobs);
-        self.queue.ready.notify_one();
+        if wake_one {
+            self.queue.ready.notify_one();
+        }
         Ok(())
     }
 }
@@ -158,7 +171,12 @@ fn work(queue: &Queue, mut worker: DiscoveryWorker) {
                 if jobs.closed {
                     return;
                 }
+                jobs.sleeping += 1;
                 jobs = queue.ready.wait(jobs).unwrap_or_else(|poisoned| poisoned.into_inner());
+                jobs.sleeping -= 1;
+                // Woken by a push, by the close or spuriously: either way one
+                // fewer sleeper is owed a signal.
+                jobs.signalled = jobs.signalled.saturating_sub(1).min(jobs.sleeping);
             }
         };
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut worker)));

@@ -15,8 +15,7 @@
 //! randomised std hasher), so stored vectors stay valid: [`HashingEmbedder::model_id`]
 //! names the scheme and its dimension and changes whenever either does.
 
-use crate::core::text::{is_stopword, stem, word_tokens};
-use std::collections::HashMap;
+use crate::core::text::{for_each_word_token, is_stopword, stem_into};
 
 /// Default number of dimensions.
 pub const DEFAULT_DIMENSIONS: usize = 512;
@@ -171,32 +170,50 @@ impl HashingEmbedder {
     }
 
     /// Embeds one text; an empty text gives the zero vector. Never fails.
+    ///
+    /// Terms are counted by sorting them, not in a map: every term is
+    /// appended to one buffer and the sorted spans are walked in runs, so a
+    /// text costs a few allocations whatever its length. The terms are
+    /// visited in byte order, which fixes the order of float additions: the
+    /// vector is identical every run.
     pub fn embed(&self, text: &str) -> Vec<f32> {
         let mut vector = vec![0.0f32; self.dimensions];
-        let mut term_counts: HashMap<String, u32> = HashMap::new();
-        for token in word_tokens(text) {
-            if is_stopword(&token) {
-                continue;
+        let mut terms = String::new();
+        let mut spans: Vec<(u32, u32)> = Vec::new();
+        for_each_word_token(text, |token| {
+            if !is_stopword(token) {
+                let start = terms.len();
+                stem_into(token, &mut terms);
+                spans.push((start as u32, terms.len() as u32));
             }
-            *term_counts.entry(stem(&token)).or_insert(0) += 1;
-        }
-        // Sorted so float summation order, and so the vector, is identical every run.
-        let mut terms: Vec<(String, u32)> = term_counts.into_iter().collect();
-        terms.sort_unstable();
-        for (term, count) in &terms {
-            let weight = 1.0 + (*count as f32).ln();
-            add_hashed_feature(&mut vector, fnv1a64_continue(fnv1a64(b"w:"), term.as_bytes()), weight);
+        });
+        let term = |&(start, end): &(u32, u32)| &terms[start as usize..end as usize];
+        spans.sort_unstable_by(|a, b| term(a).cmp(term(b)));
+        let word_prefix = fnv1a64(b"w:");
+        let trigram_prefix = fnv1a64(b"c:");
+        // `#term#` and the byte offset of each of its characters, plus its end.
+        let mut padded = String::new();
+        let mut bounds: Vec<usize> = Vec::new();
+        let mut at = 0;
+        while at < spans.len() {
+            let word = term(&spans[at]);
+            let count = spans[at..].iter().take_while(|span| term(span) == word).count();
+            at += count;
+            let weight = 1.0 + (count as f32).ln();
+            add_hashed_feature(&mut vector, fnv1a64_continue(word_prefix, word.as_bytes()), weight);
             // Trigrams of `#term#`, hashed as `c:<trigram>` without building the strings.
-            let padded: Vec<char> = std::iter::once('#').chain(term.chars()).chain(std::iter::once('#')).collect();
-            let n_trigrams = padded.len().saturating_sub(2);
+            padded.clear();
+            padded.push('#');
+            padded.push_str(word);
+            padded.push('#');
+            bounds.clear();
+            bounds.extend(padded.char_indices().map(|(offset, _)| offset));
+            bounds.push(padded.len());
+            let n_trigrams = (bounds.len() - 1).saturating_sub(2);
             if n_trigrams > 0 {
                 let trigram_weight = weight * TRIGRAM_WEIGHT / (n_trigrams as f32).sqrt();
-                let prefix = fnv1a64(b"c:");
-                for window in padded.windows(3) {
-                    let mut hash = prefix;
-                    for ch in window {
-                        hash = fnv1a64_continue(hash, ch.encode_utf8(&mut [0u8; 4]).as_bytes());
-                    }
+                for window in bounds.windows(4) {
+                    let hash = fnv1a64_continue(trigram_prefix, &padded.as_bytes()[window[0]..window[3]]);
                     add_hashed_feature(&mut vector, hash, trigram_weight);
                 }
             }
@@ -255,6 +272,8 @@ pub fn dot(left: &[f32], right: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::text::{stem, word_tokens};
+    use std::collections::HashMap;
 
     #[test]
     fn vectors_are_unit_and_deterministic() {

@@ -40,7 +40,7 @@
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
 use crate::core::index::{key_rank, key_score, quality_key, TopKeys};
-use crate::core::text::index_terms;
+use crate::core::text::{for_each_index_term, index_terms};
 use foldhash::{HashMap, HashMapExt};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -317,8 +317,8 @@ impl LexicalIndex {
     /// Scores every document that holds a term of `query`, normalised to [0, 1]
     /// as the module docs describe.
     pub fn score(&self, query: &str) -> LexicalScores {
-        let mut query_terms: Vec<u32> =
-            index_terms(query).into_iter().filter_map(|term| self.terms.get(&term).copied()).collect();
+        let mut query_terms: Vec<u32> = Vec::new();
+        for_each_index_term(query, |term| query_terms.extend(self.terms.get(term).copied()));
         query_terms.sort_unstable();
         query_terms.dedup();
         let reference: f32 = query_terms.iter().map(|&term| self.idf[term as usize]).sum();

@@ -155,6 +155,13 @@ pub fn truncate_chars(text: &str, max_chars: usize) -> String {
 /// snake_case names (`getUserById` → `get user by id`).
 pub fn word_tokens(text: &str) -> Vec<String> {
     let mut tokens = Vec::new();
+    for_each_word_token(text, |token| tokens.push(token.to_string()));
+    tokens
+}
+
+/// Calls `each` with every token [`word_tokens`] gives, in order, from one
+/// reused buffer: no allocation per token.
+pub fn for_each_word_token(text: &str, mut each: impl FnMut(&str)) {
     let mut current = String::new();
     let mut previous: Option<char> = None;
     for ch in text.chars() {
@@ -166,7 +173,8 @@ pub fn word_tokens(text: &str) -> Vec<String> {
                 None => false,
             };
             if boundary && !current.is_empty() {
-                tokens.push(std::mem::take(&mut current));
+                each(&current);
+                current.clear();
             }
             if ch.is_ascii() {
                 current.push(ch.to_ascii_lowercase());
@@ -176,21 +184,36 @@ pub fn word_tokens(text: &str) -> Vec<String> {
             previous = Some(ch);
         } else {
             if !current.is_empty() {
-                tokens.push(std::mem::take(&mut current));
+                each(&current);
+                current.clear();
             }
             previous = None;
         }
     }
     if !current.is_empty() {
-        tokens.push(current);
+        each(&current);
     }
-    tokens
 }
 
 /// Returns the terms a text is indexed and searched with: [`word_tokens`],
 /// stopwords dropped, each word [`stem`]med.
 pub fn index_terms(text: &str) -> Vec<String> {
-    word_tokens(text).into_iter().filter(|token| !is_stopword(token)).map(|token| stem(&token)).collect()
+    let mut terms = Vec::new();
+    for_each_index_term(text, |term| terms.push(term.to_string()));
+    terms
+}
+
+/// Calls `each` with every term [`index_terms`] gives, in order, from reused
+/// buffers: no allocation per term.
+pub fn for_each_index_term(text: &str, mut each: impl FnMut(&str)) {
+    let mut stemmed = String::new();
+    for_each_word_token(text, |token| {
+        if !is_stopword(token) {
+            stemmed.clear();
+            stem_into(token, &mut stemmed);
+            each(&stemmed);
+        }
+    });
 }
 
 /// English words too common to say anything about intent.
@@ -201,10 +224,46 @@ const STOPWORDS: &[&str] = &[
     "with", "would", "you", "your",
 ];
 
+/// The longest stopword, in bytes: every one packs into a [`stopword_key`].
+const MAX_STOPWORD_BYTES: usize = 6;
+
+/// A word of at most [`MAX_STOPWORD_BYTES`] bytes as one integer: its bytes,
+/// then its length in the top byte (so `a` and `a\0` differ).
+const fn stopword_key(word: &[u8]) -> u64 {
+    let mut key = (word.len() as u64) << 56;
+    let mut i = 0;
+    while i < word.len() {
+        key |= (word[i] as u64) << (8 * i);
+        i += 1;
+    }
+    key
+}
+
+/// [`STOPWORDS`] as sorted [`stopword_key`]s: a lookup is a binary search
+/// over integers, not over strings.
+const STOPWORD_KEYS: [u64; STOPWORDS.len()] = {
+    let mut keys = [0u64; STOPWORDS.len()];
+    let mut i = 0;
+    while i < keys.len() {
+        keys[i] = stopword_key(STOPWORDS[i].as_bytes());
+        // Insertion sort: a const context has no `sort`.
+        let mut j = i;
+        while j > 0 && keys[j - 1] > keys[j] {
+            let swap = keys[j - 1];
+            keys[j - 1] = keys[j];
+            keys[j] = swap;
+            j -= 1;
+        }
+        i += 1;
+    }
+    keys
+};
+
 /// Returns true for a stopword.
 pub fn is_stopword(token: &str) -> bool {
     // Every stopword is 1 to 6 bytes long: most tokens are ruled out by length alone.
-    (1..=6).contains(&token.len()) && STOPWORDS.binary_search(&token).is_ok()
+    (1..=MAX_STOPWORD_BYTES).contains(&token.len())
+        && STOPWORD_KEYS.binary_search(&stopword_key(token.as_bytes())).is_ok()
 }
 
 /// Reduces an English word to a crude stem so that inflections meet:
@@ -212,29 +271,43 @@ pub fn is_stopword(token: &str) -> bool {
 /// `messages` and `message` both become `messag`. Deterministic; only ASCII
 /// words of four or more characters are touched.
 pub fn stem(token: &str) -> String {
+    let mut word = String::with_capacity(token.len());
+    stem_into(token, &mut word);
+    word
+}
+
+/// Appends [`stem`] of `token` to `out`, without allocating.
+///
+/// The rules, in order: `-ies` becomes `-y` (and nothing more applies);
+/// `-sses`, `-ches`, `-shes`, `-xes`, `-zes` lose `es`, or else a final `s`
+/// not after `s`, `u` or `i` goes; then one of `-ing`, `-ed` goes when three
+/// letters stay; then a final `e` goes when four stay.
+pub fn stem_into(token: &str, out: &mut String) {
     if token.len() < 4 || !token.bytes().all(|byte| byte.is_ascii_lowercase()) {
-        return token.to_string();
+        out.push_str(token);
+        return;
     }
-    let mut word = token.to_string();
-    if let Some(base) = word.strip_suffix("ies") {
-        word = format!("{base}y");
-    } else if let Some(base) = word.strip_suffix("sses") {
-        word = format!("{base}ss");
-    } else if word.ends_with("es") && ["ches", "shes", "xes", "zes", "sses"].iter().any(|end| word.ends_with(end)) {
-        word.truncate(word.len() - 2);
+    if let Some(base) = token.strip_suffix("ies") {
+        out.push_str(base);
+        out.push('y');
+        return;
+    }
+    let mut word = token;
+    if ["sses", "ches", "shes", "xes", "zes"].iter().any(|end| word.ends_with(end)) {
+        word = &word[..word.len() - 2];
     } else if word.ends_with('s') && !["ss", "us", "is"].iter().any(|end| word.ends_with(end)) {
-        word.truncate(word.len() - 1);
+        word = &word[..word.len() - 1];
     }
     for suffix in ["ing", "ed"] {
         if word.len() >= suffix.len() + 3 && word.ends_with(suffix) {
-            word.truncate(word.len() - suffix.len());
+            word = &word[..word.len() - suffix.len()];
             break;
         }
     }
     if word.len() >= 4 && word.ends_with('e') {
-        word.truncate(word.len() - 1);
+        word = &word[..word.len() - 1];
     }
-    word
+    out.push_str(word);
 }
 
 #[cfg(test)]
@@ -293,6 +366,57 @@ mod tests {
         assert_eq!(truncate_chars("ééééé", 3).chars().count(), 3);
     }
 
+    /// The stemmer as first written, building the word step by step.
+    fn reference_stem(token: &str) -> String {
+        if token.len() < 4 || !token.bytes().all(|byte| byte.is_ascii_lowercase()) {
+            return token.to_string();
+        }
+        let mut word = token.to_string();
+        if let Some(base) = word.strip_suffix("ies") {
+            word = format!("{base}y");
+        } else if let Some(base) = word.strip_suffix("sses") {
+            word = format!("{base}ss");
+        } else if word.ends_with("es") && ["ches", "shes", "xes", "zes", "sses"].iter().any(|end| word.ends_with(end)) {
+            word.truncate(word.len() - 2);
+        } else if word.ends_with('s') && !["ss", "us", "is"].iter().any(|end| word.ends_with(end)) {
+            word.truncate(word.len() - 1);
+        }
+        for suffix in ["ing", "ed"] {
+            if word.len() >= suffix.len() + 3 && word.ends_with(suffix) {
+                word.truncate(word.len() - suffix.len());
+                break;
+            }
+        }
+        if word.len() >= 4 && word.ends_with('e') {
+            word.truncate(word.len() - 1);
+        }
+        word
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn stem_matches_the_reference(token in "[a-z]{0,12}(ies|sses|ches|shes|xes|zes|es|ss|us|is|s|ing|ed|e)?") {
+            proptest::prop_assert_eq!(stem(&token), reference_stem(&token));
+        }
+
+        #[test]
+        fn stem_matches_the_reference_on_any_text(token in "\\PC{0,12}") {
+            proptest::prop_assert_eq!(stem(&token), reference_stem(&token));
+        }
+
+        #[test]
+        fn stopwords_are_exactly_the_list(token in "[a-z\\x00]{0,7}") {
+            proptest::prop_assert_eq!(is_stopword(&token), STOPWORDS.contains(&token.as_str()));
+        }
+    }
+
+    #[test]
+    fn every_stopword_is_found() {
+        assert!(STOPWORDS.iter().all(|word| is_stopword(word)));
+        assert!(!is_stopword("") && !is_stopword("a\0") && !is_stopword("youx") && !is_stopword("abouts"));
+        assert_eq!(index_terms("Searching the messages of getUserById"), vec!["search", "messag", "user", "id"]);
+    }
+
     #[test]
     fn tokens_split_identifiers() {
         assert_eq!(
@@ -310,7 +434,10 @@ mod tests {
         let mut sorted = STOPWORDS.to_vec();
         sorted.sort_unstable();
         assert_eq!(sorted, STOPWORDS, "STOPWORDS must stay sorted for binary search");
-        assert!(STOPWORDS.iter().all(|word| (1..=6).contains(&word.len())), "is_stopword checks lengths first");
+        assert!(
+            STOPWORDS.iter().all(|word| (1..=MAX_STOPWORD_BYTES).contains(&word.len())),
+            "every stopword packs into a key"
+        );
         assert_eq!(word_tokens("ÉCOLE Straße"), vec!["école", "straße"]);
     }
 }
