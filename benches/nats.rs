@@ -28,6 +28,11 @@
 #[path = "../tests/it/support/nats_server.rs"]
 mod nats_server;
 
+/// The allocator the `capdex` binary runs on (see `src/main.rs`), so an
+/// in-process node measures as a served one does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::json;
