@@ -433,7 +433,7 @@ mod tests {
         assert!(is_stopword("the") && !is_stopword("search"));
         let mut sorted = STOPWORDS.to_vec();
         sorted.sort_unstable();
-        assert_eq!(sorted, STOPWORDS, "STOPWORDS must stay sorted for binary search");
+        assert_eq!(sorted, STOPWORDS, "STOPWORDS stays sorted, so a reader finds a word at a glance");
         assert!(
             STOPWORDS.iter().all(|word| (1..=MAX_STOPWORD_BYTES).contains(&word.len())),
             "every stopword packs into a key"

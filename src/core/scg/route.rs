@@ -27,7 +27,7 @@ use super::align::Links;
 use super::memory::{self, MemoryBias, Note};
 use super::model::{node_id, Edge, EdgeKind, Node, NodeKind, RouteRecipe, SourceGraph};
 use crate::core::embedder::{dot, Embed};
-use crate::core::text::{is_stopword, stem, word_tokens};
+use crate::core::text::{for_each_index_term, word_tokens};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -489,7 +489,13 @@ pub fn node_text(node: &Node) -> String {
 }
 
 fn word_set(text: &str) -> BTreeSet<String> {
-    word_tokens(text).into_iter().filter(|token| !is_stopword(token)).map(|token| stem(&token)).collect()
+    let mut words = BTreeSet::new();
+    for_each_index_term(text, |term| {
+        if !words.contains(term) {
+            words.insert(term.to_string());
+        }
+    });
+    words
 }
 
 /// Word overlap `|q ∩ n| / sqrt(|q| · |n|)`, used when no embedder is configured.
