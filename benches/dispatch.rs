@@ -73,7 +73,7 @@ fn report(name: &str, mut micros: Vec<f64>) {
 fn main() {
     let full = std::env::args().any(|arg| arg == "--bench");
     let n: u64 = if full { 20_000 } else { 50 };
-    let settings = Settings::load(None, &BTreeMap::new()).expect("the built-in settings load");
+    let settings = Settings::load(None, &Default::default()).expect("the built-in settings load");
 
     // 1. Pure core.
     let mut core = Pipeline::new(BindingMode::Open, 60_000);
@@ -166,7 +166,7 @@ fn main() {
     ready_rx.recv_timeout(Duration::from_secs(10)).expect("the handler service is up");
     let mut env = BTreeMap::new();
     env.insert("CAPDEX_NATS_URL".to_string(), url);
-    let nats_settings = Settings::load(None, &env).expect("settings");
+    let nats_settings = Settings::load(None, &env.into()).expect("settings");
     let dir = tempfile::tempdir().expect("a temporary data dir");
     let store = Store::open(dir.path()).expect("the store opens");
     store.put_capability_record(&record("remote_lookup", "remote")).expect("stored");

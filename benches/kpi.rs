@@ -12,7 +12,6 @@ use capdex::config::Settings;
 use capdex::core::kpi_window::{record, KpiWindow, OutcomeReport, OutcomeStatus, ScopeMeta};
 use capdex::store::Store;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use std::collections::BTreeMap;
 use std::hint::black_box;
 
 const IN_FLIGHT: u64 = 10_000;
@@ -30,7 +29,7 @@ fn report(i: u64) -> OutcomeReport {
 }
 
 fn benches(c: &mut Criterion) {
-    let settings = Settings::load(None, &BTreeMap::new()).expect("the built-in settings load").kpi;
+    let settings = Settings::load(None, &Default::default()).expect("the built-in settings load").kpi;
 
     let mut group = c.benchmark_group("capdex::core::kpi_window");
     group.throughput(Throughput::Elements(1));

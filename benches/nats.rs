@@ -94,7 +94,7 @@ fn main() {
     // capdex serve, in-process, on its own thread (unless an external binary serves).
     let (stop_serving, stopped) = futures::channel::oneshot::channel::<()>();
     let server = external.is_none().then(|| {
-        let settings = capdex::config::Settings::load(None, &env).expect("bench settings load");
+        let settings = capdex::config::Settings::load(None, &env.clone().into()).expect("bench settings load");
         std::thread::spawn(move || {
             actix_rt::System::new().block_on(async move {
                 capdex::app::serve_until(&settings, async {

@@ -21,7 +21,6 @@ use capdex::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query};
 use capdex::core::text::embedding_text;
 use capdex::embedders::neural::NeuralEmbedder;
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -56,7 +55,7 @@ fn main() {
     );
     println!("RAYON_NUM_THREADS={}", std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "(unset)".into()));
 
-    let settings = Settings::load(None, &BTreeMap::new()).expect("the compiled-in defaults parse");
+    let settings = Settings::load(None, &Default::default()).expect("the compiled-in defaults parse");
     for set in sets.split(',').map(str::trim).filter(|set| !set.is_empty()) {
         let dir = data_dir.join(set);
         let mut tools: Vec<ToolRecord> = read_jsonl(&dir.join("tools.jsonl"));

@@ -41,7 +41,7 @@ fn main() {
 
     let mut env = BTreeMap::new();
     env.insert("CAPDEX_DATA_DIR".to_string(), data.path().display().to_string());
-    let mut settings = Settings::load(None, &env).unwrap();
+    let mut settings = Settings::load(None, &env.into()).unwrap();
     settings.capability_dirs = vec![caps.path().to_path_buf()];
     let figures = actix_rt::System::new().block_on(async move {
         let actors = capdex::app::start(&settings).await.unwrap();

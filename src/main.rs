@@ -5,7 +5,6 @@ use capdex::config::Settings;
 use capdex::core::discovery::DiscoveryFilter;
 use capdex::gateway::wire::DiscoverRequest;
 use clap::{Parser, Subcommand};
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -369,7 +368,7 @@ impl EmbedderFlags {
         if let Some(model) = &self.model {
             out.model = model.clone();
         }
-        out.validate().map_err(|(field, problem)| anyhow::anyhow!("{field} {problem}"))?;
+        out.validate().map_err(|err| anyhow::anyhow!("{} {}", err.field, err.problem))?;
         Ok(out)
     }
 }
@@ -397,7 +396,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let env: capdex::config::Environment = std::env::vars().collect();
     let mut settings = Settings::load(cli.config.as_deref(), &env)?;
     if let Some(dir) = cli.data_dir {
         settings.data_dir = dir;

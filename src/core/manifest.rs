@@ -13,6 +13,20 @@ pub const MAX_MANIFEST_BYTES: u64 = 256 * 1024;
 /// The largest SKILL.md or schema.json capdex reads, in bytes.
 pub const MAX_ATTACHMENT_BYTES: u64 = 1024 * 1024;
 
+/// Size limits for the files a scan of capability folders reads (the
+/// top-level `max_manifest_bytes` and `max_attachment_bytes` settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanLimits {
+    pub max_manifest_bytes: u64,
+    pub max_attachment_bytes: u64,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits { max_manifest_bytes: MAX_MANIFEST_BYTES, max_attachment_bytes: MAX_ATTACHMENT_BYTES }
+    }
+}
+
 /// Why a manifest was refused: the field at fault and the problem with it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

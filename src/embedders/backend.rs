@@ -27,7 +27,7 @@ pub fn build_with_env(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<BoxedEmbedder, EmbedError> {
     let config_error = |message: String| EmbedError::new(EmbedErrorCode::Config, message);
-    settings.validate().map_err(|(field, problem)| config_error(format!("{field} {problem}")))?;
+    settings.validate().map_err(|err| config_error(format!("{} {}", err.field, err.problem)))?;
     match settings.backend {
         EmbedderBackend::Builtin => HashingEmbedder::new(settings.dimensions)
             .map(|embedder| Box::new(embedder) as BoxedEmbedder)

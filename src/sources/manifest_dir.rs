@@ -8,20 +8,9 @@
 //! field and problem, never fatal to the scan.
 
 use crate::core::descriptor::CapabilityDescriptor;
-use crate::core::manifest::{self, ManifestProblem, MAX_ATTACHMENT_BYTES, MAX_MANIFEST_BYTES};
-
-/// Size limits for the files a scan reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScanLimits {
-    pub max_manifest_bytes: u64,
-    pub max_attachment_bytes: u64,
-}
-
-impl Default for ScanLimits {
-    fn default() -> Self {
-        ScanLimits { max_manifest_bytes: MAX_MANIFEST_BYTES, max_attachment_bytes: MAX_ATTACHMENT_BYTES }
-    }
-}
+use crate::core::manifest::{self, ManifestProblem};
+/// The size limits of a scan live in `core::manifest`, where config finds them too.
+pub use crate::core::manifest::{ScanLimits, MAX_ATTACHMENT_BYTES, MAX_MANIFEST_BYTES};
 
 /// Whether the `/proc/self/fd` containment check ran for every file read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

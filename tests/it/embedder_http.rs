@@ -180,7 +180,7 @@ fn vectors_missed_while_down_are_fetched_later() {
     use capdex::actors::indexer::{RetryEmbeddings, SyncCapabilities};
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let env: std::collections::BTreeMap<String, String> = [
+    let env: capdex::config::Environment = [
         ("CAPDEX_EMBEDDER_BACKEND", "http".to_string()),
         ("CAPDEX_EMBEDDER_ENDPOINT", format!("http://127.0.0.1:{port}")),
         ("CAPDEX_EMBEDDER_MODEL", "counting-test".to_string()),

@@ -1,0 +1,278 @@
+//! The `[nats]` section: the server, the subject prefix, the service name,
+//! payload and drain limits, authentication (one method at most) and TLS.
+
+use super::error::{in_range, InvalidKind, InvalidSetting};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// `[nats]` as written; every key is documented in `config/capdex.toml`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNats {
+    pub url: String,
+    pub subject_prefix: String,
+    pub service_name: String,
+    pub max_payload_bytes: usize,
+    pub drain_timeout_ms: u64,
+    pub user: String,
+    pub password: String,
+    pub password_file: PathBuf,
+    pub token: String,
+    pub token_file: PathBuf,
+    pub nkey_seed: String,
+    pub nkey_seed_file: PathBuf,
+    pub creds_file: PathBuf,
+    pub tls_ca_file: PathBuf,
+    pub tls_cert_file: PathBuf,
+    pub tls_key_file: PathBuf,
+    pub tls_required: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct NatsSettings {
+    pub url: String,
+    pub subject_prefix: String,
+    pub service_name: String,
+    pub max_payload_bytes: usize,
+    pub drain_timeout_ms: u64,
+    pub auth: NatsAuth,
+    pub tls: NatsTls,
+}
+
+/// A secret setting (password, token, nkey seed): its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// Returns the secret itself; only for handing it to the NATS client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Where a secret comes from: the setting itself, or a file read at connect time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    Value(Secret),
+    File(PathBuf),
+}
+
+/// How capdex authenticates to NATS (`[nats]` `user`, `token`, `nkey_seed`, `creds_file`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NatsAuth {
+    #[default]
+    None,
+    UserPassword {
+        user: String,
+        password: SecretSource,
+    },
+    Token(SecretSource),
+    NkeySeed(SecretSource),
+    CredsFile(PathBuf),
+}
+
+/// TLS to NATS (`[nats]` `tls_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NatsTls {
+    /// PEM CA certificates to trust.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate and key.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Refuse plain text (also implied by a `tls://` URL).
+    pub required: bool,
+}
+
+impl NatsSettings {
+    /// Checks the section: URL scheme, subject prefix, service name, payload bound, auth and TLS.
+    pub fn from_raw(raw: RawNats) -> Result<NatsSettings, InvalidSetting> {
+        validate_prefix(&raw.subject_prefix)
+            .map_err(|problem| InvalidSetting::new("nats.subject_prefix", InvalidKind::Malformed, problem))?;
+        if !(raw.url.starts_with("nats://") || raw.url.starts_with("tls://")) {
+            return Err(InvalidSetting::new(
+                "nats.url",
+                InvalidKind::Malformed,
+                format!("must start with nats:// or tls://, got {:?}", raw.url),
+            ));
+        }
+        if raw.service_name.is_empty()
+            || !raw.service_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(InvalidSetting::new(
+                "nats.service_name",
+                InvalidKind::Malformed,
+                format!("must be letters, digits, - or _, got {:?}", raw.service_name),
+            ));
+        }
+        let auth = nats_auth(&raw)?;
+        let tls = nats_tls(&raw)?;
+        in_range("nats.max_payload_bytes", raw.max_payload_bytes, 1024..=64 * 1024 * 1024)?;
+        Ok(NatsSettings {
+            url: raw.url,
+            subject_prefix: raw.subject_prefix,
+            service_name: raw.service_name,
+            max_payload_bytes: raw.max_payload_bytes,
+            drain_timeout_ms: raw.drain_timeout_ms,
+            auth,
+            tls,
+        })
+    }
+}
+
+/// Checks a subject prefix: dot-separated tokens of letters, digits, `-` and `_`.
+fn validate_prefix(prefix: &str) -> Result<(), String> {
+    let ok = !prefix.is_empty()
+        && prefix
+            .split('.')
+            .all(|token| !token.is_empty() && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{prefix:?} is not a subject prefix (dot-separated tokens of letters, digits, - or _)"))
+    }
+}
+
+/// Returns `Some(path)` unless the setting is empty.
+fn some_path(path: &Path) -> Option<PathBuf> {
+    (!path.as_os_str().is_empty()).then(|| path.to_path_buf())
+}
+
+/// Validates the `[nats]` authentication keys: at most one method, each complete.
+fn nats_auth(raw: &RawNats) -> Result<NatsAuth, InvalidSetting> {
+    let secret = |field: &str, value: &str, file: &Path| -> Result<Option<SecretSource>, InvalidSetting> {
+        match (value.is_empty(), some_path(file)) {
+            (true, None) => Ok(None),
+            (false, None) => Ok(Some(SecretSource::Value(Secret::new(value.to_string())))),
+            (true, Some(path)) => Ok(Some(SecretSource::File(path))),
+            (false, Some(_)) => {
+                Err(InvalidSetting::new(field, InvalidKind::Conflict, "give the secret or its file, not both"))
+            }
+        }
+    };
+    let password = secret("nats.password", &raw.password, &raw.password_file)?;
+    let token = secret("nats.token", &raw.token, &raw.token_file)?;
+    let nkey_seed = secret("nats.nkey_seed", &raw.nkey_seed, &raw.nkey_seed_file)?;
+    let creds_file = some_path(&raw.creds_file);
+    let user = (!raw.user.is_empty()).then(|| raw.user.clone());
+    let methods = [user.is_some() || password.is_some(), token.is_some(), nkey_seed.is_some(), creds_file.is_some()];
+    if methods.iter().filter(|set| **set).count() > 1 {
+        return Err(InvalidSetting::new(
+            "nats.user",
+            InvalidKind::Conflict,
+            "set at most one of user and password, token, nkey seed or creds file",
+        ));
+    }
+    let incomplete = |field: &str, problem: &str| Err(InvalidSetting::new(field, InvalidKind::Incomplete, problem));
+    Ok(match (user, password, token, nkey_seed, creds_file) {
+        (Some(user), Some(password), ..) => NatsAuth::UserPassword { user, password },
+        (Some(_), None, ..) => return incomplete("nats.password", "a user needs a password"),
+        (None, Some(_), ..) => return incomplete("nats.user", "a password needs a user"),
+        (_, _, Some(token), ..) => NatsAuth::Token(token),
+        (_, _, _, Some(seed), _) => NatsAuth::NkeySeed(seed),
+        (.., Some(path)) => NatsAuth::CredsFile(path),
+        _ => NatsAuth::None,
+    })
+}
+
+/// Validates the `[nats]` TLS keys: a client certificate needs its key and the reverse.
+fn nats_tls(raw: &RawNats) -> Result<NatsTls, InvalidSetting> {
+    let client_cert = match (some_path(&raw.tls_cert_file), some_path(&raw.tls_key_file)) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => {
+            return Err(InvalidSetting::new(
+                "nats.tls_cert_file",
+                InvalidKind::Incomplete,
+                "a client certificate needs its key (tls_key_file) and the reverse",
+            ))
+        }
+    };
+    Ok(NatsTls {
+        ca_file: some_path(&raw.tls_ca_file),
+        client_cert,
+        required: raw.tls_required || raw.url.starts_with("tls://"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::{defaults, load};
+
+    fn check(edit: impl FnOnce(&mut RawNats)) -> Result<NatsSettings, InvalidSetting> {
+        let mut raw = defaults().nats;
+        edit(&mut raw);
+        NatsSettings::from_raw(raw)
+    }
+
+    #[test]
+    fn the_defaults_connect_in_plain_text_without_credentials() {
+        let settings = check(|_| {}).unwrap();
+        assert_eq!((settings.url.as_str(), settings.subject_prefix.as_str()), ("nats://127.0.0.1:4222", "capdex.v1"));
+        assert_eq!((settings.auth, settings.tls), (NatsAuth::None, NatsTls::default()));
+        let tls = check(|raw| {
+            raw.tls_cert_file = "/c.pem".into();
+            raw.tls_key_file = "/k.pem".into();
+            raw.tls_ca_file = "/ca.pem".into();
+        })
+        .unwrap()
+        .tls;
+        assert_eq!(tls.client_cert, Some(("/c.pem".into(), "/k.pem".into())));
+        assert_eq!(tls.ca_file, Some("/ca.pem".into()));
+        assert!(!tls.required, "a nats:// URL with tls_required = false may be plain");
+        let seed = check(|raw| raw.nkey_seed_file = "/seed".into()).unwrap().auth;
+        assert_eq!(seed, NatsAuth::NkeySeed(SecretSource::File("/seed".into())));
+    }
+
+    #[test]
+    fn each_invalid_value_names_its_key_and_kind() {
+        use InvalidKind::*;
+        let cases: Vec<(Box<dyn FnOnce(&mut RawNats)>, &str, InvalidKind)> = vec![
+            (Box::new(|r| r.url = "http://h:4222".into()), "nats.url", Malformed),
+            (Box::new(|r| r.subject_prefix = "capdex..v1".into()), "nats.subject_prefix", Malformed),
+            (Box::new(|r| r.subject_prefix = "capdex.*".into()), "nats.subject_prefix", Malformed),
+            (Box::new(|r| r.service_name = String::new()), "nats.service_name", Malformed),
+            (Box::new(|r| r.max_payload_bytes = 1023), "nats.max_payload_bytes", OutOfRange),
+            (Box::new(|r| r.max_payload_bytes = 64 * 1024 * 1024 + 1), "nats.max_payload_bytes", OutOfRange),
+            (Box::new(|r| r.user = "u".into()), "nats.password", Incomplete),
+            (Box::new(|r| r.password_file = "/pw".into()), "nats.user", Incomplete),
+            (
+                Box::new(|r| {
+                    r.token = "t".into();
+                    r.creds_file = "/c.creds".into();
+                }),
+                "nats.user",
+                Conflict,
+            ),
+            (
+                Box::new(|r| {
+                    r.nkey_seed = "SU".into();
+                    r.nkey_seed_file = "/seed".into();
+                }),
+                "nats.nkey_seed",
+                Conflict,
+            ),
+            (Box::new(|r| r.tls_key_file = "/k.pem".into()), "nats.tls_cert_file", Incomplete),
+        ];
+        for (edit, field, kind) in cases {
+            let err = check(edit).unwrap_err();
+            assert_eq!((err.field.as_str(), err.kind), (field, kind), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_environment_overrides_the_section() {
+        let settings = load(&[("CAPDEX_NATS_SUBJECT_PREFIX", "acme.capdex"), ("CAPDEX_NATS_TLS_REQUIRED", "1")]).unwrap();
+        assert_eq!(settings.nats.subject_prefix, "acme.capdex");
+        assert!(settings.nats.tls.required);
+    }
+}
