@@ -5,9 +5,9 @@
 //! Layering happens on TOML values so that an unknown key anywhere is caught
 //! by `deny_unknown_fields` and reported with its name.
 
-use crate::core::capability_prior::PriorSettings;
 use crate::core::discovery::DiscoveryConfig;
 use crate::core::kpi_window::{AlertPolicy, ScopeMode, ToolSelectionMode, WindowSpec};
+use crate::core::outcome_prior::OutcomePriorSettings as PriorSettings;
 use crate::core::turn_planner::{AdaptivePolicy, PlannerDefaults, ToolFailureMode};
 use crate::sources::manifest_dir::ScanLimits;
 use serde::Deserialize;
