@@ -159,11 +159,8 @@ pub(crate) async fn apply_upsert(
     if !payload.presets.is_empty() {
         sync.presets = Some(normalised.presets);
     }
-    let report = indexer
-        .send(sync)
-        .await
-        .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
-        .map_err(|err| ApiError::internal(err.to_string()))?;
+    let report =
+        indexer.send(sync).await.map_err(ApiError::unavailable)?.map_err(|err| ApiError::internal(err.to_string()))?;
     let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
     Ok(registration_reply(report, diagnostics))
 }
@@ -177,7 +174,7 @@ pub(crate) async fn apply_remove(
     let report = indexer
         .send(SyncCapabilities::remove(&origin, request.ids))
         .await
-        .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+        .map_err(ApiError::unavailable)?
         .map_err(|err| ApiError::internal(err.to_string()))?;
     Ok(registration_reply(report, Vec::new()))
 }
@@ -251,10 +248,7 @@ impl ActorApi {
                                catalog: &crate::core::catalog::Catalog| {
                 finish(result.map_err(|err| ApiError::internal(err.to_string()))?, catalog)
             };
-            lanes
-                .run(discover, Box::new(finish))
-                .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?
+            lanes.run(discover, Box::new(finish)).await.map_err(ApiError::unavailable)?
         }
         .boxed_local()
     }
@@ -318,7 +312,7 @@ impl Api for ActorApi {
             let catalog = router
                 .send(crate::actors::router::CurrentCatalog)
                 .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+                .map_err(ApiError::unavailable)?;
             let capabilities: Vec<serde_json::Value> = catalog
                 .descriptors
                 .values()
@@ -363,7 +357,7 @@ impl Api for ActorApi {
                     at_ms,
                 })
                 .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+                .map_err(ApiError::unavailable)?;
             let discover = Discover { query: request.message, filter, config };
             let discovered = with_retries(retries, || async {
                 match lanes.run(discover.clone(), Box::new(|result, _| result.map_err(|err| err.to_string()))).await {
@@ -378,11 +372,11 @@ impl Api for ActorApi {
             };
             let adapt = view.adaptive_applies.then_some(&adaptive);
             let plan = turn_planner::plan(&defaults, &options.overrides(), &discovery_outcome, adapt)
-                .map_err(|err| ApiError::new(if err.code() == "discovery_failed" { 503 } else { 400 }, err.code(), err.to_string()))?;
+                .map_err(ApiError::from)?;
             metrics::counter!(
                 "capdex_plans_total",
                 "selection_mode" => if plan.tool_selection_mode == crate::core::kpi_window::ToolSelectionMode::All { "all" } else { "discovered" },
-                "fallback_reason" => plan.fallback_reason.clone().unwrap_or_else(|| "none".to_string()),
+                "fallback_reason" => plan.fallback_reason.map_or("none", |reason| reason.as_str()),
             )
             .increment(1);
             let (discovery, discovery_error) = match discovered {
@@ -397,10 +391,7 @@ impl Api for ActorApi {
     fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<RecordedOutcome, ApiError>> {
         let kpi = self.actors.kpi.clone();
         async move {
-            let recorded = kpi
-                .send(RecordOutcome { report, at_ms: now_ms() })
-                .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            let recorded = kpi.send(RecordOutcome { report, at_ms: now_ms() }).await.map_err(ApiError::unavailable)?;
             let update = match recorded {
                 Ok(recorded) => recorded.once_durable().await,
                 Err(err) => Err(err),
@@ -481,10 +472,7 @@ impl Api for ActorApi {
         async move {
             let call: crate::core::dispatch::pipeline::DispatchCall = serde_json::from_value(request)
                 .map_err(|err| ApiError::bad_request(format!("malformed dispatch request: {err}")))?;
-            let result = dispatcher
-                .send(Dispatch { call })
-                .await
-                .map_err(|err| ApiError::new(503, "unavailable", err.to_string()))?;
+            let result = dispatcher.send(Dispatch { call }).await.map_err(ApiError::unavailable)?;
             serde_json::to_value(result).map_err(|err| ApiError::internal(err.to_string()))
         }
         .boxed_local()
@@ -499,11 +487,11 @@ impl Api for ActorApi {
 }
 
 fn scg_error(err: ScgError) -> ApiError {
-    ApiError::new(err.status(), err.code(), err.to_string())
+    ApiError::scg(err.status(), err.code(), err.to_string())
 }
 
 fn scg_unavailable(err: actix::MailboxError) -> ApiError {
-    ApiError::new(503, "unavailable", err.to_string())
+    ApiError::unavailable(err)
 }
 
 /// Returns every stored scope's KPI at `now_ms`, read from the data dir

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 pub const MAX_PROVENANCE: usize = 1000;
 
 fn admin_error(err: AdminError) -> ApiError {
-    ApiError::new(err.status, err.code, err.message)
+    ApiError::admin(err.status, err.code, err.message)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, body: Value) -> Result<T, ApiError> {
@@ -31,7 +31,7 @@ fn decode<T: serde::de::DeserializeOwned>(what: &str, body: Value) -> Result<T, 
 }
 
 fn unavailable(err: MailboxError) -> ApiError {
-    ApiError::new(503, "unavailable", err.to_string())
+    ApiError::unavailable(err)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, ApiError> {
@@ -146,7 +146,7 @@ pub async fn run_dispatch(settings: &Settings, call: DispatchCall, nats: bool) -
 /// `capdex capability|binding|approval ...`: one admin request in-process.
 pub async fn run_admin(settings: &Settings, request: DispatchAdmin) -> anyhow::Result<Value> {
     let dispatcher = start_dispatcher(settings, false).await?;
-    admin(dispatcher, request).await.map_err(|err| anyhow::anyhow!("{}: {}", err.code, err.message))
+    admin(dispatcher, request).await.map_err(|err| anyhow::anyhow!("{}: {}", err.code(), err.message))
 }
 
 /// Reads a JSON (or YAML) file for `capdex capability register|update` and `capdex binding set`.

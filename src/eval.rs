@@ -18,7 +18,6 @@
 //! sweeps of a neural model cost ranking time only.
 
 use crate::config::EmbedderSettings;
-use crate::core::capability_prior::{distinct_ids, CapabilityStats, PriorSettings, PriorSnapshot};
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryFilter};
 use crate::core::embedder::{embed_in_batches, text_hash, Embed, EmbedError};
@@ -27,6 +26,7 @@ use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
+use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query};
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError};
@@ -51,7 +51,7 @@ pub struct EvalOptions {
     /// Lexical field weights; the default is the one discovery uses.
     pub field_weights: FieldWeights,
     /// The outcome prior applied to every ranking, as discovery applies it.
-    pub outcome_prior: Option<PriorSnapshot>,
+    pub outcome_prior: Option<OutcomePrior>,
     /// Keep vectors in a sled store here, keyed by model and text.
     pub cache: Option<PathBuf>,
 }
@@ -121,9 +121,9 @@ fn embed_cached(
 
 /// Builds the outcome prior from task outcomes (`capdex.v1.outcome` objects,
 /// one a line), all observed at the same instant so none has decayed.
-pub fn prior_from_outcomes(path: &Path, settings: &PriorSettings) -> Result<PriorSnapshot, EvalError> {
+pub fn prior_from_outcomes(path: &Path, settings: &OutcomePriorSettings) -> Result<OutcomePrior, EvalError> {
     let reports: Vec<OutcomeReport> = read_jsonl(path)?;
-    let mut stats = CapabilityStats::default();
+    let mut stats = OutcomeStats::default();
     for (i, report) in reports.iter().enumerate() {
         let sample = report.validate(0).map_err(|err| EvalError::Outcome {
             path: path.into(),

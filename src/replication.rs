@@ -73,22 +73,18 @@ impl Replication {
         self.waiters.borrow_mut().insert(message_id.clone(), sender);
         if let Err(err) = self.jetstream.publish_index(&message_id, payload).await {
             self.waiters.borrow_mut().remove(&message_id);
-            return Err(ApiError::new(503, "unavailable", err.to_string()));
+            return Err(ApiError::unavailable(err));
         }
         match tokio::time::timeout(self.apply_timeout, receiver).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err(ApiError::internal("the index log follower stopped")),
             Err(_) => {
                 self.waiters.borrow_mut().remove(&message_id);
-                Err(ApiError::new(
-                    504,
-                    "apply_timeout",
-                    format!(
-                        "the mutation is in the index log but was not applied here within {:?}; \
+                Err(ApiError::apply_timeout(format!(
+                    "the mutation is in the index log but was not applied here within {:?}; \
                          it will be applied when this node catches up",
-                        self.apply_timeout
-                    ),
-                ))
+                    self.apply_timeout
+                )))
             }
         }
     }
@@ -141,7 +137,7 @@ pub async fn start(
                         let sequence = message.sequence;
                         let reply = apply_mutation(&indexer, &message).await;
                         if let Err(err) = &reply {
-                            tracing::warn!(sequence, code = %err.code, message = %err.message, "index mutation not applied");
+                            tracing::warn!(sequence, code = %err.code(), message = %err.message, "index mutation not applied");
                         }
                         if let Err(err) = store.set_applied_index_sequence(sequence) {
                             tracing::error!(%err, sequence, "failed to store the applied index sequence");

@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(current.graph_version, 5);
         // A newer graph or prior keeps the catalog and its Tier 0 cache.
         cell.publish_graph(6, &Arc::new(CapabilityGraph::default()));
-        cell.publish_prior(&Arc::new(crate::core::capability_prior::PriorSnapshot::neutral()));
+        cell.publish_prior(&Arc::new(crate::core::outcome_prior::OutcomePrior::neutral()));
         let current = cell.load();
         assert!(Arc::ptr_eq(&current.catalog, &newer));
         assert_eq!(current.graph_version, 6);

@@ -288,11 +288,7 @@ impl Dispatcher {
         match (&code, finished.event.replayed) {
             (_, true) => self.stats.replayed += 1,
             (None, false) => self.stats.executed += 1,
-            (Some(code), false)
-                if ran && (code == "execution_error" || code == "invalid_binding" || code == "target_refused") =>
-            {
-                self.stats.failed += 1
-            }
+            (Some(code), false) if ran && ErrorCode::is_from_execution(code) => self.stats.failed += 1,
             (Some(_), false) => self.stats.refused += 1,
         }
         metrics::counter!("capdex_dispatch_total", "code" => code.unwrap_or_else(|| "success".into())).increment(1);

@@ -1,7 +1,7 @@
 //! KpiTelemetry: keeps a rolling window of task outcomes per scope
 //! (`core::kpi_window`), answers each outcome with the scope's KPI and, when
 //! the policy says so, an alert or recovery event; keeps per-capability
-//! outcome statistics (`core::capability_prior`) and publishes the ranking
+//! outcome statistics (`core::outcome_prior`) and publishes the ranking
 //! prior they give to the Router. Windows, their alert and adaptive state,
 //! and the statistics are stored in sled.
 //!
@@ -25,9 +25,11 @@
 
 use crate::actors::Observe;
 use crate::config::KpiSettings;
-use crate::core::capability_prior::{distinct_ids, CapabilityStats, Observed, PriorSnapshot};
 use crate::core::kpi_window::{
     check_capability_id, record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, OutcomeStatus, ScopeMeta,
+};
+use crate::core::outcome_prior::{
+    distinct_ids, Observed, OutcomePrior as PriorSnapshot, OutcomeStats as CapabilityStats,
 };
 use crate::store::{Durable, KpiOp, Store, StoreError};
 use actix::prelude::*;

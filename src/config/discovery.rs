@@ -3,7 +3,7 @@
 
 use super::embedder::EmbedderBackend;
 use super::error::{at_most, InvalidKind, InvalidSetting};
-use crate::core::capability_prior::PriorSettings;
+use crate::core::outcome_prior::OutcomePriorSettings;
 use crate::core::discovery::DiscoveryConfig;
 use serde::Deserialize;
 
@@ -78,7 +78,7 @@ pub struct DiscoverySection {
     /// `lexical_weight` as written.
     pub lexical_weight: LexicalWeight,
     /// The outcome prior (`outcome_prior*`), which the KPI actor keeps.
-    pub prior: PriorSettings,
+    pub prior: OutcomePriorSettings,
     pub prior_publish_interval_ms: u64,
     /// Worker threads, 0 resolved to the available parallelism.
     pub workers: usize,
@@ -105,7 +105,7 @@ impl DiscoverySection {
             let kind = if problem.field == "tier2TopK" { InvalidKind::Conflict } else { InvalidKind::OutOfRange };
             InvalidSetting::new(format!("discovery.{}", snake(problem.field)), kind, problem.problem)
         })?;
-        let prior = PriorSettings {
+        let prior = OutcomePriorSettings {
             enabled: raw.outcome_prior,
             strength: raw.outcome_prior_strength,
             half_life_ms: raw.outcome_prior_half_life_ms,

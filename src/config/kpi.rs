@@ -3,7 +3,7 @@
 //! `[discovery]` but kept by the KPI actor, so [`KpiSettings`] carries it too.
 
 use super::error::{at_most, in_range, unit_rate, InvalidKind, InvalidSetting};
-use crate::core::capability_prior::PriorSettings;
+use crate::core::outcome_prior::OutcomePriorSettings;
 use crate::core::kpi_window::{AlertPolicy, ScopeMode, WindowSpec};
 use crate::core::turn_planner::AdaptivePolicy;
 use serde::Deserialize;
@@ -35,7 +35,7 @@ pub struct KpiSettings {
     pub alerts: AlertPolicy,
     pub adaptive: AdaptivePolicy,
     /// The outcome prior's settings (`[discovery] outcome_prior*`).
-    pub prior: PriorSettings,
+    pub prior: OutcomePriorSettings,
     /// At most one prior is sent to the Router per this many milliseconds (0: after every change).
     pub prior_publish_interval_ms: u64,
     /// Scopes that get per-scope Prometheus gauges (the first ones seen).
@@ -48,7 +48,7 @@ impl KpiSettings {
     /// Checks the section; `prior` and `prior_publish_interval_ms` come validated from `[discovery]`.
     pub fn from_raw(
         raw: RawKpi,
-        prior: PriorSettings,
+        prior: OutcomePriorSettings,
         prior_publish_interval_ms: u64,
     ) -> Result<KpiSettings, InvalidSetting> {
         let window_size = in_range("kpi.rolling_window_size", raw.rolling_window_size, 1..=100_000)?;
@@ -112,7 +112,7 @@ mod tests {
     fn check(edit: impl FnOnce(&mut RawKpi)) -> Result<KpiSettings, InvalidSetting> {
         let mut raw = defaults().kpi;
         edit(&mut raw);
-        KpiSettings::from_raw(raw, PriorSettings::default(), 0)
+        KpiSettings::from_raw(raw, OutcomePriorSettings::default(), 0)
     }
 
     #[test]

@@ -244,14 +244,14 @@ pub fn discover(
 
 /// [`discover`], with the outcome prior applied to the ranking after fusion
 /// and graph re-ranking and before Tier 1 is picked
-/// ([`crate::core::capability_prior::PriorSnapshot::apply`]); `None` is [`discover`].
+/// ([`crate::core::outcome_prior::OutcomePrior::apply`]); `None` is [`discover`].
 pub fn discover_with_prior(
     query: &Query,
     indexes: &Indexes<'_>,
     config: &DiscoveryConfig,
     filter: &DiscoveryFilter,
     tier0: String,
-    prior: Option<&crate::core::capability_prior::PriorSnapshot>,
+    prior: Option<&crate::core::outcome_prior::OutcomePrior>,
 ) -> DiscoveryResult {
     let started = std::time::Instant::now();
     let catalog = indexes.catalog;

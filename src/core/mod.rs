@@ -5,7 +5,6 @@
 //! Nothing here does I/O or knows about actors, the bus or the store;
 //! `tests/tidy.rs` enforces that.
 
-pub mod capability_prior;
 pub mod catalog;
 pub mod descriptor;
 pub mod discovery;
@@ -19,6 +18,7 @@ pub mod kpi_window;
 pub mod lexical;
 pub mod manifest;
 pub mod meta_tool;
+pub mod outcome_prior;
 pub mod retrieval;
 pub mod scg;
 pub mod sources;

@@ -185,6 +185,40 @@ fn is_tool_id(id: &str) -> bool {
     matches!(kind, Some(CapabilityKind::Tool | CapabilityKind::EmergentTool))
 }
 
+/// Why a plan fell back to all tools; serialized as its snake_case name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FallbackReason {
+    /// Discovery failed and the failure mode is `fail_open`.
+    DiscoveryFailed,
+    /// Discovery found capabilities, but no tool among them.
+    NoToolMatched,
+    /// Discovery found nothing relevant: the turn needs no capability (not degraded).
+    NoCapabilityNeeded,
+    /// Adaptive execution switched a degraded scope's plan.
+    AdaptiveDegradedScope,
+}
+
+impl FallbackReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [FallbackReason; 4] = [
+        FallbackReason::DiscoveryFailed,
+        FallbackReason::NoToolMatched,
+        FallbackReason::NoCapabilityNeeded,
+        FallbackReason::AdaptiveDegradedScope,
+    ];
+
+    /// The wire name (the same string serde writes), also the `fallback_reason` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FallbackReason::DiscoveryFailed => "discovery_failed",
+            FallbackReason::NoToolMatched => "no_tool_matched",
+            FallbackReason::NoCapabilityNeeded => "no_capability_needed",
+            FallbackReason::AdaptiveDegradedScope => "adaptive_degraded_scope",
+        }
+    }
+}
+
 /// The outcome a request pinned, reported with `source: request_override`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -205,8 +239,8 @@ pub struct TurnPlan {
     pub selected_tool_ids: Vec<String>,
     /// Whether the plan fell back to all tools (or adapted to a degraded scope).
     pub fallback_applied: bool,
-    /// `discovery_failed`, `no_tool_matched`, `no_capability_needed` or `adaptive_degraded_scope`.
-    pub fallback_reason: Option<String>,
+    /// Why the plan fell back, when it did.
+    pub fallback_reason: Option<FallbackReason>,
     /// Whether adaptive execution changed the plan.
     pub adaptive_applied: bool,
     /// Whether discovery found any relevant capability.
@@ -225,16 +259,6 @@ pub enum PlanError {
     BadTaskOutcome(f32),
     #[error("taskOutcome {0} contradicts taskSuccess {1}")]
     Contradiction(&'static str, bool),
-}
-
-impl PlanError {
-    /// A stable code for the wire.
-    pub fn code(&self) -> &'static str {
-        match self {
-            PlanError::DiscoveryFailed(_) => "discovery_failed",
-            PlanError::BadTaskOutcome(_) | PlanError::Contradiction(..) => "bad_request",
-        }
-    }
 }
 
 /// Resolves the `taskOutcome` / `taskSuccess` overrides into one outcome.
@@ -299,22 +323,24 @@ pub fn plan(
     };
     let (mut selected_tool_ids, mut fallback_reason, mut degraded) = (Vec::new(), None, adaptive_applied);
     if adaptive_applied {
-        fallback_reason = Some("adaptive_degraded_scope");
+        fallback_reason = Some(FallbackReason::AdaptiveDegradedScope);
     }
     if selection_mode == ToolSelectionMode::Discovered {
         let open = failure_mode == ToolFailureMode::FailOpen;
         match discovery {
             DiscoveryOutcome::Failed(reason) if !open => return Err(PlanError::DiscoveryFailed(reason.clone())),
             DiscoveryOutcome::Failed(_) => {
-                (selection_mode, fallback_reason, degraded) = (ToolSelectionMode::All, Some("discovery_failed"), true)
+                (selection_mode, fallback_reason, degraded) =
+                    (ToolSelectionMode::All, Some(FallbackReason::DiscoveryFailed), true)
             }
             DiscoveryOutcome::Found { tool_ids, .. } if !tool_ids.is_empty() => selected_tool_ids = tool_ids.clone(),
             DiscoveryOutcome::Found { .. } if !open => {}
             DiscoveryOutcome::Found { .. } if needs_capabilities => {
-                (selection_mode, fallback_reason, degraded) = (ToolSelectionMode::All, Some("no_tool_matched"), true)
+                (selection_mode, fallback_reason, degraded) =
+                    (ToolSelectionMode::All, Some(FallbackReason::NoToolMatched), true)
             }
             DiscoveryOutcome::Found { .. } => {
-                (selection_mode, fallback_reason) = (ToolSelectionMode::All, Some("no_capability_needed"))
+                (selection_mode, fallback_reason) = (ToolSelectionMode::All, Some(FallbackReason::NoCapabilityNeeded))
             }
         }
     }
@@ -332,7 +358,7 @@ pub fn plan(
         capability_discovery_kind: overrides.capability_discovery_kind.clone().unwrap_or_else(|| "any".to_string()),
         selected_tool_ids,
         fallback_applied: fallback_reason.is_some(),
-        fallback_reason: fallback_reason.map(str::to_string),
+        fallback_reason,
         adaptive_applied,
         needs_capabilities,
         execution_lifecycle,
@@ -383,11 +409,13 @@ mod tests {
     fn fail_open_falls_back_and_fail_closed_refuses() {
         let failed = DiscoveryOutcome::Failed("embedder down".into());
         let plan = check(PlanOverrides::default(), failed.clone(), false).unwrap();
-        assert_eq!((plan.tool_selection_mode, plan.fallback_reason.as_deref()), (All, Some("discovery_failed")));
+        assert_eq!((plan.tool_selection_mode, plan.fallback_reason), (All, Some(FallbackReason::DiscoveryFailed)));
         assert_eq!(plan.execution_lifecycle, vec![Planned, Executing, Degraded]);
-        assert_eq!(check(closed(), failed, false).unwrap_err().code(), "discovery_failed");
+        assert!(
+            matches!(check(closed(), failed, false), Err(PlanError::DiscoveryFailed(reason)) if reason == "embedder down")
+        );
         let plan = check(PlanOverrides::default(), found(&["skill:b"]), false).unwrap();
-        assert_eq!((plan.tool_selection_mode, plan.fallback_reason.as_deref()), (All, Some("no_tool_matched")));
+        assert_eq!((plan.tool_selection_mode, plan.fallback_reason), (All, Some(FallbackReason::NoToolMatched)));
         let plan = check(closed(), found(&["skill:b"]), false).unwrap();
         assert_eq!(
             (plan.tool_selection_mode, plan.selected_tool_ids.len(), plan.fallback_applied),
@@ -398,7 +426,7 @@ mod tests {
     #[test]
     fn a_turn_that_needs_no_capability_is_not_degraded() {
         let plan = check(PlanOverrides::default(), found(&[]), false).unwrap();
-        assert_eq!((plan.tool_selection_mode, plan.fallback_reason.as_deref()), (All, Some("no_capability_needed")));
+        assert_eq!((plan.tool_selection_mode, plan.fallback_reason), (All, Some(FallbackReason::NoCapabilityNeeded)));
         assert!(!plan.needs_capabilities);
         assert!(!plan.execution_lifecycle.contains(&Degraded));
     }
@@ -436,13 +464,28 @@ mod tests {
             PlanOverrides { task_outcome: Some(TaskOutcome::Status(OutcomeStatus::Failed)), ..Default::default() };
         assert_eq!(check(failed, found(&["tool:a"]), false).unwrap().execution_lifecycle.last(), Some(&Errored));
         let bad = PlanOverrides { task_outcome: Some(TaskOutcome::Score(1.5)), ..Default::default() };
-        assert_eq!(check(bad, found(&[]), false).unwrap_err().code(), "bad_request");
+        assert_eq!(check(bad, found(&[]), false), Err(PlanError::BadTaskOutcome(1.5)));
         let contradiction = PlanOverrides {
             task_outcome: Some(TaskOutcome::Status(OutcomeStatus::Failed)),
             task_success: Some(true),
             ..Default::default()
         };
-        assert!(check(contradiction, found(&[]), false).is_err());
+        assert_eq!(check(contradiction, found(&[]), false), Err(PlanError::Contradiction("failed", true)));
+    }
+
+    #[test]
+    fn fallback_reasons_serialize_to_their_wire_names() {
+        for reason in FallbackReason::ALL {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+        let names: Vec<&str> = FallbackReason::ALL.iter().map(|reason| reason.as_str()).collect();
+        assert_eq!(names, ["discovery_failed", "no_tool_matched", "no_capability_needed", "adaptive_degraded_scope"]);
+        let plan = check(PlanOverrides::default(), found(&["tool:a"]), true).unwrap();
+        assert_eq!(plan.fallback_reason, Some(FallbackReason::AdaptiveDegradedScope));
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["fallbackReason"], "adaptive_degraded_scope");
+        let plan = check(PlanOverrides::default(), found(&["tool:a"]), false).unwrap();
+        assert_eq!(serde_json::to_value(&plan).unwrap()["fallbackReason"], serde_json::Value::Null);
     }
 
     fn kpi(sample_count: usize, weighted_success_rate: f32) -> Kpi {

@@ -99,7 +99,7 @@ pub trait Api: 'static {
         request: crate::gateway::wire::DispatchAdmin,
     ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
         let _ = request;
-        Box::pin(async { Err(ApiError::new(501, "not_implemented", "dispatch administration is not served here")) })
+        Box::pin(async { Err(ApiError::not_implemented("dispatch administration is not served here")) })
     }
 }
 
@@ -601,7 +601,7 @@ async fn respond(
 ) {
     let Some(reply) = message.reply.clone() else {
         if let Err(err) = &result {
-            tracing::warn!(?kind, code = %err.code, message = %err.message, "request without reply subject failed");
+            tracing::warn!(?kind, code = %err.code(), message = %err.message, "request without reply subject failed");
         }
         return;
     };
@@ -615,11 +615,11 @@ async fn respond(
     let (body, error) = match result {
         Ok(body) => (body, None),
         Err(err) => {
-            metrics::counter!("capdex_request_errors_total", "code" => err.code.clone()).increment(1);
+            metrics::counter!("capdex_request_errors_total", "code" => err.code().to_string()).increment(1);
             headers.insert(NATS_SERVICE_ERROR, err.message.as_str());
-            headers.insert(NATS_SERVICE_ERROR_CODE, err.status.to_string().as_str());
+            headers.insert(NATS_SERVICE_ERROR_CODE, err.status().to_string().as_str());
             let body = codec.encode(&err).unwrap_or_default();
-            (body, Some(format!("{} {}: {}", err.status, err.code, err.message)))
+            (body, Some(format!("{} {}: {}", err.status(), err.code(), err.message)))
         }
     };
     let sent = if headers.is_empty() {

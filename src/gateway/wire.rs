@@ -4,7 +4,8 @@
 use crate::core::descriptor::CapabilityKind;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryOverrides, DiscoveryResult};
 use crate::core::kpi_window::{AlertEvent, Kpi, ToolSelectionMode};
-use crate::core::turn_planner::{PlanOverrides, TaskOutcome, ToolFailureMode, TurnPlan};
+use crate::core::turn_planner::{PlanError, PlanOverrides, TaskOutcome, ToolFailureMode, TurnPlan};
+use crate::gateway::errors::ErrorKind;
 use serde::{Deserialize, Serialize};
 
 /// The longest discovery query accepted, in characters.
@@ -207,28 +208,77 @@ impl DiscoverRequest {
     }
 }
 
-/// An error reply body: a stable code and a human-readable message. The
-/// reply also carries `Nats-Service-Error` and `Nats-Service-Error-Code` headers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// An error reply: its kind and a human-readable message. The body is
+/// `{"code", "message"}`; the reply also carries `Nats-Service-Error` and
+/// `Nats-Service-Error-Code` headers ([`ErrorKind::status_and_code`]).
+#[derive(Clone, Debug, PartialEq)]
 pub struct ApiError {
-    pub code: String,
+    pub kind: ErrorKind,
     pub message: String,
-    /// The numeric code for the `Nats-Service-Error-Code` header (HTTP-like).
-    #[serde(skip)]
-    pub status: u16,
+}
+
+impl Serialize for ApiError {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut body = serializer.serialize_struct("ApiError", 2)?;
+        body.serialize_field("code", self.code())?;
+        body.serialize_field("message", &self.message)?;
+        body.end()
+    }
 }
 
 impl ApiError {
-    pub fn new(status: u16, code: impl Into<String>, message: impl Into<String>) -> ApiError {
-        ApiError { code: code.into(), message: message.into(), status }
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
+        ApiError { kind, message: message.into() }
+    }
+
+    /// The body's `code`.
+    pub fn code(&self) -> &str {
+        self.kind.status_and_code().1
+    }
+
+    /// The numeric code for the `Nats-Service-Error-Code` header (HTTP-like).
+    pub fn status(&self) -> u16 {
+        self.kind.status_and_code().0
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(400, "bad_request", message)
+        ApiError::new(ErrorKind::BadRequest, message)
     }
 
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError::new(500, "internal", message)
+        ApiError::new(ErrorKind::Internal, message)
+    }
+
+    /// An actor (or the index log) did not answer: `503 unavailable` with `err` as the message.
+    pub fn unavailable(err: impl std::fmt::Display) -> ApiError {
+        ApiError::new(ErrorKind::Unavailable, err.to_string())
+    }
+
+    /// The request is not served by this node's API: `501 not_implemented`.
+    pub fn not_implemented(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::NotImplemented, message)
+    }
+
+    /// A mutation was not applied here in time: `504 apply_timeout`.
+    pub fn apply_timeout(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::ApplyTimeout, message)
+    }
+
+    /// An SCG error, with the status and code its `ScgError` gives.
+    pub fn scg(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Scg { status, code }, message)
+    }
+
+    /// A dispatch administration error, with the status and code its `AdminError` gives.
+    pub fn admin(status: u16, code: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Admin { status, code: code.into() }, message)
+    }
+}
+
+impl From<PlanError> for ApiError {
+    fn from(err: PlanError) -> ApiError {
+        ApiError::new(ErrorKind::from(&err), err.to_string())
     }
 }
 
@@ -256,8 +306,7 @@ impl Codec {
     pub fn decode<T: serde::de::DeserializeOwned>(self, payload: &[u8], max_bytes: usize) -> Result<T, ApiError> {
         if payload.len() > max_bytes {
             return Err(ApiError::new(
-                413,
-                "payload_too_large",
+                ErrorKind::PayloadTooLarge,
                 format!("payload is {} bytes, the limit is {max_bytes}", payload.len()),
             ));
         }
@@ -509,12 +558,15 @@ mod tests {
         assert_eq!(request.filter().unwrap().kind, Some(CapabilityKind::Channel));
         let request: DiscoverRequest = decode(br#"{"query":"x"}"#, 1024).unwrap();
         assert_eq!(request.message, "x");
-        assert_eq!(decode::<DiscoverRequest>(b"{not json", 1024).unwrap_err().code, "bad_request");
-        assert_eq!(decode::<DiscoverRequest>(br#"{"message":"x","bogus":1}"#, 1024).unwrap_err().code, "bad_request");
-        assert_eq!(decode::<DiscoverRequest>(&[b' '; 2000], 1024).unwrap_err().code, "payload_too_large");
+        assert_eq!(decode::<DiscoverRequest>(b"{not json", 1024).unwrap_err().kind, ErrorKind::BadRequest);
+        assert_eq!(
+            decode::<DiscoverRequest>(br#"{"message":"x","bogus":1}"#, 1024).unwrap_err().kind,
+            ErrorKind::BadRequest
+        );
+        assert_eq!(decode::<DiscoverRequest>(&[b' '; 2000], 1024).unwrap_err().kind, ErrorKind::PayloadTooLarge);
         let bad_kind = DiscoverRequest { message: "x".into(), kind: Some("gadget".into()), ..Default::default() };
-        assert_eq!(bad_kind.filter().unwrap_err().code, "bad_request");
-        assert_eq!(DiscoverRequest::default().filter().unwrap_err().code, "bad_request");
+        assert_eq!(bad_kind.filter().unwrap_err().kind, ErrorKind::BadRequest);
+        assert_eq!(DiscoverRequest::default().filter().unwrap_err().kind, ErrorKind::BadRequest);
         let packed = rmp_serde::to_vec_named(&serde_json::json!({"message": "hi"})).unwrap();
         let request: DiscoverRequest =
             Codec::from_content_type(Some("application/msgpack")).decode(&packed, 1024).unwrap();
@@ -533,18 +585,46 @@ mod tests {
             (Some(ToolFailureMode::FailClosed), Some(TaskOutcome::Score(0.4)))
         );
         assert_eq!(
-            decode::<DiscoverRequest>(br#"{"message":"x","plan":{"bogus":1}}"#, 1024).unwrap_err().code,
-            "bad_request"
+            decode::<DiscoverRequest>(br#"{"message":"x","plan":{"bogus":1}}"#, 1024).unwrap_err().kind,
+            ErrorKind::BadRequest
         );
         let disagree = DiscoverRequest { kind: Some("tool".into()), ..with_plan };
-        assert_eq!(disagree.filter().unwrap_err().code, "bad_request");
+        assert_eq!(disagree.filter().unwrap_err().kind, ErrorKind::BadRequest);
         let plan: PlanRequest =
             decode(br#"{"message":"x","taskOutcome":"partial","toolSelectionMode":"all"}"#, 1024).unwrap();
         assert!(plan.into_discover().unwrap().plan.is_some());
         assert_eq!(
-            decode::<PlanRequest>(br#"{"message":"x","toolFailureMode":"sometimes"}"#, 1024).unwrap_err().code,
-            "bad_request"
+            decode::<PlanRequest>(br#"{"message":"x","toolFailureMode":"sometimes"}"#, 1024).unwrap_err().kind,
+            ErrorKind::BadRequest
         );
+    }
+
+    #[test]
+    fn error_bodies_are_code_then_message() {
+        /// The body as it was written before kinds: two string fields, in this order.
+        #[derive(Serialize)]
+        struct Body<'a> {
+            code: &'a str,
+            message: &'a str,
+        }
+        let cases = [
+            ApiError::unavailable("mailbox closed"),
+            ApiError::bad_request("message must not be empty"),
+            ApiError::from(PlanError::DiscoveryFailed("down".into())),
+            ApiError::scg(413, "too_large", "big"),
+            ApiError::admin(409, "builtin", "tool:echo is a built-in capability"),
+        ];
+        for err in cases {
+            let body = Body { code: err.code(), message: &err.message };
+            assert_eq!(Codec::Json.encode(&err).unwrap(), Codec::Json.encode(&body).unwrap(), "{err:?}");
+            assert_eq!(Codec::Msgpack.encode(&err).unwrap(), Codec::Msgpack.encode(&body).unwrap(), "{err:?}");
+        }
+        let err = ApiError::unavailable("mailbox closed");
+        assert_eq!((err.status(), err.code()), (503, "unavailable"));
+        assert_eq!(serde_json::to_string(&err).unwrap(), r#"{"code":"unavailable","message":"mailbox closed"}"#);
+        let err = ApiError::from(PlanError::DiscoveryFailed("down".into()));
+        assert_eq!((err.status(), err.code()), (503, "discovery_failed"));
+        assert_eq!(err.message, "discovery failed and the tool failure mode is fail_closed: down");
     }
 }
 

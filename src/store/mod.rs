@@ -43,9 +43,9 @@ pub mod sequence;
 use crate::core::descriptor::CapabilityDescriptor;
 mod group_flush;
 
-use crate::core::capability_prior::{CapabilityStats, DecayedStat};
 use crate::core::graph::Preset;
 use crate::core::kpi_window::{Sample, ScopeMeta};
+use crate::core::outcome_prior::{DecayedStat, OutcomeStats};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -151,7 +151,7 @@ impl KpiOp {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoredKpi {
     pub scopes: Vec<StoredScope>,
-    pub prior: CapabilityStats,
+    pub prior: OutcomeStats,
 }
 
 /// A descriptor as stored, with the origin that holds it.
@@ -334,7 +334,7 @@ impl Store {
                 }
             }
         };
-        let mut prior = CapabilityStats::default();
+        let mut prior = OutcomeStats::default();
         for entry in self.kpi.iter() {
             let (key, bytes) = entry.map_err(|source| StoreError::Sled { action: "iterate", tree: KPI, source })?;
             let bad_key = || StoreError::Key { tree: KPI, key: String::from_utf8_lossy(&key).into_owned() };

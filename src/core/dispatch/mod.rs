@@ -55,22 +55,53 @@ impl ErrorCode {
         }
     }
 
-    /// True for the codes that refuse a call before any handler or endpoint is called.
+    /// Every code, in declaration order.
+    pub const ALL: [ErrorCode; 11] = [
+        ErrorCode::UnknownCapability,
+        ErrorCode::CapabilityInactive,
+        ErrorCode::CapabilityDisabledForAgent,
+        ErrorCode::RateLimited,
+        ErrorCode::RequiresApproval,
+        ErrorCode::ApprovalInvalid,
+        ErrorCode::InvalidArgs,
+        ErrorCode::ExecutionError,
+        ErrorCode::InvalidBinding,
+        ErrorCode::TargetRefused,
+        ErrorCode::InvalidRequest,
+    ];
+
+    /// Reads a wire code; `None` for a code of a handler service's own.
+    pub fn parse(code: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|known| known.as_str() == code)
+    }
+
+    /// True for the codes that refuse a call before any handler or endpoint
+    /// is called; false for `execution_error` and for a handler's own codes.
     pub fn is_refusal(code: &str) -> bool {
-        [
-            ErrorCode::UnknownCapability,
-            ErrorCode::CapabilityInactive,
-            ErrorCode::CapabilityDisabledForAgent,
-            ErrorCode::RateLimited,
-            ErrorCode::RequiresApproval,
-            ErrorCode::ApprovalInvalid,
-            ErrorCode::InvalidArgs,
-            ErrorCode::InvalidBinding,
-            ErrorCode::TargetRefused,
-            ErrorCode::InvalidRequest,
-        ]
-        .iter()
-        .any(|refusal| refusal.as_str() == code)
+        match ErrorCode::parse(code) {
+            Some(ErrorCode::ExecutionError) | None => false,
+            Some(
+                ErrorCode::UnknownCapability
+                | ErrorCode::CapabilityInactive
+                | ErrorCode::CapabilityDisabledForAgent
+                | ErrorCode::RateLimited
+                | ErrorCode::RequiresApproval
+                | ErrorCode::ApprovalInvalid
+                | ErrorCode::InvalidArgs
+                | ErrorCode::InvalidBinding
+                | ErrorCode::TargetRefused
+                | ErrorCode::InvalidRequest,
+            ) => true,
+        }
+    }
+
+    /// True for the codes the execution step answers (`execution_error`,
+    /// `invalid_binding`, `target_refused`), the others come before it.
+    pub fn is_from_execution(code: &str) -> bool {
+        matches!(
+            ErrorCode::parse(code),
+            Some(ErrorCode::ExecutionError | ErrorCode::InvalidBinding | ErrorCode::TargetRefused)
+        )
     }
 }
 
@@ -216,4 +247,24 @@ pub trait ExecTransport {
         payload: Vec<u8>,
         timeout_ms: u64,
     ) -> futures::future::LocalBoxFuture<'static, Result<Vec<u8>, ExecFailure>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_parse_back_and_only_execution_errors_are_not_refusals() {
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
+            assert_eq!(ErrorCode::is_refusal(code.as_str()), code != ErrorCode::ExecutionError, "{code:?}");
+        }
+        let names: std::collections::BTreeSet<&str> = ErrorCode::ALL.iter().map(|code| code.as_str()).collect();
+        assert_eq!(names.len(), ErrorCode::ALL.len(), "codes are distinct");
+        let from_execution: Vec<&str> =
+            ErrorCode::ALL.iter().map(|code| code.as_str()).filter(|code| ErrorCode::is_from_execution(code)).collect();
+        assert_eq!(from_execution, ["execution_error", "invalid_binding", "target_refused"]);
+        assert_eq!(ErrorCode::parse("out_of_stock"), None);
+        assert!(!ErrorCode::is_refusal("out_of_stock"), "a handler's own code is not a refusal");
+    }
 }

@@ -1,21 +1,22 @@
-//! Outcome-aware ranking: per-capability success statistics from task
-//! outcomes and dispatch results, turned into a bounded, decaying prior that
-//! nudges discovery's relevance.
+//! The outcome prior: per-capability success statistics from task outcomes
+//! and dispatch results ([`OutcomeStats`]), turned into a bounded, decaying
+//! prior ([`OutcomePrior`]) that nudges discovery's relevance; configured by
+//! `[discovery] outcome_prior_*` ([`OutcomePriorSettings`]).
 //!
-//! Statistics ([`CapabilityStats`]): every capability listed in an outcome's
+//! Statistics: every capability listed in an outcome's
 //! `capabilities` is credited with the outcome's score; a dispatch result
 //! counts 1 (success) or 0 (failure). Scores and counts decay with time: an
 //! observation `Δt` old weighs `0.5^(Δt / half_life_ms)` ([`DecayedStat`]), so
 //! with the default half-life of 7 days a week-old failure counts half.
 //!
-//! Prior ([`CapabilityStats::snapshot`]): with `m` the decayed mean score of
+//! Prior ([`OutcomeStats::snapshot`]): with `m` the decayed mean score of
 //! every observation (all capabilities), a capability with decayed score sum
 //! `s` over decayed weight `n` gets the Beta-smoothed mean
 //! `p = (s + k·m) / (n + k)` (`k` = `pseudo_count` observations at the mean),
 //! and the adjustment `a = X · (p − m) / m` when `p < m`, `X · (p − m) / (1 − m)`
 //! otherwise, which is in `[−X, X]` (`X` = `strength`). Discovery multiplies
 //! a hit's relevance by `1 + a` (clamped to [0, 1]) after fusion and graph
-//! re-ranking and before tiering ([`PriorSnapshot::apply`]).
+//! re-ranking and before tiering ([`OutcomePrior::apply`]).
 //!
 //! Neutral cases: no data gives `a = 0` for everyone; so do outcomes that
 //! treat every capability alike (every `p` equals `m`), e.g. a provider
@@ -36,7 +37,7 @@ pub const FORGET_BELOW_WEIGHT: f64 = 1e-3;
 /// small on purpose: at most ±10% of relevance.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PriorSettings {
+pub struct OutcomePriorSettings {
     /// Whether discovery applies the prior (per query, `outcomePrior` overrides it).
     pub enabled: bool,
     /// The largest relative change of a relevance, in [0, 0.5].
@@ -47,13 +48,13 @@ pub struct PriorSettings {
     pub pseudo_count: f32,
 }
 
-impl Default for PriorSettings {
+impl Default for OutcomePriorSettings {
     fn default() -> Self {
-        PriorSettings { enabled: true, strength: 0.1, half_life_ms: 7 * 86_400_000, pseudo_count: 5.0 }
+        OutcomePriorSettings { enabled: true, strength: 0.1, half_life_ms: 7 * 86_400_000, pseudo_count: 5.0 }
     }
 }
 
-impl PriorSettings {
+impl OutcomePriorSettings {
     /// Checks every range; returns the offending field (config key) and problem.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if !(self.strength.is_finite() && (0.0..=0.5).contains(&self.strength)) {
@@ -112,7 +113,7 @@ impl DecayedStat {
 
 /// Every tracked capability's statistics, and those of all observations together.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct CapabilityStats {
+pub struct OutcomeStats {
     pub global: DecayedStat,
     pub capabilities: HashMap<String, DecayedStat>,
 }
@@ -126,7 +127,7 @@ pub enum Observed {
     Ignored,
 }
 
-impl CapabilityStats {
+impl OutcomeStats {
     /// Credits `capability_id` with `score` observed at `at_ms`.
     pub fn observe(&mut self, capability_id: &str, score: f32, at_ms: u64, half_life_ms: u64) -> Observed {
         if !self.capabilities.contains_key(capability_id) {
@@ -159,10 +160,10 @@ impl CapabilityStats {
     }
 
     /// Computes every capability's adjustment as of `now_ms` (see the module docs).
-    pub fn snapshot(&self, settings: &PriorSettings, now_ms: u64) -> PriorSnapshot {
+    pub fn snapshot(&self, settings: &OutcomePriorSettings, now_ms: u64) -> OutcomePrior {
         let strength = f64::from(settings.strength);
         let Some(mean) = self.global.decayed(now_ms, settings.half_life_ms).mean() else {
-            return PriorSnapshot::neutral();
+            return OutcomePrior::neutral();
         };
         let k = f64::from(settings.pseudo_count);
         let adjustments = self
@@ -178,7 +179,7 @@ impl CapabilityStats {
                 (adjustment.abs() > 1e-6).then(|| (id.clone(), adjustment as f32))
             })
             .collect();
-        PriorSnapshot { adjustments }
+        OutcomePrior { adjustments }
     }
 }
 
@@ -188,17 +189,18 @@ pub fn distinct_ids(ids: &[String]) -> impl Iterator<Item = &str> {
     ids.iter().enumerate().filter(|(i, id)| !ids[..*i].contains(id)).map(|(_, id)| id.as_str())
 }
 
-/// The adjustments discovery applies: relative changes of relevance, each in
+/// The outcome prior as of one moment (a snapshot the KPI actor publishes):
+/// the adjustments discovery applies, relative changes of relevance, each in
 /// `[−strength, strength]`; capabilities not listed are unchanged.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct PriorSnapshot {
+pub struct OutcomePrior {
     adjustments: HashMap<String, f32>,
 }
 
-impl PriorSnapshot {
+impl OutcomePrior {
     /// A prior that changes nothing.
-    pub fn neutral() -> PriorSnapshot {
-        PriorSnapshot::default()
+    pub fn neutral() -> OutcomePrior {
+        OutcomePrior::default()
     }
 
     /// Returns the relative change of `capability_id`'s relevance (0 when unknown).
@@ -222,10 +224,10 @@ impl PriorSnapshot {
     /// # Examples
     ///
     /// ```
-    /// use capdex::core::capability_prior::{CapabilityStats, PriorSettings};
+    /// use capdex::core::outcome_prior::{OutcomeStats, OutcomePriorSettings};
     /// use capdex::core::retrieval::RankedHit;
-    /// let settings = PriorSettings::default();
-    /// let mut stats = CapabilityStats::default();
+    /// let settings = OutcomePriorSettings::default();
+    /// let mut stats = OutcomeStats::default();
     /// for at_ms in 0..20 {
     ///     stats.observe("tool:flaky", 0.0, at_ms, settings.half_life_ms);
     ///     stats.observe("tool:solid", 1.0, at_ms, settings.half_life_ms);
@@ -266,7 +268,7 @@ mod tests {
 
     #[test]
     fn no_data_is_neutral() {
-        let snapshot = CapabilityStats::default().snapshot(&PriorSettings::default(), 5);
+        let snapshot = OutcomeStats::default().snapshot(&OutcomePriorSettings::default(), 5);
         assert!(snapshot.is_empty());
         let mut hits = vec![hit("a", 0.5), hit("b", 0.5), hit("c", 0.7)];
         snapshot.apply(&mut hits);
@@ -275,9 +277,9 @@ mod tests {
 
     #[test]
     fn outcomes_that_treat_everyone_alike_are_neutral() {
-        let settings = PriorSettings::default();
+        let settings = OutcomePriorSettings::default();
         for score in [0.0, 0.4, 1.0] {
-            let mut stats = CapabilityStats::default();
+            let mut stats = OutcomeStats::default();
             for at_ms in 0..30 {
                 stats.observe("a", score, at_ms * 1_000, settings.half_life_ms);
                 stats.observe(if at_ms % 3 == 0 { "b" } else { "c" }, score, at_ms * 1_000, settings.half_life_ms);
@@ -288,8 +290,8 @@ mod tests {
 
     #[test]
     fn a_capability_in_failed_turns_sinks_below_a_proven_one() {
-        let settings = PriorSettings::default();
-        let mut stats = CapabilityStats::default();
+        let settings = OutcomePriorSettings::default();
+        let mut stats = OutcomeStats::default();
         for turn in 0..10 {
             stats.observe("tool:flaky", 0.0, turn, settings.half_life_ms);
             stats.observe("tool:proven", 1.0, turn, settings.half_life_ms);
@@ -311,7 +313,7 @@ mod tests {
 
     #[test]
     fn evidence_decays_with_the_half_life() {
-        let settings = PriorSettings::default();
+        let settings = OutcomePriorSettings::default();
         let mut stat = DecayedStat::default();
         stat.add(1.0, 0, settings.half_life_ms);
         stat.add(0.0, 0, settings.half_life_ms);
@@ -319,7 +321,7 @@ mod tests {
         assert!((week_later.weight - 1.0).abs() < 1e-9 && (week_later.score_sum - 0.5).abs() < 1e-9);
         assert_eq!(stat.decayed(0, settings.half_life_ms), stat, "a clock step back decays nothing");
         // Old evidence fades towards neutral: the same record counts less a month later.
-        let mut stats = CapabilityStats::default();
+        let mut stats = OutcomeStats::default();
         for turn in 0..10 {
             stats.observe("bad", 0.0, turn, settings.half_life_ms);
             stats.observe("good", 1.0, turn, settings.half_life_ms);
@@ -334,12 +336,12 @@ mod tests {
 
     #[test]
     fn settings_are_validated() {
-        assert!(PriorSettings::default().validate().is_ok());
-        let bad = |settings: PriorSettings| settings.validate().unwrap_err().0;
-        assert_eq!(bad(PriorSettings { strength: f32::NAN, ..Default::default() }), "outcome_prior_strength");
-        assert_eq!(bad(PriorSettings { strength: 0.9, ..Default::default() }), "outcome_prior_strength");
-        assert_eq!(bad(PriorSettings { half_life_ms: 0, ..Default::default() }), "outcome_prior_half_life_ms");
-        assert_eq!(bad(PriorSettings { pseudo_count: 0.0, ..Default::default() }), "outcome_prior_pseudo_count");
+        assert!(OutcomePriorSettings::default().validate().is_ok());
+        let bad = |settings: OutcomePriorSettings| settings.validate().unwrap_err().0;
+        assert_eq!(bad(OutcomePriorSettings { strength: f32::NAN, ..Default::default() }), "outcome_prior_strength");
+        assert_eq!(bad(OutcomePriorSettings { strength: 0.9, ..Default::default() }), "outcome_prior_strength");
+        assert_eq!(bad(OutcomePriorSettings { half_life_ms: 0, ..Default::default() }), "outcome_prior_half_life_ms");
+        assert_eq!(bad(OutcomePriorSettings { pseudo_count: 0.0, ..Default::default() }), "outcome_prior_pseudo_count");
     }
 
     proptest! {
@@ -350,8 +352,8 @@ mod tests {
             strength in 0.0f32..=0.5,
             relevances in proptest::collection::vec(0.0f32..=1.0, 6),
         ) {
-            let settings = PriorSettings { strength, ..Default::default() };
-            let mut stats = CapabilityStats::default();
+            let settings = OutcomePriorSettings { strength, ..Default::default() };
+            let mut stats = OutcomeStats::default();
             let mut sorted = observations.clone();
             sorted.sort_by_key(|(_, _, at_ms)| *at_ms);
             for (capability, score, at_ms) in sorted {

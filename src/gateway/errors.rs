@@ -1,0 +1,141 @@
+//! Error kinds and the one table that gives each its wire pair: the
+//! `Nats-Service-Error-Code` status (HTTP-like) and the body's `code`.
+//!
+//! Every error reply is an [`ErrorKind`] and a message
+//! ([`crate::gateway::wire::ApiError`]); [`ErrorKind::status_and_code`] is
+//! the only place a status or a gateway code is written. Two families keep
+//! their pair next to their own error enum and carry it here as a value:
+//! the SCG's (`ScgError::status`/`code` in `actors::scg`) and dispatch
+//! administration's (`AdminError` in `actors::dispatcher`). Dispatch *calls*
+//! never fail this way: their refusals are `core::dispatch::ErrorCode`s in
+//! the reply envelope. `docs/api.md` lists the table (checked by a test below).
+
+use crate::core::turn_planner::PlanError;
+
+/// What went wrong with a request, as the gateway answers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed, or breaks a rule of its own fields.
+    BadRequest,
+    /// The payload is over `max_payload_bytes`.
+    PayloadTooLarge,
+    /// A bug or a storage failure (the message says which).
+    Internal,
+    /// The request is not served by this node's API.
+    NotImplemented,
+    /// An actor is not answering (shutting down), or the index log cannot be written.
+    Unavailable,
+    /// `plan` with `toolFailureMode: fail_closed`, and discovery failed.
+    DiscoveryFailed,
+    /// A mutation is in the index log but was not applied here in time.
+    ApplyTimeout,
+    /// An SCG request failed; `ScgError` gives the pair.
+    Scg { status: u16, code: &'static str },
+    /// A dispatch administration request failed; `AdminError` gives the pair.
+    Admin { status: u16, code: String },
+}
+
+impl ErrorKind {
+    /// The gateway's own kinds (those whose pair this table defines).
+    pub const GATEWAY: [ErrorKind; 7] = [
+        ErrorKind::BadRequest,
+        ErrorKind::PayloadTooLarge,
+        ErrorKind::Internal,
+        ErrorKind::NotImplemented,
+        ErrorKind::Unavailable,
+        ErrorKind::DiscoveryFailed,
+        ErrorKind::ApplyTimeout,
+    ];
+
+    /// The table: the `Nats-Service-Error-Code` status and the body's `code`.
+    pub fn status_and_code(&self) -> (u16, &str) {
+        match self {
+            ErrorKind::BadRequest => (400, "bad_request"),
+            ErrorKind::PayloadTooLarge => (413, "payload_too_large"),
+            ErrorKind::Internal => (500, "internal"),
+            ErrorKind::NotImplemented => (501, "not_implemented"),
+            ErrorKind::Unavailable => (503, "unavailable"),
+            ErrorKind::DiscoveryFailed => (503, "discovery_failed"),
+            ErrorKind::ApplyTimeout => (504, "apply_timeout"),
+            ErrorKind::Scg { status, code } => (*status, code),
+            ErrorKind::Admin { status, code } => (*status, code),
+        }
+    }
+}
+
+impl From<&PlanError> for ErrorKind {
+    fn from(err: &PlanError) -> ErrorKind {
+        match err {
+            PlanError::DiscoveryFailed(_) => ErrorKind::DiscoveryFailed,
+            PlanError::BadTaskOutcome(_) | PlanError::Contradiction(..) => ErrorKind::BadRequest,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The `| status | code | when |` rows of `docs/api.md`'s error table.
+    fn documented_pairs() -> BTreeSet<(u16, String)> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md");
+        let text = std::fs::read_to_string(path).expect("docs/api.md is readable");
+        let mut pairs = BTreeSet::new();
+        for line in text.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let [_, status, codes, _when, _] = cells.as_slice() else { continue };
+            let Ok(status) = status.parse::<u16>() else { continue };
+            for code in codes.split(',').map(|code| code.trim().trim_matches('`')) {
+                pairs.insert((status, code.to_string()));
+            }
+        }
+        pairs
+    }
+
+    #[test]
+    fn every_gateway_kind_is_in_the_documented_table() {
+        let documented = documented_pairs();
+        assert!(documented.len() >= ErrorKind::GATEWAY.len(), "the table was not found: {documented:?}");
+        for kind in ErrorKind::GATEWAY {
+            let (status, code) = kind.status_and_code();
+            assert!(
+                documented.contains(&(status, code.to_string())),
+                "{kind:?} ({status} {code}) is not in docs/api.md"
+            );
+        }
+    }
+
+    #[test]
+    fn every_documented_pair_is_a_gateway_kind() {
+        let defined: BTreeSet<(u16, String)> = ErrorKind::GATEWAY
+            .iter()
+            .map(|kind| kind.status_and_code())
+            .map(|(status, code)| (status, code.to_string()))
+            .collect();
+        for pair in documented_pairs() {
+            assert!(defined.contains(&pair), "docs/api.md lists {pair:?}, which no gateway kind answers");
+        }
+    }
+
+    #[test]
+    fn gateway_codes_are_distinct() {
+        let codes: BTreeSet<&str> = ErrorKind::GATEWAY.iter().map(|kind| kind.status_and_code().1).collect();
+        assert_eq!(codes.len(), ErrorKind::GATEWAY.len());
+    }
+
+    #[test]
+    fn plan_errors_map_by_variant() {
+        let failed = PlanError::DiscoveryFailed("down".into());
+        assert_eq!(ErrorKind::from(&failed).status_and_code(), (503, "discovery_failed"));
+        assert_eq!(ErrorKind::from(&PlanError::BadTaskOutcome(2.0)).status_and_code(), (400, "bad_request"));
+        assert_eq!(ErrorKind::from(&PlanError::Contradiction("failed", true)), ErrorKind::BadRequest);
+    }
+
+    #[test]
+    fn carried_pairs_pass_through() {
+        assert_eq!(ErrorKind::Scg { status: 404, code: "unknown_anchor" }.status_and_code(), (404, "unknown_anchor"));
+        let admin = ErrorKind::Admin { status: 409, code: "already_registered".into() };
+        assert_eq!(admin.status_and_code(), (409, "already_registered"));
+    }
+}
