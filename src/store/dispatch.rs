@@ -14,8 +14,8 @@
 //! one wins; the winner later stores the result or releases the key.
 
 use crate::core::dispatch::approval::Approval;
-use crate::core::dispatch::registry::{Binding, CapabilityRecord};
 pub use crate::core::dispatch::redrive::{CacheEntry, Claim};
+use crate::core::dispatch::registry::{Binding, CapabilityRecord};
 use crate::core::dispatch::ProvenanceRecord;
 use crate::store::{all, get, put, Store, StoreError};
 

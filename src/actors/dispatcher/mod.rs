@@ -35,7 +35,9 @@ pub use admin::{
 use crate::actors::Observe;
 use crate::config::DispatchSettings;
 use crate::core::dispatch::approval::{self, Approval};
-use crate::core::dispatch::pipeline::{self, AdmissionDecision, CallFacts, DispatchCall, ExecutionKey, Pipeline, Tally};
+use crate::core::dispatch::pipeline::{
+    self, AdmissionDecision, CallFacts, DispatchCall, ExecutionKey, Pipeline, Tally,
+};
 use crate::core::dispatch::plan::{self, Executor, Plan, PlanFacts, Runners};
 use crate::core::dispatch::redrive::{self, CacheEntry, Completion, InFlight, KeyState, Verdict};
 use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
@@ -268,11 +270,11 @@ impl Work {
 
 impl Job {
     /// Runs a job that needs no waiting now; gives back any other.
-    fn run_now(self) -> Result<CallResult, Job> {
+    fn run_now(self) -> Result<CallResult, Box<Job>> {
         match self {
             Job::Done(result) => Ok(result),
             Job::InProcess(handler, request) => Ok(run_in_process(&handler, &request)),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 
@@ -449,12 +451,13 @@ impl Dispatcher {
                     self.stats.approvals_requested += 1;
                     Work { durable_first: true, ..Work::done(plan::approval_requested(&approval)) }
                 }
-                Err(err) => {
-                    Work::done(CallResult::fail(ErrorCode::ExecutionError, format!("failed to store the approval: {err}")))
-                }
+                Err(err) => Work::done(CallResult::fail(
+                    ErrorCode::ExecutionError,
+                    format!("failed to store the approval: {err}"),
+                )),
             },
             Plan::Run { consume, executor } => {
-                let mut work = self.work_for(executor);
+                let mut work = self.work_for(*executor);
                 if let Some(used) = consume {
                     if let Err(err) = self.store.put_approval(&used) {
                         let message = format!("failed to use the approval: {err}");
@@ -477,9 +480,7 @@ impl Dispatcher {
                 None => unavailable(format!("no in-process handler {handler}")),
             },
             Executor::Transport { slug, payload, timeout_ms } => match &self.transport {
-                Some(transport) => {
-                    Work::of(Job::Transport { transport: transport.clone(), slug, payload, timeout_ms })
-                }
+                Some(transport) => Work::of(Job::Transport { transport: transport.clone(), slug, payload, timeout_ms }),
                 None => unavailable(format!("no transport to handler services; {slug} cannot run here")),
             },
             Executor::Http { target, body, webhook, timeout_ms } => {
@@ -509,7 +510,7 @@ impl Dispatcher {
         } else {
             match job.run_now() {
                 Ok(result) => return Box::pin(fut::ready(self.finish_run(&call, None, &trail, started, result))),
-                Err(job) => job,
+                Err(job) => *job,
             }
         };
         let store = self.store.clone();

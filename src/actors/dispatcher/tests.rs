@@ -70,14 +70,16 @@ async fn a_plain_call_runs_its_handler_and_records_provenance_and_an_event() {
     register(&dispatcher, record("lookup")).await;
     let result = dispatcher.send(call("lookup", "x", None)).await.unwrap();
     assert_eq!(result, CallResult::ok(json!({"n": 1, "q": "x"})));
-    let echoed = dispatcher.send(call("echo", "hi", None)).await.unwrap();
+    let mut echo = call("echo", "hi", None);
+    echo.call.arguments = json!({"text": "hi"});
+    let echoed = dispatcher.send(echo).await.unwrap();
     assert!(echoed.success, "the built-in echo runs in-process: {echoed:?}");
     assert_eq!(stats(&dispatcher).await, DispatcherStats { executed: 2, ..DispatcherStats::default() });
     let events = events.lock().unwrap().clone();
-    assert_eq!(events.iter().map(|e| (e.slug.as_str(), e.handler_ran)).collect::<Vec<_>>(), [
-        ("lookup", true),
-        ("echo", true)
-    ]);
+    assert_eq!(
+        events.iter().map(|e| (e.slug.as_str(), e.handler_ran)).collect::<Vec<_>>(),
+        [("lookup", true), ("echo", true)]
+    );
     let provenance = dispatcher.send(ListProvenance { limit: 10 }).await.unwrap().unwrap();
     assert_eq!(provenance.len(), 2);
     assert_eq!(provenance[0].slug, "lookup");

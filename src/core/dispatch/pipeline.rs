@@ -168,7 +168,13 @@ impl Pipeline {
     /// Runs the decision steps for a checked call. `approval` is the stored
     /// approval named by `call.approval_id`, if any; `mono_ms` is a monotonic
     /// clock (rate windows), `wall_ms` the wall clock (approval expiry).
-    pub fn admit(&mut self, call: &DispatchCall, approval: Option<&Approval>, mono_ms: u64, wall_ms: u64) -> AdmissionDecision {
+    pub fn admit(
+        &mut self,
+        call: &DispatchCall,
+        approval: Option<&Approval>,
+        mono_ms: u64,
+        wall_ms: u64,
+    ) -> AdmissionDecision {
         let refuse = |code: ErrorCode, message: String| AdmissionDecision::Refused(CallResult::fail(code, message));
         let slug = &call.slug;
         let Some(record) = self.registry.get(slug).cloned() else {
@@ -390,7 +396,8 @@ pub enum Tally {
 impl Tally {
     /// Counts a call's `event`; `ran` is true when its capability is known and it was not a replay.
     pub fn of(event: &DispatchEvent, ran: bool) -> Tally {
-        const FAILURES: [ErrorCode; 3] = [ErrorCode::ExecutionError, ErrorCode::InvalidBinding, ErrorCode::TargetRefused];
+        const FAILURES: [ErrorCode; 3] =
+            [ErrorCode::ExecutionError, ErrorCode::InvalidBinding, ErrorCode::TargetRefused];
         match (event.error_code.as_deref(), event.replayed) {
             (_, true) => Tally::Replayed,
             (None, false) => Tally::Executed,
@@ -464,7 +471,9 @@ mod tests {
         let mut pipeline = Pipeline::new(BindingMode::Open, 60_000);
         pipeline.load_registry([record("lookup")]);
         match pipeline.admit(&call("lookup", "a", json!({"q": 3})), None, 0, 0) {
-            AdmissionDecision::Refused(result) => assert!(result.error.unwrap().message.starts_with("/q: "), "path first"),
+            AdmissionDecision::Refused(result) => {
+                assert!(result.error.unwrap().message.starts_with("/q: "), "path first")
+            }
             other => panic!("{other:?}"),
         }
     }

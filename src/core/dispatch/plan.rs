@@ -8,7 +8,7 @@
 //! durability barrier, the handler or the network.
 
 use crate::core::dispatch::approval::{self, Approval};
-use crate::core::dispatch::pipeline::{self, Admitted, AdmissionDecision, DispatchCall, HttpTarget};
+use crate::core::dispatch::pipeline::{self, AdmissionDecision, Admitted, DispatchCall, HttpTarget};
 use crate::core::dispatch::registry::{Binding, ExecutionType};
 use crate::core::dispatch::{CallResult, ErrorCode, ExecRequest};
 use serde_json::Value;
@@ -45,7 +45,7 @@ pub enum Plan {
     /// Store this new approval (durably), then answer [`approval_requested`].
     RequestApproval(Approval),
     /// Store `consume` (the call's approval, used) durably first if there is one, then run.
-    Run { consume: Option<Approval>, executor: Executor },
+    Run { consume: Option<Approval>, executor: Box<Executor> },
 }
 
 /// Everything [`plan`] needs besides the decision.
@@ -74,7 +74,7 @@ pub fn plan(decision: AdmissionDecision, facts: &PlanFacts<'_>, new_approval_id:
         )),
         AdmissionDecision::Run(admitted) => {
             let consume = admitted.approval_id.as_ref().and(facts.stored_approval).map(approval::consumed);
-            Plan::Run { consume, executor: choose_executor(facts.call, &admitted, &facts.runners) }
+            Plan::Run { consume, executor: Box::new(choose_executor(facts.call, &admitted, &facts.runners)) }
         }
     }
 }
@@ -174,7 +174,8 @@ mod tests {
         };
         let has_handler = move |name: &str| handler && name == "svc";
         let env = |name: &str| (name == "PATH_PART").then(|| "x".to_string());
-        let runners = Runners { has_handler: &has_handler, has_transport: transport, env: &env, default_timeout_ms: 50 };
+        let runners =
+            Runners { has_handler: &has_handler, has_transport: transport, env: &env, default_timeout_ms: 50 };
         let chosen = match choose_executor(&call("lookup", None), &admitted(rec, json!({})), &runners) {
             Executor::InProcess { .. } => "in_process".to_string(),
             Executor::Transport { timeout_ms, .. } => format!("transport {timeout_ms}"),
@@ -253,9 +254,12 @@ mod tests {
         let retry = call("refund", Some("ap1"));
         let decision = pipeline.admit(&retry, Some(&approved), 0, 1_200);
         match plan(decision, &facts(&retry, Some(&approved)), || panic!("no new approval on the approved retry")) {
-            Plan::Run { consume: Some(used), executor: Executor::InProcess { handler, .. } } => {
-                assert_eq!((used.id.as_str(), used.status, handler.as_str()), ("ap1", ApprovalStatus::Used, "svc"));
-            }
+            Plan::Run { consume: Some(used), executor } => match *executor {
+                Executor::InProcess { handler, .. } => {
+                    assert_eq!((used.id.as_str(), used.status, handler.as_str()), ("ap1", ApprovalStatus::Used, "svc"))
+                }
+                other => panic!("{other:?}"),
+            },
             other => panic!("{other:?}"),
         }
         let used = approval::consumed(&approved);

@@ -59,7 +59,7 @@ pub enum Verdict {
     /// The first call of this key runs in this process: answer its result, as a replay.
     Wait,
     /// The call neither runs nor waits: this is its answer.
-    Answer(Answered),
+    Answer(Box<Answered>),
 }
 
 /// The answer of a call whose key decides it without running it.
@@ -89,7 +89,7 @@ impl Answered {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Completion {
     /// The call succeeded: store this entry (with the result), durably, before answering.
-    Store(CacheEntry),
+    Store(Box<CacheEntry>),
     /// The call failed: free the key, so a re-drive may run it again.
     Release,
 }
@@ -118,26 +118,26 @@ pub fn verdict(key: &ExecutionKey, ours: &CacheEntry, state: KeyState) -> Verdic
         KeyState::InFlight => return Verdict::Wait,
         KeyState::Claim(Claim::Claimed) => return Verdict::Run,
         KeyState::Unreadable(problem) => {
-            return Verdict::Answer(Answered::CacheFailed(CallResult::fail(
+            return Verdict::Answer(Box::new(Answered::CacheFailed(CallResult::fail(
                 ErrorCode::ExecutionError,
                 format!("the re-drive cache failed: {problem}"),
-            )))
+            ))))
         }
         KeyState::Claim(Claim::Existing(found)) => *found,
     };
     if found.slug != ours.slug || found.agent_id != ours.agent_id || found.args_digest != ours.args_digest {
-        return Verdict::Answer(Answered::Conflict(CallResult::fail(
+        return Verdict::Answer(Box::new(Answered::Conflict(CallResult::fail(
             ErrorCode::InvalidRequest,
             format!("step {key} already belongs to another call (capability, agent or arguments differ)"),
-        )));
+        ))));
     }
-    Verdict::Answer(match found.result {
+    Verdict::Answer(Box::new(match found.result {
         Some(stored) => Answered::Replay(stored),
         None => Answered::Interrupted(CallResult::fail(
             ErrorCode::ExecutionError,
             format!("an earlier attempt of step {key} was interrupted; its outcome is unknown, so it is not run again"),
         )),
-    })
+    }))
 }
 
 /// What the key claimed with `ours` keeps after its call answered `result`.
@@ -145,7 +145,7 @@ pub fn completion(ours: &CacheEntry, result: &CallResult) -> Completion {
     if !result.success {
         return Completion::Release;
     }
-    Completion::Store(CacheEntry { result: Some(result.clone()), ..ours.clone() })
+    Completion::Store(Box::new(CacheEntry { result: Some(result.clone()), ..ours.clone() }))
 }
 
 /// The answer of a duplicate whose first call went away without one.

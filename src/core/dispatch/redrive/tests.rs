@@ -1,6 +1,6 @@
 //! Tests of the re-drive state machine: one-line cases of [`verdict`], and a
 //! property test driving [`verdict`], [`completion`] and [`InFlight`] over a
-//! create-only map (as the dispatcher drives them over sled) against a
+//! create-only map (as the dispatcher drives them over the store) against a
 //! simple model of the state machine, op by op.
 
 use super::*;
@@ -29,10 +29,12 @@ fn kind(verdict: &Verdict) -> &'static str {
     match verdict {
         Verdict::Run => "run",
         Verdict::Wait => "wait",
-        Verdict::Answer(Answered::Replay(_)) => "replay",
-        Verdict::Answer(Answered::Conflict(_)) => "conflict",
-        Verdict::Answer(Answered::Interrupted(_)) => "interrupted",
-        Verdict::Answer(Answered::CacheFailed(_)) => "cache_failed",
+        Verdict::Answer(answered) => match **answered {
+            Answered::Replay(_) => "replay",
+            Answered::Conflict(_) => "conflict",
+            Answered::Interrupted(_) => "interrupted",
+            Answered::CacheFailed(_) => "cache_failed",
+        },
     }
 }
 
@@ -89,7 +91,10 @@ fn only_calls_with_a_key_to_a_non_idempotent_capability_are_cached() {
 fn a_success_is_stored_with_the_claim_and_a_failure_frees_the_key() {
     let ours = claim_entry(&call(0), "p1", 7);
     let ok = CallResult::ok(json!({"n": 1}));
-    assert_eq!(completion(&ours, &ok), Completion::Store(CacheEntry { result: Some(ok.clone()), ..ours.clone() }));
+    assert_eq!(
+        completion(&ours, &ok),
+        Completion::Store(Box::new(CacheEntry { result: Some(ok.clone()), ..ours.clone() }))
+    );
     assert_eq!(completion(&ours, &CallResult::fail(ErrorCode::ExecutionError, "x")), Completion::Release);
 }
 
@@ -150,10 +155,12 @@ fn seen(verdict: Verdict) -> Seen {
     match verdict {
         Verdict::Run => Seen::Run,
         Verdict::Wait => Seen::Wait,
-        Verdict::Answer(Answered::Replay(result)) => Seen::Replay(result),
-        Verdict::Answer(Answered::Conflict(_)) => Seen::Conflict,
-        Verdict::Answer(Answered::Interrupted(_)) => Seen::Interrupted,
-        Verdict::Answer(Answered::CacheFailed(result)) => Seen::CacheFailed(result),
+        Verdict::Answer(answered) => match *answered {
+            Answered::Replay(result) => Seen::Replay(result),
+            Answered::Conflict(_) => Seen::Conflict,
+            Answered::Interrupted(_) => Seen::Interrupted,
+            Answered::CacheFailed(result) => Seen::CacheFailed(result),
+        },
     }
 }
 
@@ -172,7 +179,7 @@ fn keyed_call(key: u8, args: u8) -> (ExecutionKey, DispatchCall) {
     (ExecutionKey { execution_id: "e".into(), step_id: format!("s{key}"), turn: None }, call)
 }
 
-/// The dispatcher's use of the core, with a create-only map for sled.
+/// The dispatcher's use of the core, with a create-only map standing in for the store.
 #[derive(Default)]
 struct Harness {
     store: BTreeMap<Vec<u8>, CacheEntry>,
@@ -231,7 +238,7 @@ impl Harness {
         match completion(&ours, &result) {
             Completion::Store(entry) => {
                 self.settled.insert(key);
-                self.store.insert(storage.clone(), entry);
+                self.store.insert(storage.clone(), *entry);
             }
             Completion::Release => {
                 self.store.remove(&storage);
@@ -245,7 +252,7 @@ impl Harness {
             self.settled.insert(key);
             if stored {
                 if let Completion::Store(entry) = completion(&ours, &result_of(key, self.runs[&key], true)) {
-                    self.store.insert(keyed_call(key, 0).0.storage_key(), entry);
+                    self.store.insert(keyed_call(key, 0).0.storage_key(), *entry);
                 }
             }
         }
