@@ -21,7 +21,7 @@ mod nats_server;
 use actix::Actor;
 use capdex::actors::dispatcher::{Dispatch, Dispatcher};
 use capdex::config::Settings;
-use capdex::core::dispatch::pipeline::{self, Admission, BindingMode, CallFacts, DispatchCall, Pipeline};
+use capdex::core::dispatch::pipeline::{self, AdmissionDecision, BindingMode, CallFacts, DispatchCall, Pipeline};
 use capdex::core::dispatch::registry::CapabilityRecord;
 use capdex::core::dispatch::CallResult;
 use capdex::store::Store;
@@ -84,7 +84,7 @@ fn main() {
         let started = Instant::now();
         let admitted = core.admit(&c, None, i / 100, 0);
         let result = match admitted {
-            Admission::Run(run) => {
+            AdmissionDecision::Run(run) => {
                 let finished = pipeline::finish(
                     CallFacts {
                         call: &c,

@@ -14,10 +14,10 @@
 //! one wins; the winner later stores the result or releases the key.
 
 use crate::core::dispatch::approval::Approval;
+pub use crate::core::dispatch::redrive::{CacheEntry, Claim};
 use crate::core::dispatch::registry::{Binding, CapabilityRecord};
-use crate::core::dispatch::{CallResult, ProvenanceRecord};
+use crate::core::dispatch::ProvenanceRecord;
 use crate::store::{all, get, put, Store, StoreError};
-use serde::{Deserialize, Serialize};
 
 pub(crate) const REGISTRY: &str = "dispatch_registry";
 pub(crate) const BINDINGS: &str = "dispatch_bindings";
@@ -45,30 +45,6 @@ impl DispatchTrees {
             provenance: db.open_tree(PROVENANCE)?,
         })
     }
-}
-
-/// A re-drive cache entry.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CacheEntry {
-    pub slug: String,
-    pub agent_id: String,
-    pub args_digest: String,
-    /// The process that claimed the key (a fresh id per start).
-    pub owner: String,
-    pub started_at_ms: u64,
-    /// The result, once the call succeeded; `None` while in progress.
-    #[serde(default)]
-    pub result: Option<CallResult>,
-}
-
-/// What a claim found.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Claim {
-    /// The key was free and is now marked in progress by this caller.
-    Claimed,
-    /// The key was already there (in progress or done).
-    Existing(Box<CacheEntry>),
 }
 
 fn sled_err(action: &'static str, tree: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
@@ -179,6 +155,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::core::dispatch::approval::pending;
+    use crate::core::dispatch::CallResult;
     use serde_json::json;
 
     #[test]

@@ -2,7 +2,12 @@
 //! approval bound to the capability, the agent, the digest of the arguments,
 //! the capability's policy version and an expiry. Approve or reject decides it
 //! once; an approved approval runs exactly that call, once.
+//!
+//! The bookkeeping is here too: [`request`] makes the approval a call asks
+//! for, [`consumed`] is an approval once its call runs, [`decide`] approves
+//! or rejects, and [`is_open`] says what is still waiting for a decision.
 
+use crate::core::dispatch::registry::CapabilityRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -122,6 +127,30 @@ pub fn pending(
     }
 }
 
+/// The pending approval a call to `record` that carries none asks for: it
+/// expires after the capability's `approvalTimeoutMs`, else after `default_ttl_ms`.
+pub fn request(
+    id: String,
+    record: &CapabilityRecord,
+    agent_id: &str,
+    args: &Value,
+    now_ms: u64,
+    default_ttl_ms: u64,
+) -> Approval {
+    let ttl_ms = record.approval_timeout_ms.unwrap_or(default_ttl_ms);
+    pending(id, &record.slug, agent_id, args, record.policy_version, now_ms, ttl_ms)
+}
+
+/// The approval once the call it permits runs: it permits nothing more.
+pub fn consumed(approval: &Approval) -> Approval {
+    Approval { status: ApprovalStatus::Used, ..approval.clone() }
+}
+
+/// True while an approval waits for a decision: pending and unexpired.
+pub fn is_open(approval: &Approval, now_ms: u64) -> bool {
+    approval.status == ApprovalStatus::Pending && now_ms < approval.expires_at_ms
+}
+
 /// Approves or rejects a pending, unexpired approval.
 pub fn decide(approval: &mut Approval, approve: bool, now_ms: u64) -> Result<(), ApprovalProblem> {
     if approval.status != ApprovalStatus::Pending {
@@ -207,5 +236,25 @@ mod tests {
         let mut late = pending("id2".into(), "refund", "agent", &args, 3, 0, 10);
         assert_eq!(decide(&mut late, true, 10), Err(ApprovalProblem::Expired("id2".into())));
         assert_eq!(approval_id(b"seed").len(), 32);
+    }
+
+    #[test]
+    fn a_request_takes_the_capability_s_timeout_and_is_open_until_decided_or_expired() {
+        use crate::core::dispatch::registry::tests::record;
+        let args = json!({"q": "x"});
+        let mut gated = record("refund");
+        gated.policy_version = 4;
+        let asked = request("id1".into(), &gated, "agent", &args, 1_000, 500);
+        assert_eq!(asked, pending("id1".into(), "refund", "agent", &args, 4, 1_000, 500));
+        gated.approval_timeout_ms = Some(20);
+        let mut quick = request("id2".into(), &gated, "agent", &args, 1_000, 500);
+        assert_eq!(quick.expires_at_ms, 1_020);
+        assert!(is_open(&quick, 1_019) && !is_open(&quick, 1_020));
+        decide(&mut quick, true, 1_010).unwrap();
+        assert!(!is_open(&quick, 1_011), "decided");
+        assert_eq!(permits(&quick, "refund", "agent", &args, 4, 1_011), Ok(()));
+        let used = consumed(&quick);
+        assert_eq!(used.status, ApprovalStatus::Used);
+        assert_eq!(permits(&used, "refund", "agent", &args, 4, 1_011), Err(ApprovalProblem::Used("id2".into())));
     }
 }

@@ -1,8 +1,10 @@
 //! The capability-call pipeline, pure: registry records and bindings
 //! (`registry`), the decision steps in the design's order (`pipeline`),
 //! sliding-window rate limits (`rate_limit`), approvals (`approval`),
-//! `${env:VAR}` templates (`env_template`), the SSRF guard on resolved
-//! addresses (`ssrf`) and PII redaction (`redact`).
+//! what the shell does with a decision and which executor runs a call
+//! (`plan`), the re-drive state machine (`redrive`), `${env:VAR}` templates
+//! (`env_template`), the SSRF guard on resolved addresses (`ssrf`) and PII
+//! redaction (`redact`).
 //!
 //! `../shared/design/capability-dispatch.md` is the contract. The shells
 //! (`actors::dispatcher`, `store::dispatch`, `gateway`) do the I/O.
@@ -10,8 +12,10 @@
 pub mod approval;
 pub mod env_template;
 pub mod pipeline;
+pub mod plan;
 pub mod rate_limit;
 pub mod redact;
+pub mod redrive;
 pub mod registry;
 pub mod ssrf;
 

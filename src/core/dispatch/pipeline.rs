@@ -104,7 +104,7 @@ pub enum BindingMode {
 
 /// What the pipeline decided.
 #[derive(Debug)]
-pub enum Admission {
+pub enum AdmissionDecision {
     Refused(CallResult),
     /// The capability needs an approval and the call carries none: the shell
     /// creates one ([`approval::pending`]) and answers [`requires_approval`].
@@ -168,8 +168,14 @@ impl Pipeline {
     /// Runs the decision steps for a checked call. `approval` is the stored
     /// approval named by `call.approval_id`, if any; `mono_ms` is a monotonic
     /// clock (rate windows), `wall_ms` the wall clock (approval expiry).
-    pub fn admit(&mut self, call: &DispatchCall, approval: Option<&Approval>, mono_ms: u64, wall_ms: u64) -> Admission {
-        let refuse = |code: ErrorCode, message: String| Admission::Refused(CallResult::fail(code, message));
+    pub fn admit(
+        &mut self,
+        call: &DispatchCall,
+        approval: Option<&Approval>,
+        mono_ms: u64,
+        wall_ms: u64,
+    ) -> AdmissionDecision {
+        let refuse = |code: ErrorCode, message: String| AdmissionDecision::Refused(CallResult::fail(code, message));
         let slug = &call.slug;
         let Some(record) = self.registry.get(slug).cloned() else {
             return refuse(ErrorCode::UnknownCapability, format!("no capability {slug} is registered"));
@@ -200,12 +206,12 @@ impl Pipeline {
                 format!("Rate limit exceeded for capability {slug} ({}/min)", refusal.limit),
             );
             result.metadata = Some(json!({"retryAfterMs": refusal.retry_after_ms, "limit": refusal.limit}));
-            return Admission::Refused(result);
+            return AdmissionDecision::Refused(result);
         }
         let mut approval_id = None;
         if record.requires_approval {
             match (&call.approval_id, approval) {
-                (None, _) => return Admission::NeedsApproval(record),
+                (None, _) => return AdmissionDecision::NeedsApproval(record),
                 (Some(id), None) => {
                     return refuse(
                         ErrorCode::ApprovalInvalid,
@@ -242,9 +248,9 @@ impl Pipeline {
         if !problems.is_empty() {
             let mut result = CallResult::fail(ErrorCode::InvalidArgs, problems.join("; "));
             result.metadata = Some(json!({"problems": problems}));
-            return Admission::Refused(result);
+            return AdmissionDecision::Refused(result);
         }
-        Admission::Run(Admitted { record, binding, approval_id })
+        AdmissionDecision::Run(Admitted { record, binding, approval_id })
     }
 
     fn validator(&mut self, record: &CapabilityRecord) -> Result<Arc<jsonschema::Validator>, String> {
@@ -374,6 +380,31 @@ pub fn finish(facts: CallFacts<'_>, mut result: CallResult) -> Finished {
     Finished { result, provenance, event }
 }
 
+/// Which dispatcher counter a finished call adds to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tally {
+    /// A handler ran and succeeded.
+    Executed,
+    /// A stored result was given again (or the key decided the call).
+    Replayed,
+    /// Refused before anything ran.
+    Refused,
+    /// A handler or endpoint was tried and failed.
+    Failed,
+}
+
+impl Tally {
+    /// Counts a call's `event`; `ran` is true when its capability is known and it was not a replay.
+    pub fn of(event: &DispatchEvent, ran: bool) -> Tally {
+        match (event.error_code.as_deref(), event.replayed) {
+            (_, true) => Tally::Replayed,
+            (None, false) => Tally::Executed,
+            (Some(code), false) if ran && ErrorCode::is_from_execution(code) => Tally::Failed,
+            (Some(_), false) => Tally::Refused,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,11 +422,11 @@ mod tests {
         }
     }
 
-    fn code(admission: Admission) -> String {
-        match admission {
-            Admission::Refused(result) => result.code().unwrap().to_string(),
-            Admission::NeedsApproval(_) => "needs_approval".into(),
-            Admission::Run(_) => "run".into(),
+    fn code(decision: AdmissionDecision) -> String {
+        match decision {
+            AdmissionDecision::Refused(result) => result.code().unwrap().to_string(),
+            AdmissionDecision::NeedsApproval(_) => "needs_approval".into(),
+            AdmissionDecision::Run(_) => "run".into(),
         }
     }
 
@@ -438,7 +469,9 @@ mod tests {
         let mut pipeline = Pipeline::new(BindingMode::Open, 60_000);
         pipeline.load_registry([record("lookup")]);
         match pipeline.admit(&call("lookup", "a", json!({"q": 3})), None, 0, 0) {
-            Admission::Refused(result) => assert!(result.error.unwrap().message.starts_with("/q: "), "path first"),
+            AdmissionDecision::Refused(result) => {
+                assert!(result.error.unwrap().message.starts_with("/q: "), "path first")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -460,7 +493,7 @@ mod tests {
         let runs = |pipeline: &mut Pipeline, agent: &str, n: usize| {
             (0..n)
                 .filter(|_| {
-                    matches!(pipeline.admit(&call("limited", agent, ok.clone()), None, 5, 0), Admission::Run(_))
+                    matches!(pipeline.admit(&call("limited", agent, ok.clone()), None, 5, 0), AdmissionDecision::Run(_))
                 })
                 .count()
         };
@@ -518,5 +551,15 @@ mod tests {
         assert!(!all.contains("tok-123") && !all.contains("dan@example.org"), "{all}");
         assert_eq!(finished.event.error_code.as_deref(), Some("execution_error"));
         assert!(finished.event.handler_ran, "an execution error is the handler's failure");
+        assert_eq!(Tally::of(&finished.event, true), Tally::Failed);
+        assert_eq!(Tally::of(&finished.event, false), Tally::Refused, "an unknown capability ran nothing");
+        let mut event = finished.event;
+        event.error_code = Some("rate_limited".into());
+        assert_eq!(Tally::of(&event, true), Tally::Refused);
+        event.replayed = true;
+        assert_eq!(Tally::of(&event, true), Tally::Replayed);
+        event.error_code = None;
+        event.replayed = false;
+        assert_eq!(Tally::of(&event, true), Tally::Executed);
     }
 }

@@ -1,0 +1,216 @@
+//! The Dispatcher's administration: registering and listing capabilities,
+//! reloading the registry, agent bindings, deciding and listing approvals,
+//! and reading provenance. The checks are `core::dispatch` functions; these
+//! handlers read and write the store and keep the pipeline in step.
+
+use super::{builtin_records, wall_ms, Dispatcher};
+use crate::core::dispatch::approval::{self, Approval};
+use crate::core::dispatch::registry::{self, Binding, CapabilityRecord};
+use crate::core::dispatch::ProvenanceRecord;
+use crate::store::StoreError;
+use actix::prelude::*;
+
+/// Why an admin request was refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct AdminError {
+    /// HTTP-like status (400, 404, 409, 500).
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+impl AdminError {
+    fn new(status: u16, code: &str, message: impl Into<String>) -> AdminError {
+        AdminError { status, code: code.to_string(), message: message.into() }
+    }
+}
+
+impl From<StoreError> for AdminError {
+    fn from(err: StoreError) -> AdminError {
+        AdminError::new(500, "internal", err.to_string())
+    }
+}
+
+/// Registers a new capability (`update: false`) or replaces one (`update: true`).
+#[derive(Message, Debug)]
+#[rtype(result = "Result<CapabilityRecord, AdminError>")]
+pub struct RegisterCapability {
+    pub record: CapabilityRecord,
+    pub update: bool,
+}
+
+/// Lists the registry (built-ins included).
+#[derive(Message, Debug, Default)]
+#[rtype(result = "Vec<CapabilityRecord>")]
+pub struct ListCapabilities;
+
+/// Re-reads registry and bindings from the store (rate windows are kept).
+#[derive(Message, Debug, Default)]
+#[rtype(result = "Result<usize, AdminError>")]
+pub struct ReloadRegistry;
+
+/// Sets an agent's binding; answers the `${env:VAR}` names that are not set.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Vec<String>, AdminError>")]
+pub struct SetBinding(pub Binding);
+
+/// Lists bindings, of one agent or all.
+#[derive(Message, Debug, Default)]
+#[rtype(result = "Result<Vec<Binding>, AdminError>")]
+pub struct ListBindings {
+    pub agent_id: Option<String>,
+}
+
+/// Approves or rejects a pending approval.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Approval, AdminError>")]
+pub struct DecideApproval {
+    pub id: String,
+    pub approve: bool,
+}
+
+/// Lists approvals (only pending, unexpired ones when `pending_only`).
+#[derive(Message, Debug, Default)]
+#[rtype(result = "Result<Vec<Approval>, AdminError>")]
+pub struct ListApprovals {
+    pub pending_only: bool,
+}
+
+/// The newest provenance records.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Vec<ProvenanceRecord>, AdminError>")]
+pub struct ListProvenance {
+    pub limit: usize,
+}
+
+impl Handler<RegisterCapability> for Dispatcher {
+    type Result = Result<CapabilityRecord, AdminError>;
+
+    fn handle(&mut self, msg: RegisterCapability, _: &mut Context<Self>) -> Self::Result {
+        let mut record = msg.record;
+        if builtin_records().iter().any(|b| b.slug == record.slug) {
+            return Err(AdminError::new(409, "builtin", format!("{} is a built-in capability", record.slug)));
+        }
+        registry::validate_record(&record).map_err(|err| AdminError::new(400, err.code(), err.to_string()))?;
+        let existing = self.store.capability_record(&record.slug)?;
+        record.policy_version = match (&existing, msg.update) {
+            (Some(_), false) => {
+                return Err(AdminError::new(
+                    409,
+                    "already_registered",
+                    format!("{} is registered; update it", record.slug),
+                ))
+            }
+            (None, true) => {
+                return Err(AdminError::new(
+                    404,
+                    "unknown_capability",
+                    format!("no capability {} is registered", record.slug),
+                ))
+            }
+            (None, false) => 1,
+            (Some(old), true) => old.policy_version + 1,
+        };
+        self.store.put_capability_record(&record)?;
+        self.store.flush()?;
+        // A registry reload: rate windows stay.
+        self.pipeline.load_registry(Dispatcher::registry_of(&self.store)?);
+        Ok(record)
+    }
+}
+
+impl Handler<ListCapabilities> for Dispatcher {
+    type Result = MessageResult<ListCapabilities>;
+
+    fn handle(&mut self, _: ListCapabilities, _: &mut Context<Self>) -> Self::Result {
+        let mut records: Vec<CapabilityRecord> = builtin_records();
+        records.extend(self.store.capability_records().unwrap_or_default());
+        MessageResult(records)
+    }
+}
+
+impl Handler<ReloadRegistry> for Dispatcher {
+    type Result = Result<usize, AdminError>;
+
+    fn handle(&mut self, _: ReloadRegistry, _: &mut Context<Self>) -> Self::Result {
+        let records = Dispatcher::registry_of(&self.store)?;
+        let count = records.len();
+        self.pipeline.load_registry(records);
+        self.pipeline.load_bindings(self.store.bindings()?);
+        Ok(count)
+    }
+}
+
+impl Handler<SetBinding> for Dispatcher {
+    type Result = Result<Vec<String>, AdminError>;
+
+    fn handle(&mut self, msg: SetBinding, _: &mut Context<Self>) -> Self::Result {
+        let binding = msg.0;
+        let env = self.env.clone();
+        let missing = registry::validate_binding(&binding, &|name| env(name))
+            .map_err(|err| AdminError::new(400, "invalid_binding", err.to_string()))?;
+        if self.pipeline.record(&binding.slug).is_none() {
+            return Err(AdminError::new(
+                404,
+                "unknown_capability",
+                format!("no capability {} is registered", binding.slug),
+            ));
+        }
+        self.store.put_binding(&binding)?;
+        self.store.flush()?;
+        self.pipeline.set_binding(binding);
+        Ok(missing)
+    }
+}
+
+impl Handler<ListBindings> for Dispatcher {
+    type Result = Result<Vec<Binding>, AdminError>;
+
+    fn handle(&mut self, msg: ListBindings, _: &mut Context<Self>) -> Self::Result {
+        let mut bindings = self.store.bindings()?;
+        if let Some(agent) = &msg.agent_id {
+            bindings.retain(|b| &b.agent_id == agent);
+        }
+        Ok(bindings)
+    }
+}
+
+impl Handler<DecideApproval> for Dispatcher {
+    type Result = ResponseFuture<Result<Approval, AdminError>>;
+
+    fn handle(&mut self, msg: DecideApproval, _: &mut Context<Self>) -> Self::Result {
+        let store = self.store.clone();
+        Box::pin(async move {
+            let mut found = store
+                .approval(&msg.id)?
+                .ok_or_else(|| AdminError::new(404, "unknown_approval", format!("approval {} is unknown", msg.id)))?;
+            approval::decide(&mut found, msg.approve, wall_ms())
+                .map_err(|problem| AdminError::new(409, "approval_invalid", problem.to_string()))?;
+            store.put_approval(&found)?;
+            store.durable().await?;
+            Ok(found)
+        })
+    }
+}
+
+impl Handler<ListApprovals> for Dispatcher {
+    type Result = Result<Vec<Approval>, AdminError>;
+
+    fn handle(&mut self, msg: ListApprovals, _: &mut Context<Self>) -> Self::Result {
+        let now_ms = wall_ms();
+        let mut approvals = self.store.approvals()?;
+        if msg.pending_only {
+            approvals.retain(|a| approval::is_open(a, now_ms));
+        }
+        Ok(approvals)
+    }
+}
+
+impl Handler<ListProvenance> for Dispatcher {
+    type Result = Result<Vec<ProvenanceRecord>, AdminError>;
+
+    fn handle(&mut self, msg: ListProvenance, _: &mut Context<Self>) -> Self::Result {
+        Ok(self.store.provenance(msg.limit)?)
+    }
+}

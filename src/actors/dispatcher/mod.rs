@@ -1,0 +1,625 @@
+//! Dispatcher: runs capability calls through `core::dispatch` and performs
+//! what the core decides. A call's re-drive key is judged by
+//! `core::dispatch::redrive`, the pipeline admits or refuses it
+//! (`core::dispatch::pipeline`), and `core::dispatch::plan` says what to do:
+//! answer, store a new approval, or mark the call's approval used and run it
+//! in-process (built-ins, or handlers given with [`Dispatcher::with_handler`]),
+//! through an [`ExecTransport`] (NATS `<prefix>.exec.<slug>`), or as HTTP
+//! (`api`, `webhook`: see `http.rs`). The administration is in `admin.rs`.
+//!
+//! Re-drive: a call with `(executionId, stepId[, turn])` to a capability that
+//! is not `isIdempotent` claims its key in the create-only cache (durably)
+//! before it runs, and stores a successful result (durably) before it
+//! answers; a repeat gets the stored result, a concurrent duplicate waits for
+//! the first, and a key left in progress by a process that died is refused
+//! (its outcome is unknown), so a handler never runs twice for one step.
+//!
+//! Every call answers a [`CallResult`], records redacted provenance and
+//! sends a [`DispatchEvent`] to every event sink. Never panics; every wait is
+//! bounded by the capability's timeout.
+//!
+//! Test-only hook: with `CAPDEX_TEST_CRASH_AFTER_EXEC=1` the process aborts
+//! right after a result is stored durably and before it is answered (used by
+//! the kill -9 re-drive test).
+
+mod admin;
+mod http;
+#[cfg(test)]
+mod tests;
+
+pub use admin::{
+    AdminError, DecideApproval, ListApprovals, ListBindings, ListCapabilities, ListProvenance, RegisterCapability,
+    ReloadRegistry, SetBinding,
+};
+
+use crate::actors::Observe;
+use crate::config::DispatchSettings;
+use crate::core::dispatch::approval::{self, Approval};
+use crate::core::dispatch::pipeline::{
+    self, AdmissionDecision, CallFacts, DispatchCall, ExecutionKey, Pipeline, Tally,
+};
+use crate::core::dispatch::plan::{self, Executor, Plan, PlanFacts, Runners};
+use crate::core::dispatch::redrive::{self, CacheEntry, Completion, InFlight, KeyState, Verdict};
+use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
+use crate::core::dispatch::ssrf;
+use crate::core::dispatch::{CallResult, DispatchEvent, ErrorCode, ExecFailure, ExecRequest, ExecTransport};
+use crate::core::dispatch_rules::Builtin;
+use crate::store::{Store, StoreError};
+use actix::prelude::*;
+use futures::channel::oneshot;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Runs one capability call; always answers a [`CallResult`].
+#[derive(Message, Debug)]
+#[rtype(result = "CallResult")]
+pub struct Dispatch {
+    pub call: DispatchCall,
+}
+
+/// An in-process handler of internal capabilities.
+pub type InProcessHandler = Arc<dyn Fn(&ExecRequest) -> CallResult + Send + Sync>;
+/// Receives every call's event (NATS publishing, the KPI actor, ...).
+pub type EventSink = Arc<dyn Fn(&DispatchEvent) + Send + Sync>;
+/// Reads an environment variable for `${env:VAR}`.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Sets the transport to handler services.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetTransport(pub Arc<dyn ExecTransport + Send + Sync>);
+
+/// Adds an event sink.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AddEventSink(pub EventSink);
+
+/// What the dispatcher has done.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DispatcherStats {
+    /// Handlers run (in-process, over the transport, or HTTP).
+    pub executed: u64,
+    /// Stored results given again (re-drives and concurrent duplicates).
+    pub replayed: u64,
+    /// Calls refused before running.
+    pub refused: u64,
+    /// Calls that ran and failed.
+    pub failed: u64,
+    /// Approvals created.
+    pub approvals_requested: u64,
+}
+
+/// The handler name of the built-in echo capability.
+pub const ECHO_HANDLER: &str = "builtin:echo";
+
+/// Registry records of capdex's built-ins (slug `echo`).
+pub fn builtin_records() -> Vec<CapabilityRecord> {
+    let echo = Builtin::Echo.descriptor();
+    vec![CapabilityRecord {
+        slug: "echo".into(),
+        name: echo.display_name,
+        description: echo.description.clone(),
+        category: echo.category,
+        execution_type: ExecutionType::Internal,
+        handler: ECHO_HANDLER.into(),
+        function_definition: FunctionDefinition {
+            name: "echo".into(),
+            description: echo.description,
+            parameters: echo.full_schema.unwrap_or_else(|| json!({"type": "object"})),
+        },
+        requires_approval: false,
+        approval_timeout_ms: None,
+        rate_limit: None,
+        is_idempotent: true,
+        is_active: true,
+        processes_pii: false,
+        redaction: None,
+        timeout_ms: None,
+        policy_version: 1,
+    }]
+}
+
+pub struct Dispatcher {
+    store: Store,
+    settings: DispatchSettings,
+    pipeline: Pipeline,
+    handlers: HashMap<String, InProcessHandler>,
+    transport: Option<Arc<dyn ExecTransport + Send + Sync>>,
+    sinks: Vec<EventSink>,
+    env: EnvLookup,
+    /// Keys claimed by calls running now, with their concurrent duplicates.
+    in_flight: InFlight<oneshot::Sender<CallResult>>,
+    boot_id: String,
+    epoch: Instant,
+    crash_after_exec: bool,
+    stats: DispatcherStats,
+}
+
+pub(super) fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Bytes no one can guess: time, process, an address and a counter, hashed.
+fn unpredictable_seed() -> Vec<u8> {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let mut seed = hasher.finish().to_le_bytes().to_vec();
+    seed.extend_from_slice(&nanos.to_le_bytes());
+    seed.extend_from_slice(&std::process::id().to_le_bytes());
+    seed
+}
+
+impl Dispatcher {
+    /// Loads the registry and bindings from the store; built-ins are added
+    /// (the echo handler runs in-process).
+    pub fn new(store: Store, settings: DispatchSettings) -> Result<Dispatcher, StoreError> {
+        let mut pipeline = Pipeline::new(settings.binding_mode, settings.rate_window_ms);
+        pipeline.load_registry(Self::registry_of(&store)?);
+        pipeline.load_bindings(store.bindings()?);
+        let echo: InProcessHandler =
+            Arc::new(|request: &ExecRequest| CallResult::ok(Builtin::Echo.run(&request.arguments)));
+        Ok(Dispatcher {
+            store,
+            settings,
+            pipeline,
+            handlers: HashMap::from([(ECHO_HANDLER.to_string(), echo)]),
+            transport: None,
+            sinks: Vec::new(),
+            env: Arc::new(|name: &str| std::env::var(name).ok()),
+            in_flight: InFlight::default(),
+            boot_id: approval::approval_id(&unpredictable_seed()),
+            epoch: Instant::now(),
+            crash_after_exec: std::env::var("CAPDEX_TEST_CRASH_AFTER_EXEC").is_ok_and(|v| v == "1"),
+            stats: DispatcherStats::default(),
+        })
+    }
+
+    pub(super) fn registry_of(store: &Store) -> Result<Vec<CapabilityRecord>, StoreError> {
+        let mut records = builtin_records();
+        records.extend(store.capability_records()?);
+        Ok(records)
+    }
+
+    /// Runs internal capabilities whose `handler` is `name` in-process.
+    pub fn with_handler(mut self, name: &str, handler: InProcessHandler) -> Dispatcher {
+        self.handlers.insert(name.to_string(), handler);
+        self
+    }
+
+    pub fn with_transport(mut self, transport: Arc<dyn ExecTransport + Send + Sync>) -> Dispatcher {
+        self.transport = Some(transport);
+        self
+    }
+
+    pub fn with_event_sink(mut self, sink: EventSink) -> Dispatcher {
+        self.sinks.push(sink);
+        self
+    }
+
+    /// Replaces how `${env:VAR}` is read (default: the process environment).
+    pub fn with_env(mut self, env: EnvLookup) -> Dispatcher {
+        self.env = env;
+        self
+    }
+
+    fn mono_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+/// A re-drive key this call claimed.
+struct Claimed {
+    key: ExecutionKey,
+    storage: Vec<u8>,
+    /// The in-progress entry it was claimed with.
+    entry: CacheEntry,
+}
+
+/// What runs for a call, once the plan's store writes are done.
+enum Job {
+    /// Already decided (a refusal, an approval request, a binding that cannot run).
+    Done(CallResult),
+    InProcess(InProcessHandler, ExecRequest),
+    Transport {
+        transport: Arc<dyn ExecTransport + Send + Sync>,
+        slug: String,
+        payload: Vec<u8>,
+        timeout_ms: u64,
+    },
+    Http {
+        target: pipeline::HttpTarget,
+        body: Value,
+        webhook: bool,
+        allowlist: Vec<ssrf::Cidr>,
+        timeout_ms: u64,
+    },
+}
+
+/// A performed plan: the job and what its answer records.
+struct Work {
+    job: Job,
+    /// A new or used approval must be durable before the job runs.
+    durable_first: bool,
+    approval_used: Option<String>,
+    /// Resolved `${env:VAR}` values, scrubbed from everything recorded.
+    secrets: Vec<String>,
+}
+
+/// What a run's answer records besides the call, fixed before it runs.
+struct Trail {
+    /// The capability as admitted (a reload while it runs does not change its redaction).
+    record: Option<Arc<CapabilityRecord>>,
+    approval_used: Option<String>,
+    secrets: Vec<String>,
+}
+
+impl Work {
+    fn of(job: Job) -> Work {
+        Work { job, durable_first: false, approval_used: None, secrets: Vec::new() }
+    }
+
+    fn done(result: CallResult) -> Work {
+        Work::of(Job::Done(result))
+    }
+}
+
+impl Job {
+    /// Runs a job that needs no waiting now; gives back any other.
+    fn run_now(self) -> Result<CallResult, Box<Job>> {
+        match self {
+            Job::Done(result) => Ok(result),
+            Job::InProcess(handler, request) => Ok(run_in_process(&handler, &request)),
+            other => Err(Box::new(other)),
+        }
+    }
+
+    async fn run(self) -> CallResult {
+        match self {
+            Job::Done(result) => result,
+            Job::InProcess(handler, request) => run_in_process(&handler, &request),
+            Job::Transport { transport, slug, payload, timeout_ms } => {
+                let request = transport.request(&slug, payload, timeout_ms);
+                match actix_rt::time::timeout(Duration::from_millis(timeout_ms), request).await {
+                    Err(_) => {
+                        CallResult::fail(ErrorCode::ExecutionError, ExecFailure::TimedOut(timeout_ms).to_string())
+                    }
+                    Ok(Err(failure)) => CallResult::fail(ErrorCode::ExecutionError, failure.to_string()),
+                    Ok(Ok(bytes)) => CallResult::from_handler_reply(&bytes)
+                        .unwrap_or_else(|problem| CallResult::fail(ErrorCode::ExecutionError, problem)),
+                }
+            }
+            Job::Http { target, body, webhook, allowlist, timeout_ms } => {
+                http::call(target, body, webhook, allowlist, timeout_ms).await
+            }
+        }
+    }
+}
+
+fn run_in_process(handler: &InProcessHandler, request: &ExecRequest) -> CallResult {
+    // Our own code, but a panic must still not take the actor down.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(request)))
+        .unwrap_or_else(|_| CallResult::fail(ErrorCode::ExecutionError, "the in-process handler panicked"))
+}
+
+/// Leaves a claimed key's [`Completion`] in the store: a success stored
+/// durably (then the test-only crash), a failure released.
+async fn settle(store: &Store, claimed: &(Vec<u8>, CacheEntry), result: &CallResult, crash_after_exec: bool) {
+    let (storage, entry) = claimed;
+    match redrive::completion(entry, result) {
+        Completion::Store(done) => {
+            let stored = match store.complete_execution(storage, &done) {
+                Ok(()) => store.durable().await,
+                Err(err) => Err(err),
+            };
+            if let Err(err) = stored {
+                tracing::warn!(%err, "failed to store a result in the re-drive cache");
+            } else if crash_after_exec {
+                tracing::error!("CAPDEX_TEST_CRASH_AFTER_EXEC=1: aborting after storing the result");
+                std::process::abort();
+            }
+        }
+        Completion::Release => {
+            if let Err(err) = store.release_execution(storage) {
+                tracing::warn!(%err, "failed to release a re-drive key");
+            }
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Records provenance, sends the event and counts; returns the answer.
+    fn finish(&mut self, facts: CallFacts<'_>, result: CallResult) -> CallResult {
+        let ran = facts.record.is_some() && !facts.replayed;
+        let finished = pipeline::finish(facts, result);
+        if let Err(err) = self.store.append_provenance(&finished.provenance) {
+            tracing::warn!(%err, slug = %finished.event.slug, "failed to record provenance");
+        }
+        for sink in &self.sinks {
+            sink(&finished.event);
+        }
+        match Tally::of(&finished.event, ran) {
+            Tally::Executed => self.stats.executed += 1,
+            Tally::Replayed => self.stats.replayed += 1,
+            Tally::Refused => self.stats.refused += 1,
+            Tally::Failed => self.stats.failed += 1,
+        }
+        let code = finished.event.error_code.unwrap_or_else(|| "success".into());
+        metrics::counter!("capdex_dispatch_total", "code" => code).increment(1);
+        finished.result
+    }
+
+    /// Answers a call that ran nothing (or waited), now.
+    fn answer_now(
+        &mut self,
+        call: &DispatchCall,
+        key: Option<&ExecutionKey>,
+        result: CallResult,
+        replayed: bool,
+        started: Instant,
+    ) -> CallResult {
+        let record = self.pipeline.record(&call.slug).cloned();
+        let facts = CallFacts {
+            call,
+            record: record.as_deref(),
+            execution_key: key,
+            approval_id: None,
+            secrets: &[],
+            replayed,
+            latency_us: started.elapsed().as_micros() as u64,
+            at_ms: wall_ms(),
+        };
+        self.finish(facts, result)
+    }
+
+    fn answer(
+        &mut self,
+        call: &DispatchCall,
+        key: Option<&ExecutionKey>,
+        result: CallResult,
+        replayed: bool,
+        started: Instant,
+    ) -> ResponseActFuture<Self, CallResult> {
+        Box::pin(fut::ready(self.answer_now(call, key, result, replayed, started)))
+    }
+
+    /// What the re-drive core needs to know of `storage`: running here, else what the store's claim found.
+    fn key_state(&self, storage: &[u8], entry: &CacheEntry) -> KeyState {
+        if self.in_flight.contains(storage) {
+            return KeyState::InFlight;
+        }
+        match self.store.claim_execution(storage, entry) {
+            Ok(claim) => KeyState::Claim(claim),
+            Err(err) => KeyState::Unreadable(err.to_string()),
+        }
+    }
+
+    /// Answers a concurrent duplicate with the result of the first call of its key.
+    fn wait_for_first(
+        &mut self,
+        call: DispatchCall,
+        key: ExecutionKey,
+        storage: &[u8],
+        started: Instant,
+    ) -> ResponseActFuture<Self, CallResult> {
+        let (waiter, first) = oneshot::channel();
+        // A refused waiter is dropped, so `first` answers `abandoned`.
+        let _ = self.in_flight.join(storage, waiter);
+        Box::pin(first.into_actor(self).map(move |first, act, _| {
+            let result = first.unwrap_or_else(|_| redrive::abandoned());
+            act.answer_now(&call, Some(&key), result, true, started)
+        }))
+    }
+
+    /// The approval the call names, as stored (a read failure counts as none, which the pipeline refuses).
+    fn stored_approval(&self, call: &DispatchCall) -> Option<Approval> {
+        let id = call.approval_id.as_ref()?;
+        self.store.approval(id).unwrap_or_else(|err| {
+            tracing::warn!(%err, "failed to read an approval");
+            None
+        })
+    }
+
+    fn plan(&self, decision: AdmissionDecision, call: &DispatchCall, stored_approval: Option<&Approval>) -> Plan {
+        let handlers = &self.handlers;
+        let env = &self.env;
+        let facts = PlanFacts {
+            call,
+            stored_approval,
+            now_ms: wall_ms(),
+            default_approval_ttl_ms: self.settings.approval_ttl_ms,
+            runners: Runners {
+                has_handler: &|name| handlers.contains_key(name),
+                has_transport: self.transport.is_some(),
+                env: &|name| env(name),
+                default_timeout_ms: self.settings.default_timeout_ms,
+            },
+        };
+        plan::plan(decision, &facts, || approval::approval_id(&unpredictable_seed()))
+    }
+
+    /// Does the plan's store writes; returns what is left to run.
+    fn perform(&mut self, plan: Plan) -> Work {
+        match plan {
+            Plan::Answer(result) => Work::done(result),
+            Plan::RequestApproval(approval) => match self.store.put_approval(&approval) {
+                Ok(()) => {
+                    self.stats.approvals_requested += 1;
+                    Work { durable_first: true, ..Work::done(plan::approval_requested(&approval)) }
+                }
+                Err(err) => Work::done(CallResult::fail(
+                    ErrorCode::ExecutionError,
+                    format!("failed to store the approval: {err}"),
+                )),
+            },
+            Plan::Run { consume, executor } => {
+                let mut work = self.work_for(*executor);
+                if let Some(used) = consume {
+                    if let Err(err) = self.store.put_approval(&used) {
+                        let message = format!("failed to use the approval: {err}");
+                        return Work::done(CallResult::fail(ErrorCode::ExecutionError, message));
+                    }
+                    work.durable_first = true;
+                    work.approval_used = Some(used.id);
+                }
+                work
+            }
+        }
+    }
+
+    /// The job of an executor, with this dispatcher's handlers, transport and SSRF allowlist.
+    fn work_for(&self, executor: Executor) -> Work {
+        let unavailable = |message: String| Work::done(CallResult::fail(ErrorCode::ExecutionError, message));
+        match executor {
+            Executor::InProcess { handler, request } => match self.handlers.get(&handler) {
+                Some(run) => Work::of(Job::InProcess(run.clone(), request)),
+                None => unavailable(format!("no in-process handler {handler}")),
+            },
+            Executor::Transport { slug, payload, timeout_ms } => match &self.transport {
+                Some(transport) => Work::of(Job::Transport { transport: transport.clone(), slug, payload, timeout_ms }),
+                None => unavailable(format!("no transport to handler services; {slug} cannot run here")),
+            },
+            Executor::Http { target, body, webhook, timeout_ms } => {
+                let secrets = target.secrets.clone();
+                let allowlist = self.settings.ssrf_allowlist.clone();
+                Work { secrets, ..Work::of(Job::Http { target, body, webhook, allowlist, timeout_ms }) }
+            }
+            Executor::Unavailable(result) => Work::done(result),
+        }
+    }
+
+    /// Runs the work (after the durability barrier when a claim or an approval
+    /// was written), settles the claimed key, answers its waiters and the call.
+    fn run(
+        &mut self,
+        call: DispatchCall,
+        claimed: Option<Claimed>,
+        work: Work,
+        started: Instant,
+    ) -> ResponseActFuture<Self, CallResult> {
+        let durable_first = work.durable_first || claimed.is_some();
+        let Work { job, approval_used, secrets, .. } = work;
+        let trail = Trail { record: self.pipeline.record(&call.slug).cloned(), approval_used, secrets };
+        // Fast path: nothing to wait for (no claim, no approval written, no I/O to run).
+        let job = if durable_first {
+            job
+        } else {
+            match job.run_now() {
+                Ok(result) => return Box::pin(fut::ready(self.finish_run(&call, None, &trail, started, result))),
+                Err(job) => *job,
+            }
+        };
+        let store = self.store.clone();
+        let crash_after_exec = self.crash_after_exec;
+        let claim = claimed.as_ref().map(|c| (c.storage.clone(), c.entry.clone()));
+        let run = async move {
+            if durable_first {
+                // The claim and a new or used approval are durable before the handler runs.
+                if let Err(err) = store.durable().await {
+                    if let Some((storage, _)) = &claim {
+                        let _ = store.release_execution(storage);
+                    }
+                    return CallResult::fail(ErrorCode::ExecutionError, format!("the store is not durable: {err}"));
+                }
+            }
+            let result = job.run().await;
+            if let Some(claim) = &claim {
+                settle(&store, claim, &result, crash_after_exec).await;
+            }
+            result
+        };
+        Box::pin(run.into_actor(self).map(move |result, act, _| {
+            for waiter in claimed.as_ref().map(|c| act.in_flight.finish(&c.storage)).unwrap_or_default() {
+                let _ = waiter.send(result.clone());
+            }
+            act.finish_run(&call, claimed.as_ref().map(|c| &c.key), &trail, started, result)
+        }))
+    }
+
+    fn finish_run(
+        &mut self,
+        call: &DispatchCall,
+        key: Option<&ExecutionKey>,
+        trail: &Trail,
+        started: Instant,
+        result: CallResult,
+    ) -> CallResult {
+        let facts = CallFacts {
+            call,
+            record: trail.record.as_deref(),
+            execution_key: key,
+            approval_id: trail.approval_used.as_deref(),
+            secrets: &trail.secrets,
+            replayed: false,
+            latency_us: started.elapsed().as_micros() as u64,
+            at_ms: wall_ms(),
+        };
+        self.finish(facts, result)
+    }
+}
+
+impl Actor for Dispatcher {
+    type Context = Context<Self>;
+}
+
+impl Handler<Dispatch> for Dispatcher {
+    type Result = ResponseActFuture<Self, CallResult>;
+
+    fn handle(&mut self, msg: Dispatch, _: &mut Context<Self>) -> Self::Result {
+        let started = Instant::now();
+        let mut call = msg.call;
+        let key = match call.check() {
+            Ok(key) => key,
+            Err(result) => return self.answer(&call, None, *result, false, started),
+        };
+        // The re-drive cache wraps the pipeline, as in the design: a stored result is returned first.
+        let mut claimed = None;
+        if let Some(key) = redrive::cached_key(key, self.pipeline.record(&call.slug).map(|r| &**r)) {
+            let (storage, entry) = (key.storage_key(), redrive::claim_entry(&call, &self.boot_id, wall_ms()));
+            match redrive::verdict(&key, &entry, self.key_state(&storage, &entry)) {
+                Verdict::Run => claimed = Some(Claimed { key, storage, entry }),
+                Verdict::Wait => return self.wait_for_first(call, key, &storage, started),
+                Verdict::Answer(answered) => {
+                    let (result, replayed) = answered.into_result();
+                    return self.answer(&call, Some(&key), result, replayed, started);
+                }
+            }
+        }
+        if let Some(claimed) = &claimed {
+            self.in_flight.start(claimed.storage.clone());
+        }
+        let stored_approval = self.stored_approval(&call);
+        let decision = self.pipeline.admit(&call, stored_approval.as_ref(), self.mono_ms(), wall_ms());
+        let plan = self.plan(decision, &call, stored_approval.as_ref());
+        let work = self.perform(plan);
+        self.run(call, claimed, work, started)
+    }
+}
+
+impl Handler<SetTransport> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetTransport, _: &mut Context<Self>) {
+        self.transport = Some(msg.0);
+    }
+}
+
+impl Handler<AddEventSink> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: AddEventSink, _: &mut Context<Self>) {
+        self.sinks.push(msg.0);
+    }
+}
+
+impl Handler<Observe<DispatcherStats>> for Dispatcher {
+    type Result = MessageResult<Observe<DispatcherStats>>;
+
+    fn handle(&mut self, _: Observe<DispatcherStats>, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stats.clone())
+    }
+}
