@@ -6,7 +6,7 @@
 //! `cargo bench --bench sources` runs the full figures; under `cargo test` it
 //! runs a small smoke version (the harness passes no `--bench`).
 
-use capdex::actors::router::Discover;
+use capdex::actors::discoverer::Discover;
 use capdex::config::Settings;
 use capdex::core::discovery::DiscoveryFilter;
 use std::collections::BTreeMap;
@@ -64,7 +64,7 @@ fn main() {
             write_manifest(caps.path(), 11, &format!("Finds the {token} in the stable"));
             loop {
                 let result = actors
-                    .router
+                    .discoverer
                     .send(Discover { query: token.clone(), filter: DiscoveryFilter::default(), config: None })
                     .await
                     .unwrap()

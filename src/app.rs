@@ -10,7 +10,7 @@
 use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
-use crate::actors::router::Discover;
+use crate::actors::discoverer::Discover;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
 use crate::actors::scg::{DepositNote, MapRequest, ObserveNode, Route as ScgRoute, ScgError, SourceText};
 use crate::actors::{spawn_all, Actors};
@@ -63,10 +63,10 @@ pub async fn scan(actors: &Actors) -> anyhow::Result<ScanOutcome> {
 /// Runs one discovery.
 pub async fn discover(actors: &Actors, query: &str, filter: DiscoveryFilter) -> anyhow::Result<DiscoveryResult> {
     Ok(actors
-        .router
+        .discoverer
         .send(Discover { query: query.to_string(), filter, config: None })
         .await
-        .context("router stopped")??)
+        .context("discoverer stopped")??)
 }
 
 /// The largest sources or catalog file read, in bytes.
@@ -118,7 +118,7 @@ pub async fn load_file(
 /// so a command line's files are exactly what a run sees.
 pub async fn drop_other_files(actors: &Actors, keep: &[std::path::PathBuf]) -> anyhow::Result<()> {
     let keep: Vec<String> = keep.iter().map(|path| format!("file:{}", path.display())).collect();
-    let catalog = actors.router.send(crate::actors::router::CurrentCatalog).await.context("router stopped")?;
+    let catalog = actors.discoverer.send(crate::actors::discoverer::CurrentCatalog).await.context("discoverer stopped")?;
     let stale: std::collections::BTreeSet<String> = catalog
         .origins
         .values()
@@ -244,7 +244,7 @@ impl ActorApi {
             let filter = request.filter()?;
             let config = config?;
             let discover = Discover { query: request.message, filter, config };
-            let finish = move |result: Result<DiscoveryResult, crate::actors::router::RouterError>,
+            let finish = move |result: Result<DiscoveryResult, crate::actors::discoverer::DiscovererError>,
                                catalog: &crate::core::catalog::Catalog| {
                 finish(result.map_err(|err| ApiError::internal(err.to_string()))?, catalog)
             };
@@ -300,7 +300,7 @@ impl Api for ActorApi {
     }
 
     fn list(&self, request: ListRequest) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
-        let router = self.actors.router.clone();
+        let discoverer = self.actors.discoverer.clone();
         async move {
             let kind = match request.kind.as_deref() {
                 None | Some("any") => None,
@@ -309,8 +309,8 @@ impl Api for ActorApi {
                         .ok_or_else(|| ApiError::bad_request(format!("unknown kind {text:?}")))?,
                 ),
             };
-            let catalog = router
-                .send(crate::actors::router::CurrentCatalog)
+            let catalog = discoverer
+                .send(crate::actors::discoverer::CurrentCatalog)
                 .await
                 .map_err(ApiError::unavailable)?;
             let capabilities: Vec<serde_json::Value> = catalog

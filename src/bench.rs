@@ -319,7 +319,7 @@ pub fn run_with(
     let mut candidates = 0usize;
     for message in queries {
         let started = Instant::now();
-        // Tier 0 is cached per catalog version in the Router, so a turn only clones it.
+        // Tier 0 is cached per catalog version in the Discoverer, so a turn only clones it.
         let (result, embedded_us) = discover_message(message, &built, embedder, batch_size, config, tier0.clone())?;
         let total = started.elapsed().as_secs_f64() * 1e6;
         turn_us.push(total);

@@ -1,5 +1,5 @@
 //! DiscoveryWorker: runs discoveries off the System's thread. A pool of
-//! `[discovery] workers` threads, each reading the Router's [`SnapshotCell`]
+//! `[discovery] workers` threads, each reading the [`SnapshotCell`]
 //! (immutable `Arc` snapshots of one catalog version), so the NATS service's
 //! discover, search and plan requests rank on every core while the System's
 //! thread only does their I/O.
@@ -17,7 +17,8 @@
 //! there (JSON or msgpack) and the System's thread sends bytes.
 
 use crate::actors::embedder::EmbedTexts;
-use crate::actors::router::{run_discovery, Discover, RouterError, SnapshotCell};
+use crate::actors::discoverer::{run_discovery, Discover, DiscovererError};
+use crate::actors::snapshot::SnapshotCell;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryResult};
 use crate::core::embedder::{embed_in_batches, Embed, EmbedError};
@@ -28,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// Turns a discovery's result (with the catalog it was ranked on) into the caller's answer, on the worker.
-pub type Finish<R> = Box<dyn FnOnce(Result<DiscoveryResult, RouterError>, &Catalog) -> R + Send>;
+pub type Finish<R> = Box<dyn FnOnce(Result<DiscoveryResult, DiscovererError>, &Catalog) -> R + Send>;
 
 /// One discovery for a worker.
 pub struct RunDiscovery<R> {
@@ -233,8 +234,7 @@ impl DiscoveryLanes {
 mod tests {
     use super::*;
     use crate::actors::embedder::Embedder;
-    use crate::actors::indexer::CatalogPublished;
-    use crate::actors::router::{Router, RouterStats};
+    use crate::actors::discoverer::{Discoverer, DiscovererStats};
     use crate::actors::Observe;
     use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
     use crate::core::discovery::DiscoveryFilter;
@@ -283,7 +283,7 @@ mod tests {
         catalog.version = version;
         let catalog = Arc::new(catalog);
         let lexical = Arc::new(LexicalIndex::build(&descriptors));
-        cell.publish_catalog(&CatalogPublished { catalog: catalog.clone(), index: Arc::new(index), lexical });
+        cell.publish_catalog(&catalog, &Arc::new(index), &lexical);
         cell.publish_graph(version, &Arc::new(CapabilityGraph::build(&descriptors, &[])));
         catalog
     }
@@ -302,12 +302,12 @@ mod tests {
     }
 
     #[actix::test]
-    async fn workers_answer_as_the_router_does_and_are_counted() {
+    async fn workers_answer_as_the_discoverer_does_and_are_counted() {
         let cell = Arc::new(SnapshotCell::default());
         publish(&cell, 3);
         let config = DiscoveryConfig::default();
         let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
-        let router = Router::new(config.clone(), embedder.clone().recipient()).with_snapshot_cell(cell.clone()).start();
+        let discoverer = Discoverer::new(config.clone(), embedder.clone().recipient()).with_snapshot_cell(cell.clone()).start();
         let lanes = {
             let cell = cell.clone();
             let config = config.clone();
@@ -324,18 +324,18 @@ mod tests {
             DiscoveryLanes::start(1, factory, Some(embedder.recipient())).unwrap()
         };
         for query in ["echo this text back", "list what is indexed", "send a message to the team"] {
-            let by_router = without_timings(router.send(discover(query)).await.unwrap().unwrap());
-            assert_eq!(by_router.diagnostics.embedder, "ok");
-            assert!(!by_router.tier1.is_empty(), "{query}: {by_router:?}");
+            let by_discoverer = without_timings(discoverer.send(discover(query)).await.unwrap().unwrap());
+            assert_eq!(by_discoverer.diagnostics.embedder, "ok");
+            assert!(!by_discoverer.tier1.is_empty(), "{query}: {by_discoverer:?}");
             let on_worker = without_timings(lanes.run(discover(query), keep()).await.unwrap().unwrap());
-            assert_eq!(on_worker, by_router, "{query}");
+            assert_eq!(on_worker, by_discoverer, "{query}");
             let relayed = without_timings(relayed.run(discover(query), keep()).await.unwrap().unwrap());
-            assert_eq!(relayed, by_router, "{query}");
+            assert_eq!(relayed, by_discoverer, "{query}");
         }
         // `finish` sees the catalog the query was ranked on.
         let version = lanes.run(discover("anything"), Box::new(|_, catalog| catalog.version)).await.unwrap();
         assert_eq!(version, 3);
-        let stats = router.send(Observe::<RouterStats>::new()).await.unwrap();
+        let stats = discoverer.send(Observe::<DiscovererStats>::new()).await.unwrap();
         assert_eq!((stats.queries, stats.catalog_version, stats.graph_version), (10, 3, 3));
     }
 
@@ -379,7 +379,7 @@ mod tests {
     }
 
     /// The Indexer and the GraphBuilder publish into the cell themselves before
-    /// they reply, so no message to the Router has to be handled first: here
+    /// they reply, so no message to the Discoverer has to be handled first: here
     /// they have no subscriber at all, and the cell is still current at the reply.
     #[actix::test]
     async fn a_change_is_in_the_cell_when_it_is_replied_to() {

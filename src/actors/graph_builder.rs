@@ -3,6 +3,7 @@
 //! Runs on a `SyncArbiter` thread: a build over a large catalog is CPU work
 //! that would otherwise stall the System's thread, and every request with it.
 
+use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Observe;
 use crate::core::catalog::Catalog;
 use crate::core::descriptor::CapabilityDescriptor;
@@ -37,7 +38,7 @@ pub struct GraphBuilder {
     presets: Vec<Preset>,
     subscribers: Vec<Recipient<GraphPublished>>,
     /// Where discovery reads its snapshots, written before a build is replied to.
-    snapshots: Option<Arc<crate::actors::router::SnapshotCell>>,
+    snapshots: Option<Arc<SnapshotCell>>,
     stats: GraphBuilderStats,
 }
 
@@ -47,7 +48,7 @@ impl GraphBuilder {
     }
 
     /// Publishes every graph into `snapshots` too, before replying to its build.
-    pub fn with_snapshot_cell(mut self, snapshots: Arc<crate::actors::router::SnapshotCell>) -> GraphBuilder {
+    pub fn with_snapshot_cell(mut self, snapshots: Arc<SnapshotCell>) -> GraphBuilder {
         self.snapshots = Some(snapshots);
         self
     }
@@ -83,5 +84,45 @@ impl Handler<Observe<GraphBuilderStats>> for GraphBuilder {
 
     fn handle(&mut self, _: Observe<GraphBuilderStats>, _: &mut SyncContext<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::test_support::{collector, tool};
+
+    #[actix::test]
+    async fn a_build_uses_every_preset_and_is_published_before_its_reply() {
+        let configured = Preset { name: "configured".into(), capability_ids: vec!["tool:a".into(), "tool:b".into()] };
+        let offered = Preset { name: "offered".into(), capability_ids: vec!["tool:b".into(), "tool:c".into()] };
+        let descriptors = vec![tool("a", "Read a gauge"), tool("b", "Open a valve"), tool("c", "Close a valve")];
+        let mut catalog = Catalog { version: 7, ..Catalog::default() };
+        for descriptor in &descriptors {
+            catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+        }
+        catalog.presets.insert("runtime:r".into(), vec![offered.clone()]);
+        let (subscriber, published) = collector::<GraphPublished>();
+        let cell = Arc::new(SnapshotCell::default());
+        let (presets, graph_cell) = (vec![configured.clone()], cell.clone());
+        let builder = SyncArbiter::start(1, move || {
+            GraphBuilder::new(presets.clone(), vec![subscriber.clone()]).with_snapshot_cell(graph_cell.clone())
+        });
+        let stats = builder.send(BuildGraph { catalog: Arc::new(catalog) }).await.unwrap();
+        assert_eq!(stats, CapabilityGraph::build(&descriptors, &[configured, offered]).stats());
+        assert_ne!(stats, CapabilityGraph::build(&descriptors, &[]).stats(), "presets add edges");
+        assert_eq!(cell.load().graph_version, 7);
+        assert_eq!(cell.load().graph.stats(), stats);
+        let observed = builder.send(Observe::<GraphBuilderStats>::new()).await.unwrap();
+        assert_eq!(observed, GraphBuilderStats { version: 7, builds: 1, graph: stats });
+        // The subscriber's copy was sent before the reply; wait until it is handled.
+        for _ in 0..200 {
+            if !published.lock().unwrap().is_empty() {
+                break;
+            }
+            actix::clock::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let published = published.lock().unwrap();
+        assert_eq!(published.iter().map(|graph| graph.version).collect::<Vec<_>>(), [7]);
     }
 }

@@ -1,7 +1,8 @@
 //! Indexer: owns the catalog, the vector index and the lexical index. A change by one
-//! origin is planned by `core::catalog::plan_change`, embeddings are reused from the store
-//! when model and text are unchanged (so a restart re-embeds nothing), the
-//! rest go to the Embedder, and the new snapshot is published.
+//! origin is planned by `core::catalog::plan_change`; `core::reindex` decides which
+//! vectors kept in the store are reused (model and text unchanged, so a restart
+//! re-embeds nothing), which texts go to the Embedder, and what the new catalog and
+//! indexes are; this actor fetches, asks, writes to the store and publishes.
 //!
 //! Embedding is best effort: when the Embedder fails (an HTTP backend that is
 //! down, say), the sync still completes: every capability enters the catalog
@@ -13,20 +14,24 @@
 //! Mailbox ordering: a sync holds the mailbox until it is applied
 //! (`AtomicResponse`), so syncs never interleave. Before replying it has
 //! published the catalog to its subscribers and waited for the GraphBuilder,
-//! so a caller that gets the reply can query the Router straight away.
+//! so a caller that gets the reply can query the Discoverer straight away.
 
-use crate::actors::embedder::EmbedTexts;
+use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
 use crate::actors::graph_builder::BuildGraph;
+use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Observe;
-use crate::core::catalog::{plan_change, Catalog, ChangeMode, Conflict};
+use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
-use crate::core::embedder::{text_hash, EmbedError, EmbedErrorCode};
 use crate::core::graph::Preset;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
-use crate::core::text::embedding_text;
+use crate::core::reindex::{
+    apply_change, apply_retry, plan_vectors, restore, retry_targets, AppliedChange, AppliedRetry, KeptVector,
+    Restored,
+};
 use crate::store::{Store, StoreError, StoredEmbedding};
 use actix::prelude::*;
+use futures::future::OptionFuture;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,7 +203,7 @@ pub struct Indexer {
     events: Option<tokio::sync::mpsc::UnboundedSender<IndexEvent>>,
     lexical: Arc<LexicalIndex>,
     /// Where discovery reads its snapshots, written before a change is replied to.
-    snapshots: Option<Arc<crate::actors::router::SnapshotCell>>,
+    snapshots: Option<Arc<SnapshotCell>>,
     /// Ids in the catalog without a vector in the index (the embedder failed).
     pending: BTreeSet<String>,
     stats: IndexerStats,
@@ -217,26 +222,12 @@ impl Indexer {
         model_id: &str,
         dimensions: usize,
     ) -> Result<Indexer, StoreError> {
-        let mut catalog = Catalog::default();
-        let mut index = VectorIndex::new(dimensions);
-        let mut pending = BTreeSet::new();
-        for stored in store.descriptors()? {
-            let descriptor = stored.descriptor;
-            let vector_fits = match store.embedding(&descriptor.id)? {
-                Some(embedding) if embedding.model_id == model_id => {
-                    index.upsert(&descriptor.id, &embedding.vector).is_ok()
-                }
-                _ => false,
-            };
-            if !vector_fits {
-                pending.insert(descriptor.id.clone());
-            }
-            catalog.origins.insert(descriptor.id.clone(), stored.origin);
-            catalog.descriptors.insert(descriptor.id.clone(), descriptor);
+        let mut stored = Vec::new();
+        for held in store.descriptors()? {
+            let kept = store.embedding(&held.descriptor.id)?.map(kept_vector);
+            stored.push((held.descriptor, held.origin, kept));
         }
-        catalog.presets = store.presets()?.into_iter().collect();
-        // Versions count changes within a process; a restored catalog starts a new count at 1.
-        catalog.version = u64::from(!catalog.is_empty());
+        let Restored { catalog, index, pending } = restore(model_id, dimensions, stored, store.presets()?);
         let stats = IndexerStats {
             version: catalog.version,
             capabilities: catalog.len(),
@@ -244,7 +235,6 @@ impl Indexer {
             ..IndexerStats::default()
         };
         let graph_version = catalog.version;
-        // The lexical index has corpus-wide statistics (idf, average length), so it is rebuilt whole.
         let lexical = LexicalIndex::build(catalog.descriptors.values());
         Ok(Indexer {
             store,
@@ -270,106 +260,210 @@ impl Indexer {
 
     /// Publishes every catalog into `snapshots` too, directly, so a discovery
     /// that starts after a change's reply is served from it (or a newer one).
-    pub fn with_snapshot_cell(mut self, snapshots: Arc<crate::actors::router::SnapshotCell>) -> Indexer {
-        snapshots.publish_catalog(&CatalogPublished {
-            catalog: self.catalog.clone(),
-            index: self.index.clone(),
-            lexical: self.lexical.clone(),
-        });
+    pub fn with_snapshot_cell(mut self, snapshots: Arc<SnapshotCell>) -> Indexer {
+        snapshots.publish_catalog(&self.catalog, &self.index, &self.lexical);
         self.snapshots = Some(snapshots);
         self
     }
 
     fn publish(&self) {
+        if let Some(snapshots) = &self.snapshots {
+            snapshots.publish_catalog(&self.catalog, &self.index, &self.lexical);
+        }
         let published = CatalogPublished {
             catalog: self.catalog.clone(),
             index: self.index.clone(),
             lexical: self.lexical.clone(),
         };
-        if let Some(snapshots) = &self.snapshots {
-            snapshots.publish_catalog(&published);
-        }
         for subscriber in &self.subscribers {
             subscriber.do_send(published.clone());
         }
     }
+
+    /// Takes a carried-out change as the current state: pending ids, the new
+    /// catalog and indexes (published), the index event and the statistics.
+    fn adopt(&mut self, carried: Carried) -> SyncReport {
+        let Carried { origin, plan, refused, applied, reused, embedded, embedder_error } = carried;
+        let AppliedChange { next, added, updated, pending_added, pending_resolved, .. } = applied;
+        for id in &pending_resolved {
+            self.pending.remove(id);
+        }
+        self.pending.extend(pending_added);
+        let changed = next.is_some();
+        if let Some((catalog, index, lexical)) = next {
+            self.lexical = Arc::new(lexical);
+            self.catalog = Arc::new(catalog);
+            self.index = Arc::new(index);
+            self.publish();
+        }
+        for conflict in &plan.conflicts {
+            tracing::warn!(id = %conflict.id, problem = %conflict.problem, %origin, "capability offer not taken");
+        }
+        let refused = with_conflicts(refused, &plan.conflicts);
+        if changed || !refused.is_empty() {
+            if let Some(events) = &self.events {
+                let _ = events.send(IndexEvent {
+                    version: self.catalog.version,
+                    origin,
+                    added: added.clone(),
+                    updated: updated.clone(),
+                    removed: plan.removals.clone(),
+                    refused,
+                });
+            }
+        }
+        self.stats.syncs += 1;
+        self.stats.reused_total += reused as u64;
+        self.count(embedded);
+        metrics::gauge!("capdex_capabilities_indexed").set(self.catalog.len() as f64);
+        SyncReport {
+            added,
+            updated,
+            upserted: plan.upserts.len(),
+            removed: plan.removals.len(),
+            removed_ids: plan.removals,
+            unchanged: plan.unchanged,
+            embedded,
+            reused,
+            pending: self.pending.len(),
+            embedder_error,
+            conflicts: plan.conflicts,
+            version: self.catalog.version,
+        }
+    }
+
+    /// Takes a retry's vectors: stores them, and publishes a new catalog version when any came.
+    fn adopt_retry(&mut self, retry: AppliedRetry) -> Result<RetryReport, IndexerError> {
+        for (id, kept) in &retry.embedded {
+            self.store.put_embedding(id, &stored_embedding(kept))?;
+            self.pending.remove(id);
+        }
+        let embedded = retry.embedded.len();
+        if embedded > 0 {
+            let mut catalog = (*self.catalog).clone();
+            catalog.version += 1;
+            self.catalog = Arc::new(catalog);
+            self.index = Arc::new(retry.index);
+            self.publish();
+            self.graph_version = self.catalog.version;
+            self.graph_builder.do_send(BuildGraph { catalog: self.catalog.clone() });
+        }
+        self.count(embedded);
+        Ok(RetryReport { embedded, pending: self.pending.len(), embedder_error: None })
+    }
+
+    /// Brings the statistics up to date after `embedded` new vectors.
+    fn count(&mut self, embedded: usize) {
+        self.stats.version = self.catalog.version;
+        self.stats.capabilities = self.catalog.len();
+        self.stats.embedded_total += embedded as u64;
+        self.stats.pending = self.pending.len();
+    }
+
+    /// Asks the GraphBuilder for the graph of the current catalog when it has
+    /// not built it yet; the returned future ends with `result` once it has answered.
+    fn build_graph(
+        &mut self,
+        result: Result<SyncReport, IndexerError>,
+    ) -> impl std::future::Future<Output = Result<SyncReport, IndexerError>> + 'static {
+        let build = (result.is_ok() && self.graph_version != self.catalog.version).then(|| {
+            self.graph_version = self.catalog.version;
+            self.graph_builder.send(BuildGraph { catalog: self.catalog.clone() })
+        });
+        async move {
+            if let Some(Err(err)) = OptionFuture::from(build).await {
+                tracing::warn!(%err, "graph builder did not answer");
+            }
+            result
+        }
+    }
 }
 
-/// A change applied to copies of the catalog and indexes (and written to the store).
-struct Applied {
-    plan: crate::core::catalog::ChangePlan,
-    /// The new catalog, vector index and lexical index; `None` when nothing changed.
-    next: Option<(Catalog, VectorIndex, LexicalIndex)>,
-    added: Vec<String>,
-    updated: Vec<String>,
-    /// Upserts indexed without a vector (lexically only), now pending re-embedding.
-    pending_added: Vec<String>,
-    /// Ids no longer pending: embedded now, or removed.
-    pending_resolved: Vec<String>,
+/// A change as planned, and what carrying it out did.
+struct Carried {
+    origin: String,
+    plan: ChangePlan,
+    /// Offers refused before the change reached the index.
+    refused: Vec<Refused>,
+    applied: AppliedChange,
+    reused: usize,
+    embedded: usize,
+    embedder_error: Option<String>,
 }
 
-/// Applies `plan` (with a vector for every upsert that could be embedded) by `origin` to copies of
-/// `base_catalog` and `base_index`, writing each change to the store.
-fn apply_change(
-    store: &Store,
-    base_catalog: &Catalog,
-    base_index: &VectorIndex,
-    origin: &str,
-    plan: crate::core::catalog::ChangePlan,
-    vectors: Vec<Option<Vec<f32>>>,
-    presets: Option<Vec<Preset>>,
-) -> Result<Applied, IndexerError> {
-    let mut catalog = base_catalog.clone();
-    let mut index = base_index.clone();
-    let (mut pending_added, mut pending_resolved) = (Vec::new(), Vec::new());
+/// Carries out `plan` by `origin` on copies of `base_catalog` and
+/// `base_index`: kept vectors reused, the others asked of the `embedder`, the
+/// new ones kept, the change written to the store.
+async fn carry_out(
+    store: Store,
+    embedder: Recipient<EmbedTexts>,
+    (base_catalog, base_index): (Arc<Catalog>, Arc<VectorIndex>),
+    (origin, plan, presets, refused): (String, ChangePlan, Option<Vec<Preset>>, Vec<Refused>),
+) -> Result<Carried, IndexerError> {
+    // One round trip to learn the model id.
+    let model_id = ask(embedder.clone(), Vec::new()).await?.model_id;
+    let kept = plan.upserts.iter().map(|descriptor| Ok(store.embedding(&descriptor.id)?.map(kept_vector)));
+    let mut vectors = plan_vectors(&model_id, &plan.upserts, kept.collect::<Result<_, StoreError>>()?);
+    let (mut embedded, mut embedder_error) = (0, None);
+    if !vectors.to_embed.is_empty() {
+        match vectors.fill(ask(embedder, vectors.texts_to_embed()).await?.vectors) {
+            Ok(filled) => {
+                for &position in &filled {
+                    let kept = vectors.kept(position).expect("filled positions have a vector");
+                    store.put_embedding(&plan.upserts[position].id, &stored_embedding(&kept))?;
+                }
+                embedded = filled.len();
+            }
+            Err(err) => embedder_error = Some(err.to_string()),
+        }
+    }
+    let reused = vectors.reused;
+    // The store writes and the index builds are CPU and disk work: on a
+    // blocking thread, so the System's thread (actors and gateway) keeps answering meanwhile.
+    let (origin, plan, applied) = tokio::task::spawn_blocking(move || {
+        let applied = apply_change(&base_catalog, &base_index, &origin, &plan, vectors.vectors, presets);
+        write_change(&store, &origin, &plan, &applied).map(|()| (origin, plan, applied))
+    })
+    .await
+    .map_err(|err| IndexerError::Apply(err.to_string()))??;
+    Ok(Carried { origin, plan, refused, applied, reused, embedded, embedder_error })
+}
+
+/// Writes a change to the store: removals, then upserts, then the origin's presets if they changed.
+fn write_change(store: &Store, origin: &str, plan: &ChangePlan, applied: &AppliedChange) -> Result<(), StoreError> {
     for id in &plan.removals {
         store.remove_capability(id)?;
-        catalog.descriptors.remove(id);
-        catalog.origins.remove(id);
-        index.remove(id);
-        pending_resolved.push(id.clone());
     }
-    let (mut added, mut updated) = (Vec::new(), Vec::new());
-    for (descriptor, vector) in plan.upserts.iter().zip(vectors) {
-        // No vector (the embedder failed) or one that does not fit: indexed
-        // lexically only, and pending until an embedding retry succeeds.
-        match vector {
-            Some(vector) if index.upsert(&descriptor.id, &vector).is_ok() => {
-                pending_resolved.push(descriptor.id.clone())
-            }
-            _ => {
-                index.remove(&descriptor.id);
-                pending_added.push(descriptor.id.clone());
-            }
-        }
+    for descriptor in &plan.upserts {
         store.put_descriptor(origin, descriptor)?;
-        let previous = catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
-        catalog.origins.insert(descriptor.id.clone(), origin.to_string());
-        if previous.is_some() {
-            updated.push(descriptor.id.clone())
-        } else {
-            added.push(descriptor.id.clone())
-        }
     }
-    let mut presets_changed = false;
-    if let Some(presets) = presets {
-        if catalog.presets.get(origin).map_or(!presets.is_empty(), |held| *held != presets) {
-            store.put_presets(origin, &presets)?;
-            if presets.is_empty() {
-                catalog.presets.remove(origin);
-            } else {
-                catalog.presets.insert(origin.to_string(), presets);
-            }
-            presets_changed = true;
-        }
+    if let Some(presets) = &applied.presets {
+        store.put_presets(origin, presets)?;
     }
-    let changed = !plan.upserts.is_empty() || !plan.removals.is_empty() || presets_changed;
-    let next = changed.then(|| {
-        catalog.version = base_catalog.version + 1;
-        let lexical = LexicalIndex::build(catalog.descriptors.values());
-        (catalog, index, lexical)
-    });
-    Ok(Applied { plan, next, added, updated, pending_added, pending_resolved })
+    Ok(())
+}
+
+/// Sends `texts` to the Embedder.
+async fn ask(embedder: Recipient<EmbedTexts>, texts: Vec<String>) -> Result<EmbeddedTexts, IndexerError> {
+    embedder.send(EmbedTexts { texts }).await.map_err(|err| IndexerError::Embedder(err.to_string()))
+}
+
+/// Adds the offers a plan did not take to the source's own refusals.
+fn with_conflicts(mut refused: Vec<Refused>, conflicts: &[Conflict]) -> Vec<Refused> {
+    refused.extend(conflicts.iter().map(|conflict| Refused {
+        source: conflict.id.clone(),
+        field: "id".into(),
+        problem: conflict.problem.clone(),
+    }));
+    refused
+}
+
+fn kept_vector(stored: StoredEmbedding) -> KeptVector {
+    KeptVector { model_id: stored.model_id, text_hash: stored.text_hash, vector: stored.vector }
+}
+
+fn stored_embedding(kept: &KeptVector) -> StoredEmbedding {
+    StoredEmbedding { model_id: kept.model_id.clone(), text_hash: kept.text_hash.clone(), vector: kept.vector.clone() }
 }
 
 impl Actor for Indexer {
@@ -394,209 +488,38 @@ impl Handler<SyncCapabilities> for Indexer {
 
     fn handle(&mut self, msg: SyncCapabilities, _: &mut Context<Self>) -> Self::Result {
         let plan = plan_change(&self.catalog, &msg.origin, msg.descriptors, msg.mode, &msg.removals);
-        let origin = msg.origin;
-        let presets = msg.presets;
-        let mut refused = msg.refused;
-        refused.extend(plan.conflicts.iter().map(|c| Refused {
-            source: c.id.clone(),
-            field: "id".into(),
-            problem: c.problem.clone(),
-        }));
-        let texts: Vec<String> = plan.upserts.iter().map(embedding_text).collect();
-        let embedder = self.embedder.clone();
-        // One round trip to learn the model id, with the texts that might need it.
-        let request = embedder.send(EmbedTexts { texts: Vec::new() });
-        let store = self.store.clone();
         // Snapshots of what the change applies to: the mailbox is held until
         // it is applied, so nothing else changes them meanwhile.
-        let (base_catalog, base_index) = (self.catalog.clone(), self.index.clone());
-        let apply_origin = origin.clone();
+        let base = (self.catalog.clone(), self.index.clone());
+        let change = (msg.origin, plan, msg.presets, msg.refused);
         AtomicResponse::new(Box::pin(
-            async move {
-                let model_id = request.await.map_err(|err| IndexerError::Embedder(err.to_string()))?.model_id;
-                let hashes: Vec<String> = texts.iter().map(|text| text_hash(&model_id, text)).collect();
-                let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(texts.len());
-                let mut missing: Vec<usize> = Vec::new();
-                for (i, descriptor) in plan.upserts.iter().enumerate() {
-                    match store.embedding(&descriptor.id)? {
-                        Some(stored) if stored.model_id == model_id && stored.text_hash == hashes[i] => vectors.push(Some(stored.vector)),
-                        _ => {
-                            vectors.push(None);
-                            missing.push(i);
-                        }
-                    }
-                }
-                let reused = texts.len() - missing.len();
-                let mut embedded_now = 0;
-                let mut embed_error = None;
-                if !missing.is_empty() {
-                    let batch: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
-                    let embedded = embedder.send(EmbedTexts { texts: batch }).await.map_err(|err| IndexerError::Embedder(err.to_string()))?;
-                    match checked_vectors(embedded.vectors, missing.len()) {
-                        Ok(list) => {
-                            for (&i, vector) in missing.iter().zip(list) {
-                                if vector.is_empty() {
-                                    continue;
-                                }
-                                store.put_embedding(&plan.upserts[i].id, &StoredEmbedding { model_id: model_id.clone(), text_hash: hashes[i].clone(), vector: vector.clone() })?;
-                                vectors[i] = Some(vector);
-                                embedded_now += 1;
-                            }
-                        }
-                        Err(err) => embed_error = Some(err),
-                    }
-                }
-                // The store writes and the index builds are CPU and disk work:
-                // on a blocking thread, so the System's thread (actors and
-                // gateway) keeps answering meanwhile.
-                let applied = tokio::task::spawn_blocking(move || {
-                    apply_change(&store, &base_catalog, &base_index, &apply_origin, plan, vectors, presets)
-                })
-                .await
-                .map_err(|err| IndexerError::Apply(err.to_string()))??;
-                Ok::<_, IndexerError>((applied, reused, embedded_now, embed_error))
-            }
-            .into_actor(self)
-            .map(move |result, actor, _ctx| {
-                let (applied, reused, embedded, embed_error) = result?;
-                let Applied { plan, next, added, updated, pending_added, pending_resolved } = applied;
-                for id in &pending_resolved {
-                    actor.pending.remove(id);
-                }
-                actor.pending.extend(pending_added);
-                let changed = next.is_some();
-                if let Some((catalog, index, lexical)) = next {
-                    actor.lexical = Arc::new(lexical);
-                    actor.catalog = Arc::new(catalog);
-                    actor.index = Arc::new(index);
-                    actor.publish();
-                }
-                for conflict in &plan.conflicts {
-                    tracing::warn!(id = %conflict.id, problem = %conflict.problem, %origin, "capability offer not taken");
-                }
-                if changed || !refused.is_empty() {
-                    if let Some(events) = &actor.events {
-                        let _ = events.send(IndexEvent {
-                            version: actor.catalog.version,
-                            origin: origin.clone(),
-                            added: added.clone(),
-                            updated: updated.clone(),
-                            removed: plan.removals.clone(),
-                            refused,
-                        });
-                    }
-                }
-                actor.stats.version = actor.catalog.version;
-                actor.stats.capabilities = actor.catalog.len();
-                actor.stats.syncs += 1;
-                actor.stats.embedded_total += embedded as u64;
-                actor.stats.reused_total += reused as u64;
-                actor.stats.pending = actor.pending.len();
-                metrics::gauge!("capdex_capabilities_indexed").set(actor.catalog.len() as f64);
-                Ok(SyncReport {
-                    added,
-                    updated,
-                    removed_ids: plan.removals.clone(),
-                    upserted: plan.upserts.len(),
-                    removed: plan.removals.len(),
-                    unchanged: plan.unchanged,
-                    embedded,
-                    reused,
-                    pending: actor.pending.len(),
-                    embedder_error: embed_error.map(|err| err.to_string()),
-                    conflicts: plan.conflicts,
-                    version: actor.catalog.version,
-                })
-            })
-            .then(|result: Result<SyncReport, IndexerError>, actor, _ctx| {
-                let build = match &result {
-                    Ok(_) if actor.graph_version != actor.catalog.version => {
-                        actor.graph_version = actor.catalog.version;
-                        Some(actor.graph_builder.send(BuildGraph { catalog: actor.catalog.clone() }))
-                    }
-                    _ => None,
-                };
-                async move {
-                    if let Some(build) = build {
-                        if let Err(err) = build.await {
-                            tracing::warn!(%err, "graph builder did not answer");
-                        }
-                    }
-                    result
-                }
-                .into_actor(actor)
-            }),
+            carry_out(self.store.clone(), self.embedder.clone(), base, change)
+                .into_actor(self)
+                .map(|carried, actor, _| Ok(actor.adopt(carried?)))
+                .then(|result, actor, _| actor.build_graph(result).into_actor(actor)),
         ))
     }
-}
-
-/// Checks the Embedder's answer: one vector per text, or the error to report.
-fn checked_vectors(vectors: Result<Vec<Vec<f32>>, EmbedError>, expected: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
-    let vectors = vectors?;
-    if vectors.len() != expected {
-        return Err(EmbedError::new(
-            EmbedErrorCode::BadResponse,
-            format!("the embedder returned {} vectors for {expected} texts", vectors.len()),
-        ));
-    }
-    Ok(vectors)
 }
 
 impl Handler<RetryEmbeddings> for Indexer {
     type Result = AtomicResponse<Self, Result<RetryReport, IndexerError>>;
 
     fn handle(&mut self, _: RetryEmbeddings, _: &mut Context<Self>) -> Self::Result {
-        let ids: Vec<String> = self.pending.iter().filter(|id| self.catalog.get(id).is_some()).cloned().collect();
+        let (ids, texts) = retry_targets(&self.pending, &self.catalog);
         if ids.is_empty() {
             let report = RetryReport { pending: self.pending.len(), ..RetryReport::default() };
             return AtomicResponse::new(Box::pin(fut::ready(Ok(report))));
         }
-        let texts: Vec<String> = ids.iter().filter_map(|id| self.catalog.get(id)).map(embedding_text).collect();
-        let request = self.embedder.send(EmbedTexts { texts: texts.clone() });
-        AtomicResponse::new(Box::pin(
-            async move { request.await.map_err(|err| IndexerError::Embedder(err.to_string())) }.into_actor(self).map(
-                move |answer, actor, _ctx| {
-                    let answer = answer?;
-                    let vectors = match checked_vectors(answer.vectors, ids.len()) {
-                        Ok(vectors) => vectors,
-                        Err(err) => {
-                            return Ok(RetryReport {
-                                embedded: 0,
-                                pending: actor.pending.len(),
-                                embedder_error: Some(err.to_string()),
-                            })
-                        }
-                    };
-                    let mut index = (*actor.index).clone();
-                    let mut embedded = 0;
-                    for ((id, text), vector) in ids.iter().zip(&texts).zip(vectors) {
-                        if vector.is_empty() || index.upsert(id, &vector).is_err() {
-                            continue;
-                        }
-                        let text_hash = text_hash(&answer.model_id, text);
-                        actor.store.put_embedding(
-                            id,
-                            &StoredEmbedding { model_id: answer.model_id.clone(), text_hash, vector },
-                        )?;
-                        actor.pending.remove(id);
-                        embedded += 1;
-                    }
-                    if embedded > 0 {
-                        let mut catalog = (*actor.catalog).clone();
-                        catalog.version += 1;
-                        actor.catalog = Arc::new(catalog);
-                        actor.index = Arc::new(index);
-                        actor.publish();
-                        actor.graph_version = actor.catalog.version;
-                        actor.graph_builder.do_send(BuildGraph { catalog: actor.catalog.clone() });
-                    }
-                    actor.stats.version = actor.catalog.version;
-                    actor.stats.embedded_total += embedded as u64;
-                    actor.stats.pending = actor.pending.len();
-                    Ok(RetryReport { embedded, pending: actor.pending.len(), embedder_error: None })
-                },
-            ),
-        ))
+        let request = ask(self.embedder.clone(), texts.clone());
+        AtomicResponse::new(Box::pin(request.into_actor(self).map(move |answer, actor, _| {
+            let answer = answer?;
+            match apply_retry(&actor.index, &answer.model_id, &ids, &texts, answer.vectors) {
+                Ok(retry) => actor.adopt_retry(retry),
+                Err(err) => {
+                    Ok(RetryReport { embedded: 0, pending: actor.pending.len(), embedder_error: Some(err.to_string()) })
+                }
+            }
+        })))
     }
 }
 
@@ -605,5 +528,176 @@ impl Handler<Observe<IndexerStats>> for Indexer {
 
     fn handle(&mut self, _: Observe<IndexerStats>, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::embedder::Embedder;
+    use crate::actors::graph_builder::{GraphBuilder, GraphBuilderStats};
+    use crate::core::catalog::{BUILTIN_ORIGIN, MANIFESTS_ORIGIN};
+    use crate::actors::test_support::tool;
+    use crate::core::embedder::{Embed, EmbedError, EmbedErrorCode, HashingEmbedder};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    /// The built-in hashing embedder, failing while `down` is set.
+    struct Switchable {
+        model: HashingEmbedder,
+        down: Arc<AtomicBool>,
+    }
+
+    impl Embed for Switchable {
+        fn model_id(&self) -> String {
+            self.model.model_id()
+        }
+
+        fn dimensions(&self) -> usize {
+            self.model.dimensions()
+        }
+
+        fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(EmbedError::new(EmbedErrorCode::Unavailable, "connection refused"));
+            }
+            self.model.embed_batch(texts)
+        }
+    }
+
+    struct Harness {
+        indexer: Addr<Indexer>,
+        graph_builder: Addr<GraphBuilder>,
+        cell: Arc<SnapshotCell>,
+        events: UnboundedReceiver<IndexEvent>,
+        down: Arc<AtomicBool>,
+    }
+
+    /// Starts an Indexer over `store` with a real Embedder and GraphBuilder, publishing into a cell.
+    fn start(store: &Store) -> Harness {
+        let down = Arc::new(AtomicBool::new(false));
+        let switch = down.clone();
+        let embedder = SyncArbiter::start(1, move || {
+            Embedder::new(Box::new(Switchable { model: HashingEmbedder::default(), down: switch.clone() }))
+        });
+        let cell = Arc::new(SnapshotCell::default());
+        let graph_cell = cell.clone();
+        let graph_builder =
+            SyncArbiter::start(1, move || GraphBuilder::new(Vec::new(), Vec::new()).with_snapshot_cell(graph_cell.clone()));
+        let model = HashingEmbedder::default();
+        let (sender, events) = tokio::sync::mpsc::unbounded_channel();
+        let indexer = Indexer::load(
+            store.clone(),
+            embedder.recipient(),
+            graph_builder.clone().recipient(),
+            Vec::new(),
+            &model.model_id(),
+            model.dimensions(),
+        )
+        .unwrap()
+        .with_events(sender)
+        .with_snapshot_cell(cell.clone())
+        .start();
+        Harness { indexer, graph_builder, cell, events, down }
+    }
+
+    async fn sync(harness: &Harness, change: SyncCapabilities) -> SyncReport {
+        harness.indexer.send(change).await.unwrap().unwrap()
+    }
+
+    async fn stats(harness: &Harness) -> IndexerStats {
+        harness.indexer.send(Observe::<IndexerStats>::new()).await.unwrap()
+    }
+
+    #[actix::test]
+    async fn a_sync_is_indexed_published_and_graphed_before_its_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut harness = start(&Store::open(dir.path()).unwrap());
+        let offer = vec![tool("gauge", "Read the gauge of a coil"), tool("valve", "Open a valve")];
+        let report = sync(&harness, SyncCapabilities::merge("runtime:r", offer)).await;
+        assert_eq!(report.added, vec!["tool:gauge".to_string(), "tool:valve".into()]);
+        assert_eq!((report.upserted, report.embedded, report.reused, report.pending), (2, 2, 0, 0));
+        assert_eq!(report.version, 1);
+        let current = harness.cell.load();
+        assert_eq!((current.catalog.version, current.graph_version), (1, 1));
+        assert!(current.index.contains("tool:gauge") && current.lexical.len() == 2);
+        let graph = harness.graph_builder.send(Observe::<GraphBuilderStats>::new()).await.unwrap();
+        assert_eq!(graph.version, 1);
+        let event = harness.events.try_recv().unwrap();
+        assert_eq!((event.version, event.origin.as_str(), event.added.len()), (1, "runtime:r", 2));
+        let stats = stats(&harness).await;
+        assert_eq!((stats.version, stats.capabilities, stats.syncs, stats.embedded_total), (1, 2, 1, 2));
+    }
+
+    #[actix::test]
+    async fn kept_vectors_are_reused_and_a_restart_embeds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let harness = start(&store);
+        let gauge = tool("gauge", "Read the gauge of a coil");
+        sync(&harness, SyncCapabilities::replace(MANIFESTS_ORIGIN, vec![gauge.clone()])).await;
+        let again = sync(&harness, SyncCapabilities::replace(MANIFESTS_ORIGIN, vec![gauge.clone()])).await;
+        assert_eq!((again.unchanged, again.upserted, again.version), (1, 0, 1));
+        // A stronger origin taking over the same text reuses the stored vector.
+        let taken = sync(&harness, SyncCapabilities::merge("runtime:r", vec![gauge.clone()])).await;
+        assert_eq!((taken.updated.len(), taken.reused, taken.embedded), (1, 1, 0));
+        // A new text is embedded again.
+        let changed = tool("gauge", "Read the pressure gauge of a coil");
+        let report = sync(&harness, SyncCapabilities::merge("runtime:r", vec![changed])).await;
+        assert_eq!((report.reused, report.embedded, report.version), (0, 1, 3));
+        drop(harness);
+        let restarted = start(&store);
+        let stats = stats(&restarted).await;
+        assert_eq!((stats.version, stats.capabilities, stats.pending, stats.embedded_total), (1, 1, 0, 0));
+        assert!(restarted.cell.load().index.contains("tool:gauge"));
+    }
+
+    #[actix::test]
+    async fn without_an_embedder_the_sync_completes_and_a_retry_embeds_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let harness = start(&Store::open(dir.path()).unwrap());
+        harness.down.store(true, Ordering::SeqCst);
+        let report = sync(&harness, SyncCapabilities::merge("runtime:r", vec![tool("gauge", "Read a gauge")])).await;
+        assert_eq!((report.added.len(), report.embedded, report.pending), (1, 0, 1));
+        assert!(report.embedder_error.unwrap().starts_with("unavailable"));
+        let current = harness.cell.load();
+        assert!(current.catalog.get("tool:gauge").is_some() && !current.index.contains("tool:gauge"));
+        let failed = harness.indexer.send(RetryEmbeddings).await.unwrap().unwrap();
+        assert_eq!((failed.embedded, failed.pending), (0, 1));
+        assert!(failed.embedder_error.is_some());
+        harness.down.store(false, Ordering::SeqCst);
+        let retried = harness.indexer.send(RetryEmbeddings).await.unwrap().unwrap();
+        assert_eq!(retried, RetryReport { embedded: 1, pending: 0, embedder_error: None });
+        let current = harness.cell.load();
+        assert!(current.index.contains("tool:gauge"));
+        assert_eq!(current.catalog.version, report.version + 1);
+        let idle = harness.indexer.send(RetryEmbeddings).await.unwrap().unwrap();
+        assert_eq!(idle, RetryReport::default());
+        assert_eq!(stats(&harness).await.pending, 0);
+    }
+
+    #[actix::test]
+    async fn conflicts_are_refused_removals_and_presets_are_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut harness = start(&Store::open(dir.path()).unwrap());
+        sync(&harness, SyncCapabilities::replace(BUILTIN_ORIGIN, vec![tool("echo", "Echo text back")])).await;
+        let _ = harness.events.try_recv();
+        let offer = vec![tool("echo", "Another echo"), tool("valve", "Open a valve"), tool("valve", "Twice")];
+        let report = sync(&harness, SyncCapabilities::merge("runtime:r", offer)).await;
+        assert_eq!(report.added, vec!["tool:valve".to_string()]);
+        let refused: Vec<&str> = report.conflicts.iter().map(|conflict| conflict.id.as_str()).collect();
+        assert_eq!(refused, ["tool:echo", "tool:valve"]);
+        let event = harness.events.try_recv().unwrap();
+        assert_eq!(event.refused.len(), 2);
+        assert_eq!(event.refused[0].field, "id");
+        let not_held = sync(&harness, SyncCapabilities::remove("runtime:r", vec!["tool:echo".into()])).await;
+        assert_eq!((not_held.removed, not_held.conflicts.len(), not_held.version), (0, 1, report.version));
+        let mut change = SyncCapabilities::remove("runtime:r", vec!["tool:valve".into()]);
+        change.presets = Some(vec![Preset { name: "pair".into(), capability_ids: vec!["tool:echo".into()] }]);
+        let removed = sync(&harness, change).await;
+        assert_eq!((removed.removed_ids.clone(), removed.version), (vec!["tool:valve".to_string()], report.version + 1));
+        let current = harness.cell.load();
+        assert_eq!(current.catalog.presets["runtime:r"].len(), 1);
+        assert!(current.catalog.get("tool:valve").is_none() && !current.index.contains("tool:valve"));
     }
 }

@@ -2,7 +2,7 @@
 //! (`core::kpi_window`), answers each outcome with the scope's KPI and, when
 //! the policy says so, an alert or recovery event; keeps per-capability
 //! outcome statistics (`core::outcome_prior`) and publishes the ranking
-//! prior they give to the Router. Windows, their alert and adaptive state,
+//! prior they give to the Discoverer. Windows, their alert and adaptive state,
 //! and the statistics are stored in sled.
 //!
 //! Write path of one outcome (`RecordOutcome`):
@@ -15,7 +15,7 @@
 //!    the statistics) are queued with `Store::commit_kpi`, in mailbox order;
 //!    the group-commit thread applies each round as one atomic sled batch,
 //!    in that order, then flushes;
-//! 4. the caller waits for that flush (`Recorded::once_durable`) before
+//! 4. the caller waits for that flush (`AppliedOutcome::once_durable`) before
 //!    acknowledging: an acknowledged outcome survives a crash. A batch that
 //!    cannot be applied fails its outcomes and every later one until restart,
 //!    so memory that ran ahead of the disk is never acknowledged.
@@ -29,7 +29,7 @@ use crate::core::kpi_window::{
     check_capability_id, record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, OutcomeStatus, ScopeMeta,
 };
 use crate::core::outcome_prior::{
-    distinct_ids, Observed, OutcomePrior as PriorSnapshot, OutcomeStats as CapabilityStats,
+    distinct_ids, Observed, OutcomePrior, OutcomeStats,
 };
 use crate::store::{Durable, KpiOp, Store, StoreError};
 use actix::prelude::*;
@@ -41,10 +41,10 @@ use std::time::{Duration, Instant};
 pub const MAILBOX_CAPACITY: usize = 1 << 16;
 
 /// Records one outcome observed at `at_ms` (milliseconds since the epoch).
-/// The answer must be awaited with [`Recorded::once_durable`] before the
+/// The answer must be awaited with [`AppliedOutcome::once_durable`] before the
 /// outcome is acknowledged.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<Recorded, KpiError>")]
+#[rtype(result = "Result<AppliedOutcome, KpiError>")]
 pub struct RecordOutcome {
     pub report: OutcomeReport,
     pub at_ms: u64,
@@ -56,7 +56,7 @@ pub struct RecordOutcome {
 /// so one flush makes both durable and the id is never durable without the
 /// sample. A refused (invalid) outcome marks nothing.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<Recorded, KpiError>")]
+#[rtype(result = "Result<AppliedOutcome, KpiError>")]
 pub struct RecordStreamOutcome {
     pub report: OutcomeReport,
     pub at_ms: u64,
@@ -75,11 +75,11 @@ pub struct CapabilityResult {
     pub at_ms: u64,
 }
 
-/// The ranking prior from the latest outcome statistics, sent to the Router.
+/// The ranking prior from the latest outcome statistics, sent to the Discoverer.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct PriorPublished {
-    pub prior: Arc<PriorSnapshot>,
+    pub prior: Arc<OutcomePrior>,
 }
 
 /// An applied outcome whose write may not be durable yet.
@@ -88,12 +88,12 @@ pub struct PriorPublished {
 /// every future it has spawned whenever it wakes, so thousands of outcomes
 /// waiting for a flush inside the actor would cost quadratic time.
 #[derive(Debug)]
-pub struct Recorded {
+pub struct AppliedOutcome {
     update: KpiUpdate,
     durable: Durable,
 }
 
-impl Recorded {
+impl AppliedOutcome {
     /// Returns the update once the outcome's write is durable.
     pub async fn once_durable(self) -> Result<KpiUpdate, KpiError> {
         self.durable.await?;
@@ -205,7 +205,7 @@ pub struct KpiTelemetry {
     /// Reused for every outcome: the scope key and the queued writes.
     scope_key: String,
     ops: Vec<KpiOp>,
-    stats: CapabilityStats,
+    stats: OutcomeStats,
     /// Where the prior goes, and when it last went.
     prior_sinks: Vec<Recipient<PriorPublished>>,
     prior_dirty: bool,
@@ -263,7 +263,7 @@ impl KpiTelemetry {
         Ok(telemetry)
     }
 
-    /// Sends every ranking prior to `sink` (the Router), first when the actor starts.
+    /// Sends every ranking prior to `sink` (the Discoverer), first when the actor starts.
     pub fn with_prior_sink(mut self, sink: Recipient<PriorPublished>) -> KpiTelemetry {
         self.prior_sinks.push(sink);
         self
@@ -420,13 +420,13 @@ impl Actor for KpiTelemetry {
         // senders over and over (a profile of benches/kpi.rs spent a third of
         // its time there). Back-pressure comes from NATS and the group commit.
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
-        // The restored statistics reach the Router before any query can use them.
+        // The restored statistics reach the Discoverer before any query can use them.
         self.publish_prior();
     }
 }
 
 impl Handler<RecordOutcome> for KpiTelemetry {
-    type Result = Result<Recorded, KpiError>;
+    type Result = Result<AppliedOutcome, KpiError>;
 
     fn handle(&mut self, msg: RecordOutcome, ctx: &mut Context<Self>) -> Self::Result {
         let (update, credited) = self.apply(&msg.report, msg.at_ms).inspect_err(|_| self.ops.clear())?;
@@ -435,12 +435,12 @@ impl Handler<RecordOutcome> for KpiTelemetry {
         if credited {
             self.prior_changed(ctx);
         }
-        Ok(Recorded { update, durable })
+        Ok(AppliedOutcome { update, durable })
     }
 }
 
 impl Handler<RecordStreamOutcome> for KpiTelemetry {
-    type Result = Result<Recorded, KpiError>;
+    type Result = Result<AppliedOutcome, KpiError>;
 
     fn handle(&mut self, msg: RecordStreamOutcome, ctx: &mut Context<Self>) -> Self::Result {
         let (update, credited) = self.apply(&msg.report, msg.at_ms).inspect_err(|_| self.ops.clear())?;
@@ -449,7 +449,7 @@ impl Handler<RecordStreamOutcome> for KpiTelemetry {
         if credited {
             self.prior_changed(ctx);
         }
-        Ok(Recorded { update, durable })
+        Ok(AppliedOutcome { update, durable })
     }
 }
 
@@ -526,7 +526,7 @@ impl Handler<Observe<KpiSnapshot>> for KpiTelemetry {
 pub struct ObservePrior(pub u64);
 
 impl Message for ObservePrior {
-    type Result = PriorSnapshot;
+    type Result = OutcomePrior;
 }
 
 impl Handler<ObservePrior> for KpiTelemetry {
@@ -642,7 +642,7 @@ mod tests {
     }
 
     /// Collects the priors a KpiTelemetry publishes.
-    struct Collector(std::rc::Rc<std::cell::RefCell<Vec<Arc<PriorSnapshot>>>>);
+    struct Collector(std::rc::Rc<std::cell::RefCell<Vec<Arc<OutcomePrior>>>>);
 
     impl Actor for Collector {
         type Context = Context<Self>;

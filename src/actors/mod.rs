@@ -1,24 +1,27 @@
 //! The actix actors: thin shells that unpack a message, call `core`, and send
 //! the result on. One file per actor; messages live beside their handler.
 //!
-//! Flow: Scanner → Indexer (with Embedder) → GraphBuilder → Router;
-//! Indexer → Router, Dispatcher (catalog snapshots); KpiTelemetry stands alone.
+//! Flow: Scanner → Indexer (with Embedder) → GraphBuilder → Discoverer;
+//! Indexer → Discoverer (catalog snapshots); KpiTelemetry → Discoverer (outcome prior).
 //! Everything runs on the actix System's single arbiter thread except the
 //! `SyncArbiter` actors (CPU and disk bound): the Embedder, Scanner,
 //! GraphBuilder and ScgMapper; and the DiscoveryWorkers (a pool of
 //! `[discovery] workers` threads), which run the NATS service's discoveries
-//! on every core from the Router's `SnapshotCell` while the System's thread
+//! on every core from the `SnapshotCell` (`snapshot.rs`) while the System's thread
 //! does the NATS I/O.
 
 pub mod discovery_worker;
+pub mod discoverer;
 pub mod dispatcher;
 pub mod embedder;
 pub mod graph_builder;
 pub mod indexer;
 pub mod kpi;
-pub mod router;
 pub mod scanner;
 pub mod scg;
+pub mod snapshot;
+#[cfg(test)]
+mod test_support;
 
 use crate::config::Settings;
 use crate::core::catalog::BUILTIN_ORIGIN;
@@ -55,8 +58,8 @@ pub struct Actors {
     pub embedder: Addr<embedder::Embedder>,
     pub indexer: Addr<indexer::Indexer>,
     pub graph_builder: Addr<graph_builder::GraphBuilder>,
-    pub router: Addr<router::Router>,
-    /// The discovery worker threads, reading the Router's snapshots.
+    pub discoverer: Addr<discoverer::Discoverer>,
+    /// The discovery worker threads, reading the same snapshots as the Discoverer.
     pub discovery: discovery_worker::DiscoveryLanes,
     pub dispatcher: Addr<dispatcher::Dispatcher>,
     pub kpi: Addr<kpi::KpiTelemetry>,
@@ -101,17 +104,17 @@ pub async fn spawn_all(
         embedder::Embedder::new(model).with_batch_size(batch_size)
     });
     // What discovery serves from: the Indexer and GraphBuilder publish into it before they reply.
-    let snapshots = std::sync::Arc::new(router::SnapshotCell::default());
-    let router = router::Router::new(settings.discovery.clone(), embedder.clone().recipient())
+    let snapshots = std::sync::Arc::new(snapshot::SnapshotCell::default());
+    let discoverer = discoverer::Discoverer::new(settings.discovery.clone(), embedder.clone().recipient())
         .with_outcome_prior(settings.kpi.prior.enabled)
         .with_snapshot_cell(snapshots.clone())
         .start();
     let discovery = spawn_discovery_workers(settings, &snapshots, &embedder)?;
     // On its own thread, like the Embedder: building the graph of a large catalog is CPU work.
-    let router_for_graph = router.clone().recipient();
+    let discoverer_for_graph = discoverer.clone().recipient();
     let snapshots_for_graph = snapshots.clone();
     let graph_builder = SyncArbiter::start(1, move || {
-        graph_builder::GraphBuilder::new(Vec::new(), vec![router_for_graph.clone()])
+        graph_builder::GraphBuilder::new(Vec::new(), vec![discoverer_for_graph.clone()])
             .with_snapshot_cell(snapshots_for_graph.clone())
     });
     let dispatcher = dispatcher::Dispatcher::new(store.clone(), settings.dispatch.clone())?.start();
@@ -119,7 +122,7 @@ pub async fn spawn_all(
         store.clone(),
         embedder.clone().recipient(),
         graph_builder.clone().recipient(),
-        vec![router.clone().recipient()],
+        vec![discoverer.clone().recipient()],
         &model_id,
         dimensions,
     )?;
@@ -135,7 +138,7 @@ pub async fn spawn_all(
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
     let scg = scg::spawn(settings, &store)?;
-    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(router.clone().recipient()).start();
+    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(discoverer.clone().recipient()).start();
     // Dispatch results that reached a handler feed the per-capability success statistics.
     let kpi_for_dispatch = kpi.clone();
     dispatcher.do_send(dispatcher::AddEventSink(std::sync::Arc::new(
@@ -155,7 +158,7 @@ pub async fn spawn_all(
         .await
         .map_err(|err| SpawnError::Builtins(err.to_string()))?
         .map_err(|err| SpawnError::Builtins(err.to_string()))?;
-    Ok(Actors { scanner, embedder, indexer, graph_builder, router, discovery, dispatcher, kpi, scg })
+    Ok(Actors { scanner, embedder, indexer, graph_builder, discoverer, discovery, dispatcher, kpi, scg })
 }
 
 /// Starts `settings.discovery_workers` discovery threads on `snapshots`. With
@@ -163,7 +166,7 @@ pub async fn spawn_all(
 /// pure and cheap); any other backend stays behind the Embedder actor.
 fn spawn_discovery_workers(
     settings: &Settings,
-    snapshots: &std::sync::Arc<router::SnapshotCell>,
+    snapshots: &std::sync::Arc<snapshot::SnapshotCell>,
     embedder: &Addr<embedder::Embedder>,
 ) -> Result<discovery_worker::DiscoveryLanes, SpawnError> {
     let in_process = settings.embedder.backend == crate::config::EmbedderBackend::Builtin;

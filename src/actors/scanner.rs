@@ -139,3 +139,62 @@ pub fn watch(dirs: &[PathBuf], debounce: Duration, scanner: Addr<Scanner>) -> Re
     }
     Ok(ManifestWatcher { _debouncer: debouncer })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::indexer::IndexerError;
+    use std::sync::{Arc, Mutex};
+
+    /// Stands in for the Indexer: keeps every sync and answers how many it offered.
+    struct FakeIndexer {
+        syncs: Arc<Mutex<Vec<SyncCapabilities>>>,
+    }
+
+    impl Actor for FakeIndexer {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<SyncCapabilities> for FakeIndexer {
+        type Result = Result<SyncReport, IndexerError>;
+
+        fn handle(&mut self, msg: SyncCapabilities, _: &mut Context<Self>) -> Self::Result {
+            let report = SyncReport { upserted: msg.descriptors.len(), ..SyncReport::default() };
+            self.syncs.lock().unwrap().push(msg);
+            Ok(report)
+        }
+    }
+
+    fn write_manifest(root: &std::path::Path, folder: &str, text: &str) {
+        std::fs::create_dir_all(root.join(folder)).unwrap();
+        std::fs::write(root.join(folder).join("CAPABILITY.yaml"), text).unwrap();
+    }
+
+    #[actix::test]
+    async fn a_manifest_that_turns_invalid_stays_offered_until_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let syncs = Arc::new(Mutex::new(Vec::new()));
+        let indexer = FakeIndexer { syncs: syncs.clone() }.start().recipient();
+        let dirs = vec![root.clone()];
+        let scanner = SyncArbiter::start(1, move || Scanner::new(dirs.clone(), ScanLimits::default(), indexer.clone()));
+        write_manifest(&root, "gauge", "name: gauge\nkind: tool\ndescription: Read a gauge\n");
+        let first = scanner.send(ScanManifests).await.unwrap().unwrap();
+        assert_eq!((first.scan.descriptors.len(), first.sync.upserted), (1, 1));
+        write_manifest(&root, "gauge", "name: gauge\nkind: tool\n");
+        let broken = scanner.send(ScanManifests).await.unwrap().unwrap();
+        assert!(broken.scan.descriptors.is_empty());
+        std::fs::remove_dir_all(root.join("gauge")).unwrap();
+        scanner.send(ScanManifests).await.unwrap().unwrap();
+        let syncs = syncs.lock().unwrap();
+        let offered: Vec<Vec<&str>> =
+            syncs.iter().map(|sync| sync.descriptors.iter().map(|d| d.id.as_str()).collect()).collect();
+        assert_eq!(offered, [vec!["tool:gauge"], vec!["tool:gauge"], vec![]]);
+        assert!(syncs.iter().all(|sync| sync.origin == MANIFESTS_ORIGIN && sync.mode == crate::core::catalog::ChangeMode::Replace));
+        assert_eq!(syncs[1].refused.len(), 1);
+        assert_eq!(syncs[1].refused[0].field, "description");
+        assert!(syncs[1].refused[0].source.ends_with("gauge/CAPABILITY.yaml"));
+        let stats = scanner.send(Observe::<ScannerStats>::new()).await.unwrap();
+        assert_eq!(stats, ScannerStats { scans: 3, last_found: 0, last_refused: 0 });
+    }
+}

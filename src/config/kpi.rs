@@ -36,7 +36,7 @@ pub struct KpiSettings {
     pub adaptive: AdaptivePolicy,
     /// The outcome prior's settings (`[discovery] outcome_prior*`).
     pub prior: OutcomePriorSettings,
-    /// At most one prior is sent to the Router per this many milliseconds (0: after every change).
+    /// At most one prior is sent to the Discoverer per this many milliseconds (0: after every change).
     pub prior_publish_interval_ms: u64,
     /// Scopes that get per-scope Prometheus gauges (the first ones seen).
     pub metrics_max_scopes: usize,

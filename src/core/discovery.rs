@@ -2,7 +2,7 @@
 //!
 //! [`discover`] is the whole per-turn pipeline over immutable inputs (a
 //! catalog snapshot with its vector index, lexical index and graph, and the
-//! embedded query), so the Router actor only gathers those and calls it.
+//! embedded query), so the Discoverer actor only gathers those and calls it.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
 use crate::core::retrieval::{rank_with, Fusion, Indexes, Query, RankedHit, LEXICAL_WEIGHT};

@@ -19,6 +19,7 @@ pub mod lexical;
 pub mod manifest;
 pub mod meta_tool;
 pub mod outcome_prior;
+pub mod reindex;
 pub mod retrieval;
 pub mod scg;
 pub mod sources;

@@ -1,0 +1,280 @@
+//! Discoverer: answers discovery queries ([`Discover`]) by asking the Embedder
+//! for the query vectors and calling `core::discovery::discover_with_prior`
+//! ([`run_discovery`]) on the current [`SnapshotCell`] snapshot
+//! (`snapshot.rs`). The Indexer and GraphBuilder publish into that cell
+//! themselves; the Discoverer publishes what reaches it as messages (catalogs,
+//! graphs, and the KPI actor's outcome prior). The NATS service's discoveries
+//! run on the DiscoveryWorkers (`discovery_worker.rs`), which read the same
+//! cell and call the same [`run_discovery`].
+//!
+//! It is not the SCG's router: `Route` and `RouteIndex` (`actors::scg`,
+//! `core::scg::route`) rank recipes over the Source Capability Graph.
+
+use crate::actors::embedder::EmbedTexts;
+use crate::actors::graph_builder::GraphPublished;
+use crate::actors::indexer::CatalogPublished;
+use crate::actors::kpi::PriorPublished;
+use crate::actors::snapshot::{DiscoverySnapshot, SnapshotCell};
+use crate::actors::Observe;
+use crate::core::catalog::Catalog;
+use crate::core::discovery::{discover_with_prior, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
+use crate::core::embedder::EmbedError;
+use crate::core::retrieval::{query_texts, Indexes, Query};
+use crate::core::tiers::TokenBudget;
+use actix::prelude::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One discovery query.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<DiscoveryResult, DiscovererError>")]
+pub struct Discover {
+    pub query: String,
+    pub filter: DiscoveryFilter,
+    /// Per-query settings; `None` uses the configured ones.
+    pub config: Option<DiscoveryConfig>,
+}
+
+/// Asks for the catalog snapshot the Discoverer serves from.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Arc<Catalog>")]
+pub struct CurrentCatalog;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscovererError {
+    #[error("the embedder did not answer: {0}")]
+    Embedder(String),
+    #[error("per-query settings are not valid: {0}")]
+    Config(#[from] crate::core::discovery::ConfigProblem),
+}
+
+/// What the Discoverer serves from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiscovererStats {
+    pub catalog_version: u64,
+    pub graph_version: u64,
+    pub capabilities: usize,
+    pub queries: u64,
+}
+
+pub struct Discoverer {
+    config: DiscoveryConfig,
+    embedder: Recipient<EmbedTexts>,
+    /// What discovery serves from; the DiscoveryWorkers read the same cell.
+    snapshots: Arc<SnapshotCell>,
+    /// Whether queries apply the outcome prior by default.
+    prior_enabled: bool,
+}
+
+impl Discoverer {
+    pub fn new(config: DiscoveryConfig, embedder: Recipient<EmbedTexts>) -> Discoverer {
+        Discoverer { config, embedder, snapshots: Arc::new(SnapshotCell::default()), prior_enabled: false }
+    }
+
+    /// Applies the outcome prior to queries unless they say otherwise (`[discovery] outcome_prior`).
+    pub fn with_outcome_prior(mut self, enabled: bool) -> Discoverer {
+        self.prior_enabled = enabled;
+        self
+    }
+
+    /// Serves from (and publishes into) `snapshots`, shared with the Indexer,
+    /// the GraphBuilder and the DiscoveryWorkers.
+    pub fn with_snapshot_cell(mut self, snapshots: Arc<SnapshotCell>) -> Discoverer {
+        self.snapshots = snapshots;
+        self
+    }
+}
+
+/// Runs one discovery on `snapshot`: the query `texts` (the message and its
+/// clauses, `query_texts`) with the embedder's answer for them, which took
+/// `embed_us`. Shared by the Discoverer and the DiscoveryWorkers, so both answer alike.
+pub fn run_discovery(
+    snapshot: &DiscoverySnapshot,
+    defaults: &DiscoveryConfig,
+    prior_enabled: bool,
+    discover: &Discover,
+    texts: Vec<String>,
+    vectors: Result<Vec<Vec<f32>>, EmbedError>,
+    embed_us: f64,
+) -> Result<DiscoveryResult, DiscovererError> {
+    let started = Instant::now();
+    let config = match &discover.config {
+        Some(config) => {
+            config.validate()?;
+            config
+        }
+        None => defaults,
+    };
+    // Best effort: without vectors, rank by the lexical and graph signals and say so.
+    let query = match vectors {
+        Ok(vectors) if vectors.len() == texts.len() => Query::new(texts, vectors),
+        Ok(vectors) => Query::without_vectors(
+            texts.clone(),
+            format!("embedder_bad_response: {} vectors for {} texts", vectors.len(), texts.len()),
+        ),
+        Err(err) => Query::without_vectors(texts, err.to_string()),
+    };
+    let tier0 = snapshot.tier0(&discover.filter, TokenBudget::new(config.tier0_token_budget));
+    let indexes = Indexes {
+        catalog: &snapshot.catalog,
+        vectors: &snapshot.index,
+        lexical: &snapshot.lexical,
+        graph: &snapshot.graph,
+    };
+    let prior = discover.filter.outcome_prior.unwrap_or(prior_enabled).then_some(&*snapshot.prior);
+    let mut result = discover_with_prior(&query, &indexes, config, &discover.filter, tier0, prior);
+    result.diagnostics.timings.embed_us = embed_us;
+    metrics::counter!("capdex_discover_requests_total").increment(1);
+    metrics::histogram!("capdex_discover_duration_seconds").record(started.elapsed().as_secs_f64() + embed_us / 1e6);
+    Ok(result)
+}
+
+impl Actor for Discoverer {
+    type Context = Context<Self>;
+}
+
+impl Handler<CatalogPublished> for Discoverer {
+    type Result = ();
+
+    fn handle(&mut self, msg: CatalogPublished, _: &mut Context<Self>) {
+        self.snapshots.publish_catalog(&msg.catalog, &msg.index, &msg.lexical);
+    }
+}
+
+impl Handler<GraphPublished> for Discoverer {
+    type Result = ();
+
+    fn handle(&mut self, msg: GraphPublished, _: &mut Context<Self>) {
+        self.snapshots.publish_graph(msg.version, &msg.graph);
+    }
+}
+
+impl Handler<PriorPublished> for Discoverer {
+    type Result = ();
+
+    fn handle(&mut self, msg: PriorPublished, _: &mut Context<Self>) {
+        self.snapshots.publish_prior(&msg.prior);
+    }
+}
+
+impl Handler<Discover> for Discoverer {
+    type Result = ResponseActFuture<Self, Result<DiscoveryResult, DiscovererError>>;
+
+    fn handle(&mut self, msg: Discover, _: &mut Context<Self>) -> Self::Result {
+        let started = Instant::now();
+        // The whole message and its clauses are embedded in one request.
+        let texts = query_texts(&msg.query);
+        let request = self.embedder.send(EmbedTexts { texts: texts.clone() });
+        Box::pin(request.into_actor(self).map(move |embedded, actor, _| {
+            let embedded = embedded.map_err(|err| DiscovererError::Embedder(err.to_string()))?;
+            let embed_us = started.elapsed().as_secs_f64() * 1e6;
+            let snapshot = actor.snapshots.load();
+            let result =
+                run_discovery(&snapshot, &actor.config, actor.prior_enabled, &msg, texts, embedded.vectors, embed_us);
+            actor.snapshots.count_query();
+            result
+        }))
+    }
+}
+
+impl Handler<CurrentCatalog> for Discoverer {
+    type Result = MessageResult<CurrentCatalog>;
+
+    fn handle(&mut self, _: CurrentCatalog, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.snapshots.load().catalog.clone())
+    }
+}
+
+impl Handler<Observe<DiscovererStats>> for Discoverer {
+    type Result = MessageResult<Observe<DiscovererStats>>;
+
+    fn handle(&mut self, _: Observe<DiscovererStats>, _: &mut Context<Self>) -> Self::Result {
+        let snapshot = self.snapshots.load();
+        MessageResult(DiscovererStats {
+            catalog_version: snapshot.catalog.version,
+            graph_version: snapshot.graph_version,
+            capabilities: snapshot.catalog.len(),
+            queries: self.snapshots.queries(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::embedder::Embedder;
+    use crate::actors::test_support::tool;
+    use crate::core::outcome_prior::OutcomePrior;
+    use crate::core::embedder::{Embed, EmbedErrorCode, HashingEmbedder};
+    use crate::core::graph::CapabilityGraph;
+    use crate::core::index::VectorIndex;
+    use crate::core::lexical::LexicalIndex;
+    use crate::core::text::embedding_text;
+    use crate::embedders::backend::FailingEmbedder;
+
+    /// A catalog of a few tools as `version`, with its indexes, as the Indexer publishes it.
+    fn published(version: u64) -> CatalogPublished {
+        let embedder = HashingEmbedder::default();
+        let descriptors = vec![
+            tool("invoice-lookup", "Look up an invoice by number and return its status"),
+            tool("weather", "Tell the weather forecast for a city"),
+            tool("send-message", "Send a message to a team channel"),
+        ];
+        let mut catalog = Catalog { version, ..Catalog::default() };
+        let mut index = VectorIndex::new(embedder.dimensions());
+        for descriptor in &descriptors {
+            index.upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor))).unwrap();
+            catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+        }
+        let lexical = Arc::new(LexicalIndex::build(&descriptors));
+        CatalogPublished { catalog: Arc::new(catalog), index: Arc::new(index), lexical }
+    }
+
+    fn discover(query: &str) -> Discover {
+        Discover { query: query.to_string(), filter: DiscoveryFilter::default(), config: None }
+    }
+
+    #[actix::test]
+    async fn it_serves_what_it_is_sent_and_counts_queries() {
+        let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
+        let discoverer = Discoverer::new(DiscoveryConfig::default(), embedder.recipient()).start();
+        let empty = discoverer.send(CurrentCatalog).await.unwrap();
+        assert!(empty.is_empty());
+        let catalog = published(2);
+        discoverer.send(catalog.clone()).await.unwrap();
+        let graph = Arc::new(CapabilityGraph::build(&catalog.catalog.descriptors.values().cloned().collect::<Vec<_>>(), &[]));
+        discoverer.send(GraphPublished { version: 2, graph }).await.unwrap();
+        discoverer.send(PriorPublished { prior: Arc::new(OutcomePrior::neutral()) }).await.unwrap();
+        // An older catalog never replaces a newer one.
+        discoverer.send(published(1)).await.unwrap();
+        let current = discoverer.send(CurrentCatalog).await.unwrap();
+        assert!(Arc::ptr_eq(&current, &catalog.catalog));
+        let result = discoverer.send(discover("look up invoice 42")).await.unwrap().unwrap();
+        assert_eq!(result.diagnostics.embedder, "ok");
+        assert_eq!(result.tier1.first().map(|entry| entry.id.as_str()), Some("tool:invoice-lookup"));
+        let bad = DiscoveryConfig { tier1_min_relevance: 2.0, ..DiscoveryConfig::default() };
+        let refused = discoverer.send(Discover { config: Some(bad), ..discover("weather") }).await.unwrap();
+        assert!(matches!(refused, Err(DiscovererError::Config(_))));
+        let stats = discoverer.send(Observe::<DiscovererStats>::new()).await.unwrap();
+        assert_eq!(stats, DiscovererStats { catalog_version: 2, graph_version: 2, capabilities: 3, queries: 2 });
+    }
+
+    #[actix::test]
+    async fn without_query_vectors_it_ranks_lexically_and_says_why() {
+        let embedder = SyncArbiter::start(1, || {
+            Embedder::new(Box::new(FailingEmbedder {
+                model_id: "remote".into(),
+                error: EmbedError::new(EmbedErrorCode::Unavailable, "connection refused"),
+            }))
+        });
+        let cell = Arc::new(SnapshotCell::default());
+        let catalog = published(1);
+        cell.publish_catalog(&catalog.catalog, &catalog.index, &catalog.lexical);
+        let discoverer =
+            Discoverer::new(DiscoveryConfig::default(), embedder.recipient()).with_snapshot_cell(cell.clone()).start();
+        let result = discoverer.send(discover("weather forecast for a city")).await.unwrap().unwrap();
+        assert!(result.diagnostics.embedder.starts_with("unavailable: "), "{:?}", result.diagnostics);
+        assert_eq!(result.tier1.first().map(|entry| entry.id.as_str()), Some("tool:weather"));
+        assert_eq!(cell.queries(), 1);
+    }
+}

@@ -1,0 +1,381 @@
+//! ScgGraph: the SCG actor that holds the Source Capability Graph. It runs the
+//! last two phases of mapping a source (link, finalize) on what the ScgMapper
+//! (`mapper.rs`) parsed, is the only writer of the SCG trees, and answers
+//! [`Route`], [`ObserveNode`] and [`DepositNote`] from its cached [`RouteIndex`].
+//!
+//! It runs on the System's arbiter, like the Indexer, because it holds the
+//! store: a `SyncArbiter` thread is never joined at exit and would keep sled
+//! from flushing other actors' writes. Link and finalize therefore run on the
+//! System thread (tens of milliseconds for the shared specs in release; see
+//! `benches/scg.rs`), while parsing, the larger cost, does not.
+
+use crate::actors::scg::mapper::Parsed;
+use crate::actors::scg::progress::{now_ms, Progress, ScgError};
+use crate::actors::Observe;
+use crate::core::embedder::{Embed, HashingEmbedder};
+use crate::core::scg::align::{Links, TypeAligner};
+use crate::core::scg::memory::{self, Deposit, Deposited, MemoryError, Note};
+use crate::core::scg::model::{EdgeKind, SourceGraph};
+use crate::core::scg::pipeline::{kind_counts, LinkCounts, MapReport, Phase, ScgEvent};
+use crate::core::scg::route::{MemoryView, Observation, RouteAnswer, RouteIndex, Scope};
+use crate::store::scg::{ScgStore, StoredLinks, StoredSource};
+use actix::prelude::*;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// A loaded graph: every stored source, current links, the route index and memory notes.
+struct Loaded {
+    sources: Vec<StoredSource>,
+    index: Arc<RouteIndex>,
+    notes: Vec<Note>,
+    /// Each note's vector, in the order of `notes`.
+    note_vectors: Vec<Vec<f32>>,
+}
+
+/// Holds the SCG: link, finalize, route, observe, deposit.
+pub struct ScgGraph {
+    store: ScgStore,
+    embedder: HashingEmbedder,
+    half_life_ms: u64,
+    events: broadcast::Sender<ScgEvent>,
+    loaded: Option<Loaded>,
+}
+
+impl Actor for ScgGraph {
+    type Context = Context<Self>;
+}
+
+/// What the graph holds, as far as loaded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScgGraphStats {
+    /// Whether the stored graph has been loaded (it is, on the first request).
+    pub loaded: bool,
+    pub sources: usize,
+    pub nodes: usize,
+    pub recipes: usize,
+    pub notes: usize,
+}
+
+impl Handler<Observe<ScgGraphStats>> for ScgGraph {
+    type Result = MessageResult<Observe<ScgGraphStats>>;
+
+    fn handle(&mut self, _: Observe<ScgGraphStats>, _: &mut Context<Self>) -> Self::Result {
+        let stats = self.loaded.as_ref().map_or_else(ScgGraphStats::default, |loaded| {
+            let (nodes, _, recipes) = loaded.index.counts();
+            ScgGraphStats { loaded: true, sources: loaded.sources.len(), nodes, recipes, notes: loaded.notes.len() }
+        });
+        MessageResult(stats)
+    }
+}
+
+impl ScgGraph {
+    /// A graph actor over `store`; `embedder` vectors route queries and notes,
+    /// notes fade with `half_life_ms`, and phase events go to `events`. The
+    /// stored sources are loaded on the first message.
+    pub fn new(
+        store: ScgStore,
+        embedder: HashingEmbedder,
+        half_life_ms: u64,
+        events: broadcast::Sender<ScgEvent>,
+    ) -> ScgGraph {
+        ScgGraph { store, embedder, half_life_ms, events, loaded: None }
+    }
+
+    fn loaded(&mut self) -> Result<&mut Loaded, ScgError> {
+        if self.loaded.is_none() {
+            let sources = self.store.sources()?;
+            let links = match self.store.links()? {
+                Some(stored) if stored.is_current(&sources) => stored.links,
+                _ => {
+                    let links = link(&sources);
+                    self.store.put_links(&stored_links(&sources, &links))?;
+                    links
+                }
+            };
+            let index = Arc::new(self.build_index(&sources, &links));
+            let notes = self.store.notes()?;
+            let note_vectors = notes.iter().map(|note| RouteIndex::note_vector(note, &self.embedder)).collect();
+            self.loaded = Some(Loaded { sources, index, notes, note_vectors });
+        }
+        Ok(self.loaded.as_mut().expect("loaded above"))
+    }
+
+    fn build_index(&self, sources: &[StoredSource], links: &Links) -> RouteIndex {
+        let graphs: Vec<SourceGraph> = sources.iter().map(|source| source.graph.clone()).collect();
+        RouteIndex::build(&graphs, links, Some(&self.embedder as &dyn Embed))
+    }
+
+    fn scope(sources: &[StoredSource], workspace: Option<&str>) -> Scope {
+        match workspace {
+            None => Scope::All,
+            Some(workspace) => Scope::Sources(
+                sources
+                    .iter()
+                    .filter(|source| source.workspaces.iter().any(|enabled| enabled == workspace))
+                    .map(|source| source.graph.source_id.clone())
+                    .collect(),
+            ),
+        }
+    }
+}
+
+fn link(sources: &[StoredSource]) -> Links {
+    let graphs: Vec<&SourceGraph> = sources.iter().map(|source| &source.graph).collect();
+    TypeAligner.link(&graphs)
+}
+
+fn stored_links(sources: &[StoredSource], links: &Links) -> StoredLinks {
+    let computed_from =
+        sources.iter().map(|source| (source.graph.source_id.clone(), source.graph.drift_hash.clone())).collect();
+    StoredLinks { links: links.clone(), computed_from }
+}
+
+/// Runs link → finalize for a parsed source, replacing any earlier map of it.
+#[derive(Message)]
+#[rtype(result = "Result<MapReport, ScgError>")]
+pub struct Finalize(pub Parsed);
+
+impl Handler<Finalize> for ScgGraph {
+    type Result = Result<MapReport, ScgError>;
+
+    fn handle(&mut self, Finalize(parsed): Finalize, _: &mut Context<Self>) -> Self::Result {
+        let Parsed { graph, workspaces, connection, mut phase_ms } = parsed;
+        let progress = Progress { events: self.events.clone(), source_id: graph.source_id.clone() };
+        let source_id = graph.source_id.clone();
+        let (node_counts, edge_counts) = kind_counts(&graph);
+        let (nodes, edges, kind, drift_hash) =
+            (graph.nodes.len(), graph.edges.len(), graph.kind, graph.drift_hash.clone());
+        // Link over what is stored, with this source in place of its earlier map.
+        let stored = self.loaded()?.sources.clone();
+        let previous = stored.iter().find(|source| source.graph.source_id == source_id);
+        let changed = previous.is_none_or(|previous| previous.graph.drift_hash != drift_hash);
+        let mut enabled: Vec<String> = previous.map(|previous| previous.workspaces.clone()).unwrap_or_default();
+        enabled.extend(workspaces);
+        enabled.sort();
+        enabled.dedup();
+        let record = StoredSource { graph, workspaces: enabled.clone(), mapped_at_ms: now_ms() };
+        let mut sources: Vec<StoredSource> =
+            stored.into_iter().filter(|source| source.graph.source_id != source_id).collect();
+        let at = sources.partition_point(|source| source.graph.source_id < source_id);
+        sources.insert(at, record);
+        let links = progress.phase(Phase::Link, &mut phase_ms, || {
+            let links = link(&sources);
+            let counts = LinkCounts::of(&links);
+            let counts = [
+                ("entityResolvesTo", counts.entity_resolves_to),
+                ("fieldResolvesTo", counts.field_resolves_to),
+                ("consumes", counts.consumes),
+                ("pairsCompared", counts.pairs_compared),
+            ];
+            Ok((links, counts.into_iter().map(|(k, v)| (k.to_string(), v as u64)).collect()))
+        })?;
+        let index = progress.phase(Phase::Finalize, &mut phase_ms, || {
+            // The source is one value, so its old nodes go in the same insert; links name
+            // the drift hashes they came from, so a reader never pairs them with another map.
+            self.store.put_source(&sources[at])?;
+            self.store.put_links(&stored_links(&sources, &links))?;
+            self.store.flush()?;
+            let index = self.build_index(&sources, &links);
+            let (n_nodes, n_edges, n_recipes) = index.counts();
+            let counts = [("nodes", n_nodes), ("edges", n_edges), ("recipes", n_recipes), ("sources", sources.len())];
+            Ok((index, counts.into_iter().map(|(k, v)| (k.to_string(), v as u64)).collect()))
+        })?;
+        let report = MapReport {
+            source_id,
+            kind,
+            drift_hash,
+            changed,
+            workspaces: enabled,
+            nodes,
+            edges,
+            node_counts,
+            edge_counts,
+            sources: sources.len(),
+            links: LinkCounts::of(&links),
+            connection,
+            phase_ms,
+        };
+        let (notes, note_vectors) =
+            self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
+        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
+        Ok(report)
+    }
+}
+
+/// Ranks recipes for a query.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<RouteAnswer, ScgError>")]
+pub struct Route {
+    pub query: String,
+    pub k: usize,
+    /// Only sources this workspace enabled; `None` sees every source.
+    pub workspace: Option<String>,
+}
+
+impl Handler<Route> for ScgGraph {
+    type Result = Result<RouteAnswer, ScgError>;
+
+    fn handle(&mut self, request: Route, _: &mut Context<Self>) -> Self::Result {
+        let (half_life_ms, embedder) = (self.half_life_ms, self.embedder);
+        let loaded = self.loaded()?;
+        let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
+        let sources_in_scope = loaded.sources.iter().filter(|s| scope.permits(&s.graph.source_id)).count();
+        let view =
+            MemoryView { notes: &loaded.notes, now_ms: now_ms(), half_life_ms, vectors: Some(&loaded.note_vectors) };
+        let recipes = loaded.index.route_with_memory(
+            &request.query,
+            request.k,
+            &scope,
+            Some(&embedder as &dyn Embed),
+            Some(view),
+        );
+        Ok(RouteAnswer { recipes, sources_in_scope })
+    }
+}
+
+/// Reads a node's neighbourhood.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<Observation, ScgError>")]
+pub struct ObserveNode {
+    pub node: String,
+    pub edge_kinds: Vec<EdgeKind>,
+    pub workspace: Option<String>,
+}
+
+impl Handler<ObserveNode> for ScgGraph {
+    type Result = Result<Observation, ScgError>;
+
+    fn handle(&mut self, request: ObserveNode, _: &mut Context<Self>) -> Self::Result {
+        let half_life_ms = self.half_life_ms;
+        let loaded = self.loaded()?;
+        let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
+        let mut observation = loaded.index.observe(&request.node, &request.edge_kinds, &scope)?;
+        observation.notes = memory::notes_at(&loaded.notes, &observation.node.source_key, now_ms(), half_life_ms)
+            .into_iter()
+            .map(|note| {
+                // Anchors in sources the request cannot see are not shown.
+                let mut note = note.clone();
+                note.anchors.retain(|anchor| scope.permits(anchor.split('#').next().unwrap_or(anchor)));
+                note
+            })
+            .collect();
+        Ok(observation)
+    }
+}
+
+/// Deposits a memory note; the reply comes once it is on disk.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<Deposited, ScgError>")]
+pub struct DepositNote {
+    pub deposit: Deposit,
+    /// A workspace-bound deposit may anchor only nodes of that workspace's sources.
+    pub workspace: Option<String>,
+}
+
+impl Handler<DepositNote> for ScgGraph {
+    type Result = Result<Deposited, ScgError>;
+
+    fn handle(&mut self, request: DepositNote, _: &mut Context<Self>) -> Self::Result {
+        memory::validate(&request.deposit)?;
+        let (store, embedder) = (self.store.clone(), self.embedder);
+        let loaded = self.loaded()?;
+        let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
+        let mut anchors = Vec::new();
+        for anchor in &request.deposit.anchors {
+            let node = loaded
+                .index
+                .find(anchor)
+                .filter(|node| scope.permits(&node.source_id))
+                .ok_or_else(|| MemoryError::UnknownAnchor(anchor.clone()))?;
+            anchors.push(node.source_key.clone());
+        }
+        let id = memory::note_id(&request.deposit.content, request.deposit.polarity);
+        let existing = store.note(&id)?;
+        let merged = existing.is_some();
+        let note = memory::merge(existing, &request.deposit, &anchors, now_ms());
+        store.put_note(&note)?;
+        store.flush()?;
+        let vector = RouteIndex::note_vector(&note, &embedder);
+        match loaded.notes.binary_search_by(|held| held.id.cmp(&note.id)) {
+            Ok(at) => {
+                loaded.notes[at] = note.clone();
+                loaded.note_vectors[at] = vector;
+            }
+            Err(at) => {
+                loaded.notes.insert(at, note.clone());
+                loaded.note_vectors.insert(at, vector);
+            }
+        }
+        Ok(Deposited { note, merged })
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::scg::map_source;
+    use crate::core::scg::memory::Polarity;
+    use crate::store::Store;
+    use std::collections::BTreeMap;
+
+    const PETS: &str = "swagger: '2.0'\ninfo: {title: Pets}\ndefinitions:\n  Pet:\n    properties:\n      name: {type: string}\n      tag: {type: string}\npaths:\n  /pets/{petId}:\n    parameters:\n      - {name: petId, in: path, required: true, type: string}\n    get:\n      operationId: showPetById\n      responses:\n        '200':\n          schema: {$ref: '#/definitions/Pet'}\n";
+
+    fn parsed(workspace: &str) -> Parsed {
+        Parsed {
+            graph: map_source("pets", None, PETS).unwrap(),
+            workspaces: vec![workspace.into()],
+            connection: Default::default(),
+            phase_ms: BTreeMap::new(),
+        }
+    }
+
+    fn start(store: &Store) -> Addr<ScgGraph> {
+        let (events, _) = broadcast::channel(64);
+        let embedder = HashingEmbedder::new(64).unwrap();
+        ScgGraph::new(ScgStore::open(store).unwrap(), embedder, 86_400_000, events).start()
+    }
+
+    #[actix::test]
+    async fn it_finalizes_routes_observes_and_keeps_notes_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let graph = start(&store);
+        assert!(!graph.send(Observe::<ScgGraphStats>::new()).await.unwrap().loaded);
+        let report = graph.send(Finalize(parsed("ws1"))).await.unwrap().unwrap();
+        assert_eq!((report.sources, report.changed, report.workspaces.clone()), (1, true, vec!["ws1".to_string()]));
+        let again = graph.send(Finalize(parsed("ws2"))).await.unwrap().unwrap();
+        assert_eq!((again.changed, again.workspaces), (false, vec!["ws1".to_string(), "ws2".into()]));
+        let route = |workspace: Option<&str>| Route { query: "show pet by id".into(), k: 3, workspace: workspace.map(String::from) };
+        let answer = graph.send(route(None)).await.unwrap().unwrap();
+        assert_eq!(answer.sources_in_scope, 1);
+        assert!(!answer.recipes.is_empty());
+        assert_eq!(graph.send(route(Some("elsewhere"))).await.unwrap().unwrap().sources_in_scope, 0);
+        let node = ObserveNode { node: "pets#Pet.tag".into(), edge_kinds: vec![], workspace: None };
+        let observed = graph.send(node.clone()).await.unwrap().unwrap();
+        assert_eq!(observed.node.source_key, "pets#Pet.tag");
+        let hidden = graph.send(ObserveNode { workspace: Some("elsewhere".into()), ..node.clone() }).await.unwrap();
+        assert_eq!(hidden.unwrap_err().status(), 404);
+        let deposit = Deposit {
+            content: "tag is often empty".into(),
+            polarity: Polarity::DeadEnd,
+            anchors: vec!["pets#Pet.tag".into()],
+            label: "ws:ws1".into(),
+        };
+        let first = graph.send(DepositNote { deposit: deposit.clone(), workspace: None }).await.unwrap().unwrap();
+        let second = graph.send(DepositNote { deposit: deposit.clone(), workspace: None }).await.unwrap().unwrap();
+        assert_eq!((first.merged, second.merged, first.note.id.clone()), (false, true, second.note.id));
+        let unknown = Deposit { anchors: vec!["pets#Nope".into()], ..deposit };
+        let refused = graph.send(DepositNote { deposit: unknown, workspace: None }).await.unwrap().unwrap_err();
+        assert_eq!(refused.status(), 404);
+        let stats = graph.send(Observe::<ScgGraphStats>::new()).await.unwrap();
+        assert_eq!((stats.loaded, stats.sources, stats.notes), (true, 1, 1));
+        assert!(stats.nodes > 0);
+        drop(graph);
+        let restarted = start(&store);
+        let observed = restarted.send(node).await.unwrap().unwrap();
+        assert_eq!(observed.notes.len(), 1);
+        let stats = restarted.send(Observe::<ScgGraphStats>::new()).await.unwrap();
+        assert_eq!((stats.sources, stats.notes), (1, 1));
+    }
+}

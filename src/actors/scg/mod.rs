@@ -1,0 +1,59 @@
+//! The Source Capability Graph actors, one file each:
+//!
+//! - [`ScgMapper`] (`mapper.rs`, a `SyncArbiter` actor, CPU and disk bound) runs the
+//!   first three phases of the map pipeline: connect, introspect, parse.
+//! - [`ScgGraph`] (`graph.rs`, on the System's arbiter, and the only writer of the
+//!   SCG trees) runs link and finalize, and answers route, observe and memory deposits.
+//!
+//! [`map`] chains the two. Every phase sends a [`ScgEvent`] when it starts and when it
+//! ends on a broadcast channel ([`ScgActors::events`], `progress.rs`); `capdex serve`
+//! publishes them on `<prefix>.events.scg` and `capdex map` prints them.
+
+pub mod graph;
+pub mod mapper;
+pub mod progress;
+
+pub use graph::{DepositNote, Finalize, ObserveNode, Route, ScgGraph, ScgGraphStats};
+pub use mapper::{Introspect, MapRequest, Parsed, ScgMapper, ScgMapperStats, SourceText};
+pub use progress::ScgError;
+
+use crate::config::Settings;
+use crate::core::embedder::HashingEmbedder;
+use crate::core::scg::pipeline::{MapReport, ScgEvent};
+use crate::store::scg::ScgStore;
+use crate::store::{Store, StoreError};
+use actix::prelude::*;
+use tokio::sync::broadcast;
+
+/// Events buffered per subscriber before the slowest one starts missing them.
+const EVENT_BUFFER: usize = 256;
+
+/// The SCG actors and their event channel.
+#[derive(Clone)]
+pub struct ScgActors {
+    pub mapper: Addr<ScgMapper>,
+    pub graph: Addr<ScgGraph>,
+    pub events: broadcast::Sender<ScgEvent>,
+}
+
+/// Starts the SCG actors on the current actix System.
+pub fn spawn(settings: &Settings, store: &Store) -> Result<ScgActors, StoreError> {
+    let scg = ScgStore::open(store)?;
+    let (events, _) = broadcast::channel(EVENT_BUFFER);
+    let roots = settings.scg.map_path_roots.clone();
+    let mapper_events = events.clone();
+    let mapper = SyncArbiter::start(1, move || ScgMapper::new(roots.clone(), mapper_events.clone()));
+    let dimensions = settings.embedder_dimensions;
+    let half_life_ms = settings.scg.memory_half_life_ms;
+    let graph_events = events.clone();
+    let embedder = HashingEmbedder::new(dimensions).expect("dimensions are validated in config");
+    let graph = ScgGraph::new(scg, embedder, half_life_ms, graph_events).start();
+    Ok(ScgActors { mapper, graph, events })
+}
+
+/// Maps one source: connect → introspect → parse on the mapper, then link → finalize on the graph.
+pub async fn map(actors: &ScgActors, request: MapRequest) -> Result<MapReport, ScgError> {
+    let unavailable = |err: MailboxError| ScgError::Unavailable(err.to_string());
+    let parsed = actors.mapper.send(Introspect(request)).await.map_err(unavailable)??;
+    actors.graph.send(Finalize(parsed)).await.map_err(unavailable)?
+}

@@ -1,0 +1,145 @@
+//! What discovery serves from: the [`SnapshotCell`] holding the latest
+//! [`DiscoverySnapshot`] (catalog, vector index, lexical index, graph and
+//! outcome prior, each an immutable `Arc`).
+//!
+//! The Indexer and the GraphBuilder publish into the cell directly before they
+//! reply (so a discovery after an upsert's reply sees the upsert), the
+//! Discoverer on its messages (catalog, graph, outcome prior); the Discoverer
+//! and the DiscoveryWorkers read it. It imports no actor, so every one of
+//! them can import it without an import circle.
+
+use crate::core::outcome_prior::OutcomePrior;
+use crate::core::catalog::Catalog;
+use crate::core::discovery::DiscoveryFilter;
+use crate::core::graph::CapabilityGraph;
+use crate::core::index::VectorIndex;
+use crate::core::lexical::LexicalIndex;
+use crate::core::tiers::TokenBudget;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Everything one discovery reads, of one catalog version: immutable `Arc`
+/// snapshots, plus the Tier 0 texts already rendered for that catalog.
+#[derive(Default)]
+pub struct DiscoverySnapshot {
+    pub catalog: Arc<Catalog>,
+    pub index: Arc<VectorIndex>,
+    pub lexical: Arc<LexicalIndex>,
+    pub graph: Arc<CapabilityGraph>,
+    pub graph_version: u64,
+    pub prior: Arc<OutcomePrior>,
+    /// Tier 0 per (budget, filter), for `catalog` only (a new catalog gets a new cache);
+    /// the key holds the whole filter, so one query's exclusions never leak into another's.
+    tier0_cache: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// Tier 0 texts kept per catalog, at most.
+const TIER0_CACHE_ENTRIES: usize = 1024;
+
+impl DiscoverySnapshot {
+    /// Returns Tier 0 for `filter`, cached per catalog.
+    pub fn tier0(&self, filter: &DiscoveryFilter, budget: TokenBudget) -> String {
+        let key = format!("{}|{}", budget.max_tokens(), serde_json::to_string(filter).unwrap_or_default());
+        let cache = || self.tier0_cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(text) = cache().get(&key) {
+            return text.clone();
+        }
+        // Rendered outside the lock; two workers may render the same text once each.
+        let text = self.catalog.tier0(filter, budget);
+        let mut cached = cache();
+        if cached.len() >= TIER0_CACHE_ENTRIES {
+            cached.clear();
+        }
+        cached.insert(key, text.clone());
+        text
+    }
+
+    /// A copy sharing every `Arc` (and the Tier 0 cache).
+    fn share(&self) -> DiscoverySnapshot {
+        DiscoverySnapshot {
+            catalog: self.catalog.clone(),
+            index: self.index.clone(),
+            lexical: self.lexical.clone(),
+            graph: self.graph.clone(),
+            graph_version: self.graph_version,
+            prior: self.prior.clone(),
+            tier0_cache: self.tier0_cache.clone(),
+        }
+    }
+}
+
+/// The current [`DiscoverySnapshot`], shared by the Discoverer and the
+/// DiscoveryWorkers; a publication never goes back to an older catalog or
+/// graph version.
+#[derive(Default)]
+pub struct SnapshotCell {
+    current: RwLock<Arc<DiscoverySnapshot>>,
+    /// Discoveries answered, by the Discoverer and every worker.
+    queries: AtomicU64,
+}
+
+impl SnapshotCell {
+    /// The snapshot to serve one discovery from.
+    pub fn load(&self) -> Arc<DiscoverySnapshot> {
+        self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    fn update(&self, change: impl FnOnce(&DiscoverySnapshot) -> Option<DiscoverySnapshot>) {
+        let mut current = self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(next) = change(&current) {
+            *current = Arc::new(next);
+        }
+    }
+
+    /// Publishes a catalog with its vector and lexical indexes, unless an
+    /// older version than the one served or the very same snapshot.
+    pub fn publish_catalog(&self, catalog: &Arc<Catalog>, index: &Arc<VectorIndex>, lexical: &Arc<LexicalIndex>) {
+        self.update(|current| {
+            let same = Arc::ptr_eq(&current.catalog, catalog)
+                && Arc::ptr_eq(&current.index, index)
+                && Arc::ptr_eq(&current.lexical, lexical);
+            (!same && catalog.version >= current.catalog.version).then(|| DiscoverySnapshot {
+                catalog: catalog.clone(),
+                index: index.clone(),
+                lexical: lexical.clone(),
+                graph: current.graph.clone(),
+                graph_version: current.graph_version,
+                prior: current.prior.clone(),
+                tier0_cache: if Arc::ptr_eq(&current.catalog, catalog) {
+                    current.tier0_cache.clone()
+                } else {
+                    Arc::default()
+                },
+            })
+        });
+    }
+
+    /// Publishes the graph of catalog `version`, unless older than the one served.
+    pub fn publish_graph(&self, version: u64, graph: &Arc<CapabilityGraph>) {
+        self.update(|current| {
+            (!Arc::ptr_eq(&current.graph, graph) && version >= current.graph_version).then(|| DiscoverySnapshot {
+                graph: graph.clone(),
+                graph_version: version,
+                ..current.share()
+            })
+        });
+    }
+
+    /// Publishes the outcome prior.
+    pub fn publish_prior(&self, prior: &Arc<OutcomePrior>) {
+        self.update(|current| {
+            (!Arc::ptr_eq(&current.prior, prior)).then(|| DiscoverySnapshot { prior: prior.clone(), ..current.share() })
+        });
+    }
+
+    /// Counts one discovery answered.
+    pub fn count_query(&self) {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Discoveries answered so far.
+    pub fn queries(&self) -> u64 {
+        self.queries.load(Ordering::Relaxed)
+    }
+}

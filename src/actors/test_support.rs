@@ -1,0 +1,50 @@
+//! Helpers for the actors' unit tests: descriptors to index, and a fake
+//! recipient that keeps what it is sent.
+
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+use actix::prelude::*;
+use std::sync::{Arc, Mutex};
+
+/// A tool `tool:<name>` with `description`.
+pub fn tool(name: &str, description: &str) -> CapabilityDescriptor {
+    CapabilityDescriptor {
+        id: format!("tool:{name}"),
+        kind: CapabilityKind::Tool,
+        name: name.into(),
+        display_name: name.into(),
+        description: description.into(),
+        category: "ops".into(),
+        tags: vec![],
+        required_secrets: vec![],
+        required_tools: vec![],
+        available: true,
+        has_side_effects: None,
+        full_schema: None,
+        full_content: None,
+        source_ref: SourceRef::Builtin,
+    }
+}
+
+/// An actor that keeps every `M` it is sent, for a test to read.
+pub struct Collector<M> {
+    pub received: Arc<Mutex<Vec<M>>>,
+}
+
+impl<M: 'static + Unpin> Actor for Collector<M> {
+    type Context = Context<Self>;
+}
+
+impl<M: Message<Result = ()> + 'static + Unpin> Handler<M> for Collector<M> {
+    type Result = ();
+
+    fn handle(&mut self, msg: M, _: &mut Context<Self>) {
+        self.received.lock().unwrap().push(msg);
+    }
+}
+
+/// Starts a [`Collector`]; returns its recipient and what it received.
+pub fn collector<M: Message<Result = ()> + Send + 'static + Unpin>() -> (Recipient<M>, Arc<Mutex<Vec<M>>>) {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let addr = Collector { received: received.clone() }.start();
+    (addr.recipient(), received)
+}
