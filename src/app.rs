@@ -486,7 +486,6 @@ pub async fn watch_kpis(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-
 /// Serves on NATS until SIGINT or SIGTERM.
 pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
     serve_until(settings, shutdown_signal()).await

@@ -45,12 +45,19 @@ mod tests {
         let admits = |filter: DiscoveryFilter| filter.admits(&descriptor);
         assert!(admits(DiscoveryFilter::default()));
         assert!(admits(DiscoveryFilter { kind: Some(descriptor.kind), ..DiscoveryFilter::default() }));
-        let other_kind = if descriptor.kind == CapabilityKind::Tool { CapabilityKind::Skill } else { CapabilityKind::Tool };
+        let other_kind =
+            if descriptor.kind == CapabilityKind::Tool { CapabilityKind::Skill } else { CapabilityKind::Tool };
         assert!(!admits(DiscoveryFilter { kind: Some(other_kind), ..DiscoveryFilter::default() }));
         let category = descriptor.category.to_uppercase();
         assert!(admits(DiscoveryFilter { category: Some(category), ..DiscoveryFilter::default() }));
-        assert!(!admits(DiscoveryFilter { category: Some(format!("{}x", descriptor.category)), ..DiscoveryFilter::default() }));
+        assert!(!admits(DiscoveryFilter {
+            category: Some(format!("{}x", descriptor.category)),
+            ..DiscoveryFilter::default()
+        }));
         assert!(!admits(DiscoveryFilter { only_available: true, ..DiscoveryFilter::default() }));
-        assert!(!admits(DiscoveryFilter { excluded_capability_ids: vec![descriptor.id.clone()], ..DiscoveryFilter::default() }));
+        assert!(!admits(DiscoveryFilter {
+            excluded_capability_ids: vec![descriptor.id.clone()],
+            ..DiscoveryFilter::default()
+        }));
     }
 }

@@ -391,7 +391,6 @@ impl Alignment {
     }
 }
 
-
 /// Heap entry ordered so the *worst* hit is on top (a min-heap on quality).
 struct Scored<'a> {
     score: f32,

@@ -18,8 +18,9 @@ pub fn backticked(markdown: &str) -> BTreeSet<String> {
 
 /// Whether `text` has the shape of a capdex metric name, `capdex_<name>_<unit>[_total]`.
 fn metric_shaped(text: &str) -> bool {
-    text.strip_prefix("capdex_")
-        .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+    text.strip_prefix("capdex_").is_some_and(|rest| {
+        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    })
 }
 
 /// The metric names `sources` emit, however written: the literal name given
@@ -57,7 +58,9 @@ pub fn subject_templates(subjects_rs: &str) -> Vec<String> {
     let prefix = tokens
         .iter()
         .position(|t| t.is_ident("DEFAULT_PREFIX"))
-        .and_then(|at| tokens[at..].iter().find_map(|t| if let Kind::Str(s) = &t.kind { Some(s.clone()) } else { None }))
+        .and_then(|at| {
+            tokens[at..].iter().find_map(|t| if let Kind::Str(s) = &t.kind { Some(s.clone()) } else { None })
+        })
         .expect("subjects.rs defines DEFAULT_PREFIX");
     let mut templates: Vec<String> = tokens
         .iter()
@@ -73,7 +76,13 @@ pub fn subject_templates(subjects_rs: &str) -> Vec<String> {
 
 /// The subjects a markdown file names in backticks.
 pub fn documented_subjects(markdown: &str) -> Vec<String> {
-    markdown.split('`').skip(1).step_by(2).filter(|span| span.contains('.') && !span.contains(' ')).map(str::to_string).collect()
+    markdown
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| span.contains('.') && !span.contains(' '))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Whether the documented subject `doc` (`capdex.v1.kpi.<scope>`) is the
@@ -125,7 +134,10 @@ mod tests {
             "#
             .to_string(),
         )]);
-        assert_eq!(emitted_metrics(&sources), ["capdex_a_total", "capdex_b", "odd_name_seconds"].map(String::from).into());
+        assert_eq!(
+            emitted_metrics(&sources),
+            ["capdex_a_total", "capdex_b", "odd_name_seconds"].map(String::from).into()
+        );
     }
 
     #[test]
@@ -152,6 +164,7 @@ mod tests {
         assert!(!subject_matches("capdex.v1.capability.update", "capdex.v1.capability.<op>"));
         assert!(!subject_matches("capdex.v1.approval.{}.{}", "capdex.v1.approval.list"));
         assert!(!subject_matches("capdex.v1.binding.list", ".list"));
-        assert!(documented_subjects("## `capdex.v1.binding.set`, `.list` and `a b`").contains(&"capdex.v1.binding.set".to_string()));
+        assert!(documented_subjects("## `capdex.v1.binding.set`, `.list` and `a b`")
+            .contains(&"capdex.v1.binding.set".to_string()));
     }
 }

@@ -85,6 +85,21 @@ fn a_new_circle_between_two_files_is_caught() {
 }
 
 #[test]
+fn a_child_using_its_parents_items_is_no_circle_but_siblings_are() {
+    let (_, found) = check(&[
+        ("src/core/mod.rs", "pub mod a;\npub mod b;\nuse self::a::A;\npub struct Shared;"),
+        ("src/core/a.rs", "use super::Shared;\npub struct A;"),
+        ("src/core/b.rs", "use crate::core::Shared;"),
+    ]);
+    assert!(found.is_empty(), "{found:?}");
+    let (_, found) = check(&[
+        ("src/core/a.rs", "use super::b::B;\npub struct A;"),
+        ("src/core/b.rs", "use super::a::A;\npub struct B;"),
+    ]);
+    assert_eq!(found, ["src/core/a.rs:1 → src/core/b.rs:1 → src/core/a.rs"]);
+}
+
+#[test]
 fn a_circle_through_three_files_is_printed_whole() {
     let (_, found) = check(&[
         ("src/core/a.rs", "use crate::core::b::B;"),

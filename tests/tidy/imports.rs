@@ -178,7 +178,12 @@ pub fn imports(text: &str, place: &Place<'_>) -> Vec<Import> {
 
 /// Reads one use tree from `at` up to its end (`;`, `,` or `}`), adding its
 /// leaves as `(line, path, binding)`.
-fn use_tree(tokens: &[Token], at: &mut usize, prefix: Vec<String>, leaves: &mut Vec<(usize, Vec<String>, Option<String>)>) {
+fn use_tree(
+    tokens: &[Token],
+    at: &mut usize,
+    prefix: Vec<String>,
+    leaves: &mut Vec<(usize, Vec<String>, Option<String>)>,
+) {
     let mut path = prefix;
     if tokens.get(*at).is_some_and(|t| t.is_punct("::")) {
         *at += 1;
@@ -198,7 +203,8 @@ fn use_tree(tokens: &[Token], at: &mut usize, prefix: Vec<String>, leaves: &mut 
                 }
                 let mut binding = path.last().cloned();
                 if tokens.get(*at).is_some_and(|t| t.is_ident("as")) {
-                    binding = tokens.get(*at + 1).and_then(Token::ident).filter(|alias| *alias != "_").map(str::to_string);
+                    binding =
+                        tokens.get(*at + 1).and_then(Token::ident).filter(|alias| *alias != "_").map(str::to_string);
                     *at += 2;
                 }
                 leaves.push((line, path, binding));
@@ -279,7 +285,10 @@ mod tests {
     fn found(text: &str, module: &[&str]) -> Vec<Target> {
         let crates: BTreeSet<String> = ["std", "core", "tokio", "sled", "async_nats", "serde"].map(String::from).into();
         let module: Vec<String> = module.iter().map(|s| s.to_string()).collect();
-        imports(text, &Place { krate: Crate::Lib, module: &module, crates: &crates }).into_iter().map(|i| i.target).collect()
+        imports(text, &Place { krate: Crate::Lib, module: &module, crates: &crates })
+            .into_iter()
+            .map(|i| i.target)
+            .collect()
     }
 
     fn ext(path: &[&str]) -> Target {
@@ -307,7 +316,10 @@ mod tests {
 
     #[test]
     fn relative_paths_resolve_from_the_module() {
-        assert_eq!(found("use super::x::Y;", &["core", "dispatch", "approval"]), [local(&["core", "dispatch", "x", "Y"])]);
+        assert_eq!(
+            found("use super::x::Y;", &["core", "dispatch", "approval"]),
+            [local(&["core", "dispatch", "x", "Y"])]
+        );
         assert_eq!(found("use self::inner::Z;", &["core"]), [local(&["core", "inner", "Z"])]);
         // `super` inside an inline module is the file's module.
         assert_eq!(found("mod tests { use super::*; }", &["core", "index"]), [local(&["core", "index"])]);
@@ -317,15 +329,30 @@ mod tests {
 
     #[test]
     fn aliases_follow_their_binding() {
-        assert_eq!(found("use tokio as rt; fn f() { rt::spawn(g()); }", &["core"]), [ext(&["tokio"]), ext(&["tokio", "spawn"])]);
-        assert_eq!(found("use std::fs; fn f() { fs::read(p); }", &["core"]), [ext(&["std", "fs"]), ext(&["std", "fs", "read"])]);
-        assert_eq!(found("extern crate sled as db; fn f() { db::open(p); }", &["core"]), [ext(&["sled"]), ext(&["sled", "open"])]);
+        assert_eq!(
+            found("use tokio as rt; fn f() { rt::spawn(g()); }", &["core"]),
+            [ext(&["tokio"]), ext(&["tokio", "spawn"])]
+        );
+        assert_eq!(
+            found("use std::fs; fn f() { fs::read(p); }", &["core"]),
+            [ext(&["std", "fs"]), ext(&["std", "fs", "read"])]
+        );
+        assert_eq!(
+            found("extern crate sled as db; fn f() { db::open(p); }", &["core"]),
+            [ext(&["sled"]), ext(&["sled", "open"])]
+        );
     }
 
     #[test]
     fn inline_paths_count_only_from_a_known_crate() {
-        assert_eq!(found("fn f() { tokio::spawn(x); Settings::from_raw(r); ::sled::open(p); }", &["app"]), [ext(&["tokio", "spawn"]), ext(&["sled", "open"])]);
+        assert_eq!(
+            found("fn f() { tokio::spawn(x); Settings::from_raw(r); ::sled::open(p); }", &["app"]),
+            [ext(&["tokio", "spawn"]), ext(&["sled", "open"])]
+        );
         assert_eq!(found("#[tokio::main] async fn main() {}", &[]), [ext(&["tokio", "main"])]);
-        assert_eq!(found("fn f() -> Vec<crate::store::Store> { Vec::<u8>::new() }", &["app"]), [local(&["store", "Store"])]);
+        assert_eq!(
+            found("fn f() -> Vec<crate::store::Store> { Vec::<u8>::new() }", &["app"]),
+            [local(&["store", "Store"])]
+        );
     }
 }

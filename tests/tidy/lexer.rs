@@ -102,7 +102,9 @@ impl Lexer<'_> {
                     self.push(Kind::Other, line);
                 }
                 c if c.is_ascii_digit() => {
-                    while self.peek(0).is_some_and(|c| is_ident_char(c) || (c == '.' && self.peek(1).is_some_and(|d| d.is_ascii_digit()))) {
+                    while self.peek(0).is_some_and(|c| {
+                        is_ident_char(c) || (c == '.' && self.peek(1).is_some_and(|d| d.is_ascii_digit()))
+                    }) {
                         self.bump();
                     }
                     self.push(Kind::Other, line);
@@ -272,13 +274,16 @@ mod tests {
     #[test]
     fn literals_are_one_token_and_code_after_them_counts() {
         assert_eq!(idents(r#"let u = "nats://x // not a comment"; sled::open(p)"#), ["let", "u", "sled", "open", "p"]);
-        assert_eq!(strings(r#"f("a\"b", b"c", r"d\", r##"e"#f"##)"#), [r#"a\"b"#, "c", r"d\", r##"e"#f"##]);
-        assert_eq!(idents(r#"x = r#"tokio::spawn"#; y"#), ["x", "y"]);
+        assert_eq!(strings(r###"f("a\"b", b"c", r"d\", r##"e"#f"##)"###), [r#"a\"b"#, "c", r"d\", r##"e"#f"##]);
+        assert_eq!(idents(r##"x = r#"tokio::spawn"#; y"##), ["x", "y"]);
     }
 
     #[test]
     fn chars_and_lifetimes_are_told_apart() {
-        assert_eq!(idents(r"let q = '\''; let c = '{'; fn f<'a>(x: &'a str) {} b'x'"), ["let", "q", "let", "c", "fn", "f", "x", "str"]);
+        assert_eq!(
+            idents(r"let q = '\''; let c = '{'; fn f<'a>(x: &'a str) {} b'x'"),
+            ["let", "q", "let", "c", "fn", "f", "x", "str"]
+        );
         assert_eq!(idents("let s = '\"'; tokio::x"), ["let", "s", "tokio", "x"]);
     }
 

@@ -93,7 +93,8 @@ fn every_gateway_subject_is_in_the_api_doc() {
     let templates = docs::subject_templates(&read("src/gateway/subjects.rs"));
     assert!(templates.len() > 10, "found only {templates:?} in src/gateway/subjects.rs");
     let documented = docs::documented_subjects(&read("docs/api.md"));
-    let missing: Vec<&String> = templates.iter().filter(|t| !documented.iter().any(|d| docs::subject_matches(t, d))).collect();
+    let missing: Vec<&String> =
+        templates.iter().filter(|t| !documented.iter().any(|d| docs::subject_matches(t, d))).collect();
     assert!(missing.is_empty(), "subjects of src/gateway/subjects.rs missing from docs/api.md: {missing:?}");
 }
 
