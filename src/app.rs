@@ -14,8 +14,8 @@ use crate::actors::discoverer::Discover;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
 use crate::actors::scg::{DepositNote, MapRequest, ObserveNode, Route as ScgRoute, ScgError, SourceText};
 use crate::actors::{spawn_all, Actors};
+use crate::clock::epoch_ms;
 use crate::config::Settings;
-use crate::core::catalog::runtime_origin;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::sources::{normalise_catalog, normalise_sources, Normalised, SourcesPayload};
@@ -23,11 +23,12 @@ use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
 use crate::gateway::service::{Api, Gateway};
 use crate::gateway::wire::{runtime_id, ListRequest, RegistrationReply, RemoveRequest};
 use crate::gateway::wire::{ApiError, Codec, DiscoverRequest, PlanReply, RecordedOutcome};
+use crate::registration::{apply_remove, apply_upsert};
 use crate::store::Store;
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Opens the store and starts the actors.
 pub async fn start(settings: &Settings) -> anyhow::Result<Actors> {
@@ -134,51 +135,6 @@ pub async fn drop_other_files(actors: &Actors, keep: &[std::path::PathBuf]) -> a
     Ok(())
 }
 
-fn registration_reply(report: SyncReport, diagnostics: Vec<serde_json::Value>) -> RegistrationReply {
-    let mut diagnostics = diagnostics;
-    diagnostics
-        .extend(report.conflicts.iter().map(|c| serde_json::json!({"id": c.id, "field": "id", "problem": c.problem})));
-    RegistrationReply {
-        version: report.version,
-        added: report.added,
-        updated: report.updated,
-        removed: report.removed_ids,
-        unchanged: report.unchanged,
-        diagnostics,
-    }
-}
-
-/// Upserts a runtime's batch of capabilities through the Indexer.
-pub(crate) async fn apply_upsert(
-    indexer: actix::Addr<crate::actors::indexer::Indexer>,
-    payload: SourcesPayload,
-) -> Result<RegistrationReply, ApiError> {
-    let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
-    let normalised = normalise_sources(&payload);
-    let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
-    if !payload.presets.is_empty() {
-        sync.presets = Some(normalised.presets);
-    }
-    let report =
-        indexer.send(sync).await.map_err(ApiError::unavailable)?.map_err(|err| ApiError::internal(err.to_string()))?;
-    let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
-    Ok(registration_reply(report, diagnostics))
-}
-
-/// Removes capabilities a runtime registered, through the Indexer.
-pub(crate) async fn apply_remove(
-    indexer: actix::Addr<crate::actors::indexer::Indexer>,
-    request: RemoveRequest,
-) -> Result<RegistrationReply, ApiError> {
-    let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref())?);
-    let report = indexer
-        .send(SyncCapabilities::remove(&origin, request.ids))
-        .await
-        .map_err(ApiError::unavailable)?
-        .map_err(|err| ApiError::internal(err.to_string()))?;
-    Ok(registration_reply(report, Vec::new()))
-}
-
 /// The gateway's view of the actors.
 #[derive(Clone)]
 struct ActorApi {
@@ -252,10 +208,6 @@ impl ActorApi {
         }
         .boxed_local()
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl Api for ActorApi {
@@ -349,7 +301,7 @@ impl Api for ActorApi {
             let filter = request.filter()?;
             let config = config?;
             let options = request.plan.clone().unwrap_or_default();
-            let at_ms = now_ms();
+            let at_ms = epoch_ms();
             let view = kpi
                 .send(ViewScope {
                     organization_id: options.organization_id.clone(),
@@ -391,7 +343,10 @@ impl Api for ActorApi {
     fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<RecordedOutcome, ApiError>> {
         let kpi = self.actors.kpi.clone();
         async move {
-            let recorded = kpi.send(RecordOutcome { report, at_ms: now_ms() }).await.map_err(ApiError::unavailable)?;
+            let recorded = kpi
+                .send(RecordOutcome { report, at_ms: epoch_ms() })
+                .await
+                .map_err(ApiError::unavailable)?;
             let update = match recorded {
                 Ok(recorded) => recorded.once_durable().await,
                 Err(err) => Err(err),
@@ -523,11 +478,6 @@ pub async fn watch_kpis(settings: &Settings) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn epoch_ms() -> u64 {
-    now_ms()
 }
 
 /// Serves on NATS until SIGINT or SIGTERM.

@@ -9,18 +9,22 @@
 //! - [`embedders`]: the HTTP and local neural embedding backends, and the choice of one;
 //! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
 //! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring;
-//! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream).
+//! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream);
+//! - [`registration`]: a runtime's registration applied through the Indexer (for [`app`] and [`replication`]);
+//! - [`clock`]: the wall clock, in epoch milliseconds;
 //! - [`dispatch_cli`]: the dispatch admin requests and the `capdex dispatch`, `capability`, `binding`, `approval` commands.
 
 pub mod actors;
 pub mod app;
 pub mod bench;
+pub mod clock;
 pub mod config;
 pub mod core;
 pub mod dispatch_cli;
 pub mod embedders;
 pub mod eval;
 pub mod gateway;
+pub mod registration;
 pub mod replication;
 pub mod sources;
 pub mod store;

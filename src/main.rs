@@ -577,7 +577,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if watch {
                 system.block_on(capdex::app::watch_kpis(&settings))
             } else {
-                print_kpis(&capdex::app::stored_kpis(&settings, capdex::app::epoch_ms())?, json)
+                print_kpis(&capdex::app::stored_kpis(&settings, capdex::clock::epoch_ms())?, json)
             }
         }
     }

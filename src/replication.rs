@@ -28,12 +28,14 @@
 
 use crate::actors::kpi::{KpiError, KpiTelemetry, RecordStreamOutcome};
 use crate::actors::Actors;
+use crate::clock::epoch_ms;
 use crate::config::Settings;
 use crate::core::kpi_window::OutcomeReport;
 use crate::gateway::jetstream::{Disposition, IndexMutation, JetStream, StreamMessage};
 use crate::gateway::service::Gateway;
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{ApiError, RegistrationReply};
+use crate::registration::{apply_remove, apply_upsert};
 use crate::store::Store;
 use anyhow::Context as _;
 use futures::channel::oneshot;
@@ -179,8 +181,8 @@ async fn apply_mutation(
     let mutation: IndexMutation = serde_json::from_slice(&message.payload)
         .map_err(|err| ApiError::bad_request(format!("malformed index mutation: {err}")))?;
     match mutation {
-        IndexMutation::Upsert { payload } => crate::app::apply_upsert(indexer.clone(), payload).await,
-        IndexMutation::Remove { request } => crate::app::apply_remove(indexer.clone(), request).await,
+        IndexMutation::Upsert { payload } => apply_upsert(indexer.clone(), payload).await,
+        IndexMutation::Remove { request } => apply_remove(indexer.clone(), request).await,
     }
 }
 
@@ -220,7 +222,7 @@ async fn ingest_outcome(
     }
     // The stream's timestamp, not this node's clock: every node then sees the
     // same times (cooldowns, horizon), so all make the same KPI and alert events.
-    let at_ms = if message.published_ms > 0 { message.published_ms } else { crate::app::epoch_ms() };
+    let at_ms = if message.published_ms > 0 { message.published_ms } else { epoch_ms() };
     let sequence = message.sequence;
     let record = RecordStreamOutcome { report, at_ms, outcome_id: outcome_id.clone(), sequence };
     let recorded = match kpi.send(record).await {

@@ -15,7 +15,7 @@
 //! silently; within one batch a repeated id is reported the same way.
 
 use crate::core::descriptor::CapabilityDescriptor;
-use crate::core::discovery::DiscoveryFilter;
+use crate::core::filter::DiscoveryFilter;
 use crate::core::graph::Preset;
 use crate::core::tiers::{assemble_tier0, CategoryMember, TokenBudget};
 use serde::Serialize;

@@ -4,7 +4,8 @@
 //! catalog snapshot with its vector index, lexical index and graph, and the
 //! embedded query), so the Discoverer actor only gathers those and calls it.
 
-use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
+// The filter sits below retrieval, which applies it; discovery's callers name it from here.
+pub use crate::core::filter::DiscoveryFilter;
 use crate::core::retrieval::{rank_with, Fusion, Indexes, Query, RankedHit, LEXICAL_WEIGHT};
 use crate::core::text::{detail_text, summary_line};
 use crate::core::tiers::{
@@ -145,32 +146,6 @@ impl DiscoveryConfig {
             });
         }
         Ok(())
-    }
-}
-
-/// Per-query filters, and per-query ranking switches.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DiscoveryFilter {
-    /// Only this kind; `None` means any.
-    pub kind: Option<CapabilityKind>,
-    pub category: Option<String>,
-    #[serde(default)]
-    pub only_available: bool,
-    #[serde(default)]
-    pub excluded_capability_ids: Vec<String>,
-    /// Applies the outcome prior (`Some(false)` turns it off); `None` follows the configuration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome_prior: Option<bool>,
-}
-
-impl DiscoveryFilter {
-    /// Returns true when `descriptor` passes every filter.
-    pub fn admits(&self, descriptor: &CapabilityDescriptor) -> bool {
-        self.kind.is_none_or(|kind| descriptor.kind == kind)
-            && self.category.as_deref().is_none_or(|category| descriptor.category.eq_ignore_ascii_case(category))
-            && (!self.only_available || descriptor.available)
-            && !self.excluded_capability_ids.contains(&descriptor.id)
     }
 }
 
@@ -365,7 +340,7 @@ fn tier1_with_dependencies(
 mod tests {
     use super::*;
     use crate::core::catalog::Catalog;
-    use crate::core::descriptor::SourceRef;
+    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
     use crate::core::embedder::{Embed, HashingEmbedder};
     use crate::core::graph::{CapabilityGraph, Preset};
     use crate::core::index::VectorIndex;

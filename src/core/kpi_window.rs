@@ -7,10 +7,11 @@
 //! [`horizon_start_ms`]. Its [`Kpi`] carries counts, the plain success rate,
 //! the mean score, and the recency-weighted success rate (see
 //! [`KpiWindow::kpi`] for its exact definition). [`AlertPolicy::evaluate`]
-//! turns a KPI into an alert or a recovery, with a per-scope cooldown, and
-//! [`record`] applies one sample to a scope's window and state.
+//! turns a KPI into an alert or a recovery, with a per-scope cooldown;
+//! [`AdaptivePolicy::update`] moves a scope into or out of adaptive execution
+//! (which the turn planner applies); and [`record`] applies one sample to a
+//! scope's window and state.
 
-use crate::core::turn_planner::{AdaptivePolicy, AdaptiveState};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -507,6 +508,70 @@ impl AlertPolicy {
         } else {
             None
         }
+    }
+}
+
+/// Adaptive execution settings. Defaults are the design's; `recover_*` adds
+/// hysteresis: a degraded scope returns to normal only once its weighted
+/// success rate reaches `recover_weighted_success_rate` (above the entry
+/// threshold), or when fewer than `min_samples` recent samples remain.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdaptivePolicy {
+    pub enabled: bool,
+    pub min_samples: usize,
+    pub min_weighted_success_rate: f32,
+    pub recover_weighted_success_rate: f32,
+    pub force_all_tools_when_degraded: bool,
+    pub force_fail_open_when_degraded: bool,
+}
+
+impl Default for AdaptivePolicy {
+    fn default() -> Self {
+        AdaptivePolicy {
+            enabled: true,
+            min_samples: 5,
+            min_weighted_success_rate: 0.7,
+            recover_weighted_success_rate: 0.8,
+            force_all_tools_when_degraded: true,
+            force_fail_open_when_degraded: true,
+        }
+    }
+}
+
+/// A scope's adaptive-execution state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdaptiveState {
+    pub degraded: bool,
+    pub since_ms: Option<u64>,
+}
+
+impl AdaptivePolicy {
+    /// Moves `state` after a new KPI: into degraded when there are at least
+    /// `min_samples` samples and the weighted rate is below the minimum; back
+    /// out at the recovery rate or with too few samples. Returns whether it moved.
+    pub fn update(&self, kpi: &Kpi, state: &mut AdaptiveState, now_ms: u64) -> bool {
+        let enough = kpi.sample_count >= self.min_samples;
+        let rate = kpi.weighted_success_rate;
+        let degraded = if !self.enabled {
+            false
+        } else if state.degraded {
+            enough && rate < self.recover_weighted_success_rate
+        } else {
+            enough && rate < self.min_weighted_success_rate
+        };
+        if degraded == state.degraded {
+            return false;
+        }
+        *state = AdaptiveState { degraded, since_ms: degraded.then_some(now_ms) };
+        true
+    }
+
+    /// Whether plans for the scope are adapted now. Stale samples may have
+    /// left the window since the last outcome, so the KPI is checked again.
+    pub fn applies(&self, kpi: &Kpi, state: &AdaptiveState) -> bool {
+        self.enabled && state.degraded && kpi.sample_count >= self.min_samples
     }
 }
 

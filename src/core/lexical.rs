@@ -39,8 +39,8 @@
 //! discovery renders a capability's texts once per version, not per query.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
-use crate::core::index::{key_rank, key_score, quality_key, TopKeys};
 use crate::core::text::{for_each_index_term, index_terms};
+use crate::core::top_keys::{key_rank, key_score, quality_key, TopKeys};
 use foldhash::{HashMap, HashMapExt};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -113,7 +113,7 @@ struct DocTexts {
 }
 
 /// What the discovery filters read of one document (see
-/// [`crate::core::discovery::DiscoveryFilter::admits`]).
+/// [`crate::core::filter::DiscoveryFilter::admits`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DocAttributes {
     pub kind: CapabilityKind,

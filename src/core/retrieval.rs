@@ -57,7 +57,7 @@
 //! the result at 1; exact-name matches stay first.
 
 use crate::core::catalog::Catalog;
-use crate::core::discovery::DiscoveryFilter;
+use crate::core::filter::DiscoveryFilter;
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::{Alignment, VectorIndex, NONE};
 use crate::core::lexical::{ExactMatch, LexicalIndex, LexicalScores};

@@ -1,0 +1,63 @@
+//! The per-query discovery filter: which capabilities a query may return
+//! (kind, category, availability, excluded ids) and whether the outcome
+//! prior applies.
+//!
+//! It sits below both users: retrieval applies it while ranking, discovery
+//! (which calls retrieval) and the catalog's Tier 0 take it as input.
+
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
+use serde::{Deserialize, Serialize};
+
+/// Per-query filters, and per-query ranking switches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveryFilter {
+    /// Only this kind; `None` means any.
+    pub kind: Option<CapabilityKind>,
+    pub category: Option<String>,
+    #[serde(default)]
+    pub only_available: bool,
+    #[serde(default)]
+    pub excluded_capability_ids: Vec<String>,
+    /// Applies the outcome prior (`Some(false)` turns it off); `None` follows the configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome_prior: Option<bool>,
+}
+
+impl DiscoveryFilter {
+    /// Returns true when `descriptor` passes every filter.
+    pub fn admits(&self, descriptor: &CapabilityDescriptor) -> bool {
+        self.kind.is_none_or(|kind| descriptor.kind == kind)
+            && self.category.as_deref().is_none_or(|category| descriptor.category.eq_ignore_ascii_case(category))
+            && (!self.only_available || descriptor.available)
+            && !self.excluded_capability_ids.contains(&descriptor.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::dispatch_rules::Builtin;
+
+    #[test]
+    fn a_filter_admits_only_what_passes_every_field() {
+        let descriptor = CapabilityDescriptor { available: false, ..Builtin::ALL[0].descriptor() };
+        let admits = |filter: DiscoveryFilter| filter.admits(&descriptor);
+        assert!(admits(DiscoveryFilter::default()));
+        assert!(admits(DiscoveryFilter { kind: Some(descriptor.kind), ..DiscoveryFilter::default() }));
+        let other_kind =
+            if descriptor.kind == CapabilityKind::Tool { CapabilityKind::Skill } else { CapabilityKind::Tool };
+        assert!(!admits(DiscoveryFilter { kind: Some(other_kind), ..DiscoveryFilter::default() }));
+        let category = descriptor.category.to_uppercase();
+        assert!(admits(DiscoveryFilter { category: Some(category), ..DiscoveryFilter::default() }));
+        assert!(!admits(DiscoveryFilter {
+            category: Some(format!("{}x", descriptor.category)),
+            ..DiscoveryFilter::default()
+        }));
+        assert!(!admits(DiscoveryFilter { only_available: true, ..DiscoveryFilter::default() }));
+        assert!(!admits(DiscoveryFilter {
+            excluded_capability_ids: vec![descriptor.id.clone()],
+            ..DiscoveryFilter::default()
+        }));
+    }
+}
