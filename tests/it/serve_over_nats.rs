@@ -1,7 +1,7 @@
 //! `capdex serve` against a real nats-server: discovery, errors, outcomes,
 //! KPI and alert events, dispatch, and the micro-service endpoints.
 
-use crate::cli::{capdex, examples_dir};
+use crate::cli::examples_dir;
 use crate::support::nats_server::NatsServer;
 use crate::support::serving::{serve_at, KillOnDrop};
 use futures::StreamExt;
