@@ -3,7 +3,10 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY src ./src
+# Compiled in: config/capdex.toml (include_str!) and the static embedder's table and vocabulary
+# (include_bytes!/include_str!); tests/it/compose_and_config.rs checks every such path is copied.
 COPY config ./config
+COPY assets ./assets
 COPY benches ./benches
 RUN cargo build --release --locked --bin capdex
 

@@ -1,7 +1,9 @@
 //! Figures for the local neural embedder (all-MiniLM-L6-v2, feature `neural`): load time,
 //! embedding throughput, query-embedding time, and retrieval quality on the benchmark sets
 //! of `../shared/data/bench` (MiniLM in the hybrid ranking, MiniLM alone, and the built-in
-//! embedder for comparison), scored like `capdex eval`.
+//! embedder for comparison), scored like `capdex eval`. When that folder (the data folder
+//! beside the repository) is not there, it says so and runs on the samples of
+//! `tests/fixtures/bench` (the first 60 or 120 dev queries: figures not comparable).
 //!
 //! Run: `scripts/fetch-minilm.sh && cargo bench --features neural --bench neural`.
 //! `CAPDEX_TEST_MODEL_DIR` picks another model directory, `CAPDEX_BENCH_DATA` another bench
@@ -33,8 +35,18 @@ fn main() {
     let model_dir = std::env::var_os("CAPDEX_TEST_MODEL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join(".models/all-MiniLM-L6-v2"));
-    let data_dir =
-        std::env::var_os("CAPDEX_BENCH_DATA").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/data/bench"));
+    let data_dir = std::env::var_os("CAPDEX_BENCH_DATA").map(PathBuf::from).unwrap_or_else(|| {
+        let shared = root.join("../shared/data/bench");
+        if shared.is_dir() {
+            return shared;
+        }
+        println!(
+            "note: {} is not there (the data folder beside the repository; CAPDEX_BENCH_DATA picks another): \
+             running on the samples in tests/fixtures/bench, whose figures are not those of the full dev splits",
+            shared.display()
+        );
+        root.join("tests/fixtures/bench")
+    });
     let sets = std::env::var("CAPDEX_BENCH_SETS").unwrap_or_else(|_| "metatool,seal-tools".to_string());
 
     let started = Instant::now();

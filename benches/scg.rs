@@ -1,10 +1,13 @@
-//! Benchmark of the Source Capability Graph on the shared inputs: map time and node
+//! Benchmark of the Source Capability Graph on real inputs: map time and node
 //! and edge counts per source, TypeAligner and CONSUMES counts against the
 //! published original's rules, route latency (p50/p99) with every source mapped, the
 //! share of recipes that chain along CONSUMES, and route latency with memory notes.
 //!
 //! `cargo bench --bench scg` runs the full figures; under `cargo test` it runs a
 //! smoke version on the small inputs only (the harness passes no `--bench`).
+//!
+//! The inputs are `../shared/data` (the data folder beside the repository) when it
+//! is there; otherwise the copies of the same files in `tests/fixtures`, and it says so.
 
 use capdex::core::embedder::{Embed, HashingEmbedder};
 use capdex::core::scg::align::{published_original_alignment_count, TypeAligner};
@@ -41,8 +44,10 @@ fn inputs(dir: &Path, full: bool) -> Vec<(PathBuf, String)> {
         inputs.push((dir.join("openapi/gitea.io.json"), "gitea".into()));
         inputs.push((dir.join("openapi/asana.com.json"), "asana".into()));
     }
-    let mut mcp: Vec<PathBuf> =
-        std::fs::read_dir(dir.join("mcp")).expect("shared mcp dir").map(|entry| entry.unwrap().path()).collect();
+    let mut mcp: Vec<PathBuf> = std::fs::read_dir(dir.join("mcp"))
+        .unwrap_or_else(|err| panic!("{}/mcp: {err}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .collect();
     mcp.sort();
     for path in mcp.into_iter().filter(|path| path.extension().is_some_and(|ext| ext == "json")) {
         let id = format!("mcp_{}", path.file_stem().unwrap().to_string_lossy());
@@ -84,8 +89,17 @@ fn published_original_consumes(graphs: &[&SourceGraph]) -> (usize, usize) {
 
 fn main() {
     let full = std::env::args().any(|arg| arg == "--bench");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
-    assert!(dir.join("openapi").is_dir(), "shared inputs missing: expected {}", dir.display());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shared = root.join("../shared/data");
+    let dir = if shared.join("openapi").is_dir() {
+        shared
+    } else {
+        println!(
+            "note: {} is not there (the data folder beside the repository); mapping the copies in tests/fixtures",
+            shared.display()
+        );
+        root.join("tests/fixtures")
+    };
     let runs = if full { 5 } else { 1 };
     println!("capdex::core::scg ({})", if full { "full" } else { "smoke" });
     let mut graphs = Vec::new();

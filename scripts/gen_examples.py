@@ -4,8 +4,8 @@
 Usage:
     python3 scripts/gen_examples.py [CATALOG_JSON] [--out DIR]
 
-CATALOG_JSON defaults to ../shared/data/catalog/agentos-catalog.json relative to
-the repository root; --out defaults to <repo>/examples/capabilities.
+CATALOG_JSON defaults to tests/fixtures/catalog/agentos-catalog.json (the copy in the
+repository, license notice in tests/fixtures/README.md); --out defaults to <repo>/examples/capabilities.
 
 The catalog is a JSON list of AgentOS descriptors (extensions, skills, channels)
 taken from the npm packages @framers/agentos-extensions-registry@0.18.3,
@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CATALOG = REPO_ROOT / ".." / "shared" / "data" / "catalog" / "agentos-catalog.json"
+DEFAULT_CATALOG = REPO_ROOT / "tests" / "fixtures" / "catalog" / "agentos-catalog.json"
 DEFAULT_OUT = REPO_ROOT / "examples" / "capabilities"
 
 # ---------------------------------------------------------------------------

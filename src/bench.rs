@@ -569,7 +569,7 @@ mod tests {
 
     #[test]
     fn loads_every_source_shape_and_queries() {
-        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/catalog");
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/catalog");
         let (descriptors, _) = load_sources(&data.join("synthcat-1000.sources.json")).unwrap();
         assert!(descriptors.len() >= 900, "{}", descriptors.len());
         let (catalog, _) = load_sources(&data.join("agentos-catalog.json")).unwrap();

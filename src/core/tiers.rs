@@ -253,42 +253,97 @@ pub fn assemble_tier1(candidates: &[Candidate], budget: TokenBudget) -> (Vec<Tie
     (entries, block)
 }
 
-/// Renders Tier 2 details; each text that does not fit whole is truncated to
-/// the room left, with a marker saying so.
+/// A truncated Tier 2 text keeps at least this many units of its own text
+/// while other entries share the budget; below that, the lowest-ranked entry
+/// is left out so the ones above it keep useful room.
+const MIN_DETAIL_UNITS: usize = 48;
+
+/// Renders Tier 2 details; texts that do not all fit whole share the budget.
+///
+/// Each entry (its separator and text) is allotted a share of the units left
+/// after the header by [`share_units`]: entries smaller than an even share
+/// stay whole, the others are truncated to what is left, with a marker saying
+/// so. An oversized first entry therefore no longer crowds out the second
+/// (the design asks for truncation, not omission). Only when a share cannot
+/// keep [`MIN_DETAIL_UNITS`] of a text is the last entry left out and the
+/// shares drawn again; a single entry keeps whatever fits, as before.
 pub fn assemble_tier2<I: AsRef<str>, T: AsRef<str>>(
     details: &[(I, T)],
     budget: TokenBudget,
 ) -> (Vec<Tier2Entry>, String) {
+    const SEPARATOR: &str = "\n";
     let max_units = budget.max_units();
     let header_units = utf16_len(TIER2_HEADER);
     if details.is_empty() || header_units >= max_units {
         return (Vec::new(), String::new());
     }
-    let mut used = header_units;
+    let room = max_units - header_units;
+    let separator_units = utf16_len(SEPARATOR);
+    let costs: Vec<usize> = details.iter().map(|(_, text)| separator_units + utf16_len(text.as_ref())).collect();
+    let mut kept = details.len();
+    let bodies = loop {
+        let shares = share_units(&costs[..kept], room);
+        let bodies: Vec<String> = details[..kept]
+            .iter()
+            .zip(&shares)
+            .map(|((_, text), &share)| cut_to_units(text.as_ref(), share.saturating_sub(separator_units), TRUNCATED))
+            .collect();
+        // Within its share (separator included), and whole or keeping enough of its own text.
+        let useful = |body: &String, text: &str, share: usize| {
+            let own_units = utf16_len(body).saturating_sub(utf16_len(TRUNCATED));
+            separator_units + utf16_len(body) <= share
+                && (body.as_str() == text
+                    || (!body.is_empty() && body != TRUNCATED && (kept == 1 || own_units >= MIN_DETAIL_UNITS)))
+        };
+        if bodies
+            .iter()
+            .zip(&details[..kept])
+            .zip(&shares)
+            .all(|((body, (_, text)), &share)| useful(body, text.as_ref(), share))
+        {
+            break bodies;
+        }
+        kept -= 1;
+        if kept == 0 {
+            return (Vec::new(), String::new());
+        }
+    };
     let mut block = TIER2_HEADER.to_string();
-    let mut entries = Vec::new();
-    for (id, text) in details {
-        let (id, text) = (id.as_ref(), text.as_ref());
-        let separator = "\n";
-        let separator_units = utf16_len(separator);
-        if used + separator_units >= max_units {
-            break;
-        }
-        let room = max_units - used - separator_units;
-        let body = cut_to_units(text, room, TRUNCATED);
-        if body.is_empty() || body == TRUNCATED {
-            break;
-        }
-        used += separator_units + utf16_len(&body);
-        block.push_str(separator);
+    let mut entries = Vec::with_capacity(bodies.len());
+    for ((id, _), body) in details.iter().zip(bodies) {
+        block.push_str(SEPARATOR);
         block.push_str(&body);
-        entries.push(Tier2Entry { id: id.to_string(), full_text: body });
-    }
-    if entries.is_empty() {
-        return (Vec::new(), String::new());
+        entries.push(Tier2Entry { id: id.as_ref().to_string(), full_text: body });
     }
     debug_assert!(estimate_tokens(&block) <= budget.max_tokens());
     (entries, block)
+}
+
+/// Splits `room` units among entries that would take `costs` units whole,
+/// in the same order: an entry that fits in an even share of what is left
+/// gets its whole cost (smallest first), the rest split the remainder evenly,
+/// the higher-ranked (earlier) ones taking the odd units. No share exceeds its
+/// cost, and the shares never sum to more than `room`.
+fn share_units(costs: &[usize], room: usize) -> Vec<usize> {
+    let mut shares = vec![0; costs.len()];
+    let mut by_cost: Vec<usize> = (0..costs.len()).collect();
+    by_cost.sort_by_key(|&i| (costs[i], i));
+    let mut left = room;
+    for (placed, &i) in by_cost.iter().enumerate() {
+        let even = left / (costs.len() - placed);
+        if costs[i] > even {
+            let mut rest: Vec<usize> = by_cost[placed..].to_vec();
+            rest.sort_unstable();
+            let (each, odd) = (left / rest.len(), left % rest.len());
+            for (rank, &j) in rest.iter().enumerate() {
+                shares[j] = each + usize::from(rank < odd);
+            }
+            return shares;
+        }
+        shares[i] = costs[i];
+        left -= costs[i];
+    }
+    shares
 }
 
 #[cfg(test)]
@@ -335,9 +390,45 @@ mod tests {
         let details =
             vec![("skill:big".to_string(), "x".repeat(20_000)), ("tool:small".to_string(), "small".to_string())];
         let (entries, block) = assemble_tier2(&details, TokenBudget::new(2000));
-        assert_eq!(entries.len(), 1);
+        assert_eq!(entries.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), vec!["skill:big", "tool:small"]);
         assert!(entries[0].full_text.ends_with("[truncated to fit the token budget]\n"));
+        assert_eq!(entries[1].full_text, "small", "the small entry stays whole");
         assert!(estimate_tokens(&block) <= 2000);
+        // The big entry takes everything the small one leaves.
+        assert_eq!(estimate_tokens(&block), 2000, "{} units", utf16_len(&block));
+    }
+
+    #[test]
+    fn two_oversized_tier2_entries_split_the_budget() {
+        let details = [("a", "a".repeat(9_000)), ("b", "b".repeat(9_000))];
+        let (entries, block) = assemble_tier2(&details, TokenBudget::new(1000));
+        assert_eq!(entries.len(), 2);
+        let kept: Vec<usize> = entries.iter().map(|e| e.full_text.len() - TRUNCATED.len()).collect();
+        assert!(kept[0].abs_diff(kept[1]) <= 1, "{kept:?}");
+        assert!(entries.iter().all(|e| e.full_text.ends_with(TRUNCATED)));
+        assert!(estimate_tokens(&block) <= 1000);
+    }
+
+    #[test]
+    fn a_budget_too_small_for_two_useful_details_keeps_the_first() {
+        let details = [("a", "a".repeat(900)), ("b", "b".repeat(900))];
+        // Room for one truncated text with some of its own words, not for two.
+        let units = utf16_len(TIER2_HEADER) + 2 * (1 + utf16_len(TRUNCATED)) + MIN_DETAIL_UNITS;
+        let budget = TokenBudget::new(units / CHARS_PER_TOKEN);
+        let (entries, block) = assemble_tier2(&details, budget);
+        assert_eq!(entries.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), vec!["a"]);
+        assert!(entries[0].full_text.ends_with(TRUNCATED));
+        assert!(estimate_tokens(&block) <= budget.max_tokens());
+    }
+
+    #[test]
+    fn shares_keep_small_entries_whole_and_split_the_rest() {
+        assert_eq!(share_units(&[10, 20], 100), vec![10, 20]);
+        assert_eq!(share_units(&[500, 10], 100), vec![90, 10]);
+        assert_eq!(share_units(&[500, 500], 101), vec![51, 50]);
+        assert_eq!(share_units(&[500, 30, 500], 100), vec![35, 30, 35]);
+        assert_eq!(share_units(&[], 100), Vec::<usize>::new());
+        assert_eq!(share_units(&[5], 0), vec![0]);
     }
 
     #[test]
@@ -386,6 +477,50 @@ mod tests {
             prop_assert!(estimate_tokens(&tier2) <= b2);
             let rendered = format!("{tier0}{tier1}{tier2}");
             prop_assert!(estimate_tokens(&rendered) <= b0 + b1 + b2);
+        }
+
+        #[test]
+        fn shares_never_exceed_the_room_or_a_cost(
+            costs in proptest::collection::vec(0usize..5_000, 0..6),
+            room in 0usize..10_000,
+        ) {
+            let shares = share_units(&costs, room);
+            prop_assert_eq!(shares.len(), costs.len());
+            prop_assert!(shares.iter().sum::<usize>() <= room);
+            prop_assert!(shares.iter().zip(&costs).all(|(share, cost)| share <= cost));
+            if costs.iter().sum::<usize>() <= room {
+                prop_assert_eq!(&shares, &costs);
+            } else {
+                // Nothing is left unused when something had to be cut.
+                prop_assert_eq!(shares.iter().sum::<usize>(), room);
+            }
+        }
+
+        #[test]
+        fn tier2_holds_its_budget_and_truncates_rather_than_omits(
+            details in proptest::collection::vec(("[a-zé😀 \n]{0,40}", 0usize..12_000), 0..4),
+            budget in 0usize..3_000,
+        ) {
+            let details: Vec<(String, String)> = details
+                .into_iter()
+                .enumerate()
+                .map(|(i, (words, padding))| (i.to_string(), format!("{words}{}", "x".repeat(padding))))
+                .collect();
+            let budget = TokenBudget::new(budget);
+            let (entries, block) = assemble_tier2(&details, budget);
+            prop_assert!(estimate_tokens(&block) <= budget.max_tokens());
+            // The entries kept are the first ones, in order, each whole or a truncated prefix.
+            for (entry, (id, text)) in entries.iter().zip(&details) {
+                prop_assert_eq!(&entry.id, id);
+                let whole = entry.full_text == *text;
+                let prefix = entry.full_text.strip_suffix(TRUNCATED).is_some_and(|kept| text.starts_with(kept));
+                prop_assert!(whole || prefix, "{:?}", entry.full_text);
+            }
+            // With room for every entry to keep some of its text, none is left out.
+            let each = 1 + utf16_len(TRUNCATED) + MIN_DETAIL_UNITS + 1;
+            if budget.max_units() >= utf16_len(TIER2_HEADER) + details.len() * each {
+                prop_assert_eq!(entries.len(), details.len());
+            }
         }
     }
 }

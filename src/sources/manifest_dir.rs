@@ -4,7 +4,8 @@
 //! Files are read only when they are regular files reached through no
 //! symbolic link, at most [`MAX_MANIFEST_BYTES`] / [`MAX_ATTACHMENT_BYTES`]
 //! long; on Linux the opened file's real path (from `/proc/self/fd`) must lie
-//! below the capability folder. Anything refused is reported with its path,
+//! below the capability folder. A symbolic link to a capability folder is
+//! refused, not followed. Anything refused is reported with its path,
 //! field and problem, never fatal to the scan.
 
 use crate::core::descriptor::CapabilityDescriptor;
@@ -44,6 +45,13 @@ pub struct ScanReport {
 
 const MANIFEST_NAMES: [&str; 2] = ["CAPABILITY.yaml", "CAPABILITY.yml"];
 
+/// The one warning of a scan in which the `/proc/self/fd` containment check could not run.
+pub const CONTAINMENT_UNCHECKED: &str = "the /proc/self/fd containment check could not run for every file read \
+     (no /proc, or not Linux): those files were checked for symbolic links, type and size only";
+
+/// Checks an opened file against its capability folder; `Ok(false)` when the check cannot run.
+type ContainmentCheck = fn(&File, &Path) -> Result<bool, String>;
+
 /// Scans `dirs` in order with the default limits; see [`scan_with_refusals`].
 pub fn scan(dirs: &[PathBuf]) -> ScanReport {
     scan_with_refusals(dirs, ScanLimits::default())
@@ -51,8 +59,13 @@ pub fn scan(dirs: &[PathBuf]) -> ScanReport {
 
 /// Scans `dirs` in order; each subfolder holding a manifest is one capability.
 /// A later manifest with an id already seen is refused, naming the first.
+/// A symbolic link to a folder holding a manifest is refused, not followed.
 /// When the Linux containment check cannot run, the report carries one warning.
 pub fn scan_with_refusals(dirs: &[PathBuf], limits: ScanLimits) -> ScanReport {
+    scan_checked(dirs, limits, check_opened_below)
+}
+
+fn scan_checked(dirs: &[PathBuf], limits: ScanLimits, check: ContainmentCheck) -> ScanReport {
     let mut report = ScanReport::default();
     let mut containment = Containment::default();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
@@ -64,20 +77,39 @@ pub fn scan_with_refusals(dirs: &[PathBuf], limits: ScanLimits) -> ScanReport {
                 continue;
             }
         };
-        let mut folders: Vec<PathBuf> = entries
+        // Folders, and symbolic links to folders (`true`): those are refused below.
+        let mut folders: Vec<(PathBuf, bool)> = entries
             .filter_map(Result::ok)
-            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
-            .map(|entry| entry.path())
+            .filter_map(|entry| {
+                let kind = entry.file_type().ok()?;
+                let path = entry.path();
+                match (kind.is_dir(), kind.is_symlink() && path.is_dir()) {
+                    (true, _) => Some((path, false)),
+                    (false, true) => Some((path, true)),
+                    (false, false) => None,
+                }
+            })
             .collect();
         folders.sort();
-        for folder in folders {
+        for (folder, linked) in folders {
             let Some(manifest_path) =
                 MANIFEST_NAMES.iter().map(|name| folder.join(name)).find(|p| p.symlink_metadata().is_ok())
             else {
                 continue;
             };
             let shown = manifest_path.display().to_string();
-            match read_checked(&folder, &manifest_path, limits, &mut containment) {
+            if linked {
+                report.refused.push(Refusal {
+                    manifest_path: shown,
+                    field: "(folder)".into(),
+                    problem: format!(
+                        "{} is a symbolic link: capability folders are not followed through links",
+                        folder.display()
+                    ),
+                });
+                continue;
+            }
+            match read_checked(&folder, &manifest_path, limits, &mut containment, check) {
                 Ok(descriptor) => match seen.get(&descriptor.id) {
                     Some(first) => report.refused.push(Refusal {
                         manifest_path: shown,
@@ -97,12 +129,15 @@ pub fn scan_with_refusals(dirs: &[PathBuf], limits: ScanLimits) -> ScanReport {
             }
         }
     }
+    if containment.unchecked {
+        report.warnings.push(CONTAINMENT_UNCHECKED.to_string());
+    }
     report
 }
 
 /// Reads one capability folder into a descriptor, with the default limits.
 pub fn read_capability(folder: &Path, manifest_path: &Path) -> Result<CapabilityDescriptor, ManifestProblem> {
-    read_checked(folder, manifest_path, ScanLimits::default(), &mut Containment::default())
+    read_checked(folder, manifest_path, ScanLimits::default(), &mut Containment::default(), check_opened_below)
 }
 
 fn read_checked(
@@ -110,9 +145,10 @@ fn read_checked(
     manifest_path: &Path,
     limits: ScanLimits,
     containment: &mut Containment,
+    check: ContainmentCheck,
 ) -> Result<CapabilityDescriptor, ManifestProblem> {
     let mut read = |path: &Path, max_bytes: u64| -> Result<String, String> {
-        let (text, checked) = read_contained_checked(folder, path, max_bytes)?;
+        let (text, checked) = read_contained_checked(folder, path, max_bytes, check)?;
         containment.unchecked |= !checked;
         Ok(text)
     };
@@ -161,11 +197,16 @@ fn read_optional(
 /// Reads `path` if it is a regular file below `folder`, reached through no
 /// symbolic link, and at most `max_bytes` long.
 pub fn read_contained(folder: &Path, path: &Path, max_bytes: u64) -> Result<String, String> {
-    read_contained_checked(folder, path, max_bytes).map(|(text, _)| text)
+    read_contained_checked(folder, path, max_bytes, check_opened_below).map(|(text, _)| text)
 }
 
-/// Like [`read_contained`]; also says whether the `/proc` containment check ran.
-fn read_contained_checked(folder: &Path, path: &Path, max_bytes: u64) -> Result<(String, bool), String> {
+/// Like [`read_contained`], with `check` as the containment check; also says whether it ran.
+fn read_contained_checked(
+    folder: &Path,
+    path: &Path,
+    max_bytes: u64,
+    check: ContainmentCheck,
+) -> Result<(String, bool), String> {
     let relative =
         path.strip_prefix(folder).map_err(|_| format!("{} is outside the capability folder", path.display()))?;
     let mut walked = folder.to_path_buf();
@@ -184,7 +225,7 @@ fn read_contained_checked(folder: &Path, path: &Path, max_bytes: u64) -> Result<
         return Err(format!("{} is {} bytes, more than the {max_bytes} allowed", path.display(), meta.len()));
     }
     let mut file = File::open(path).map_err(|err| format!("{} cannot be opened: {err}", path.display()))?;
-    let checked = check_opened_below(&file, folder)?;
+    let checked = check(&file, folder)?;
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     (&mut file)
         .take(max_bytes + 1)
@@ -275,6 +316,47 @@ mod tests {
         assert!(report.descriptors.is_empty());
         assert_eq!(report.refused[0].field, "SKILL.md");
         assert!(report.refused[0].problem.contains("symbolic link"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlinked_capability_folder_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        write(outside.path(), "real", "CAPABILITY.yaml", "name: elsewhere\nkind: tool\ndescription: d\n");
+        write(dir.path(), "plain", "CAPABILITY.yaml", "name: plain\nkind: tool\ndescription: d\n");
+        std::os::unix::fs::symlink(outside.path().join("real"), dir.path().join("linked")).unwrap();
+        // A link to a folder without a manifest is skipped like such a folder; a link to a file is no folder.
+        fs::create_dir_all(outside.path().join("empty")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("empty"), dir.path().join("linked-empty")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("real/CAPABILITY.yaml"), dir.path().join("file-link")).unwrap();
+        let report = scan(&[dir.path().to_path_buf()]);
+        assert_eq!(report.descriptors.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), vec!["tool:plain"]);
+        assert_eq!(report.refused.len(), 1, "{:?}", report.refused);
+        let refusal = &report.refused[0];
+        assert_eq!(refusal.manifest_path, dir.path().join("linked/CAPABILITY.yaml").display().to_string());
+        assert_eq!(refusal.field, "(folder)");
+        assert!(refusal.problem.contains("is a symbolic link"), "{refusal:?}");
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    }
+
+    #[test]
+    fn a_scan_warns_once_when_the_containment_check_cannot_run() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "one", "CAPABILITY.yaml", "name: one\nkind: skill\ndescription: d\n");
+        write(dir.path(), "one", "SKILL.md", "# One\n");
+        write(dir.path(), "two", "CAPABILITY.yaml", "name: two\nkind: tool\ndescription: d\n");
+        let cannot_run: ContainmentCheck = |_, _| Ok(false);
+        let report = scan_checked(&[dir.path().to_path_buf()], ScanLimits::default(), cannot_run);
+        assert_eq!(report.descriptors.len(), 2, "the files are still read");
+        assert_eq!(report.warnings, vec![CONTAINMENT_UNCHECKED.to_string()], "one warning for three files");
+        let ran: ContainmentCheck = |_, _| Ok(true);
+        let report = scan_checked(&[dir.path().to_path_buf()], ScanLimits::default(), ran);
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+        // On Linux with /proc the real check runs, so a plain scan has nothing to warn about.
+        if cfg!(target_os = "linux") && Path::new("/proc/self/fd").is_dir() {
+            assert!(scan(&[dir.path().to_path_buf()]).warnings.is_empty());
+        }
     }
 
     #[test]

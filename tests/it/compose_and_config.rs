@@ -1,7 +1,8 @@
-//! The docker-compose stack and the documented config agree on settings.
+//! The docker-compose stack and the documented config agree on settings, and the
+//! Dockerfile's build stage copies everything the build compiles in.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -111,4 +112,137 @@ fn compose_runs_nats_with_the_shipped_config_and_prometheus_scrapes_capdex() {
     }
     let ignored = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
     assert!(ignored.lines().any(|line| line.trim() == "target/"), "target/ stays out of the build context");
+}
+
+/// Where the Dockerfile's build stage puts what it copies: `(path in the repository, path in the
+/// image)` per `COPY` source, and the stage's `WORKDIR`.
+fn build_stage_copies(dockerfile: &str) -> (PathBuf, Vec<(PathBuf, PathBuf)>) {
+    let mut workdir = PathBuf::from("/");
+    let mut copies = Vec::new();
+    let mut stages = 0;
+    for line in dockerfile.lines().map(str::trim) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.first().map(|word| word.to_ascii_uppercase()).as_deref() {
+            Some("FROM") => {
+                stages += 1;
+                if stages > 1 {
+                    break;
+                }
+            }
+            Some("WORKDIR") => workdir = workdir.join(words[1]),
+            Some("COPY") if !line.contains("--from") => {
+                let (sources, destination) = (&words[1..words.len() - 1], words[words.len() - 1]);
+                let destination = normalise(&workdir.join(destination));
+                for source in sources {
+                    let source = normalise(Path::new(source));
+                    // A folder's contents land in the destination; a file lands in a destination
+                    // folder (written with a trailing slash, or one of several sources) by name.
+                    let landed = if root().join(&source).is_dir() {
+                        destination.clone()
+                    } else if words[words.len() - 1].ends_with('/') || sources.len() > 1 {
+                        destination.join(source.file_name().unwrap())
+                    } else {
+                        destination.clone()
+                    };
+                    copies.push((source, landed));
+                }
+            }
+            _ => {}
+        }
+    }
+    (workdir, copies)
+}
+
+/// `path` with `.` and `..` components resolved lexically.
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                assert!(out.pop(), "{} climbs above its root", path.display());
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Every `include_bytes!("…")` / `include_str!("…")` of the `.rs` files below `src/` outside their
+/// `#[cfg(test)] mod` (which a release build does not compile), as `(file, path in the repository)`.
+fn compiled_in_includes() -> Vec<(PathBuf, PathBuf)> {
+    let mut files = vec![root().join("src")];
+    let mut includes = Vec::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
+            continue;
+        }
+        if path.extension().is_none_or(|ext| ext != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let tests_start = text.find("#[cfg(test)]\nmod ").unwrap_or(text.len());
+        for macro_name in ["include_bytes!(", "include_str!("] {
+            for (at, _) in text.match_indices(macro_name).filter(|(at, _)| *at < tests_start) {
+                let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+                if text[line_start..at].trim_start().starts_with("//") {
+                    continue;
+                }
+                let argument = text[at + macro_name.len()..].trim_start();
+                let literal = argument
+                    .strip_prefix('"')
+                    .and_then(|rest| rest.split('"').next())
+                    .unwrap_or_else(|| panic!("{}: {macro_name} without a plain string literal", path.display()));
+                let relative = path.parent().unwrap().strip_prefix(root()).unwrap().join(literal);
+                includes.push((path.strip_prefix(root()).unwrap().to_path_buf(), normalise(&relative)));
+            }
+        }
+    }
+    includes.sort();
+    includes
+}
+
+/// The includes of `includes` that the Dockerfile text `dockerfile` does not copy to where the
+/// build finds them (the same path below its `WORKDIR`).
+fn not_copied(dockerfile: &str, includes: &[(PathBuf, PathBuf)]) -> Vec<String> {
+    let (workdir, copies) = build_stage_copies(dockerfile);
+    includes
+        .iter()
+        .filter(|(_, included)| {
+            !copies
+                .iter()
+                .any(|(source, landed)| included.starts_with(source) && normalise(&workdir.join(source)) == *landed)
+        })
+        .map(|(file, included)| format!("{} includes {}", file.display(), included.display()))
+        .collect()
+}
+
+#[test]
+fn the_dockerfile_build_stage_copies_everything_the_build_compiles_in() {
+    let includes = compiled_in_includes();
+    let included: Vec<&Path> = includes.iter().map(|(_, path)| path.as_path()).collect();
+    // The scan finds the known ones (so an empty scan cannot pass), and skips test-only includes.
+    for known in ["config/capdex.toml", "assets/static-minilm/table.bin", "assets/static-minilm/vocab.txt"] {
+        assert!(included.contains(&Path::new(known)), "{known} not found among {included:?}");
+    }
+    assert!(included.iter().all(|path| !path.starts_with("tests")), "{included:?}");
+    for (file, path) in &includes {
+        assert!(root().join(path).is_file(), "{} includes {}, which is not a file", file.display(), path.display());
+    }
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let missing = not_copied(&dockerfile, &includes);
+    assert!(missing.is_empty(), "the Dockerfile's build stage does not COPY what the build compiles in: {missing:?}");
+    // The check fails on a Dockerfile without the assets, or with them put elsewhere.
+    let without: String =
+        dockerfile.lines().filter(|line| !line.contains("assets")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(not_copied(&without, &includes).len(), 2, "{without}");
+    assert!(without.contains("COPY src ./src\n"), "{without}");
+    let elsewhere = without.replace("COPY src ./src\n", "COPY src ./src\nCOPY assets ./data/\n");
+    assert_eq!(not_copied(&elsewhere, &includes).len(), 2, "{elsewhere}");
+    let restored = without.replace("COPY src ./src\n", "COPY src ./src\nCOPY assets ./assets\n");
+    assert!(not_copied(&restored, &includes).is_empty(), "{restored}");
+    // Only the build stage counts: a copy into the runtime stage (the last) compiles nothing.
+    let runtime_only = format!("{without}COPY assets ./assets\n");
+    assert_eq!(not_copied(&runtime_only, &includes).len(), 2, "{runtime_only}");
 }

@@ -8,37 +8,19 @@
 
 use crate::cli::capdex;
 use crate::support::nats_server::NatsServer;
-use crate::support::serving::wait_until_serving;
+use crate::support::serving::{wait_until_serving, KillOnDrop};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A `capdex serve` killed (SIGKILL) on drop; its stderr goes to `log`.
-struct Serving {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Serving {
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-/// Starts `capdex serve` on `data` (no capability folders) with `env`, and waits for `$SRV.PING`.
-async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (Serving, async_nats::Client) {
+/// Starts `capdex serve` on `data` (no capability folders) with `env`, its stderr in a log file
+/// of `data`, and waits for `$SRV.PING`.
+async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (KillOnDrop, async_nats::Client) {
     let log = data.join(format!("capdex-{}.log", next_log()));
     let mut command = capdex();
     command
@@ -53,10 +35,10 @@ async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (Serving
     for (name, value) in env {
         command.env(name, value);
     }
-    let mut child = command.spawn().expect("capdex serve starts");
+    let mut serving = KillOnDrop::new(command.spawn().expect("capdex serve starts")).with_log(log);
     let client = async_nats::connect(nats.url()).await.expect("test client connects");
-    wait_until_serving(&mut child, &client, || std::fs::read_to_string(&log).unwrap_or_default()).await;
-    (Serving { child, log }, client)
+    wait_until_serving(&mut serving, &client).await;
+    (serving, client)
 }
 
 /// Numbers the log files of the `capdex serve` processes a test starts (a restart gets its own).
@@ -436,8 +418,8 @@ async fn http_calls_resolve_env_pass_the_ssrf_guard_and_keep_secrets_out() {
     assert_eq!(seen_events[0]["handlerRan"], true);
     assert_eq!(seen_events[2]["errorCode"], "target_refused");
     assert_eq!(seen_events[2]["handlerRan"], false);
-    let everything = format!("{provenance} {seen_events:?} {}", serving.log_text());
-    for (name, text) in [("provenance", provenance.to_string()), ("log", serving.log_text())] {
+    let everything = format!("{provenance} {seen_events:?} {}", serving.log());
+    for (name, text) in [("provenance", provenance.to_string()), ("log", serving.log())] {
         assert!(!text.contains("a private note") && !text.contains("frank.customer@example.com"), "{name}: {text}");
     }
     assert!(!everything.contains(secret), "a secret leaked into provenance, events or logs");

@@ -5,6 +5,7 @@
 //! answers lexically and says so, the vectors are fetched later).
 
 use crate::cli::capdex;
+use crate::support::nats_server::free_port;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -70,10 +71,6 @@ fn serve_on(listener: TcpListener) -> Seen {
         }
     });
     seen
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A catalog of `n` tools; `tweak` names one whose description changes.

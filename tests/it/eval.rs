@@ -1,13 +1,14 @@
 //! `capdex eval` against the reference scorer: on a sample of each benchmark,
-//! the figures capdex prints equal those `../shared/data/bench/eval.py`
-//! computes from the run file capdex writes.
+//! the figures capdex prints equal those the reference scorer
+//! `tests/fixtures/bench/eval.py` computes from the run file capdex writes.
 
 use crate::cli::capdex;
+use crate::support::fixture;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn bench_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/bench")
+    fixture("bench")
 }
 
 /// Copies the first `n` lines of `from` to `to`.
@@ -41,13 +42,7 @@ fn sample_tools(from: &Path, queries: &Path, to: &Path, n: usize) {
 
 fn check_agreement(set: &str, n_tools: usize, n_queries: usize) {
     let bench = bench_dir();
-    let script = bench.join("eval.py");
-    assert!(
-        script.is_file(),
-        "{} is missing: this test compares capdex eval with the reference scorer in ../shared/data/bench \
-         (the shared data folder next to the repository)",
-        script.display()
-    );
+    let script = fixture("bench/eval.py");
     let dir = tempfile::tempdir().unwrap();
     let (tools, queries, run) =
         (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"), dir.path().join("run.jsonl"));

@@ -1,8 +1,9 @@
 //! Exact-name queries over the real 343-entry AgentOS catalog
-//! (`../shared/data/catalog/agentos-catalog.json`): a message that is exactly
+//! (`tests/fixtures/catalog/agentos-catalog.json`): a message that is exactly
 //! a capability's id, name or display name ranks a capability of that
 //! spelling first, every time.
 
+use crate::support::fixture;
 use capdex::core::catalog::Catalog;
 use capdex::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
 use capdex::core::discovery::DiscoveryFilter;
@@ -13,13 +14,10 @@ use capdex::core::lexical::{loose_key, LexicalIndex};
 use capdex::core::retrieval::{query_texts, rank, Indexes, Query};
 use capdex::core::text::embedding_text;
 use serde_json::Value;
-use std::path::Path;
 
 fn catalog_entries() -> Vec<CapabilityDescriptor> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/catalog/agentos-catalog.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| {
-        panic!("{} is needed by this test (the shared data folder next to the repository): {err}", path.display())
-    });
+    let path = fixture("catalog/agentos-catalog.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
     let entries: Vec<Value> = serde_json::from_str(&text).unwrap();
     entries
         .iter()

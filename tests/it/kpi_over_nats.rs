@@ -3,12 +3,12 @@
 //! back, and plans fall back, adapt to a degraded scope and recover.
 
 use crate::cli::{capdex, examples_dir};
-use crate::serve_over_nats::{body, request, serve_at};
+use crate::serve_over_nats::{body, request};
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::{serve_at, KillOnDrop};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Child;
 
 const SCOPES: [&str; 3] = ["p0", "p1", "p2"];
 const PER_SCOPE: u64 = 80;
@@ -19,24 +19,8 @@ fn outcome(persona: &str, turn: u64, status: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// A `capdex serve` that is killed (SIGKILL) when dropped, also when a test fails.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn serve(nats: &NatsServer, caps: &Path, data: &Path, env: &[(&str, &str)]) -> (Serving, async_nats::Client) {
-    let (child, client) = serve_at(nats, caps, data, false, env).await;
-    (Serving(child), client)
-}
-
-fn kill_9(mut serving: Serving) {
-    serving.0.kill().expect("SIGKILL capdex serve");
-    serving.0.wait().unwrap();
+async fn serve(nats: &NatsServer, caps: &Path, data: &Path, env: &[(&str, &str)]) -> (KillOnDrop, async_nats::Client) {
+    serve_at(nats, caps, data, false, env).await
 }
 
 #[tokio::test]
@@ -59,7 +43,7 @@ async fn acknowledged_outcomes_survive_kill_9_exactly_once() {
         .await;
     assert_eq!(acknowledged.len() as u64, PER_SCOPE * SCOPES.len() as u64);
     assert!(acknowledged.iter().all(|reply| reply["accepted"] == true && reply["duplicate"] == false));
-    kill_9(child);
+    child.kill_9();
 
     let (child, client) = serve(&nats, caps.path(), data.path(), &env).await;
     for persona in SCOPES {
@@ -71,7 +55,7 @@ async fn acknowledged_outcomes_survive_kill_9_exactly_once() {
         assert_eq!(next["kpi"]["sampleCount"].as_u64(), Some(PER_SCOPE + 1), "{next}");
         assert_eq!(next["kpi"]["scopeKey"], format!("acme/{persona}"));
     }
-    kill_9(child);
+    child.kill_9();
 
     let output = capdex()
         .args(["kpi", "--json", "--data-dir"])
@@ -218,7 +202,7 @@ async fn bad_outcomes_are_refused_whole_and_kpi_watch_follows_events() {
     let reply = body(&request(&client, "capdex.v1.outcome", good.to_string().into_bytes()).await);
     assert_eq!(reply["kpi"]["sampleCount"], 1, "{reply}");
 
-    let mut watch = Serving(
+    let mut watch = KillOnDrop::new(
         capdex()
             .args(["kpi", "--watch"])
             .env("CAPDEX_NATS_URL", nats.url())
@@ -226,7 +210,7 @@ async fn bad_outcomes_are_refused_whole_and_kpi_watch_follows_events() {
             .spawn()
             .unwrap(),
     );
-    let stdout = watch.0.stdout.take().unwrap();
+    let stdout = watch.child.stdout.take().unwrap();
     let (lines, mut received) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         use std::io::BufRead;

@@ -3,8 +3,9 @@
 //! concurrent discoveries give the answers one at a time gives; `$SRV.STATS`
 //! counts every request once.
 
-use crate::serve_over_nats::{body, request, serve_at};
+use crate::serve_over_nats::{body, request};
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::serve_at;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -21,7 +22,7 @@ async fn every_worker_sees_each_change_once_it_is_replied_to() {
     let nats = NatsServer::start();
     let (caps, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let env = [("CAPDEX_DISCOVERY_WORKERS", "4")];
-    let (mut child, client) = serve_at(&nats, caps.path(), data.path(), false, &env).await;
+    let (_served, client) = serve_at(&nats, caps.path(), data.path(), false, &env).await;
     let mut requests = 0u64;
     for round in 0..12 {
         let name = format!("flux{round}probe");
@@ -85,6 +86,4 @@ async fn every_worker_sees_each_change_once_it_is_replied_to() {
     assert_eq!(discover_stats["num_requests"].as_u64(), Some(requests), "{stats}");
     assert_eq!(discover_stats["num_errors"].as_u64(), Some(0), "{stats}");
     assert_eq!(endpoint("capdex.v1.search")["num_requests"].as_u64(), Some(12), "{stats}");
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -6,10 +6,11 @@
 use crate::cli::capdex;
 use crate::serve_over_nats::body;
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::KillOnDrop;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// How long a change may take to show up on another node.
@@ -17,12 +18,13 @@ const EVENTUALLY: Duration = Duration::from_secs(10);
 const SCOPES: [&str; 3] = ["p0", "p1", "p2"];
 const PER_SCOPE: u64 = 100;
 
-/// One `capdex serve` node with its own data dir, killed (SIGKILL) when dropped.
+/// One `capdex serve` node with its own data dir, killed (SIGKILL) when dropped
+/// (`child` comes first, so it is gone before its folders are removed).
 struct Node {
+    child: Option<KillOnDrop>,
     name: &'static str,
     data: tempfile::TempDir,
     caps: tempfile::TempDir,
-    child: Option<Child>,
 }
 
 impl Node {
@@ -42,13 +44,12 @@ impl Node {
             .stdout(Stdio::null())
             .spawn()
             .expect("capdex serve starts");
-        self.child = Some(child);
+        self.child = Some(KillOnDrop::new(child));
     }
 
     fn kill_9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL capdex serve");
-            child.wait().unwrap();
+        if let Some(child) = self.child.take() {
+            child.kill_9();
         }
     }
 
@@ -67,12 +68,6 @@ impl Node {
             .iter()
             .map(|kpi| (kpi["scopeKey"].as_str().unwrap().to_string(), kpi["sampleCount"].as_u64().unwrap()))
             .collect()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill_9();
     }
 }
 

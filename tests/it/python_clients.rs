@@ -8,22 +8,12 @@
 //! missing interpreter or nats-py fails the test with a hint.
 
 use crate::cli::examples_dir;
-use crate::serve_over_nats::serve_at;
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::{serve_at, KillOnDrop};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-/// A child process killed when the test ends, even when it fails.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn python() -> PathBuf {
     let python = std::env::var_os("CAPDEX_PYTHON")
@@ -56,8 +46,7 @@ async fn agent_runtime_failures_reach_ops_alerts() {
     let python = python();
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let (served, _client) = serve_at(&nats, &examples_dir(), data.path(), false, &[]).await;
-    let mut served = KillOnDrop(served);
+    let (mut served, _client) = serve_at(&nats, &examples_dir(), data.path(), false, &[]).await;
 
     let ops = Command::new(&python)
         .arg(example("ops_alerts.py"))
@@ -65,8 +54,8 @@ async fn agent_runtime_failures_reach_ops_alerts() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("ops_alerts.py starts");
-    let mut ops = KillOnDrop(ops);
-    let mut ops_out = BufReader::new(ops.0.stdout.take().unwrap());
+    let mut ops = KillOnDrop::new(ops);
+    let mut ops_out = BufReader::new(ops.child.stdout.take().unwrap());
     let mut first = String::new();
     // The first line comes once the server has the subscriptions.
     tokio::task::block_in_place(|| ops_out.read_line(&mut first)).unwrap();
@@ -105,7 +94,7 @@ async fn agent_runtime_failures_reach_ops_alerts() {
     let bad = step("bad-request").next().expect("a bad-request step");
     assert_eq!((bad["error"]["status"].as_u64(), bad["error"]["code"].as_str()), (Some(400), Some("bad_request")));
 
-    let ops_status = tokio::task::block_in_place(|| ops.0.wait()).unwrap();
+    let ops_status = tokio::task::block_in_place(|| ops.child.wait()).unwrap();
     let mut rest = String::new();
     tokio::task::block_in_place(|| std::io::Read::read_to_string(&mut ops_out, &mut rest)).unwrap();
     assert!(ops_status.success(), "ops_alerts.py did not get an alert:\n{rest}");
@@ -114,5 +103,5 @@ async fn agent_runtime_failures_reach_ops_alerts() {
     assert_eq!(alert["subject"], "capdex.v1.alert.critical.acme_support-bot", "{alert}");
     assert_eq!(alert["event"]["severity"], "critical");
     assert_eq!(alert["event"]["scopeKey"], "acme/support-bot");
-    assert!(served.0.try_wait().unwrap().is_none(), "capdex serve still running");
+    assert!(served.child.try_wait().unwrap().is_none(), "capdex serve still running");
 }

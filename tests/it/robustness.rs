@@ -5,27 +5,27 @@
 //! restarted, and SIGTERM draining a request in flight.
 //!
 //! The slow request is real work, not a delay knob: upserting the 906 tools,
-//! skills and extensions of `../shared/data/catalog/synthcat-1000.sources.json`
+//! skills and extensions of `tests/fixtures/catalog/synthcat-1000.sources.json`
 //! (about 1 s in a debug build, while a discover takes milliseconds).
 
 use crate::cli::examples_dir;
-use crate::serve_over_nats::{body, request, serve_at, Served};
+use crate::serve_over_nats::{body, request};
+use crate::support::fixture;
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::{serve_at, KillOnDrop};
 use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-const SYNTHCAT: &str = "../shared/data/catalog/synthcat-1000.sources.json";
-
-async fn serve(nats: &NatsServer, env: &[(&str, &str)]) -> (Served, async_nats::Client) {
+async fn serve(nats: &NatsServer, env: &[(&str, &str)]) -> (KillOnDrop, async_nats::Client) {
     let data = tempfile::tempdir().unwrap();
-    let (child, client) = serve_at(nats, &examples_dir(), data.path(), false, env).await;
-    (Served { child, _data: data }, client)
+    let (served, client) = serve_at(nats, &examples_dir(), data.path(), false, env).await;
+    (served.keeping(data), client)
 }
 
 /// The tools, skills and extensions of synthcat-1000 as one upsert (just under 1 MiB).
 fn big_upsert() -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(SYNTHCAT);
+    let path = fixture("catalog/synthcat-1000.sources.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()));
     let catalog: Value = serde_json::from_str(&text).unwrap();
     let payload = json!({

@@ -1,7 +1,7 @@
 //! `capdex map`, `route` and `observe` on one data dir: the commands build on each other.
 
 use crate::cli::capdex;
-use crate::scg_real_specs::shared_data;
+use crate::support::fixture;
 use serde_json::Value;
 use std::path::Path;
 
@@ -14,9 +14,8 @@ fn run_json(data_dir: &Path, args: &[&str]) -> Value {
 
 #[test]
 fn map_route_observe_on_one_data_dir() {
-    let data = shared_data();
     let dir = tempfile::tempdir().unwrap();
-    let ddl = data.join("sql/chinook.sqlite-ddl.sql");
+    let ddl = fixture("sql/chinook.sqlite-ddl.sql");
     let report = run_json(
         dir.path(),
         &["map", ddl.to_str().unwrap(), "--source-id", "chinook", "--workspace", "music", "--json"],
@@ -29,7 +28,7 @@ fn map_route_observe_on_one_data_dir() {
     assert_eq!(again["changed"], false);
     assert_eq!(again["driftHash"], report["driftHash"]);
     assert_eq!(again["workspaces"], serde_json::json!(["music"]));
-    let mcp = data.join("mcp/github.json");
+    let mcp = fixture("mcp/github.json");
     run_json(dir.path(), &["map", mcp.to_str().unwrap(), "--source-id", "github", "--kind", "mcp", "--json"]);
 
     let routed = run_json(dir.path(), &["route", "invoice lines of a track", "--workspace", "music", "--json"]);

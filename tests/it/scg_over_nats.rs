@@ -5,24 +5,15 @@
 //! `capdex.v1.memory.deposit` (bias up and down, shown by observe, persisted).
 
 use crate::cli::examples_dir;
-use crate::scg_real_specs::shared_data;
-use crate::serve_over_nats::{body, request, serve_at};
+use crate::serve_over_nats::{body, request};
+use crate::support::fixture;
 use crate::support::nats_server::NatsServer;
+use crate::support::serving::serve_at;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use std::process::Child;
 use std::time::Duration;
 
 const SECRET: &str = "sk-live-7f3a9c1e5b2d4f60";
-
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 async fn call(client: &async_nats::Client, subject: &str, payload: Value) -> (Value, Option<String>) {
     let reply = request(client, subject, payload.to_string().into_bytes()).await;
@@ -59,20 +50,17 @@ fn score(route: &Value, key: &str) -> Option<f64> {
 async fn map_route_observe_and_memory_over_nats() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let specs = shared_data();
-    let roots = specs.join("openapi");
+    let roots = fixture("openapi");
     let env = [("CAPDEX_SCG_MAP_PATH_ROOTS", roots.to_str().unwrap())];
-    let (child, client) = serve_at(&nats, &examples_dir(), data.path(), false, &env).await;
-    let served = Served(child);
+    let (served, client) = serve_at(&nats, &examples_dir(), data.path(), false, &env).await;
     let mut events = client.subscribe("capdex.v1.events.scg").await.unwrap();
     client.flush().await.unwrap();
 
     // A document in the request, with a connector descriptor full of credentials and a
     // security scheme and parameter example carrying the same secret.
-    let mut petstore: Value = serde_json::from_str(
-        &std::fs::read_to_string(specs.join("openapi/petstore.readme-oas-examples.json")).unwrap(),
-    )
-    .unwrap();
+    let mut petstore: Value =
+        serde_json::from_str(&std::fs::read_to_string(roots.join("petstore.readme-oas-examples.json")).unwrap())
+            .unwrap();
     petstore["components"]["securitySchemes"]["leaky"] =
         json!({"type": "apiKey", "in": "header", "name": "X-Api-Key", "x-default": SECRET});
     let connection = json!({"baseUrl": "http://127.0.0.1:9/api", "headers": {"Authorization": format!("Bearer {SECRET}")},
@@ -247,8 +235,7 @@ async fn map_route_observe_and_memory_over_nats() {
         stored.windows(b"findPetsByTags".len()).any(|window| window == b"findPetsByTags"),
         "the data dir holds the graph"
     );
-    let (child, client) = serve_at(&nats, &examples_dir(), data.path(), false, &env).await;
-    let _served = Served(child);
+    let (_served, client) = serve_at(&nats, &examples_dir(), data.path(), false, &env).await;
     let restarted = ok(&client, "capdex.v1.route", query).await;
     assert!((score(&restarted, up).unwrap() - score(&after, up).unwrap()).abs() < 1e-3, "{restarted}\n{after}");
     let observed = ok(&client, "capdex.v1.observe", json!({"node": down})).await;

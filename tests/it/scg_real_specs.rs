@@ -1,25 +1,16 @@
-//! The SCG on the real shared inputs: Gitea, Asana and Petstore OpenAPI, six MCP
+//! The SCG on real inputs (`tests/fixtures`): Gitea, Asana and Petstore OpenAPI, six MCP
 //! tools/list captures, and the Chinook DDL in PostgreSQL and SQLite dialects.
 
+use crate::support::fixture;
 use capdex::core::embedder::HashingEmbedder;
 use capdex::core::scg::align::{field_concept, published_original_alignment_count, TypeAligner};
 use capdex::core::scg::map_source;
 use capdex::core::scg::model::{node_id, EdgeKind, NodeKind, SourceGraph, SourceKind};
 use capdex::core::scg::route::{RouteIndex, Scope};
-use std::path::{Path, PathBuf};
-
-pub fn shared_data() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
-    assert!(
-        dir.join("openapi/gitea.io.json").is_file(),
-        "the shared inputs are missing: expected {} (openapi/, mcp/, sql/) beside the worktree",
-        dir.display()
-    );
-    dir
-}
+use std::path::PathBuf;
 
 fn map(relative: &str, source_id: &str) -> SourceGraph {
-    let path = shared_data().join(relative);
+    let path = fixture(relative);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
     map_source(source_id, None, &text).unwrap_or_else(|err| panic!("{} did not map: {err}", path.display()))
 }
@@ -76,8 +67,7 @@ fn gitea_issue_and_asana_task_align_and_so_do_their_assignees() {
 }
 
 #[test]
-fn every_shared_source_maps_with_all_node_kinds() {
-    let dir = shared_data();
+fn every_fixture_source_maps_with_all_node_kinds() {
     let mut sources: Vec<(String, String)> = vec![
         ("openapi/petstore.readme-oas-examples.json".into(), "petstore".into()),
         ("openapi/gitea.io.json".into(), "gitea".into()),
@@ -85,8 +75,7 @@ fn every_shared_source_maps_with_all_node_kinds() {
         ("sql/chinook.postgresql-ddl.sql".into(), "chinook_pg".into()),
         ("sql/chinook.sqlite-ddl.sql".into(), "chinook_sqlite".into()),
     ];
-    let mut mcp: Vec<PathBuf> =
-        std::fs::read_dir(dir.join("mcp")).unwrap().map(|entry| entry.unwrap().path()).collect();
+    let mut mcp: Vec<PathBuf> = std::fs::read_dir(fixture("mcp")).unwrap().map(|entry| entry.unwrap().path()).collect();
     mcp.sort();
     for path in mcp {
         let stem = path.file_stem().unwrap().to_string_lossy().into_owned();

@@ -8,26 +8,15 @@
 
 use crate::cli::{capdex, examples_dir};
 use crate::serve_over_nats::body;
+use crate::support::nats_server::free_port;
+use crate::support::serving::{wait_until_serving, KillOnDrop};
 use futures::StreamExt;
 use serde_json::json;
 use std::io::{BufRead, BufReader};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A nats-server started from a config file, killed on drop.
-struct ConfiguredServer {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for ConfiguredServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn nats_server_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("CAPDEX_NATS_SERVER").filter(|p| !p.is_empty()) {
@@ -38,27 +27,24 @@ fn nats_server_binary() -> PathBuf {
     venv
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap().port()
-}
-
-/// Starts nats-server with `conf` (which must listen on `port`), with `env`.
-fn start_server(dir: tempfile::TempDir, port: u16, conf: &str, env: &[(&str, &str)]) -> ConfiguredServer {
+/// Starts nats-server with `conf` (which must listen on `port`), with `env`; it keeps `dir`
+/// (its config and log) and is killed on drop.
+fn start_server(dir: tempfile::TempDir, port: u16, conf: &str, env: &[(&str, &str)]) -> KillOnDrop {
     let conf_path = dir.path().join("nats-server.conf");
     std::fs::write(&conf_path, conf).unwrap();
-    let log = std::fs::File::create(dir.path().join("nats-server.log")).unwrap();
+    let log_path = dir.path().join("nats-server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
     let mut command = Command::new(nats_server_binary());
     command.arg("-c").arg(&conf_path).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log);
     for (name, value) in env {
         command.env(name, value);
     }
     let child = command.spawn().expect("nats-server runs");
-    let mut server = ConfiguredServer { child, dir };
+    let mut server = KillOnDrop::new(child).with_log(log_path).keeping(dir);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(Some(status)) = server.child.try_wait() {
-            let log = std::fs::read_to_string(server.dir.path().join("nats-server.log")).unwrap_or_default();
-            panic!("nats-server exited with {status}:\n{log}\nconfig:\n{conf}");
+            panic!("nats-server exited with {status}:\n{}\nconfig:\n{conf}", server.log());
         }
         if let Ok(stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
             stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
@@ -72,28 +58,9 @@ fn start_server(dir: tempfile::TempDir, port: u16, conf: &str, env: &[(&str, &st
     }
 }
 
-/// A running `capdex serve` with its stderr kept in a file, killed on drop.
-struct Served {
-    child: Child,
-    stderr: PathBuf,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Served {
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-/// Starts `capdex serve` at `url` with `env` (debug logging on, so a leaked secret would show).
-fn start_capdex(url: &str, env: &[(&str, String)]) -> Served {
+/// Starts `capdex serve` at `url` with `env` (debug logging on, so a leaked secret would show),
+/// its stderr kept in a file; killed on drop.
+fn start_capdex(url: &str, env: &[(&str, String)]) -> KillOnDrop {
     let data = tempfile::tempdir().unwrap();
     let stderr = data.path().join("capdex.stderr");
     let mut command = capdex();
@@ -111,26 +78,22 @@ fn start_capdex(url: &str, env: &[(&str, String)]) -> Served {
     for (name, value) in env {
         command.env(name, value);
     }
-    Served { child: command.spawn().expect("capdex serve starts"), stderr, _data: data }
+    KillOnDrop::new(command.spawn().expect("capdex serve starts")).with_log(stderr).keeping(data)
 }
 
 /// Waits until capdex answers `$SRV.PING.capdex` through `client`.
-async fn wait_for_ping(served: &mut Served, client: &async_nats::Client) {
-    let stderr = served.stderr.clone();
-    crate::support::serving::wait_until_serving(&mut served.child, client, || {
-        std::fs::read_to_string(&stderr).unwrap_or_default()
-    })
-    .await;
+async fn wait_for_ping(served: &mut KillOnDrop, client: &async_nats::Client) {
+    wait_until_serving(served, client).await;
 }
 
 /// Waits for `capdex serve` to exit and returns its status.
-async fn wait_for_exit(served: &mut Served) -> std::process::ExitStatus {
+async fn wait_for_exit(served: &mut KillOnDrop) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(status) = served.child.try_wait().unwrap() {
             return status;
         }
-        assert!(Instant::now() < deadline, "capdex serve still running:\n{}", served.output());
+        assert!(Instant::now() < deadline, "capdex serve still running:\n{}", served.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -165,13 +128,13 @@ async fn user_and_password_authenticate_and_a_wrong_password_is_refused_without_
         .unwrap();
     wait_for_ping(&mut served, &client).await;
     assert_eq!(discover_through(&client).await["tier1"][0]["id"], "channel:telegram");
-    assert!(!served.output().contains("pw-Correct-7781"), "the password was logged");
+    assert!(!served.log().contains("pw-Correct-7781"), "the password was logged");
     assert!(async_nats::connect(&url).await.is_err(), "the server refuses clients without credentials");
 
     let mut refused =
         start_capdex(&url, &[("CAPDEX_NATS_USER", "capdex".into()), ("CAPDEX_NATS_PASSWORD", "pw-Wrong-5512".into())]);
     let status = wait_for_exit(&mut refused).await;
-    let output = refused.output();
+    let output = refused.log();
     assert!(!status.success(), "capdex must not start with a wrong password:\n{output}");
     assert!(output.to_lowercase().contains("authorization"), "{output}");
     assert!(!output.contains("pw-Wrong-5512"), "the password was shown:\n{output}");
@@ -190,7 +153,7 @@ async fn a_token_from_a_file_authenticates() {
     let client = async_nats::ConnectOptions::with_token("tok-3b1f9c".into()).connect(&url).await.unwrap();
     wait_for_ping(&mut served, &client).await;
     assert_eq!(discover_through(&client).await["tier1"][0]["id"], "channel:telegram");
-    assert!(!served.output().contains("tok-3b1f9c"), "the token was logged");
+    assert!(!served.log().contains("tok-3b1f9c"), "the token was logged");
 }
 
 #[tokio::test]
@@ -210,7 +173,7 @@ async fn an_nkey_seed_authenticates() {
     let client = async_nats::ConnectOptions::with_nkey(client_key.seed().unwrap()).connect(&url).await.unwrap();
     wait_for_ping(&mut served, &client).await;
     assert_eq!(discover_through(&client).await["tier1"][0]["id"], "channel:telegram");
-    assert!(!served.output().contains(&seed), "the nkey seed was logged");
+    assert!(!served.log().contains(&seed), "the nkey seed was logged");
 }
 
 /// Base64url without padding, as JWTs use.
@@ -362,7 +325,7 @@ async fn mutual_tls_with_a_ca_file_and_a_client_certificate() {
     // Without its client certificate, capdex is refused and says so.
     let mut refused = start_capdex(&url, &tls_env(false));
     let status = wait_for_exit(&mut refused).await;
-    let output = refused.output();
+    let output = refused.log();
     assert!(!status.success(), "capdex must not connect without a client certificate:\n{output}");
     assert!(output.contains("failed to connect to NATS"), "{output}");
     // Without the CA, the server's certificate is not trusted.
@@ -374,7 +337,7 @@ async fn mutual_tls_with_a_ca_file_and_a_client_certificate() {
         ],
     );
     let status = wait_for_exit(&mut untrusted).await;
-    let output = untrusted.output();
+    let output = untrusted.log();
     assert!(!status.success(), "capdex must not trust an unknown CA:\n{output}");
     assert!(output.to_lowercase().contains("certificate"), "{output}");
 }

@@ -1,61 +1,21 @@
 //! `capdex serve` against a real nats-server: discovery, errors, outcomes,
 //! KPI and alert events, dispatch, and the micro-service endpoints.
 
-use crate::cli::{capdex, examples_dir};
+use crate::cli::examples_dir;
 use crate::support::nats_server::NatsServer;
-use crate::support::serving::wait_until_serving;
+use crate::support::serving::{serve_at, KillOnDrop};
 use futures::StreamExt;
 use serde_json::{json, Value};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running `capdex serve`, killed on drop.
-pub(crate) struct Served {
-    pub(crate) child: Child,
-    pub(crate) _data: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn serve(nats: &NatsServer) -> (Served, async_nats::Client) {
+async fn serve(nats: &NatsServer) -> (KillOnDrop, async_nats::Client) {
     serve_dir(nats, &examples_dir(), false).await
 }
 
-async fn serve_dir(nats: &NatsServer, dir: &std::path::Path, watch: bool) -> (Served, async_nats::Client) {
+async fn serve_dir(nats: &NatsServer, dir: &std::path::Path, watch: bool) -> (KillOnDrop, async_nats::Client) {
     let data = tempfile::tempdir().unwrap();
-    let (child, client) = serve_at(nats, dir, data.path(), watch, &[]).await;
-    (Served { child, _data: data }, client)
-}
-
-/// Starts `capdex serve` on `data` with extra `env`, and waits until it answers `$SRV.PING`.
-pub(crate) async fn serve_at(
-    nats: &NatsServer,
-    dir: &std::path::Path,
-    data: &std::path::Path,
-    watch: bool,
-    env: &[(&str, &str)],
-) -> (Child, async_nats::Client) {
-    let mut command = capdex();
-    command
-        .arg("serve")
-        .env("CAPDEX_NATS_URL", nats.url())
-        .env("CAPDEX_DATA_DIR", data)
-        .env("CAPDEX_CAPABILITY_DIRS", dir)
-        .env("CAPDEX_WATCH", watch.to_string())
-        .env("CAPDEX_WATCH_DEBOUNCE_MS", "200")
-        .stdout(Stdio::null());
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().expect("capdex serve starts");
-    let client = async_nats::connect(nats.url()).await.expect("test client connects");
-    wait_until_serving(&mut child, &client, String::new).await;
-    (child, client)
+    let (served, client) = serve_at(nats, dir, data.path(), watch, &[]).await;
+    (served.keeping(data), client)
 }
 
 pub(crate) async fn request(client: &async_nats::Client, subject: &str, payload: Vec<u8>) -> async_nats::Message {

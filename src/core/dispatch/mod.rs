@@ -6,7 +6,7 @@
 //! (`env_template`), the SSRF guard on resolved addresses (`ssrf`) and PII
 //! redaction (`redact`).
 //!
-//! `../shared/design/capability-dispatch.md` is the contract. The shells
+//! `docs/design/capability-dispatch.md` is the contract. The shells
 //! (`actors::dispatcher`, `store::dispatch`, `gateway`) do the I/O.
 
 pub mod approval;

@@ -1,4 +1,15 @@
-//! Shared helpers for the integration tests (a real nats-server, etc.).
+//! Shared helpers for the integration tests: a real nats-server, `capdex serve`
+//! children killed on drop, and the fixtures below `tests/fixtures`.
 
 pub mod nats_server;
 pub mod serving;
+
+use std::path::PathBuf;
+
+/// The path of `relative` below `tests/fixtures`, the inputs the tests read
+/// (copied into the repository with their licenses: see `tests/fixtures/README.md`).
+pub fn fixture(relative: &str) -> PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(relative);
+    assert!(path.exists(), "the fixture {} is missing (see tests/fixtures/README.md)", path.display());
+    path
+}

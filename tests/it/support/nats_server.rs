@@ -207,8 +207,8 @@ fn answers_info(addr: SocketAddr) -> bool {
     matches!(BufReader::new(stream).read_line(&mut line), Ok(n) if n > 0) && line.starts_with("INFO ")
 }
 
-/// A port that was free on 127.0.0.1 a moment ago.
-fn free_port() -> u16 {
+/// A port that was free on 127.0.0.1 a moment ago (the tests' one `free_port`).
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0 to find a free port");
     listener.local_addr().expect("local address of probe listener").port()
 }
