@@ -4,7 +4,7 @@
 //! Run with `cargo bench`; `cargo test --all-targets` runs each once as a smoke test.
 
 use capdex::core::catalog::Catalog;
-use capdex::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+use capdex::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use capdex::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter};
 use capdex::core::embedder::{Embed, HashingEmbedder};
 use capdex::core::graph::CapabilityGraph;
@@ -44,7 +44,7 @@ fn catalog(n: usize) -> Vec<CapabilityDescriptor> {
                 has_side_effects: None,
                 full_schema: Some(serde_json::json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}})),
                 full_content: None,
-                source_ref: SourceRef::Builtin,
+                definition_ref: DefinitionRef::Builtin,
             }
         })
         .collect()

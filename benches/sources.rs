@@ -35,7 +35,7 @@ fn main() {
     }
 
     let started = Instant::now();
-    let report = capdex::sources::manifest_dir::scan(&[caps.path().to_path_buf()]);
+    let report = capdex::folders::manifest_dir::scan(&[caps.path().to_path_buf()]);
     let cold_scan = started.elapsed();
     assert_eq!(report.descriptors.len(), n);
 

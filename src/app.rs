@@ -18,7 +18,7 @@ use crate::clock::epoch_ms;
 use crate::config::Settings;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
 use crate::core::kpi_window::OutcomeReport;
-use crate::core::sources::{normalise_catalog, normalise_sources, Normalised, SourcesPayload};
+use crate::core::registration::{normalise_catalog, normalise_registration, Normalised, RegistrationPayload};
 use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
 use crate::gateway::service::{Api, Gateway};
 use crate::gateway::wire::{runtime_id, ListRequest, RegistrationReply, RemoveRequest};
@@ -98,10 +98,10 @@ pub async fn load_file(
     let text = std::fs::read_to_string(path).with_context(|| format!("failed to read {}", path.display()))?;
     let normalised = match shape {
         FileShape::Sources => {
-            let payload: SourcesPayload = serde_json::from_str(&text).with_context(|| {
+            let payload: RegistrationPayload = serde_json::from_str(&text).with_context(|| {
                 format!("{} is not a sources file ({{tools, skills, extensions, channels, presets}})", path.display())
             })?;
-            normalise_sources(&payload)
+            normalise_registration(&payload)
         }
         FileShape::Catalog => {
             let items: Vec<serde_json::Value> = serde_json::from_str(&text)
@@ -211,7 +211,7 @@ impl ActorApi {
 }
 
 impl Api for ActorApi {
-    fn register(&self, payload: SourcesPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
+    fn register(&self, payload: RegistrationPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
         if let Some(replication) = self.replication.clone() {
             return async move {
                 runtime_id(payload.runtime_id.as_deref())?;

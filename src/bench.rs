@@ -20,7 +20,7 @@
 //! prompt against a dump of every capability's full schema or content.
 
 use crate::core::catalog::Catalog;
-use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
 use crate::core::embedder::{embed_in_batches, Embed, EmbedError, HashingEmbedder, DEFAULT_BATCH_SIZE};
 use crate::core::evaluation::ToolRecord;
@@ -28,7 +28,7 @@ use crate::core::graph::{CapabilityGraph, Preset};
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
 use crate::core::retrieval::{query_texts, Indexes, Query};
-use crate::core::sources::{normalise_catalog, normalise_sources, SourcesPayload};
+use crate::core::registration::{normalise_catalog, normalise_registration, RegistrationPayload};
 use crate::core::text::{detail_text, embedding_text};
 use crate::core::tiers::{estimate_tokens, TokenBudget};
 use std::path::{Path, PathBuf};
@@ -201,7 +201,7 @@ pub fn synthetic_catalog(n: usize) -> Vec<CapabilityDescriptor> {
                         "limit": {"type": "integer"}}, "required": ["query"]})
                 }),
                 full_content: skill.then(|| format!("# {verb} {object}\n\nUse {platform} to {verb} {object}.\n")),
-                source_ref: SourceRef::Builtin,
+                definition_ref: DefinitionRef::Builtin,
             }
         })
         .collect()
@@ -387,11 +387,11 @@ pub fn load_sources(path: &Path) -> Result<(Vec<CapabilityDescriptor>, Vec<Prese
     };
     let normalised = match serde_json::from_str::<serde_json::Value>(&text) {
         Ok(serde_json::Value::Array(items)) => normalise_catalog(&items),
-        Ok(value @ serde_json::Value::Object(_)) => match serde_json::from_value::<SourcesPayload>(value) {
-            Ok(payload) => normalise_sources(&payload),
+        Ok(value @ serde_json::Value::Object(_)) => match serde_json::from_value::<RegistrationPayload>(value) {
+            Ok(payload) => normalise_registration(&payload),
             // One line of a tools file is an object too.
             Err(err) => match tools_lines() {
-                Ok(descriptors) => crate::core::sources::Normalised { descriptors, ..Default::default() },
+                Ok(descriptors) => crate::core::registration::Normalised { descriptors, ..Default::default() },
                 Err(_) => {
                     return Err(format(format!(
                         "not a sources file {{tools, skills, extensions, channels, presets}}: {err}"
@@ -400,7 +400,7 @@ pub fn load_sources(path: &Path) -> Result<(Vec<CapabilityDescriptor>, Vec<Prese
             },
         },
         Ok(_) => return Err(format("expected a sources object, a catalog array or tools JSON lines".into())),
-        Err(_) => crate::core::sources::Normalised { descriptors: tools_lines()?, ..Default::default() },
+        Err(_) => crate::core::registration::Normalised { descriptors: tools_lines()?, ..Default::default() },
     };
     if normalised.descriptors.is_empty() {
         return Err(BenchError::Empty { path: path.into() });

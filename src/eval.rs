@@ -131,7 +131,7 @@ pub fn prior_from_outcomes(path: &Path, settings: &OutcomePriorSettings) -> Resu
             problem: err.to_string(),
         })?;
         for capability_id in distinct_ids(&report.capabilities) {
-            stats.observe(capability_id, sample.score, 0, settings.half_life_ms);
+            stats.credit(capability_id, sample.score, 0, settings.half_life_ms);
         }
     }
     Ok(stats.snapshot(settings, 0))

@@ -467,13 +467,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Scan { dirs, json } => {
             let dirs = if dirs.is_empty() { settings.capability_dirs.clone() } else { dirs };
-            let report = capdex::sources::manifest_dir::scan_with_refusals(&dirs, settings.scan_limits);
+            let report = capdex::folders::manifest_dir::scan_with_refusals(&dirs, settings.scan_limits);
             if json {
                 let value = serde_json::json!({"found": report.descriptors, "refused": report.refused, "warnings": report.warnings});
                 println!("{}", serde_json::to_string_pretty(&value).context("failed to encode the report")?);
             } else {
                 for descriptor in &report.descriptors {
-                    println!("found   {:<40} {}", descriptor.id, manifest_path(&descriptor.source_ref));
+                    println!("found   {:<40} {}", descriptor.id, manifest_path(&descriptor.definition_ref));
                 }
                 for refusal in &report.refused {
                     println!("refused {} ({}: {})", refusal.manifest_path, refusal.field, refusal.problem);
@@ -588,9 +588,9 @@ fn print_admin(value: serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn manifest_path(source_ref: &capdex::core::descriptor::SourceRef) -> &str {
-    match source_ref {
-        capdex::core::descriptor::SourceRef::Manifest { manifest_path } => manifest_path,
+fn manifest_path(definition_ref: &capdex::core::descriptor::DefinitionRef) -> &str {
+    match definition_ref {
+        capdex::core::descriptor::DefinitionRef::Manifest { manifest_path } => manifest_path,
         _ => "",
     }
 }

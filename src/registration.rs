@@ -7,7 +7,7 @@
 
 use crate::actors::indexer::{Indexer, SyncCapabilities, SyncReport};
 use crate::core::catalog::runtime_origin;
-use crate::core::sources::{normalise_sources, SourcesPayload};
+use crate::core::registration::{normalise_registration, RegistrationPayload};
 use crate::gateway::wire::{runtime_id, ApiError, RegistrationReply, RemoveRequest};
 
 fn registration_reply(report: SyncReport, diagnostics: Vec<serde_json::Value>) -> RegistrationReply {
@@ -27,10 +27,10 @@ fn registration_reply(report: SyncReport, diagnostics: Vec<serde_json::Value>) -
 /// Upserts a runtime's batch of capabilities through the Indexer.
 pub(crate) async fn apply_upsert(
     indexer: actix::Addr<Indexer>,
-    payload: SourcesPayload,
+    payload: RegistrationPayload,
 ) -> Result<RegistrationReply, ApiError> {
     let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
-    let normalised = normalise_sources(&payload);
+    let normalised = normalise_registration(&payload);
     let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
     if !payload.presets.is_empty() {
         sync.presets = Some(normalised.presets);

@@ -5,8 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(payload) = serde_json::from_slice::<capdex::core::sources::SourcesPayload>(data) else { return };
-    let normalised = capdex::core::sources::normalise_sources(&payload);
+    let Ok(payload) = serde_json::from_slice::<capdex::core::registration::RegistrationPayload>(data) else { return };
+    let normalised = capdex::core::registration::normalise_registration(&payload);
     for descriptor in &normalised.descriptors {
         assert!(descriptor.id.starts_with(&format!("{}:", descriptor.kind)));
     }

@@ -15,7 +15,7 @@ use crate::actors::graph_builder::GraphPublished;
 use crate::actors::indexer::CatalogPublished;
 use crate::actors::kpi::PriorPublished;
 use crate::actors::snapshot::{DiscoverySnapshot, SnapshotCell};
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{discover_with_prior, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
 use crate::core::embedder::EmbedError;
@@ -185,10 +185,10 @@ impl Handler<CurrentCatalog> for Discoverer {
     }
 }
 
-impl Handler<Observe<DiscovererStats>> for Discoverer {
-    type Result = MessageResult<Observe<DiscovererStats>>;
+impl Handler<Inspect<DiscovererStats>> for Discoverer {
+    type Result = MessageResult<Inspect<DiscovererStats>>;
 
-    fn handle(&mut self, _: Observe<DiscovererStats>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<DiscovererStats>, _: &mut Context<Self>) -> Self::Result {
         let snapshot = self.snapshots.load();
         MessageResult(DiscovererStats {
             catalog_version: snapshot.catalog.version,
@@ -255,7 +255,7 @@ mod tests {
         let bad = DiscoveryConfig { tier1_min_relevance: 2.0, ..DiscoveryConfig::default() };
         let refused = discoverer.send(Discover { config: Some(bad), ..discover("weather") }).await.unwrap();
         assert!(matches!(refused, Err(DiscovererError::Config(_))));
-        let stats = discoverer.send(Observe::<DiscovererStats>::new()).await.unwrap();
+        let stats = discoverer.send(Inspect::<DiscovererStats>::new()).await.unwrap();
         assert_eq!(stats, DiscovererStats { catalog_version: 2, graph_version: 2, capabilities: 3, queries: 2 });
     }
 

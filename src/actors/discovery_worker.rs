@@ -235,8 +235,8 @@ mod tests {
     use super::*;
     use crate::actors::embedder::Embedder;
     use crate::actors::discoverer::{Discoverer, DiscovererStats};
-    use crate::actors::Observe;
-    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+    use crate::actors::Inspect;
+    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
     use crate::core::discovery::DiscoveryFilter;
     use crate::core::dispatch_rules::Builtin;
     use crate::core::embedder::HashingEmbedder;
@@ -260,7 +260,7 @@ mod tests {
             has_side_effects: None,
             full_schema: None,
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 
@@ -335,7 +335,7 @@ mod tests {
         // `finish` sees the catalog the query was ranked on.
         let version = lanes.run(discover("anything"), Box::new(|_, catalog| catalog.version)).await.unwrap();
         assert_eq!(version, 3);
-        let stats = discoverer.send(Observe::<DiscovererStats>::new()).await.unwrap();
+        let stats = discoverer.send(Inspect::<DiscovererStats>::new()).await.unwrap();
         assert_eq!((stats.queries, stats.catalog_version, stats.graph_version), (10, 3, 3));
     }
 

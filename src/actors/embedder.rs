@@ -4,7 +4,7 @@
 //! most `batch_size` (32 by default), whatever the backend. A failure is
 //! answered, not hidden: the reply carries the typed [`EmbedError`].
 
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::core::embedder::{embed_in_batches, Embed, EmbedError, DEFAULT_BATCH_SIZE};
 use actix::prelude::*;
 
@@ -88,10 +88,10 @@ impl Handler<EmbedTexts> for Embedder {
     }
 }
 
-impl Handler<Observe<EmbedderStats>> for Embedder {
-    type Result = MessageResult<Observe<EmbedderStats>>;
+impl Handler<Inspect<EmbedderStats>> for Embedder {
+    type Result = MessageResult<Inspect<EmbedderStats>>;
 
-    fn handle(&mut self, _: Observe<EmbedderStats>, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<EmbedderStats>, _: &mut SyncContext<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
     }
 }
@@ -109,7 +109,7 @@ mod tests {
         let vectors = out.vectors.unwrap();
         assert_eq!(vectors.len(), 2);
         assert_eq!(vectors[0], HashingEmbedder::new(16).unwrap().embed("alpha"));
-        let stats = addr.send(Observe::<EmbedderStats>::new()).await.unwrap();
+        let stats = addr.send(Inspect::<EmbedderStats>::new()).await.unwrap();
         assert_eq!((stats.batches, stats.texts_embedded, stats.dimensions), (1, 2, 16));
     }
 
@@ -120,7 +120,7 @@ mod tests {
         let texts: Vec<String> = (0..65).map(|i| format!("text {i}")).collect();
         let out = addr.send(EmbedTexts { texts }).await.unwrap();
         assert_eq!(out.vectors.unwrap().len(), 65);
-        let stats = addr.send(Observe::<EmbedderStats>::new()).await.unwrap();
+        let stats = addr.send(Inspect::<EmbedderStats>::new()).await.unwrap();
         assert_eq!(stats.batches, 3);
     }
 
@@ -135,7 +135,7 @@ mod tests {
         let out = addr.send(EmbedTexts { texts: vec!["a".into()] }).await.unwrap();
         assert_eq!(out.model_id, "remote");
         assert_eq!(out.vectors.unwrap_err().code, EmbedErrorCode::Unavailable);
-        let stats = addr.send(Observe::<EmbedderStats>::new()).await.unwrap();
+        let stats = addr.send(Inspect::<EmbedderStats>::new()).await.unwrap();
         assert_eq!(stats.failures, 1);
     }
 }

@@ -4,7 +4,7 @@
 //! that would otherwise stall the System's thread, and every request with it.
 
 use crate::actors::snapshot::SnapshotCell;
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::core::catalog::Catalog;
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::graph::{CapabilityGraph, GraphStats, Preset};
@@ -79,10 +79,10 @@ impl Handler<BuildGraph> for GraphBuilder {
     }
 }
 
-impl Handler<Observe<GraphBuilderStats>> for GraphBuilder {
-    type Result = MessageResult<Observe<GraphBuilderStats>>;
+impl Handler<Inspect<GraphBuilderStats>> for GraphBuilder {
+    type Result = MessageResult<Inspect<GraphBuilderStats>>;
 
-    fn handle(&mut self, _: Observe<GraphBuilderStats>, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<GraphBuilderStats>, _: &mut SyncContext<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
     }
 }
@@ -113,7 +113,7 @@ mod tests {
         assert_ne!(stats, CapabilityGraph::build(&descriptors, &[]).stats(), "presets add edges");
         assert_eq!(cell.load().graph_version, 7);
         assert_eq!(cell.load().graph.stats(), stats);
-        let observed = builder.send(Observe::<GraphBuilderStats>::new()).await.unwrap();
+        let observed = builder.send(Inspect::<GraphBuilderStats>::new()).await.unwrap();
         assert_eq!(observed, GraphBuilderStats { version: 7, builds: 1, graph: stats });
         // The subscriber's copy was sent before the reply; wait until it is handled.
         for _ in 0..200 {

@@ -19,7 +19,7 @@
 use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
 use crate::actors::graph_builder::BuildGraph;
 use crate::actors::snapshot::SnapshotCell;
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::graph::Preset;
@@ -523,10 +523,10 @@ impl Handler<RetryEmbeddings> for Indexer {
     }
 }
 
-impl Handler<Observe<IndexerStats>> for Indexer {
-    type Result = MessageResult<Observe<IndexerStats>>;
+impl Handler<Inspect<IndexerStats>> for Indexer {
+    type Result = MessageResult<Inspect<IndexerStats>>;
 
-    fn handle(&mut self, _: Observe<IndexerStats>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<IndexerStats>, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
     }
 }
@@ -561,7 +561,7 @@ mod tests {
             if self.down.load(Ordering::SeqCst) {
                 return Err(EmbedError::new(EmbedErrorCode::Unavailable, "connection refused"));
             }
-            self.model.embed_batch(texts)
+            Embed::embed_batch(&self.model, texts)
         }
     }
 
@@ -606,7 +606,7 @@ mod tests {
     }
 
     async fn stats(harness: &Harness) -> IndexerStats {
-        harness.indexer.send(Observe::<IndexerStats>::new()).await.unwrap()
+        harness.indexer.send(Inspect::<IndexerStats>::new()).await.unwrap()
     }
 
     #[actix::test]
@@ -621,7 +621,7 @@ mod tests {
         let current = harness.cell.load();
         assert_eq!((current.catalog.version, current.graph_version), (1, 1));
         assert!(current.index.contains("tool:gauge") && current.lexical.len() == 2);
-        let graph = harness.graph_builder.send(Observe::<GraphBuilderStats>::new()).await.unwrap();
+        let graph = harness.graph_builder.send(Inspect::<GraphBuilderStats>::new()).await.unwrap();
         assert_eq!(graph.version, 1);
         let event = harness.events.try_recv().unwrap();
         assert_eq!((event.version, event.origin.as_str(), event.added.len()), (1, "runtime:r", 2));

@@ -23,13 +23,13 @@
 //! A retried turn (same `turnId` still in the window) is not counted again,
 //! nor credited to its capabilities again.
 
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::config::KpiSettings;
 use crate::core::kpi_window::{
     check_capability_id, record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, OutcomeStatus, ScopeMeta,
 };
 use crate::core::outcome_prior::{
-    distinct_ids, Observed, OutcomePrior, OutcomeStats,
+    distinct_ids, Credited, OutcomePrior, OutcomeStats,
 };
 use crate::store::{Durable, KpiOp, Store, StoreError};
 use actix::prelude::*;
@@ -334,7 +334,7 @@ impl KpiTelemetry {
         self.adaptive_degraded = self.adaptive_degraded + adaptive_after - adaptive_before;
         let mut credited = false;
         for capability_id in distinct_ids(&report.capabilities) {
-            credited |= self.observe(capability_id, sample.score, sample.at_ms);
+            credited |= self.credit(capability_id, sample.score, sample.at_ms);
         }
         if credited {
             self.ops.push(KpiOp::PriorGlobal { stat: self.stats.global });
@@ -355,14 +355,14 @@ impl KpiTelemetry {
     }
 
     /// Credits one capability and queues its new statistics; returns whether anything changed.
-    fn observe(&mut self, capability_id: &str, score: f32, at_ms: u64) -> bool {
+    fn credit(&mut self, capability_id: &str, score: f32, at_ms: u64) -> bool {
         self.latest_ms = self.latest_ms.max(at_ms);
-        match self.stats.observe(capability_id, score, at_ms, self.settings.prior.half_life_ms) {
-            Observed::Updated(stat) => {
+        match self.stats.credit(capability_id, score, at_ms, self.settings.prior.half_life_ms) {
+            Credited::Updated(stat) => {
                 self.ops.push(KpiOp::Capability { capability_id: capability_id.to_string(), stat });
                 true
             }
-            Observed::Ignored => {
+            Credited::Ignored => {
                 metrics::counter!("capdex_outcome_prior_ignored_total").increment(1);
                 false
             }
@@ -462,7 +462,7 @@ impl Handler<CapabilityResult> for KpiTelemetry {
             return Err(StoreError::Durable { message }.into());
         }
         let score = if msg.success { 1.0 } else { 0.0 };
-        if self.observe(&msg.capability_id, score, msg.at_ms) {
+        if self.credit(&msg.capability_id, score, msg.at_ms) {
             self.ops.push(KpiOp::PriorGlobal { stat: self.stats.global });
             self.prior_changed(ctx);
         }
@@ -491,27 +491,27 @@ impl Handler<ViewScope> for KpiTelemetry {
 }
 
 /// Asks for every scope's KPI at `at_ms`.
-pub struct ObserveAt(pub u64);
+pub struct InspectAt(pub u64);
 
-impl Message for ObserveAt {
+impl Message for InspectAt {
     type Result = KpiSnapshot;
 }
 
-impl Handler<ObserveAt> for KpiTelemetry {
-    type Result = MessageResult<ObserveAt>;
+impl Handler<InspectAt> for KpiTelemetry {
+    type Result = MessageResult<InspectAt>;
 
-    fn handle(&mut self, msg: ObserveAt, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: InspectAt, _: &mut Context<Self>) -> Self::Result {
         let mut kpis: Vec<Kpi> = self.scopes.values().map(|scope| scope.window.kpi(&scope.key, msg.0)).collect();
         kpis.sort_by(|a, b| a.scope_key.cmp(&b.scope_key));
         MessageResult(KpiSnapshot { kpis, outcomes: self.outcomes })
     }
 }
 
-impl Handler<Observe<KpiSnapshot>> for KpiTelemetry {
-    type Result = MessageResult<Observe<KpiSnapshot>>;
+impl Handler<Inspect<KpiSnapshot>> for KpiTelemetry {
+    type Result = MessageResult<Inspect<KpiSnapshot>>;
 
     /// Every scope's KPI as of its newest sample (no horizon applied past it).
-    fn handle(&mut self, _: Observe<KpiSnapshot>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<KpiSnapshot>, _: &mut Context<Self>) -> Self::Result {
         let mut kpis: Vec<Kpi> = self
             .scopes
             .values()
@@ -523,16 +523,16 @@ impl Handler<Observe<KpiSnapshot>> for KpiTelemetry {
 }
 
 /// Asks for the prior as of `at_ms` from the current statistics (for tests and operators).
-pub struct ObservePrior(pub u64);
+pub struct InspectPrior(pub u64);
 
-impl Message for ObservePrior {
+impl Message for InspectPrior {
     type Result = OutcomePrior;
 }
 
-impl Handler<ObservePrior> for KpiTelemetry {
-    type Result = MessageResult<ObservePrior>;
+impl Handler<InspectPrior> for KpiTelemetry {
+    type Result = MessageResult<InspectPrior>;
 
-    fn handle(&mut self, msg: ObservePrior, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: InspectPrior, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stats.snapshot(&self.settings.prior, msg.0))
     }
 }
@@ -588,7 +588,7 @@ mod tests {
             assert!(view.await.unwrap().adaptive_applies);
         }
         let kpi = KpiTelemetry::load(reopen(dir.path()).await, settings()).unwrap().start();
-        let snapshot = kpi.send(Observe::<KpiSnapshot>::new()).await.unwrap();
+        let snapshot = kpi.send(Inspect::<KpiSnapshot>::new()).await.unwrap();
         assert_eq!(snapshot.kpis.len(), 1);
         assert_eq!(snapshot.kpis[0].sample_count, 8);
         // The alert state came back too: still within the cooldown, no second alert.
@@ -677,7 +677,7 @@ mod tests {
         let published = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let mut settings = settings();
         settings.prior_publish_interval_ms = 0;
-        let prior_at = |kpi: Addr<KpiTelemetry>, at_ms| async move { kpi.send(ObservePrior(at_ms)).await.unwrap() };
+        let prior_at = |kpi: Addr<KpiTelemetry>, at_ms| async move { kpi.send(InspectPrior(at_ms)).await.unwrap() };
         let before = {
             let collector = Collector(published.clone()).start();
             let store = Store::open(dir.path()).unwrap();

@@ -33,21 +33,21 @@ use actix::prelude::*;
 use std::marker::PhantomData;
 
 /// Asks an actor for a snapshot of its state (`S`), for tests and operators.
-pub struct Observe<S>(PhantomData<S>);
+pub struct Inspect<S>(PhantomData<S>);
 
-impl<S> Observe<S> {
-    pub fn new() -> Observe<S> {
-        Observe(PhantomData)
+impl<S> Inspect<S> {
+    pub fn new() -> Inspect<S> {
+        Inspect(PhantomData)
     }
 }
 
-impl<S> Default for Observe<S> {
+impl<S> Default for Inspect<S> {
     fn default() -> Self {
-        Observe::new()
+        Inspect::new()
     }
 }
 
-impl<S: 'static> Message for Observe<S> {
+impl<S: 'static> Message for Inspect<S> {
     type Result = S;
 }
 

@@ -3,10 +3,10 @@
 //! thread (it does blocking disk I/O); a notify watcher re-triggers it.
 
 use crate::actors::indexer::{Refused, SyncCapabilities, SyncReport};
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::core::catalog::MANIFESTS_ORIGIN;
-use crate::core::descriptor::{CapabilityDescriptor, SourceRef};
-use crate::sources::manifest_dir::{self, ScanLimits, ScanReport};
+use crate::core::descriptor::{CapabilityDescriptor, DefinitionRef};
+use crate::folders::manifest_dir::{self, ScanLimits, ScanReport};
 use actix::prelude::*;
 use notify_debouncer_full::notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
@@ -68,7 +68,7 @@ impl Handler<ScanManifests> for Scanner {
         let mut offered = scan.descriptors.clone();
         let mut last_good: HashMap<String, CapabilityDescriptor> = HashMap::new();
         for descriptor in &scan.descriptors {
-            if let SourceRef::Manifest { manifest_path } = &descriptor.source_ref {
+            if let DefinitionRef::Manifest { manifest_path } = &descriptor.definition_ref {
                 last_good.insert(manifest_path.clone(), descriptor.clone());
             }
         }
@@ -105,10 +105,10 @@ impl Handler<ScanManifests> for Scanner {
     }
 }
 
-impl Handler<Observe<ScannerStats>> for Scanner {
-    type Result = MessageResult<Observe<ScannerStats>>;
+impl Handler<Inspect<ScannerStats>> for Scanner {
+    type Result = MessageResult<Inspect<ScannerStats>>;
 
-    fn handle(&mut self, _: Observe<ScannerStats>, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<ScannerStats>, _: &mut SyncContext<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
     }
 }
@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(syncs[1].refused.len(), 1);
         assert_eq!(syncs[1].refused[0].field, "description");
         assert!(syncs[1].refused[0].source.ends_with("gauge/CAPABILITY.yaml"));
-        let stats = scanner.send(Observe::<ScannerStats>::new()).await.unwrap();
+        let stats = scanner.send(Inspect::<ScannerStats>::new()).await.unwrap();
         assert_eq!(stats, ScannerStats { scans: 3, last_found: 0, last_refused: 0 });
     }
 }

@@ -1,7 +1,7 @@
 //! Helpers for the actors' unit tests: descriptors to index, and a fake
 //! recipient that keeps what it is sent.
 
-use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use actix::prelude::*;
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +21,7 @@ pub fn tool(name: &str, description: &str) -> CapabilityDescriptor {
         has_side_effects: None,
         full_schema: None,
         full_content: None,
-        source_ref: SourceRef::Builtin,
+        definition_ref: DefinitionRef::Builtin,
     }
 }
 

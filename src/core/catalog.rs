@@ -183,14 +183,14 @@ pub fn plan_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::descriptor::SourceRef;
+    use crate::core::descriptor::DefinitionRef;
     use crate::core::dispatch_rules::Builtin;
 
     fn descriptor(id: &str, description: &str) -> CapabilityDescriptor {
         let mut descriptor = Builtin::Echo.descriptor();
         descriptor.id = id.into();
         descriptor.description = description.into();
-        descriptor.source_ref = SourceRef::Manifest { manifest_path: format!("{id}/CAPABILITY.yaml") };
+        descriptor.definition_ref = DefinitionRef::Manifest { manifest_path: format!("{id}/CAPABILITY.yaml") };
         descriptor
     }
 

@@ -69,7 +69,7 @@ impl fmt::Display for CapabilityKind {
 /// can be traced back (the design's `sourceRef` union, plus capdex's built-ins).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
-pub enum SourceRef {
+pub enum DefinitionRef {
     /// A runtime's tool.
     Tool,
     /// A skill; `skillPath` names its SKILL.md when known.
@@ -112,7 +112,9 @@ pub struct CapabilityDescriptor {
     /// Tier 2: the instructions of a skill (SKILL.md). Not embedded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_content: Option<String>,
-    pub source_ref: SourceRef,
+    /// Where the definition lives, to load it on demand (the design's `sourceRef`, its wire name).
+    #[serde(rename = "sourceRef")]
+    pub definition_ref: DefinitionRef,
 }
 
 impl CapabilityDescriptor {

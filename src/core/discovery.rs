@@ -340,7 +340,7 @@ fn tier1_with_dependencies(
 mod tests {
     use super::*;
     use crate::core::catalog::Catalog;
-    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
     use crate::core::embedder::{Embed, HashingEmbedder};
     use crate::core::graph::{CapabilityGraph, Preset};
     use crate::core::index::VectorIndex;
@@ -364,7 +364,7 @@ mod tests {
             has_side_effects: None,
             full_schema: None,
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 

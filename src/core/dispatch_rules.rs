@@ -3,7 +3,7 @@
 //! them is `core::dispatch`; the built-ins enter its registry through
 //! `actors::dispatcher::builtin_records` (slug `echo`, descriptor `tool:echo`).
 
-use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use serde_json::{json, Value};
 
 /// Why arguments were refused.
@@ -69,7 +69,7 @@ impl Builtin {
                     "additionalProperties": false
                 })),
                 full_content: None,
-                source_ref: SourceRef::Builtin,
+                definition_ref: DefinitionRef::Builtin,
             },
         }
     }

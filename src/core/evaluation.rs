@@ -14,7 +14,7 @@
 //!
 //! Each is averaged over every query (macro average) and reported ×100.
 
-use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, SourceRef};
+use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
@@ -92,7 +92,7 @@ impl ToolRecord {
             full_schema: (!self.params.is_empty())
                 .then(|| json!({"type": "object", "properties": properties, "required": required})),
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 }

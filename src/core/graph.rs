@@ -338,7 +338,7 @@ fn loose(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::descriptor::{CapabilityKind, SourceRef};
+    use crate::core::descriptor::{CapabilityKind, DefinitionRef};
 
     fn descriptor(id: &str, category: &str, tags: &[&str], requires: &[&str]) -> CapabilityDescriptor {
         let (kind, name) = id.split_once(':').unwrap();
@@ -356,7 +356,7 @@ mod tests {
             has_side_effects: None,
             full_schema: None,
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 

@@ -411,7 +411,7 @@ pub fn loose_key(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::descriptor::{CapabilityKind, SourceRef};
+    use crate::core::descriptor::{CapabilityKind, DefinitionRef};
     use proptest::prelude::*;
 
     fn descriptor(name: &str, description: &str, tags: &[&str]) -> CapabilityDescriptor {
@@ -429,7 +429,7 @@ mod tests {
             has_side_effects: None,
             full_schema: Some(serde_json::json!({"type": "object", "properties": {"cityName": {"type": "string"}}})),
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 

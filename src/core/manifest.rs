@@ -5,7 +5,7 @@
 //! with it. Reading the folder (and the files a manifest points at) is the
 //! scanner's job; this module only judges text and paths.
 
-use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, SourceRef};
+use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use serde_json::{Map, Value};
 
 /// The largest manifest capdex reads, in bytes.
@@ -89,8 +89,8 @@ impl ManifestDraft {
             // A SKILL.md's front matter is metadata the manifest already carries: Tier 2 shows the body.
             full_content: self
                 .skill_content
-                .or(skill_file.and_then(|text| crate::core::sources::split_front_matter(&text).1)),
-            source_ref: SourceRef::Manifest { manifest_path: manifest_path.to_string() },
+                .or(skill_file.and_then(|text| crate::core::registration::split_front_matter(&text).1)),
+            definition_ref: DefinitionRef::Manifest { manifest_path: manifest_path.to_string() },
         }
     }
 }

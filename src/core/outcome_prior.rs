@@ -120,7 +120,7 @@ pub struct OutcomeStats {
 
 /// What one observation changed, to be stored.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Observed {
+pub enum Credited {
     /// The capability's stat (and the global one) changed.
     Updated(DecayedStat),
     /// The capability is not tracked and the table is full: nothing changed.
@@ -129,10 +129,10 @@ pub enum Observed {
 
 impl OutcomeStats {
     /// Credits `capability_id` with `score` observed at `at_ms`.
-    pub fn observe(&mut self, capability_id: &str, score: f32, at_ms: u64, half_life_ms: u64) -> Observed {
+    pub fn credit(&mut self, capability_id: &str, score: f32, at_ms: u64, half_life_ms: u64) -> Credited {
         if !self.capabilities.contains_key(capability_id) {
             if self.capabilities.len() >= MAX_TRACKED_CAPABILITIES {
-                return Observed::Ignored;
+                return Credited::Ignored;
             }
             self.capabilities.insert(capability_id.to_string(), DecayedStat::default());
         }
@@ -140,7 +140,7 @@ impl OutcomeStats {
         stat.add(score, at_ms, half_life_ms);
         let updated = *stat;
         self.global.add(score, at_ms, half_life_ms);
-        Observed::Updated(updated)
+        Credited::Updated(updated)
     }
 
     /// Forgets capabilities whose weight has decayed below [`FORGET_BELOW_WEIGHT`]
@@ -229,8 +229,8 @@ impl OutcomePrior {
     /// let settings = OutcomePriorSettings::default();
     /// let mut stats = OutcomeStats::default();
     /// for at_ms in 0..20 {
-    ///     stats.observe("tool:flaky", 0.0, at_ms, settings.half_life_ms);
-    ///     stats.observe("tool:solid", 1.0, at_ms, settings.half_life_ms);
+    ///     stats.credit("tool:flaky", 0.0, at_ms, settings.half_life_ms);
+    ///     stats.credit("tool:solid", 1.0, at_ms, settings.half_life_ms);
     /// }
     /// let hit = |id: &str, relevance| RankedHit { id: id.into(), relevance, exact: None };
     /// let mut hits = vec![hit("tool:flaky", 0.80), hit("tool:solid", 0.75)];
@@ -281,8 +281,8 @@ mod tests {
         for score in [0.0, 0.4, 1.0] {
             let mut stats = OutcomeStats::default();
             for at_ms in 0..30 {
-                stats.observe("a", score, at_ms * 1_000, settings.half_life_ms);
-                stats.observe(if at_ms % 3 == 0 { "b" } else { "c" }, score, at_ms * 1_000, settings.half_life_ms);
+                stats.credit("a", score, at_ms * 1_000, settings.half_life_ms);
+                stats.credit(if at_ms % 3 == 0 { "b" } else { "c" }, score, at_ms * 1_000, settings.half_life_ms);
             }
             assert!(stats.snapshot(&settings, 30_000).is_empty(), "score {score}");
         }
@@ -293,8 +293,8 @@ mod tests {
         let settings = OutcomePriorSettings::default();
         let mut stats = OutcomeStats::default();
         for turn in 0..10 {
-            stats.observe("tool:flaky", 0.0, turn, settings.half_life_ms);
-            stats.observe("tool:proven", 1.0, turn, settings.half_life_ms);
+            stats.credit("tool:flaky", 0.0, turn, settings.half_life_ms);
+            stats.credit("tool:proven", 1.0, turn, settings.half_life_ms);
         }
         let snapshot = stats.snapshot(&settings, 10);
         let (flaky, proven) = (snapshot.adjustment("tool:flaky"), snapshot.adjustment("tool:proven"));
@@ -323,8 +323,8 @@ mod tests {
         // Old evidence fades towards neutral: the same record counts less a month later.
         let mut stats = OutcomeStats::default();
         for turn in 0..10 {
-            stats.observe("bad", 0.0, turn, settings.half_life_ms);
-            stats.observe("good", 1.0, turn, settings.half_life_ms);
+            stats.credit("bad", 0.0, turn, settings.half_life_ms);
+            stats.credit("good", 1.0, turn, settings.half_life_ms);
         }
         let fresh = stats.snapshot(&settings, 10).adjustment("bad");
         let old = stats.snapshot(&settings, 30 * DAY).adjustment("bad");
@@ -357,7 +357,7 @@ mod tests {
             let mut sorted = observations.clone();
             sorted.sort_by_key(|(_, _, at_ms)| *at_ms);
             for (capability, score, at_ms) in sorted {
-                stats.observe(&format!("c{capability}"), score, at_ms, settings.half_life_ms);
+                stats.credit(&format!("c{capability}"), score, at_ms, settings.half_life_ms);
             }
             let snapshot = stats.snapshot(&settings, 30 * DAY);
             // A ranking comes best first.

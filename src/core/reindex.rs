@@ -276,7 +276,7 @@ pub fn restore(
 mod tests {
     use super::*;
     use crate::core::catalog::{plan_change, ChangeMode};
-    use crate::core::descriptor::{CapabilityKind, SourceRef};
+    use crate::core::descriptor::{CapabilityKind, DefinitionRef};
     use proptest::prelude::*;
 
     fn tool(name: &str, description: &str) -> CapabilityDescriptor {
@@ -294,7 +294,7 @@ mod tests {
             has_side_effects: None,
             full_schema: None,
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 
@@ -433,7 +433,7 @@ mod tests {
                 prop_assert_eq!(plan.vectors[position].is_some(), valid);
                 prop_assert_eq!(plan.to_embed.contains(&position), !valid);
                 if valid {
-                    prop_assert_eq!(plan.kept(position).as_ref(), kept.as_ref());
+                    prop_assert_eq!(&plan.kept(position), kept);
                 }
             }
             let answer = plan.to_embed.iter().map(|&position| vec![0.5, position as f32]).collect();

@@ -292,7 +292,7 @@ pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, 
 /// [`retrieve`] with explicit fusion weights (for evaluation and ablation).
 ///
 /// Candidates are numbered by lexical document: filters are checked on the
-/// lexical index's copy of the filtered fields ([`Admission`]), vector rows
+/// lexical index's copy of the filtered fields ([`DocFilter`]), vector rows
 /// are found through the cached [`crate::core::index::Alignment`], and only
 /// the whole message gets a full dense pass; a clause's cosines are computed
 /// for the candidates alone ([`VectorIndex::row_score`], the same floats).
@@ -317,7 +317,7 @@ pub fn retrieve_with(
     if alignment.unmatched_rows > 0 {
         return retrieve_reference(query, indexes, filter, limit, fusion);
     }
-    let admission = Admission::new(lexical, filter);
+    let doc_filter = DocFilter::new(lexical, filter);
     let mut timings = RankTimings::default();
     let started = std::time::Instant::now();
     let per_signal = candidate_count(limit);
@@ -325,17 +325,17 @@ pub fn retrieve_with(
     let parts = &query.parts[..n_parts];
     let lexical_scores: Vec<LexicalScores> = parts.iter().map(|part| lexical.score(&part.text)).collect();
     let exact: Vec<(u32, ExactMatch)> =
-        lexical.exact_matches(&whole.text).iter().copied().filter(|&(doc, _)| admission.admits(doc)).collect();
+        lexical.exact_matches(&whole.text).iter().copied().filter(|&(doc, _)| doc_filter.admits(doc)).collect();
     let mut candidates: Vec<u32> = exact.iter().map(|&(doc, _)| doc).collect();
     for scores in &lexical_scores {
-        candidates.extend(scores.top(per_signal, |doc| admission.admits(doc)).into_iter().map(|(doc, _)| doc));
+        candidates.extend(scores.top(per_signal, |doc| doc_filter.admits(doc)).into_iter().map(|(doc, _)| doc));
     }
     timings.lexical_us = micros(started);
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut scratch) => rank_candidates(
             query,
             indexes,
-            &admission,
+            &doc_filter,
             &alignment,
             Candidates { lexical_scores, exact, docs: candidates },
             limit,
@@ -346,7 +346,7 @@ pub fn retrieve_with(
         Err(_) => rank_candidates(
             query,
             indexes,
-            &admission,
+            &doc_filter,
             &alignment,
             Candidates { lexical_scores, exact, docs: candidates },
             limit,
@@ -405,7 +405,7 @@ thread_local! {
 fn rank_candidates(
     query: &Query,
     indexes: &Indexes<'_>,
-    admission: &Admission<'_>,
+    doc_filter: &DocFilter<'_>,
     alignment: &Alignment,
     found: Candidates,
     limit: usize,
@@ -424,7 +424,7 @@ fn rank_candidates(
     let whole_dense = sparse[0].is_some() && vectors.scores_into(&parts[0].vector, &mut scratch.dense);
     if whole_dense {
         // Only matched rows are offered: each has a document.
-        let top = alignment.top_rows(&scratch.dense, per_signal, |row| admission.admits(alignment.doc_of_row[row]));
+        let top = alignment.top_rows(&scratch.dense, per_signal, |row| doc_filter.admits(alignment.doc_of_row[row]));
         candidates.extend(top.into_iter().map(|(row, _)| alignment.doc_of_row[row]));
     }
     timings.dense_us = micros(started);
@@ -500,7 +500,7 @@ fn rank_candidates(
 /// lexical index keeps of each ([`crate::core::lexical::DocAttributes`]):
 /// the same answers as [`DiscoveryFilter::admits`] on the catalog's
 /// descriptor, without a lookup.
-pub struct Admission<'a> {
+pub struct DocFilter<'a> {
     lexical: &'a LexicalIndex,
     filter: &'a DiscoveryFilter,
     /// No filter is set: every document is admitted.
@@ -511,9 +511,9 @@ pub struct Admission<'a> {
     excluded: Vec<u32>,
 }
 
-impl<'a> Admission<'a> {
+impl<'a> DocFilter<'a> {
     /// Prepares `filter` for the documents of `lexical`.
-    pub fn new(lexical: &'a LexicalIndex, filter: &'a DiscoveryFilter) -> Admission<'a> {
+    pub fn new(lexical: &'a LexicalIndex, filter: &'a DiscoveryFilter) -> DocFilter<'a> {
         let categories = filter
             .category
             .as_deref()
@@ -521,7 +521,7 @@ impl<'a> Admission<'a> {
         let mut excluded: Vec<u32> = filter.excluded_capability_ids.iter().filter_map(|id| lexical.doc(id)).collect();
         excluded.sort_unstable();
         let all = filter.kind.is_none() && categories.is_none() && !filter.only_available && excluded.is_empty();
-        Admission { lexical, filter, all, categories, excluded }
+        DocFilter { lexical, filter, all, categories, excluded }
     }
 
     /// Returns true when the filter admits document `doc`.
@@ -706,9 +706,9 @@ fn rerank_retrieved(
         retrieved.hits.iter().filter_map(|hit| hit.exact.map(|kind| (hit.id.as_str(), kind))).collect();
     // Within one publication the filter is checked on the lexical index's copy
     // of the filtered fields, without a string-keyed tree walk per pulled-in neighbour.
-    let admission = indexes.one_publication().then(|| Admission::new(indexes.lexical, filter));
-    let keep = |id: &str| match &admission {
-        Some(admission) => indexes.lexical.doc(id).is_some_and(|doc| admission.admits(doc)),
+    let doc_filter = indexes.one_publication().then(|| DocFilter::new(indexes.lexical, filter));
+    let keep = |id: &str| match &doc_filter {
+        Some(doc_filter) => indexes.lexical.doc(id).is_some_and(|doc| doc_filter.admits(doc)),
         None => indexes.catalog.get(id).is_some_and(|descriptor| filter.admits(descriptor)),
     };
     let mut hits: Vec<RankedHit> = indexes
@@ -755,7 +755,7 @@ mod tests {
         fuse_part(0.4, &[(0.0, Some(0.0)), (0.0, None)], |i, score| silent[i] = score);
         assert_eq!(silent, [0.0, 0.0], "nothing matched: nothing is relevant");
     }
-    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
     use crate::core::embedder::{Embed, HashingEmbedder};
     use crate::core::text::embedding_text;
     use proptest::prelude::*;
@@ -776,7 +776,7 @@ mod tests {
             has_side_effects: None,
             full_schema: None,
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 

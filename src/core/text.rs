@@ -313,7 +313,7 @@ pub fn stem_into(token: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::descriptor::SourceRef;
+    use crate::core::descriptor::DefinitionRef;
     use serde_json::json;
 
     fn tool() -> CapabilityDescriptor {
@@ -333,7 +333,7 @@ mod tests {
                 json!({"type":"object","properties":{"query":{"type":"string","description":"The search query"},"max_results":{"type":"number","default":5}},"required":["query"]}),
             ),
             full_content: None,
-            source_ref: SourceRef::Builtin,
+            definition_ref: DefinitionRef::Builtin,
         }
     }
 

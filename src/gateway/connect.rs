@@ -7,7 +7,7 @@
 //! name the file, never its contents).
 
 use crate::config::{NatsAuth, NatsSettings, SecretSource};
-use crate::gateway::service::GatewayError;
+use crate::gateway::errors::GatewayError;
 use async_nats::ConnectOptions;
 use std::path::Path;
 

@@ -72,6 +72,21 @@ impl From<&PlanError> for ErrorKind {
     }
 }
 
+/// Why the gateway could not connect to NATS or start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("failed to connect to NATS at {url}: {source}")]
+    Connect { url: String, source: async_nats::ConnectError },
+    #[error("failed to start the NATS service {name}: {source}")]
+    Service { name: String, source: async_nats::SubscribeError },
+    #[error("failed to subscribe to {subject}: {source}")]
+    Subscribe { subject: String, source: async_nats::SubscribeError },
+    #[error("failed to add endpoint {subject}: {source}")]
+    Endpoint { subject: String, source: async_nats::SubscribeError },
+    #[error("setting {setting}: {problem}")]
+    Credentials { setting: String, problem: String },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,7 +48,7 @@ pub enum JetStreamError {
 #[derive(Clone, Debug, serde::Deserialize, Serialize)]
 #[serde(tag = "op", rename_all = "camelCase")]
 pub enum IndexMutation {
-    Upsert { payload: crate::core::sources::SourcesPayload },
+    Upsert { payload: crate::core::registration::RegistrationPayload },
     Remove { request: crate::gateway::wire::RemoveRequest },
 }
 

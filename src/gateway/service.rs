@@ -13,7 +13,8 @@
 use crate::config::NatsSettings;
 use crate::core::discovery::DiscoveryResult;
 use crate::core::kpi_window::OutcomeReport;
-use crate::core::sources::SourcesPayload;
+use crate::core::registration::RegistrationPayload;
+use crate::gateway::errors::GatewayError;
 use crate::gateway::micro::{Endpoint, EndpointStats, MicroService, ServiceConfig};
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{
@@ -43,7 +44,7 @@ pub trait Api: 'static {
     fn outcome(&self, report: OutcomeReport) -> LocalBoxFuture<'static, Result<RecordedOutcome, ApiError>>;
     fn dispatch(&self, request: serde_json::Value) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>>;
     /// Upserts a runtime's batch of capabilities.
-    fn register(&self, payload: SourcesPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
+    fn register(&self, payload: RegistrationPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
     /// Removes capabilities a runtime registered.
     fn unregister(&self, request: RemoveRequest) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>>;
     /// Runs the `discover_capabilities` meta-tool: Tier 1 results, `totalIndexed`
@@ -101,20 +102,6 @@ pub trait Api: 'static {
         let _ = request;
         Box::pin(async { Err(ApiError::not_implemented("dispatch administration is not served here")) })
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
-    #[error("failed to connect to NATS at {url}: {source}")]
-    Connect { url: String, source: async_nats::ConnectError },
-    #[error("failed to start the NATS service {name}: {source}")]
-    Service { name: String, source: async_nats::SubscribeError },
-    #[error("failed to subscribe to {subject}: {source}")]
-    Subscribe { subject: String, source: async_nats::SubscribeError },
-    #[error("failed to add endpoint {subject}: {source}")]
-    Endpoint { subject: String, source: async_nats::SubscribeError },
-    #[error("setting {setting}: {problem}")]
-    Credentials { setting: String, problem: String },
 }
 
 /// A connected gateway.
@@ -527,7 +514,7 @@ async fn handle<A: Api>(
                 codec.encode(&api.dispatch(call).await?)
             }
             EndpointKind::Upsert => {
-                let batch: SourcesPayload = codec.decode(&payload, max)?;
+                let batch: RegistrationPayload = codec.decode(&payload, max)?;
                 codec.encode(&api.register(batch).await?)
             }
             EndpointKind::Remove => {

@@ -5,7 +5,7 @@
 
 use crate::support::fixture;
 use capdex::core::catalog::Catalog;
-use capdex::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
+use capdex::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use capdex::core::discovery::DiscoveryFilter;
 use capdex::core::embedder::{Embed, HashingEmbedder};
 use capdex::core::graph::CapabilityGraph;
@@ -43,7 +43,7 @@ fn catalog_entries() -> Vec<CapabilityDescriptor> {
                 has_side_effects: None,
                 full_schema: None,
                 full_content: entry["skillContent"].as_str().map(str::to_string),
-                source_ref: SourceRef::Builtin,
+                definition_ref: DefinitionRef::Builtin,
             }
         })
         .collect()

@@ -4,7 +4,7 @@
 //! manifest folders, as a realistic load.
 
 use crate::support::fixture;
-use capdex::sources::manifest_dir::{scan, scan_with_refusals, ScanLimits};
+use capdex::folders::manifest_dir::{scan, scan_with_refusals, ScanLimits};
 use std::fs;
 use std::path::Path;
 

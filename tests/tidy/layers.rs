@@ -18,25 +18,25 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     // Adapters around the core, each speaking one outside thing.
     ("store", &["core"]),
     ("gateway", &["core", "config"]),
-    ("sources", &["core"]),
+    ("folders", &["core"]),
     ("embedders", &["core", "config"]),
     ("config", &["core"]),
     ("telemetry", &["config"]),
     // The actors drive the core through the adapters.
-    ("actors", &["core", "store", "gateway", "sources", "embedders", "config", "telemetry"]),
+    ("actors", &["core", "store", "gateway", "folders", "embedders", "config", "telemetry"]),
     // Wiring and front ends.
     ("registration", &["core", "actors", "gateway"]),
     ("replication", &["core", "actors", "gateway", "store", "config", "registration", "clock"]),
     ("dispatch_cli", &["core", "actors", "gateway", "store", "config"]),
-    ("eval", &["core", "sources", "embedders", "config", "store"]),
-    ("bench", &["core", "sources", "embedders", "config", "actors", "store", "app"]),
+    ("eval", &["core", "folders", "embedders", "config", "store"]),
+    ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app"]),
     (
         "app",
         &[
             "core",
             "store",
             "gateway",
-            "sources",
+            "folders",
             "embedders",
             "config",
             "telemetry",
@@ -53,7 +53,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "core",
             "store",
             "gateway",
-            "sources",
+            "folders",
             "embedders",
             "config",
             "telemetry",
@@ -212,7 +212,7 @@ fn file_of<'a>(by_module: &BTreeMap<(Crate, &[String]), &'a str>, krate: Crate, 
 
 /// The file-level import graph: for each file, the files it imports and the
 /// first line doing so. A file's use of an ancestor's `mod.rs` (`super::MapError`,
-/// `crate::actors::Observe` from an actor) is no edge: a parent module owns the
+/// `crate::actors::Inspect` from an actor) is no edge: a parent module owns the
 /// vocabulary its children share and declares them, which is a tree, not a
 /// circle. Siblings and cousins count, and so does a `mod.rs` importing its children.
 pub fn file_graph(files: &[SourceFile]) -> BTreeMap<&str, BTreeMap<&str, usize>> {

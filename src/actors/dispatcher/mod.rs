@@ -32,7 +32,7 @@ pub use admin::{
     ReloadRegistry, SetBinding,
 };
 
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::config::DispatchSettings;
 use crate::core::dispatch::approval::{self, Approval};
 use crate::core::dispatch::pipeline::{
@@ -616,10 +616,10 @@ impl Handler<AddEventSink> for Dispatcher {
     }
 }
 
-impl Handler<Observe<DispatcherStats>> for Dispatcher {
-    type Result = MessageResult<Observe<DispatcherStats>>;
+impl Handler<Inspect<DispatcherStats>> for Dispatcher {
+    type Result = MessageResult<Inspect<DispatcherStats>>;
 
-    fn handle(&mut self, _: Observe<DispatcherStats>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<DispatcherStats>, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
     }
 }

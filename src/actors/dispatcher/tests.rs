@@ -54,7 +54,7 @@ async fn register(dispatcher: &Addr<Dispatcher>, record: CapabilityRecord) {
 }
 
 async fn stats(dispatcher: &Addr<Dispatcher>) -> DispatcherStats {
-    dispatcher.send(Observe::<DispatcherStats>::new()).await.unwrap()
+    dispatcher.send(Inspect::<DispatcherStats>::new()).await.unwrap()
 }
 
 fn fixture() -> (tempfile::TempDir, Store, Arc<AtomicU64>, Arc<Mutex<Vec<DispatchEvent>>>) {

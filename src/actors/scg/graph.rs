@@ -11,7 +11,7 @@
 
 use crate::actors::scg::mapper::Parsed;
 use crate::actors::scg::progress::{now_ms, Progress, ScgError};
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::core::embedder::{Embed, HashingEmbedder};
 use crate::core::scg::align::{Links, TypeAligner};
 use crate::core::scg::memory::{self, Deposit, Deposited, MemoryError, Note};
@@ -56,10 +56,10 @@ pub struct ScgGraphStats {
     pub notes: usize,
 }
 
-impl Handler<Observe<ScgGraphStats>> for ScgGraph {
-    type Result = MessageResult<Observe<ScgGraphStats>>;
+impl Handler<Inspect<ScgGraphStats>> for ScgGraph {
+    type Result = MessageResult<Inspect<ScgGraphStats>>;
 
-    fn handle(&mut self, _: Observe<ScgGraphStats>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<ScgGraphStats>, _: &mut Context<Self>) -> Self::Result {
         let stats = self.loaded.as_ref().map_or_else(ScgGraphStats::default, |loaded| {
             let (nodes, _, recipes) = loaded.index.counts();
             ScgGraphStats { loaded: true, sources: loaded.sources.len(), nodes, recipes, notes: loaded.notes.len() }
@@ -341,7 +341,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let graph = start(&store);
-        assert!(!graph.send(Observe::<ScgGraphStats>::new()).await.unwrap().loaded);
+        assert!(!graph.send(Inspect::<ScgGraphStats>::new()).await.unwrap().loaded);
         let report = graph.send(Finalize(parsed("ws1"))).await.unwrap().unwrap();
         assert_eq!((report.sources, report.changed, report.workspaces.clone()), (1, true, vec!["ws1".to_string()]));
         let again = graph.send(Finalize(parsed("ws2"))).await.unwrap().unwrap();
@@ -368,14 +368,14 @@ mod tests {
         let unknown = Deposit { anchors: vec!["pets#Nope".into()], ..deposit };
         let refused = graph.send(DepositNote { deposit: unknown, workspace: None }).await.unwrap().unwrap_err();
         assert_eq!(refused.status(), 404);
-        let stats = graph.send(Observe::<ScgGraphStats>::new()).await.unwrap();
+        let stats = graph.send(Inspect::<ScgGraphStats>::new()).await.unwrap();
         assert_eq!((stats.loaded, stats.sources, stats.notes), (true, 1, 1));
         assert!(stats.nodes > 0);
         drop(graph);
         let restarted = start(&store);
         let observed = restarted.send(node).await.unwrap().unwrap();
         assert_eq!(observed.notes.len(), 1);
-        let stats = restarted.send(Observe::<ScgGraphStats>::new()).await.unwrap();
+        let stats = restarted.send(Inspect::<ScgGraphStats>::new()).await.unwrap();
         assert_eq!((stats.sources, stats.notes), (1, 1));
     }
 }

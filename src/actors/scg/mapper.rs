@@ -4,7 +4,7 @@
 //! source is CPU and disk work, kept off the System's thread.
 
 use crate::actors::scg::progress::{Progress, ScgError};
-use crate::actors::Observe;
+use crate::actors::Inspect;
 use crate::core::scg::model::{SourceGraph, SourceKind};
 use crate::core::scg::pipeline::{check_connection, path_allowed, ConnectReport, Phase, ScgEvent};
 use crate::core::scg::{map_source, valid_source_id, MapError, MAX_SOURCE_BYTES};
@@ -89,10 +89,10 @@ impl Handler<Introspect> for ScgMapper {
     }
 }
 
-impl Handler<Observe<ScgMapperStats>> for ScgMapper {
-    type Result = MessageResult<Observe<ScgMapperStats>>;
+impl Handler<Inspect<ScgMapperStats>> for ScgMapper {
+    type Result = MessageResult<Inspect<ScgMapperStats>>;
 
-    fn handle(&mut self, _: Observe<ScgMapperStats>, _: &mut SyncContext<Self>) -> Self::Result {
+    fn handle(&mut self, _: Inspect<ScgMapperStats>, _: &mut SyncContext<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
     }
 }
@@ -198,7 +198,7 @@ mod tests {
         assert_eq!((refused.code(), refused.status()), ("path_not_allowed", 403));
         let bad_id = mapper.send(Introspect(request("a#b", SourceText::Inline(PETS.into())))).await.unwrap();
         assert_eq!(bad_id.unwrap_err().code(), "invalid_source_id");
-        let stats = mapper.send(Observe::<ScgMapperStats>::new()).await.unwrap();
+        let stats = mapper.send(Inspect::<ScgMapperStats>::new()).await.unwrap();
         assert_eq!(stats, ScgMapperStats { parsed: 1, failed: 2 });
     }
 }

@@ -15,7 +15,7 @@
 //! registration leaves out (description, category, tags, required tools and
 //! secrets) are taken from it, and the body after it becomes `fullContent`.
 
-use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, SourceRef};
+use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::graph::Preset;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -28,7 +28,7 @@ type Normaliser = fn(&Map<String, Value>) -> Result<CapabilityDescriptor, Proble
 /// A registration payload, as runtimes send it (and as `--sources` files hold it).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SourcesPayload {
+pub struct RegistrationPayload {
     /// The registering runtime; registrations of one runtime form one origin.
     #[serde(default)]
     pub runtime_id: Option<String>,
@@ -65,7 +65,7 @@ pub struct Normalised {
 
 /// Normalises a registration payload. Sections are visited in the design's
 /// order: tools, skills, extensions, channels.
-pub fn normalise_sources(payload: &SourcesPayload) -> Normalised {
+pub fn normalise_registration(payload: &RegistrationPayload) -> Normalised {
     let mut out = Normalised::default();
     let sections: [(&str, &Vec<Value>, Normaliser); 4] = [
         ("tools", &payload.tools, tool),
@@ -192,7 +192,7 @@ fn tool(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
         has_side_effects: flag(map, "hasSideEffects")?,
         full_schema: schema(map, "inputSchema")?,
         full_content: None,
-        source_ref: SourceRef::Tool,
+        definition_ref: DefinitionRef::Tool,
         name,
     })
 }
@@ -237,7 +237,7 @@ fn skill(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
         has_side_effects: flag(map, "hasSideEffects")?,
         full_schema: None,
         full_content: body,
-        source_ref: SourceRef::Skill { skill_path: text(map, "sourcePath")?.or(text(map, "skillPath")?) },
+        definition_ref: DefinitionRef::Skill { skill_path: text(map, "sourcePath")?.or(text(map, "skillPath")?) },
         name,
     })
 }
@@ -257,7 +257,7 @@ fn extension(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> 
         has_side_effects: flag(map, "hasSideEffects")?,
         full_schema: schema(map, "inputSchema")?,
         full_content: None,
-        source_ref: SourceRef::Extension {
+        definition_ref: DefinitionRef::Extension {
             package_name: text(map, "packageName")?,
             extension_id: text(map, "id")?.unwrap_or_else(|| name.clone()),
         },
@@ -282,7 +282,7 @@ fn channel(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
         has_side_effects: flag(map, "hasSideEffects")?,
         full_schema: None,
         full_content: None,
-        source_ref: SourceRef::Channel,
+        definition_ref: DefinitionRef::Channel,
         name: platform,
     })
 }
@@ -311,11 +311,11 @@ fn catalog_entry(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Probl
         None => (Map::new(), None),
     };
     let id = text(map, "id")?.unwrap_or_else(|| format!("{kind}:{name}"));
-    let source_ref = match kind {
-        CapabilityKind::Skill => SourceRef::Skill {
+    let definition_ref = match kind {
+        CapabilityKind::Skill => DefinitionRef::Skill {
             skill_path: map.get("extra").and_then(|e| e.get("skillPath")).and_then(Value::as_str).map(str::to_string),
         },
-        CapabilityKind::Extension => SourceRef::Extension {
+        CapabilityKind::Extension => DefinitionRef::Extension {
             package_name: map
                 .get("extra")
                 .and_then(|e| e.get("packageName"))
@@ -323,8 +323,8 @@ fn catalog_entry(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Probl
                 .map(str::to_string),
             extension_id: id.strip_prefix("extension:").unwrap_or(&id).to_string(),
         },
-        CapabilityKind::Channel => SourceRef::Channel,
-        _ => SourceRef::Tool,
+        CapabilityKind::Channel => DefinitionRef::Channel,
+        _ => DefinitionRef::Tool,
     };
     Ok(CapabilityDescriptor {
         display_name: text(map, "displayName")?.unwrap_or_else(|| {
@@ -348,7 +348,7 @@ fn catalog_entry(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Probl
         has_side_effects: flag(map, "hasSideEffects")?,
         full_schema: schema(map, "inputSchema")?,
         full_content: body,
-        source_ref,
+        definition_ref,
         id,
         kind,
         name,
@@ -382,7 +382,7 @@ mod tests {
 
     #[test]
     fn each_source_kind_follows_the_design() {
-        let payload: SourcesPayload = serde_json::from_value(json!({
+        let payload: RegistrationPayload = serde_json::from_value(json!({
             "tools": [{"id": "ignored", "name": "web-search", "description": "Search the web", "inputSchema": {"type": "object", "properties": {"query": {"type": "string"}}}}],
             "skills": [{"name": "github-issues", "description": "Work with GitHub issues", "content": "---\nname: github-issues\ntags: [git, issues]\nrequires_tools: [gh]\n---\n# GitHub\nUse gh.\n"}],
             "extensions": [{"id": "com.x.giphy", "name": "giphy", "displayName": "Giphy", "description": "GIF search", "category": "media"}],
@@ -390,7 +390,7 @@ mod tests {
             "presets": [{"presetName": "research", "capabilityIds": ["tool:web-search", "skill:github-issues"]}]
         }))
         .unwrap();
-        let out = normalise_sources(&payload);
+        let out = normalise_registration(&payload);
         assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
         let ids: Vec<&str> = out.descriptors.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, vec!["tool:web-search", "skill:github-issues", "extension:giphy", "channel:telegram"]);
@@ -403,8 +403,8 @@ mod tests {
         assert_eq!(skill.full_content.as_deref(), Some("# GitHub\nUse gh."));
         assert!(!extension.available);
         assert_eq!(
-            extension.source_ref,
-            SourceRef::Extension { package_name: None, extension_id: "com.x.giphy".into() }
+            extension.definition_ref,
+            DefinitionRef::Extension { package_name: None, extension_id: "com.x.giphy".into() }
         );
         assert_eq!((channel.category.as_str(), channel.tags.len()), ("communication", 2));
         assert_eq!(out.presets[0].capability_ids.len(), 2);
@@ -412,12 +412,12 @@ mod tests {
 
     #[test]
     fn bad_items_are_reported_and_the_rest_kept() {
-        let payload: SourcesPayload = serde_json::from_value(json!({
+        let payload: RegistrationPayload = serde_json::from_value(json!({
             "tools": [{"name": "ok", "description": "fine"}, {"description": "no name"}, 3, {"name": "a b", "description": "d"}, {"name": "t", "description": "d", "inputSchema": "no"}],
             "channels": [{"displayName": "no platform"}]
         }))
         .unwrap();
-        let out = normalise_sources(&payload);
+        let out = normalise_registration(&payload);
         assert_eq!(out.descriptors.len(), 1);
         let fields: Vec<(&str, usize, &str)> =
             out.diagnostics.iter().map(|d| (d.section.as_str(), d.index, d.field.as_str())).collect();
@@ -431,7 +431,7 @@ mod tests {
                 ("channels", 0, "platform")
             ]
         );
-        assert!(serde_json::from_value::<SourcesPayload>(json!({"tools": [], "bogus": 1})).is_err());
+        assert!(serde_json::from_value::<RegistrationPayload>(json!({"tools": [], "bogus": 1})).is_err());
     }
 
     #[test]
