@@ -109,8 +109,9 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_DISPATCH_SSRF_ALLOWLIST", "10.0.0.0/8"), ("CAPDEX_DISPATCH_BINDING_MODE", "strict")])
-            .unwrap();
+        let settings =
+            load(&[("CAPDEX_DISPATCH_SSRF_ALLOWLIST", "10.0.0.0/8"), ("CAPDEX_DISPATCH_BINDING_MODE", "strict")])
+                .unwrap();
         assert_eq!(settings.dispatch.ssrf_allowlist.len(), 1);
         assert_eq!(settings.dispatch.binding_mode, BindingMode::Strict);
     }

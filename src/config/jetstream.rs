@@ -158,7 +158,8 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_JETSTREAM_ENABLED", "false"), ("CAPDEX_JETSTREAM_NODE_NAME", "node-a")]).unwrap();
+        let settings =
+            load(&[("CAPDEX_JETSTREAM_ENABLED", "false"), ("CAPDEX_JETSTREAM_NODE_NAME", "node-a")]).unwrap();
         assert!(!settings.jetstream.enabled);
         assert_eq!(settings.jetstream.node_name, "node-a");
     }

@@ -271,7 +271,8 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_NATS_SUBJECT_PREFIX", "acme.capdex"), ("CAPDEX_NATS_TLS_REQUIRED", "1")]).unwrap();
+        let settings =
+            load(&[("CAPDEX_NATS_SUBJECT_PREFIX", "acme.capdex"), ("CAPDEX_NATS_TLS_REQUIRED", "1")]).unwrap();
         assert_eq!(settings.nats.subject_prefix, "acme.capdex");
         assert!(settings.nats.tls.required);
     }
