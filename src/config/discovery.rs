@@ -146,7 +146,7 @@ fn snake(camel: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawDiscovery)) -> Result<DiscoverySection, InvalidSetting> {
         let mut raw = defaults().discovery;
@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawDiscovery)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawDiscovery>> = vec![
             (
                 Box::new(|r| r.lexical_weight = toml::Value::String("lots".into())),
                 "discovery.lexical_weight",

@@ -64,7 +64,7 @@ impl DispatchSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawDispatch)) -> Result<DispatchSettings, InvalidSetting> {
         let mut raw = defaults().dispatch;
@@ -89,7 +89,7 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawDispatch)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawDispatch>> = vec![
             (Box::new(|r| r.default_timeout_ms = 0), "dispatch.default_timeout_ms", OutOfRange),
             (
                 Box::new(|r| r.default_timeout_ms = registry::MAX_CALL_TIMEOUT_MS + 1),
