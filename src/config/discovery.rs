@@ -111,7 +111,9 @@ impl DiscoverySection {
             half_life_ms: raw.outcome_prior_half_life_ms,
             pseudo_count: raw.outcome_prior_pseudo_count,
         };
-        prior.validate().map_err(|(field, problem)| InvalidSetting::out_of_range(format!("discovery.{field}"), problem))?;
+        prior
+            .validate()
+            .map_err(|(field, problem)| InvalidSetting::out_of_range(format!("discovery.{field}"), problem))?;
         let prior_publish_interval_ms = at_most(
             "discovery.outcome_prior_publish_interval_ms",
             raw.outcome_prior_publish_interval_ms,
@@ -144,7 +146,7 @@ fn snake(camel: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawDiscovery)) -> Result<DiscoverySection, InvalidSetting> {
         let mut raw = defaults().discovery;
@@ -170,8 +172,12 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawDiscovery)>, &str, InvalidKind)> = vec![
-            (Box::new(|r| r.lexical_weight = toml::Value::String("lots".into())), "discovery.lexical_weight", OutOfRange),
+        let cases: Vec<Case<RawDiscovery>> = vec![
+            (
+                Box::new(|r| r.lexical_weight = toml::Value::String("lots".into())),
+                "discovery.lexical_weight",
+                OutOfRange,
+            ),
             (Box::new(|r| r.lexical_weight = toml::Value::Float(1.5)), "discovery.lexical_weight", OutOfRange),
             (Box::new(|r| r.tier1_top_k = 0), "discovery.tier1_top_k", OutOfRange),
             (Box::new(|r| r.tier2_top_k = 9), "discovery.tier2_top_k", Conflict),
@@ -196,7 +202,8 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_DISCOVERY_TIER2_TOP_K", "1"), ("CAPDEX_DISCOVERY_LEXICAL_WEIGHT", "0.5")]).unwrap();
+        let settings =
+            load(&[("CAPDEX_DISCOVERY_TIER2_TOP_K", "1"), ("CAPDEX_DISCOVERY_LEXICAL_WEIGHT", "0.5")]).unwrap();
         assert_eq!(settings.discovery.tier2_top_k, 1);
         assert_eq!(settings.lexical_weight, LexicalWeight::Fixed(0.5));
     }

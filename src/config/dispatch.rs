@@ -64,7 +64,7 @@ impl DispatchSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawDispatch)) -> Result<DispatchSettings, InvalidSetting> {
         let mut raw = defaults().dispatch;
@@ -89,7 +89,7 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawDispatch)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawDispatch>> = vec![
             (Box::new(|r| r.default_timeout_ms = 0), "dispatch.default_timeout_ms", OutOfRange),
             (
                 Box::new(|r| r.default_timeout_ms = registry::MAX_CALL_TIMEOUT_MS + 1),
@@ -109,8 +109,9 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_DISPATCH_SSRF_ALLOWLIST", "10.0.0.0/8"), ("CAPDEX_DISPATCH_BINDING_MODE", "strict")])
-            .unwrap();
+        let settings =
+            load(&[("CAPDEX_DISPATCH_SSRF_ALLOWLIST", "10.0.0.0/8"), ("CAPDEX_DISPATCH_BINDING_MODE", "strict")])
+                .unwrap();
         assert_eq!(settings.dispatch.ssrf_allowlist.len(), 1);
         assert_eq!(settings.dispatch.binding_mode, BindingMode::Strict);
     }

@@ -149,7 +149,7 @@ impl EmbedderSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawEmbedder)) -> Result<EmbedderSettings, InvalidSetting> {
         let mut raw = defaults().embedder;
@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawEmbedder)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawEmbedder>> = vec![
             (Box::new(|r| r.backend = "openai".into()), "embedder.backend", UnknownChoice),
             (Box::new(|r| r.dimensions = 0), "embedder.dimensions", OutOfRange),
             (Box::new(|r| r.dimensions = 4097), "embedder.dimensions", OutOfRange),

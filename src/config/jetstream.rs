@@ -116,7 +116,7 @@ impl JetStreamSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawJetStream)) -> Result<JetStreamSettings, InvalidSetting> {
         let mut raw = defaults().jetstream;
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawJetStream)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawJetStream>> = vec![
             (Box::new(|r| r.index_stream = "A.B".into()), "jetstream.index_stream", Malformed),
             (Box::new(|r| r.outcome_consumer = String::new()), "jetstream.outcome_consumer", Malformed),
             (Box::new(|r| r.events_stream = "E".repeat(65)), "jetstream.events_stream", Malformed),
@@ -158,7 +158,8 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_JETSTREAM_ENABLED", "false"), ("CAPDEX_JETSTREAM_NODE_NAME", "node-a")]).unwrap();
+        let settings =
+            load(&[("CAPDEX_JETSTREAM_ENABLED", "false"), ("CAPDEX_JETSTREAM_NODE_NAME", "node-a")]).unwrap();
         assert!(!settings.jetstream.enabled);
         assert_eq!(settings.jetstream.node_name, "node-a");
     }

@@ -107,7 +107,7 @@ impl KpiSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawKpi)) -> Result<KpiSettings, InvalidSetting> {
         let mut raw = defaults().kpi;
@@ -130,7 +130,7 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawKpi)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawKpi>> = vec![
             (Box::new(|r| r.rolling_window_size = 0), "kpi.rolling_window_size", OutOfRange),
             (Box::new(|r| r.rolling_window_size = 100_001), "kpi.rolling_window_size", OutOfRange),
             (

@@ -179,6 +179,9 @@ pub(crate) mod tests {
         layers::defaults().unwrap().try_into().expect("the built-in config has the file shape")
     }
 
+    /// One refusal case of a section's test: an edit of its raw shape, the key and the kind expected.
+    pub(crate) type Case<R> = (Box<dyn FnOnce(&mut R)>, &'static str, InvalidKind);
+
     /// Loads the defaults with the environment variables `pairs` only.
     pub(crate) fn load(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         Settings::load(None, &env(pairs))

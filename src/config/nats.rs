@@ -206,7 +206,7 @@ fn nats_tls(raw: &RawNats) -> Result<NatsTls, InvalidSetting> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn check(edit: impl FnOnce(&mut RawNats)) -> Result<NatsSettings, InvalidSetting> {
         let mut raw = defaults().nats;
@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         use InvalidKind::*;
-        let cases: Vec<(Box<dyn FnOnce(&mut RawNats)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawNats>> = vec![
             (Box::new(|r| r.url = "http://h:4222".into()), "nats.url", Malformed),
             (Box::new(|r| r.subject_prefix = "capdex..v1".into()), "nats.subject_prefix", Malformed),
             (Box::new(|r| r.subject_prefix = "capdex.*".into()), "nats.subject_prefix", Malformed),
@@ -271,7 +271,8 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_NATS_SUBJECT_PREFIX", "acme.capdex"), ("CAPDEX_NATS_TLS_REQUIRED", "1")]).unwrap();
+        let settings =
+            load(&[("CAPDEX_NATS_SUBJECT_PREFIX", "acme.capdex"), ("CAPDEX_NATS_TLS_REQUIRED", "1")]).unwrap();
         assert_eq!(settings.nats.subject_prefix, "acme.capdex");
         assert!(settings.nats.tls.required);
     }

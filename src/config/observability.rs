@@ -39,7 +39,11 @@ pub fn metrics_listen_addr(raw: &RawMetrics) -> Result<Option<SocketAddr>, Inval
     match raw.listen_addr.trim() {
         "" => Ok(None),
         text => text.parse().map(Some).map_err(|err| {
-            InvalidSetting::new("metrics.listen_addr", InvalidKind::Malformed, format!("{text:?} is not host:port ({err})"))
+            InvalidSetting::new(
+                "metrics.listen_addr",
+                InvalidKind::Malformed,
+                format!("{text:?} is not host:port ({err})"),
+            )
         }),
     }
 }

@@ -58,8 +58,14 @@ mod tests {
     #[test]
     fn each_invalid_value_names_its_key_and_kind() {
         for (edit, field) in [
-            (Box::new(|r: &mut RawPlanner| r.discovery_max_retries = 6) as Box<dyn Fn(&mut RawPlanner)>, "planner.discovery_max_retries"),
-            (Box::new(|r: &mut RawPlanner| r.discovery_retry_backoff_ms = 10_001), "planner.discovery_retry_backoff_ms"),
+            (
+                Box::new(|r: &mut RawPlanner| r.discovery_max_retries = 6) as Box<dyn Fn(&mut RawPlanner)>,
+                "planner.discovery_max_retries",
+            ),
+            (
+                Box::new(|r: &mut RawPlanner| r.discovery_retry_backoff_ms = 10_001),
+                "planner.discovery_retry_backoff_ms",
+            ),
         ] {
             let mut raw = defaults().planner;
             edit(&mut raw);
