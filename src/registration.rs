@@ -35,11 +35,8 @@ pub(crate) async fn apply_upsert(
     if !payload.presets.is_empty() {
         sync.presets = Some(normalised.presets);
     }
-    let report = indexer
-        .send(sync)
-        .await
-        .map_err(ApiError::unavailable)?
-        .map_err(|err| ApiError::internal(err.to_string()))?;
+    let report =
+        indexer.send(sync).await.map_err(ApiError::unavailable)?.map_err(|err| ApiError::internal(err.to_string()))?;
     let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
     Ok(registration_reply(report, diagnostics))
 }

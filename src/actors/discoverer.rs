@@ -204,11 +204,11 @@ mod tests {
     use super::*;
     use crate::actors::embedder::Embedder;
     use crate::actors::test_support::tool;
-    use crate::core::outcome_prior::OutcomePrior;
     use crate::core::embedder::{Embed, EmbedErrorCode, HashingEmbedder};
     use crate::core::graph::CapabilityGraph;
     use crate::core::index::VectorIndex;
     use crate::core::lexical::LexicalIndex;
+    use crate::core::outcome_prior::OutcomePrior;
     use crate::core::text::embedding_text;
     use crate::embedders::backend::FailingEmbedder;
 
@@ -242,7 +242,8 @@ mod tests {
         assert!(empty.is_empty());
         let catalog = published(2);
         discoverer.send(catalog.clone()).await.unwrap();
-        let graph = Arc::new(CapabilityGraph::build(&catalog.catalog.descriptors.values().cloned().collect::<Vec<_>>(), &[]));
+        let graph =
+            Arc::new(CapabilityGraph::build(&catalog.catalog.descriptors.values().cloned().collect::<Vec<_>>(), &[]));
         discoverer.send(GraphPublished { version: 2, graph }).await.unwrap();
         discoverer.send(PriorPublished { prior: Arc::new(OutcomePrior::neutral()) }).await.unwrap();
         // An older catalog never replaces a newer one.

@@ -28,9 +28,7 @@ use crate::config::KpiSettings;
 use crate::core::kpi_window::{
     check_capability_id, record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, OutcomeStatus, ScopeMeta,
 };
-use crate::core::outcome_prior::{
-    distinct_ids, Credited, OutcomePrior, OutcomeStats,
-};
+use crate::core::outcome_prior::{distinct_ids, Credited, OutcomePrior, OutcomeStats};
 use crate::store::{Durable, KpiOp, Store, StoreError};
 use actix::prelude::*;
 use std::collections::HashMap;

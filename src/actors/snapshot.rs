@@ -8,12 +8,12 @@
 //! and the DiscoveryWorkers read it. It imports no actor, so every one of
 //! them can import it without an import circle.
 
-use crate::core::outcome_prior::OutcomePrior;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::DiscoveryFilter;
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
+use crate::core::outcome_prior::OutcomePrior;
 use crate::core::tiers::TokenBudget;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

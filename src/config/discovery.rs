@@ -3,8 +3,8 @@
 
 use super::embedder::EmbedderBackend;
 use super::error::{at_most, InvalidKind, InvalidSetting};
-use crate::core::outcome_prior::OutcomePriorSettings;
 use crate::core::discovery::DiscoveryConfig;
+use crate::core::outcome_prior::OutcomePriorSettings;
 use serde::Deserialize;
 
 /// `[discovery]` as written; every key is documented in `config/capdex.toml`.

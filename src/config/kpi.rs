@@ -3,8 +3,8 @@
 //! `[discovery]` but kept by the KPI actor, so [`KpiSettings`] carries it too.
 
 use super::error::{at_most, in_range, unit_rate, InvalidKind, InvalidSetting};
-use crate::core::outcome_prior::OutcomePriorSettings;
 use crate::core::kpi_window::{AlertPolicy, ScopeMode, WindowSpec};
+use crate::core::outcome_prior::OutcomePriorSettings;
 use crate::core::turn_planner::AdaptivePolicy;
 use serde::Deserialize;
 
