@@ -7,10 +7,10 @@
 //! its discover, search and plan requests rank (and encode) on the
 //! DiscoveryWorker threads.
 
+use crate::actors::discoverer::Discover;
 use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
-use crate::actors::discoverer::Discover;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
 use crate::actors::scg::{DepositNote, MapRequest, ObserveNode, Route as ScgRoute, ScgError, SourceText};
 use crate::actors::{spawn_all, Actors};
@@ -118,7 +118,8 @@ pub async fn load_file(
 /// so a command line's files are exactly what a run sees.
 pub async fn drop_other_files(actors: &Actors, keep: &[std::path::PathBuf]) -> anyhow::Result<()> {
     let keep: Vec<String> = keep.iter().map(|path| format!("file:{}", path.display())).collect();
-    let catalog = actors.discoverer.send(crate::actors::discoverer::CurrentCatalog).await.context("discoverer stopped")?;
+    let catalog =
+        actors.discoverer.send(crate::actors::discoverer::CurrentCatalog).await.context("discoverer stopped")?;
     let stale: std::collections::BTreeSet<String> = catalog
         .origins
         .values()

@@ -16,8 +16,8 @@
 //! over. The caller's `finish` runs on the worker too, so a reply is encoded
 //! there (JSON or msgpack) and the System's thread sends bytes.
 
-use crate::actors::embedder::EmbedTexts;
 use crate::actors::discoverer::{run_discovery, Discover, DiscovererError};
+use crate::actors::embedder::EmbedTexts;
 use crate::actors::snapshot::SnapshotCell;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryResult};
@@ -233,8 +233,8 @@ impl DiscoveryLanes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actors::embedder::Embedder;
     use crate::actors::discoverer::{Discoverer, DiscovererStats};
+    use crate::actors::embedder::Embedder;
     use crate::actors::Observe;
     use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, SourceRef};
     use crate::core::discovery::DiscoveryFilter;
@@ -307,7 +307,8 @@ mod tests {
         publish(&cell, 3);
         let config = DiscoveryConfig::default();
         let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
-        let discoverer = Discoverer::new(config.clone(), embedder.clone().recipient()).with_snapshot_cell(cell.clone()).start();
+        let discoverer =
+            Discoverer::new(config.clone(), embedder.clone().recipient()).with_snapshot_cell(cell.clone()).start();
         let lanes = {
             let cell = cell.clone();
             let config = config.clone();

@@ -10,8 +10,8 @@
 //! on every core from the `SnapshotCell` (`snapshot.rs`) while the System's thread
 //! does the NATS I/O.
 
-pub mod discovery_worker;
 pub mod discoverer;
+pub mod discovery_worker;
 pub mod dispatcher;
 pub mod embedder;
 pub mod graph_builder;
@@ -138,7 +138,8 @@ pub async fn spawn_all(
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
     let scg = scg::spawn(settings, &store)?;
-    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(discoverer.clone().recipient()).start();
+    let kpi =
+        kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(discoverer.clone().recipient()).start();
     // Dispatch results that reached a handler feed the per-capability success statistics.
     let kpi_for_dispatch = kpi.clone();
     dispatcher.do_send(dispatcher::AddEventSink(std::sync::Arc::new(

@@ -190,7 +190,9 @@ mod tests {
         let offered: Vec<Vec<&str>> =
             syncs.iter().map(|sync| sync.descriptors.iter().map(|d| d.id.as_str()).collect()).collect();
         assert_eq!(offered, [vec!["tool:gauge"], vec!["tool:gauge"], vec![]]);
-        assert!(syncs.iter().all(|sync| sync.origin == MANIFESTS_ORIGIN && sync.mode == crate::core::catalog::ChangeMode::Replace));
+        assert!(syncs
+            .iter()
+            .all(|sync| sync.origin == MANIFESTS_ORIGIN && sync.mode == crate::core::catalog::ChangeMode::Replace));
         assert_eq!(syncs[1].refused.len(), 1);
         assert_eq!(syncs[1].refused[0].field, "description");
         assert!(syncs[1].refused[0].source.ends_with("gauge/CAPABILITY.yaml"));

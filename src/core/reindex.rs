@@ -308,7 +308,10 @@ mod tests {
         let changed = tool("weather", "Tell the forecast for a city");
         let check = |kept: Option<KeptVector>, descriptor: &CapabilityDescriptor, reused: bool| {
             let plan = plan_vectors("m1", std::slice::from_ref(descriptor), vec![kept]);
-            assert_eq!((plan.reused, plan.to_embed.is_empty(), plan.vectors[0].is_some()), (usize::from(reused), reused, reused));
+            assert_eq!(
+                (plan.reused, plan.to_embed.is_empty(), plan.vectors[0].is_some()),
+                (usize::from(reused), reused, reused)
+            );
         };
         check(Some(kept_for("m1", &weather, vec![1.0, 0.0])), &weather, true);
         check(Some(kept_for("m0", &weather, vec![1.0, 0.0])), &weather, false);
@@ -383,7 +386,10 @@ mod tests {
         assert_eq!(ids, vec!["tool:a".to_string(), "tool:b".into()]);
         let index = VectorIndex::new(2);
         let retry = apply_retry(&index, "m", &ids, &texts, Ok(vec![vec![1.0, 0.0], vec![1.0]])).unwrap();
-        assert_eq!(retry.embedded, vec![("tool:a".to_string(), kept_for("m", &catalog.descriptors["tool:a"], vec![1.0, 0.0]))]);
+        assert_eq!(
+            retry.embedded,
+            vec![("tool:a".to_string(), kept_for("m", &catalog.descriptors["tool:a"], vec![1.0, 0.0]))]
+        );
         assert!(retry.index.contains("tool:a") && !retry.index.contains("tool:b") && index.is_empty());
         assert_eq!(apply_retry(&index, "m", &ids, &texts, Ok(vec![])).unwrap_err().code, EmbedErrorCode::BadResponse);
     }
@@ -433,7 +439,7 @@ mod tests {
                 prop_assert_eq!(plan.vectors[position].is_some(), valid);
                 prop_assert_eq!(plan.to_embed.contains(&position), !valid);
                 if valid {
-                    prop_assert_eq!(plan.kept(position).as_ref(), kept.as_ref());
+                    prop_assert_eq!(&plan.kept(position), kept);
                 }
             }
             let answer = plan.to_embed.iter().map(|&position| vec![0.5, position as f32]).collect();

@@ -310,7 +310,6 @@ impl Handler<DepositNote> for ScgGraph {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,7 +345,11 @@ mod tests {
         assert_eq!((report.sources, report.changed, report.workspaces.clone()), (1, true, vec!["ws1".to_string()]));
         let again = graph.send(Finalize(parsed("ws2"))).await.unwrap().unwrap();
         assert_eq!((again.changed, again.workspaces), (false, vec!["ws1".to_string(), "ws2".into()]));
-        let route = |workspace: Option<&str>| Route { query: "show pet by id".into(), k: 3, workspace: workspace.map(String::from) };
+        let route = |workspace: Option<&str>| Route {
+            query: "show pet by id".into(),
+            k: 3,
+            workspace: workspace.map(String::from),
+        };
         let answer = graph.send(route(None)).await.unwrap().unwrap();
         assert_eq!(answer.sources_in_scope, 1);
         assert!(!answer.recipes.is_empty());

@@ -43,7 +43,6 @@ pub struct Parsed {
     pub phase_ms: BTreeMap<String, f64>,
 }
 
-
 /// Runs connect, introspect and parse.
 pub struct ScgMapper {
     path_roots: Vec<PathBuf>,
@@ -162,7 +161,6 @@ impl ScgMapper {
         std::fs::read_to_string(&canonical).map_err(|err| unreadable(format!("{err} (is it UTF-8 text?)")))
     }
 }
-
 
 #[cfg(test)]
 mod tests {

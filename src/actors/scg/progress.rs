@@ -64,7 +64,6 @@ impl ScgError {
     }
 }
 
-
 /// Returns milliseconds since the epoch.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64)
