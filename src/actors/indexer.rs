@@ -659,7 +659,7 @@ mod tests {
         harness.down.store(true, Ordering::SeqCst);
         let report = sync(&harness, SyncCapabilities::merge("runtime:r", vec![tool("gauge", "Read a gauge")])).await;
         assert_eq!((report.added.len(), report.embedded, report.pending), (1, 0, 1));
-        assert!(report.embedder_error.unwrap().starts_with("unavailable"));
+        assert!(report.embedder_error.unwrap().ends_with("connection refused"));
         let current = harness.cell.load();
         assert!(current.catalog.get("tool:gauge").is_some() && !current.index.contains("tool:gauge"));
         let failed = harness.indexer.send(RetryEmbeddings).await.unwrap().unwrap();

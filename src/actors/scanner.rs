@@ -186,7 +186,9 @@ mod tests {
         assert!(broken.scan.descriptors.is_empty());
         std::fs::remove_dir_all(root.join("gauge")).unwrap();
         scanner.send(ScanManifests).await.unwrap().unwrap();
-        let syncs = syncs.lock().unwrap();
+        let stats = scanner.send(Inspect::<ScannerStats>::new()).await.unwrap();
+        assert_eq!(stats, ScannerStats { scans: 3, last_found: 0, last_refused: 0 });
+        let syncs = std::mem::take(&mut *syncs.lock().unwrap());
         let offered: Vec<Vec<&str>> =
             syncs.iter().map(|sync| sync.descriptors.iter().map(|d| d.id.as_str()).collect()).collect();
         assert_eq!(offered, [vec!["tool:gauge"], vec!["tool:gauge"], vec![]]);
@@ -196,7 +198,5 @@ mod tests {
         assert_eq!(syncs[1].refused.len(), 1);
         assert_eq!(syncs[1].refused[0].field, "description");
         assert!(syncs[1].refused[0].source.ends_with("gauge/CAPABILITY.yaml"));
-        let stats = scanner.send(Inspect::<ScannerStats>::new()).await.unwrap();
-        assert_eq!(stats, ScannerStats { scans: 3, last_found: 0, last_refused: 0 });
     }
 }
