@@ -1,23 +1,8 @@
 //! Logs (tracing) and metrics (Prometheus exporter) setup.
 //!
-//! Metric names follow `capdex_<name>_<unit>[_total]` with low-cardinality labels:
-//! `capdex_discover_requests_total`, `capdex_discover_duration_seconds`,
-//! `capdex_capabilities_indexed`, `capdex_embedder_texts_total`,
-//! `capdex_outcomes_total{status}`, `capdex_outcomes_duplicate_total`,
-//! `capdex_kpi_alerts_total{severity}` (severity `warning`, `critical`, `recovered`),
-//! `capdex_kpi_scopes`, `capdex_kpi_scopes_alerting`, `capdex_kpi_scopes_adaptive_degraded`
-//! (gauges: scopes held, scopes in alert, scopes planned adaptively),
-//! per scope for the first `kpi.metrics_max_scopes` scopes (label `scope`): `capdex_kpi_samples`,
-//! `capdex_kpi_success_rate`, `capdex_kpi_average_score`, `capdex_kpi_weighted_success_rate`,
-//! `capdex_kpi_alerting`, `capdex_kpi_adaptive_degraded`;
-//! `capdex_outcome_prior_capabilities` (capabilities the prior adjusts),
-//! `capdex_outcome_prior_ignored_total` (observations of untracked ids once the table is full),
-//! `capdex_plans_total{selection_mode, fallback_reason}`,
-//! `capdex_store_flush_duration_seconds`, `capdex_store_flush_callers`, `capdex_store_flush_writes`
-//! (group-commit batch sizes), `capdex_store_write_errors_total`,
-//! `capdex_dispatch_total{outcome}`, `capdex_request_errors_total{code}`.
-//! Scopes are unbounded, so only the first `kpi.metrics_max_scopes` get labelled gauges; every
-//! scope's KPI is on `capdex.v1.kpi.<scope>` and `capdex kpi`.
+//! Metric names follow `capdex_<name>_<unit>[_total]` with low-cardinality labels; the list of
+//! every emitted metric, with its labels and the file that emits it, is in ARCHITECTURE.md
+//! (Telemetry), and `tests/tidy` fails when an emitted name is missing there.
 
 use crate::config::LogFormat;
 use std::net::SocketAddr;

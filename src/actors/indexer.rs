@@ -68,11 +68,13 @@ pub struct SyncCapabilities {
     pub refused: Vec<Refused>,
 }
 
-/// Something a source could not offer: a manifest path or registration item, and why.
+/// A refusal: an offer that was not indexed, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Refused {
-    pub source: String,
+    /// The manifest path or registration item refused (wire name `source`, kept for clients).
+    #[serde(rename = "source")]
+    pub item: String,
     pub field: String,
     pub problem: String,
 }
@@ -447,10 +449,10 @@ async fn ask(embedder: Recipient<EmbedTexts>, texts: Vec<String>) -> Result<Embe
     embedder.send(EmbedTexts { texts }).await.map_err(|err| IndexerError::Embedder(err.to_string()))
 }
 
-/// Adds the offers a plan did not take to the source's own refusals.
+/// Adds the offers a plan did not take to the origin's own refusals.
 fn with_conflicts(mut refused: Vec<Refused>, conflicts: &[Conflict]) -> Vec<Refused> {
     refused.extend(conflicts.iter().map(|conflict| Refused {
-        source: conflict.id.clone(),
+        item: conflict.id.clone(),
         field: "id".into(),
         problem: conflict.problem.clone(),
     }));

@@ -95,7 +95,7 @@ impl Handler<ScanManifests> for Scanner {
         request.refused = scan
             .refused
             .iter()
-            .map(|r| Refused { source: r.manifest_path.clone(), field: r.field.clone(), problem: r.problem.clone() })
+            .map(|r| Refused { item: r.manifest_path.clone(), field: r.field.clone(), problem: r.problem.clone() })
             .collect();
         // A sync-arbiter thread may block on the async indexer: it is not the System's thread.
         let sync = futures::executor::block_on(self.indexer.send(request))
@@ -197,6 +197,6 @@ mod tests {
             .all(|sync| sync.origin == MANIFESTS_ORIGIN && sync.mode == crate::core::catalog::ChangeMode::Replace));
         assert_eq!(syncs[1].refused.len(), 1);
         assert_eq!(syncs[1].refused[0].field, "description");
-        assert!(syncs[1].refused[0].source.ends_with("gauge/CAPABILITY.yaml"));
+        assert!(syncs[1].refused[0].item.ends_with("gauge/CAPABILITY.yaml"));
     }
 }
