@@ -441,7 +441,7 @@ impl Api for ActorApi {
 }
 
 fn scg_error(err: ScgError) -> ApiError {
-    ApiError::scg(err.status(), err.code(), err.to_string())
+    ApiError::new(err.kind(), err.to_string())
 }
 
 fn scg_unavailable(err: actix::MailboxError) -> ApiError {

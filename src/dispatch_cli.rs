@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 pub const MAX_PROVENANCE: usize = 1000;
 
 fn admin_error(err: AdminError) -> ApiError {
-    ApiError::admin(err.status, err.code, err.message)
+    ApiError::new(err.kind, err.message)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, body: Value) -> Result<T, ApiError> {

@@ -3,10 +3,10 @@
 //!
 //! Every error reply is an [`ErrorKind`] and a message
 //! ([`crate::gateway::wire::ApiError`]); [`ErrorKind::status_and_code`] is
-//! the only place a status or a gateway code is written. Two families keep
-//! their pair next to their own error enum and carry it here as a value:
-//! the SCG's (`ScgError::status`/`code` in `actors::scg`) and dispatch
-//! administration's (`AdminError` in `actors::dispatcher`). Dispatch *calls*
+//! the only place a status is written. The SCG's and dispatch
+//! administration's errors (`ScgError::kind` in `actors::scg`, `AdminError`
+//! in `actors::dispatcher`) are kinds too: their domain names the code, this
+//! table the status. Dispatch *calls*
 //! never fail this way: their refusals are `core::dispatch::ErrorCode`s in
 //! the reply envelope. `docs/api.md` lists the table (checked by a test below).
 
@@ -29,10 +29,21 @@ pub enum ErrorKind {
     DiscoveryFailed,
     /// A mutation is in the index log but was not applied here in time.
     ApplyTimeout,
-    /// An SCG request failed; `ScgError` gives the pair.
-    Scg { status: u16, code: &'static str },
-    /// A dispatch administration request failed; `AdminError` gives the pair.
-    Admin { status: u16, code: String },
+    /// The request breaks a rule of its domain; the domain names the code
+    /// (an SCG map or memory error, an invalid capability record or binding).
+    Invalid(&'static str),
+    /// Reading a source by path is refused by the settings.
+    Forbidden(&'static str),
+    /// The request names something that does not exist (an approval, a
+    /// capability, a memory anchor, an SCG node).
+    NotFound(&'static str),
+    /// The request conflicts with what is stored (a built-in, a registered
+    /// capability, a decided approval).
+    Conflict(&'static str),
+    /// A source is over a size limit.
+    TooLarge(&'static str),
+    /// The SCG store failed.
+    Storage,
 }
 
 impl ErrorKind {
@@ -48,7 +59,7 @@ impl ErrorKind {
     ];
 
     /// The table: the `Nats-Service-Error-Code` status and the body's `code`.
-    pub fn status_and_code(&self) -> (u16, &str) {
+    pub fn status_and_code(&self) -> (u16, &'static str) {
         match self {
             ErrorKind::BadRequest => (400, "bad_request"),
             ErrorKind::PayloadTooLarge => (413, "payload_too_large"),
@@ -57,8 +68,12 @@ impl ErrorKind {
             ErrorKind::Unavailable => (503, "unavailable"),
             ErrorKind::DiscoveryFailed => (503, "discovery_failed"),
             ErrorKind::ApplyTimeout => (504, "apply_timeout"),
-            ErrorKind::Scg { status, code } => (*status, code),
-            ErrorKind::Admin { status, code } => (*status, code),
+            ErrorKind::Invalid(code) => (400, code),
+            ErrorKind::Forbidden(code) => (403, code),
+            ErrorKind::NotFound(code) => (404, code),
+            ErrorKind::Conflict(code) => (409, code),
+            ErrorKind::TooLarge(code) => (413, code),
+            ErrorKind::Storage => (500, "store"),
         }
     }
 }
@@ -148,9 +163,12 @@ mod tests {
     }
 
     #[test]
-    fn carried_pairs_pass_through() {
-        assert_eq!(ErrorKind::Scg { status: 404, code: "unknown_anchor" }.status_and_code(), (404, "unknown_anchor"));
-        let admin = ErrorKind::Admin { status: 409, code: "already_registered".into() };
-        assert_eq!(admin.status_and_code(), (409, "already_registered"));
+    fn domain_kinds_take_their_status_from_the_table() {
+        assert_eq!(ErrorKind::NotFound("unknown_anchor").status_and_code(), (404, "unknown_anchor"));
+        assert_eq!(ErrorKind::Conflict("already_registered").status_and_code(), (409, "already_registered"));
+        assert_eq!(ErrorKind::Invalid("invalid_binding").status_and_code(), (400, "invalid_binding"));
+        assert_eq!(ErrorKind::Forbidden("path_not_allowed").status_and_code(), (403, "path_not_allowed"));
+        assert_eq!(ErrorKind::TooLarge("too_large").status_and_code(), (413, "too_large"));
+        assert_eq!(ErrorKind::Storage.status_and_code(), (500, "store"));
     }
 }

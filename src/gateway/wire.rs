@@ -264,16 +264,6 @@ impl ApiError {
     pub fn apply_timeout(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorKind::ApplyTimeout, message)
     }
-
-    /// An SCG error, with the status and code its `ScgError` gives.
-    pub fn scg(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Scg { status, code }, message)
-    }
-
-    /// A dispatch administration error, with the status and code its `AdminError` gives.
-    pub fn admin(status: u16, code: impl Into<String>, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Admin { status, code: code.into() }, message)
-    }
 }
 
 impl From<PlanError> for ApiError {
@@ -611,8 +601,8 @@ mod tests {
             ApiError::unavailable("mailbox closed"),
             ApiError::bad_request("message must not be empty"),
             ApiError::from(PlanError::DiscoveryFailed("down".into())),
-            ApiError::scg(413, "too_large", "big"),
-            ApiError::admin(409, "builtin", "tool:echo is a built-in capability"),
+            ApiError::new(ErrorKind::TooLarge("too_large"), "big"),
+            ApiError::new(ErrorKind::Conflict("builtin"), "tool:echo is a built-in capability"),
         ];
         for err in cases {
             let body = Body { code: err.code(), message: &err.message };

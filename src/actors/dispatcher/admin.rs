@@ -7,6 +7,7 @@ use super::{builtin_records, wall_ms, Dispatcher};
 use crate::core::dispatch::approval::{self, Approval};
 use crate::core::dispatch::registry::{self, Binding, CapabilityRecord};
 use crate::core::dispatch::ProvenanceRecord;
+use crate::gateway::errors::ErrorKind;
 use crate::store::StoreError;
 use actix::prelude::*;
 
@@ -14,21 +15,25 @@ use actix::prelude::*;
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct AdminError {
-    /// HTTP-like status (400, 404, 409, 500).
-    pub status: u16,
-    pub code: String,
+    /// What went wrong; the gateway's table gives its status and code.
+    pub kind: ErrorKind,
     pub message: String,
 }
 
 impl AdminError {
-    fn new(status: u16, code: &str, message: impl Into<String>) -> AdminError {
-        AdminError { status, code: code.to_string(), message: message.into() }
+    fn new(kind: ErrorKind, message: impl Into<String>) -> AdminError {
+        AdminError { kind, message: message.into() }
+    }
+
+    /// Returns its stable code.
+    pub fn code(&self) -> &'static str {
+        self.kind.status_and_code().1
     }
 }
 
 impl From<StoreError> for AdminError {
     fn from(err: StoreError) -> AdminError {
-        AdminError::new(500, "internal", err.to_string())
+        AdminError::new(ErrorKind::Internal, err.to_string())
     }
 }
 
@@ -90,22 +95,24 @@ impl Handler<RegisterCapability> for Dispatcher {
     fn handle(&mut self, msg: RegisterCapability, _: &mut Context<Self>) -> Self::Result {
         let mut record = msg.record;
         if builtin_records().iter().any(|b| b.slug == record.slug) {
-            return Err(AdminError::new(409, "builtin", format!("{} is a built-in capability", record.slug)));
+            return Err(AdminError::new(
+                ErrorKind::Conflict("builtin"),
+                format!("{} is a built-in capability", record.slug),
+            ));
         }
-        registry::validate_record(&record).map_err(|err| AdminError::new(400, err.code(), err.to_string()))?;
+        registry::validate_record(&record)
+            .map_err(|err| AdminError::new(ErrorKind::Invalid(err.code()), err.to_string()))?;
         let existing = self.store.capability_record(&record.slug)?;
         record.policy_version = match (&existing, msg.update) {
             (Some(_), false) => {
                 return Err(AdminError::new(
-                    409,
-                    "already_registered",
+                    ErrorKind::Conflict("already_registered"),
                     format!("{} is registered; update it", record.slug),
                 ))
             }
             (None, true) => {
                 return Err(AdminError::new(
-                    404,
-                    "unknown_capability",
+                    ErrorKind::NotFound("unknown_capability"),
                     format!("no capability {} is registered", record.slug),
                 ))
             }
@@ -149,11 +156,10 @@ impl Handler<SetBinding> for Dispatcher {
         let binding = msg.0;
         let env = self.env.clone();
         let missing = registry::validate_binding(&binding, &|name| env(name))
-            .map_err(|err| AdminError::new(400, "invalid_binding", err.to_string()))?;
+            .map_err(|err| AdminError::new(ErrorKind::Invalid("invalid_binding"), err.to_string()))?;
         if self.pipeline.record(&binding.slug).is_none() {
             return Err(AdminError::new(
-                404,
-                "unknown_capability",
+                ErrorKind::NotFound("unknown_capability"),
                 format!("no capability {} is registered", binding.slug),
             ));
         }
@@ -182,11 +188,11 @@ impl Handler<DecideApproval> for Dispatcher {
     fn handle(&mut self, msg: DecideApproval, _: &mut Context<Self>) -> Self::Result {
         let store = self.store.clone();
         Box::pin(async move {
-            let mut found = store
-                .approval(&msg.id)?
-                .ok_or_else(|| AdminError::new(404, "unknown_approval", format!("approval {} is unknown", msg.id)))?;
+            let mut found = store.approval(&msg.id)?.ok_or_else(|| {
+                AdminError::new(ErrorKind::NotFound("unknown_approval"), format!("approval {} is unknown", msg.id))
+            })?;
             approval::decide(&mut found, msg.approve, wall_ms())
-                .map_err(|problem| AdminError::new(409, "approval_invalid", problem.to_string()))?;
+                .map_err(|problem| AdminError::new(ErrorKind::Conflict("approval_invalid"), problem.to_string()))?;
             store.put_approval(&found)?;
             store.durable().await?;
             Ok(found)

@@ -6,12 +6,13 @@ use crate::core::scg::memory::MemoryError;
 use crate::core::scg::pipeline::{ConnectError, Phase, PhaseError, PhaseStatus, ScgEvent};
 use crate::core::scg::route::ObserveError;
 use crate::core::scg::MapError;
+use crate::gateway::errors::ErrorKind;
 use crate::store::StoreError;
 use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
 
-/// Why an SCG request failed; [`ScgError::code`] and [`ScgError::status`] go on the wire.
+/// Why an SCG request failed; its [`ScgError::kind`] goes on the wire.
 #[derive(Debug, thiserror::Error)]
 pub enum ScgError {
     #[error("{0}")]
@@ -35,32 +36,31 @@ pub enum ScgError {
 }
 
 impl ScgError {
-    /// Returns a stable code.
-    pub fn code(&self) -> &'static str {
+    /// Returns its kind: the domain's code, and through the gateway's table the status.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            ScgError::Map(err) => err.code(),
-            ScgError::Connect(_) => "bad_connection",
-            ScgError::Memory(err) => err.code(),
-            ScgError::Observe(_) => "not_found",
-            ScgError::Store(_) => "store",
-            ScgError::PathNotAllowed(_) => "path_not_allowed",
-            ScgError::Unreadable { .. } => "unreadable",
-            ScgError::BadRequest(_) => "bad_request",
-            ScgError::Unavailable(_) => "unavailable",
+            ScgError::Map(err @ MapError::TooLarge { .. }) => ErrorKind::TooLarge(err.code()),
+            ScgError::Map(err) => ErrorKind::Invalid(err.code()),
+            ScgError::Connect(_) => ErrorKind::Invalid("bad_connection"),
+            ScgError::Memory(err @ MemoryError::UnknownAnchor(_)) => ErrorKind::NotFound(err.code()),
+            ScgError::Memory(err) => ErrorKind::Invalid(err.code()),
+            ScgError::Observe(_) => ErrorKind::NotFound("not_found"),
+            ScgError::Store(_) => ErrorKind::Storage,
+            ScgError::PathNotAllowed(_) => ErrorKind::Forbidden("path_not_allowed"),
+            ScgError::Unreadable { .. } => ErrorKind::Invalid("unreadable"),
+            ScgError::BadRequest(_) => ErrorKind::BadRequest,
+            ScgError::Unavailable(_) => ErrorKind::Unavailable,
         }
     }
 
-    /// Returns the HTTP-like status for `Nats-Service-Error-Code`.
+    /// Returns its stable code.
+    pub fn code(&self) -> &'static str {
+        self.kind().status_and_code().1
+    }
+
+    /// Returns its HTTP-like status (from the gateway's table).
     pub fn status(&self) -> u16 {
-        match self {
-            ScgError::Map(MapError::TooLarge { .. }) => 413,
-            ScgError::Map(_) | ScgError::Connect(_) | ScgError::BadRequest(_) | ScgError::Unreadable { .. } => 400,
-            ScgError::Memory(MemoryError::UnknownAnchor(_)) | ScgError::Observe(_) => 404,
-            ScgError::Memory(_) => 400,
-            ScgError::PathNotAllowed(_) => 403,
-            ScgError::Store(_) => 500,
-            ScgError::Unavailable(_) => 503,
-        }
+        self.kind().status_and_code().0
     }
 }
 
