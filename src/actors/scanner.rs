@@ -85,8 +85,12 @@ impl Handler<ScanManifests> for Scanner {
             tracing::warn!(manifest = %refusal.manifest_path, field = %refusal.field, problem = %refusal.problem, "capability refused");
         }
         for warning in &scan.warnings {
-            // Missing folders are normal (the default folders often do not exist).
-            tracing::debug!("{warning}");
+            if warning == manifest_dir::CONTAINMENT_UNCHECKED {
+                tracing::warn!("{warning}");
+            } else {
+                // Missing folders are normal (the default folders often do not exist).
+                tracing::debug!("{warning}");
+            }
         }
         self.stats.scans += 1;
         self.stats.last_found = scan.descriptors.len();
