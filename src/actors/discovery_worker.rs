@@ -236,7 +236,7 @@ mod tests {
     use crate::actors::discoverer::{Discoverer, DiscovererStats};
     use crate::actors::embedder::Embedder;
     use crate::actors::Inspect;
-    use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
+    use crate::core::descriptor::CapabilityDescriptor;
     use crate::core::discovery::DiscoveryFilter;
     use crate::core::dispatch_rules::Builtin;
     use crate::core::embedder::HashingEmbedder;
@@ -246,22 +246,7 @@ mod tests {
     use crate::core::text::embedding_text;
 
     fn tool(name: &str, description: &str) -> CapabilityDescriptor {
-        CapabilityDescriptor {
-            id: format!("tool:{name}"),
-            kind: CapabilityKind::Tool,
-            name: name.into(),
-            display_name: name.into(),
-            description: description.into(),
-            category: "ops".into(),
-            tags: vec![],
-            required_secrets: vec![],
-            required_tools: vec![],
-            available: true,
-            has_side_effects: None,
-            full_schema: None,
-            full_content: None,
-            definition_ref: DefinitionRef::Builtin,
-        }
+        crate::core::descriptor::test_tool(name, description)
     }
 
     /// A few capabilities as catalog `version`, published into `cell` with their graph.

@@ -1,28 +1,13 @@
 //! Helpers for the actors' unit tests: descriptors to index, and a fake
 //! recipient that keeps what it is sent.
 
-use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
+use crate::core::descriptor::CapabilityDescriptor;
 use actix::prelude::*;
 use std::sync::{Arc, Mutex};
 
 /// A tool `tool:<name>` with `description`.
 pub fn tool(name: &str, description: &str) -> CapabilityDescriptor {
-    CapabilityDescriptor {
-        id: format!("tool:{name}"),
-        kind: CapabilityKind::Tool,
-        name: name.into(),
-        display_name: name.into(),
-        description: description.into(),
-        category: "ops".into(),
-        tags: vec![],
-        required_secrets: vec![],
-        required_tools: vec![],
-        available: true,
-        has_side_effects: None,
-        full_schema: None,
-        full_content: None,
-        definition_ref: DefinitionRef::Builtin,
-    }
+    crate::core::descriptor::test_tool(name, description)
 }
 
 /// An actor that keeps every `M` it is sent, for a test to read.

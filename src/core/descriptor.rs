@@ -144,6 +144,27 @@ pub fn display_name_from(name: &str) -> String {
         .join(" ")
 }
 
+/// A tool `tool:<name>` with `description` in category `ops`, for tests anywhere in the crate.
+#[cfg(test)]
+pub(crate) fn test_tool(name: &str, description: &str) -> CapabilityDescriptor {
+    CapabilityDescriptor {
+        id: format!("tool:{name}"),
+        kind: CapabilityKind::Tool,
+        name: name.into(),
+        display_name: name.into(),
+        description: description.into(),
+        category: "ops".into(),
+        tags: vec![],
+        required_secrets: vec![],
+        required_tools: vec![],
+        available: true,
+        has_side_effects: None,
+        full_schema: None,
+        full_content: None,
+        definition_ref: DefinitionRef::Builtin,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,26 +276,10 @@ pub fn restore(
 mod tests {
     use super::*;
     use crate::core::catalog::{plan_change, ChangeMode};
-    use crate::core::descriptor::{CapabilityKind, DefinitionRef};
     use proptest::prelude::*;
 
     fn tool(name: &str, description: &str) -> CapabilityDescriptor {
-        CapabilityDescriptor {
-            id: format!("tool:{name}"),
-            kind: CapabilityKind::Tool,
-            name: name.into(),
-            display_name: name.into(),
-            description: description.into(),
-            category: "ops".into(),
-            tags: vec![],
-            required_secrets: vec![],
-            required_tools: vec![],
-            available: true,
-            has_side_effects: None,
-            full_schema: None,
-            full_content: None,
-            definition_ref: DefinitionRef::Builtin,
-        }
+        crate::core::descriptor::test_tool(name, description)
     }
 
     fn kept_for(model_id: &str, descriptor: &CapabilityDescriptor, vector: Vec<f32>) -> KeptVector {
