@@ -5,7 +5,8 @@
 use crate::actors::indexer::{Refused, SyncCapabilities, SyncReport};
 use crate::actors::Inspect;
 use crate::core::catalog::MANIFESTS_ORIGIN;
-use crate::core::descriptor::{CapabilityDescriptor, DefinitionRef};
+use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::manifest::{keep_last_good, LastGood};
 use crate::folders::manifest_dir::{self, ScanLimits, ScanReport};
 use actix::prelude::*;
 use notify_debouncer_full::notify::{EventKind, RecursiveMode};
@@ -65,22 +66,12 @@ impl Handler<ScanManifests> for Scanner {
 
     fn handle(&mut self, _: ScanManifests, _: &mut SyncContext<Self>) -> Self::Result {
         let scan = manifest_dir::scan_with_refusals(&self.dirs, self.limits);
-        let mut offered = scan.descriptors.clone();
-        let mut last_good: HashMap<String, CapabilityDescriptor> = HashMap::new();
-        for descriptor in &scan.descriptors {
-            if let DefinitionRef::Manifest { manifest_path } = &descriptor.definition_ref {
-                last_good.insert(manifest_path.clone(), descriptor.clone());
-            }
-        }
-        for refusal in &scan.refused {
-            if let Some(previous) = self.last_good.get(&refusal.manifest_path) {
-                if !offered.iter().any(|d| d.id == previous.id) {
-                    offered.push(previous.clone());
-                    last_good.insert(refusal.manifest_path.clone(), previous.clone());
-                }
-            }
-        }
-        self.last_good = last_good;
+        let LastGood { offered, by_path } = keep_last_good(
+            &scan.descriptors,
+            scan.refused.iter().map(|refusal| refusal.manifest_path.as_str()),
+            &self.last_good,
+        );
+        self.last_good = by_path;
         for refusal in &scan.refused {
             tracing::warn!(manifest = %refusal.manifest_path, field = %refusal.field, problem = %refusal.problem, "capability refused");
         }

@@ -7,6 +7,7 @@
 
 use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 
 /// The largest manifest capdex reads, in bytes.
 pub const MAX_MANIFEST_BYTES: u64 = 256 * 1024;
@@ -265,9 +266,70 @@ fn string_list(map: &Map<String, Value>, field: &str) -> Result<Vec<String>, Man
     }
 }
 
+/// What a scan offers the index, and what it remembers for the next scan.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LastGood {
+    /// The descriptors to offer: those found, plus the last good one of each manifest now refused.
+    pub offered: Vec<CapabilityDescriptor>,
+    /// The last valid descriptor of each manifest path, for the next scan.
+    pub by_path: HashMap<String, CapabilityDescriptor>,
+}
+
+/// Keeps a manifest that turned invalid indexed with its last valid descriptor
+/// (`previous`, by manifest path) until it is fixed or deleted; `refused_paths`
+/// are the manifest paths this scan refused. A deleted manifest is forgotten.
+pub fn keep_last_good<'a>(
+    found: &[CapabilityDescriptor],
+    refused_paths: impl IntoIterator<Item = &'a str>,
+    previous: &HashMap<String, CapabilityDescriptor>,
+) -> LastGood {
+    let mut offered = found.to_vec();
+    let mut by_path = HashMap::new();
+    for descriptor in found {
+        if let DefinitionRef::Manifest { manifest_path } = &descriptor.definition_ref {
+            by_path.insert(manifest_path.clone(), descriptor.clone());
+        }
+    }
+    for path in refused_paths {
+        if let Some(kept) = previous.get(path) {
+            if !offered.iter().any(|d| d.id == kept.id) {
+                offered.push(kept.clone());
+                by_path.insert(path.to_string(), kept.clone());
+            }
+        }
+    }
+    LastGood { offered, by_path }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn from_manifest(name: &str, path: &str) -> CapabilityDescriptor {
+        let mut descriptor = crate::core::descriptor::test_tool(name, "does a thing");
+        descriptor.definition_ref = DefinitionRef::Manifest { manifest_path: path.into() };
+        descriptor
+    }
+
+    #[test]
+    fn a_refused_manifest_keeps_its_last_good_descriptor_and_a_deleted_one_is_forgotten() {
+        let gauge = from_manifest("gauge", "/c/gauge/CAPABILITY.yaml");
+        let meter = from_manifest("meter", "/c/meter/CAPABILITY.yaml");
+        let first = keep_last_good(&[gauge.clone(), meter.clone()], [], &HashMap::new());
+        assert_eq!(first.offered, [gauge.clone(), meter.clone()]);
+        assert_eq!(first.by_path.len(), 2);
+        // gauge turns invalid: still offered as it was; meter is deleted: gone.
+        let second = keep_last_good(&[], ["/c/gauge/CAPABILITY.yaml"], &first.by_path);
+        assert_eq!(second.offered, std::slice::from_ref(&gauge));
+        assert_eq!(second.by_path.keys().collect::<Vec<_>>(), ["/c/gauge/CAPABILITY.yaml"]);
+        // A refused path never read valid offers nothing; a valid twin's id is not offered twice.
+        let third = keep_last_good(
+            std::slice::from_ref(&gauge),
+            ["/c/new/CAPABILITY.yaml", "/c/gauge/CAPABILITY.yaml"],
+            &second.by_path,
+        );
+        assert_eq!(third.offered, [gauge]);
+    }
 
     fn refused(text: &str) -> (String, String) {
         let problem = parse(text).unwrap_err();

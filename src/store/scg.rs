@@ -14,7 +14,7 @@
 use super::{all, get, put, Store, StoreError};
 use crate::core::scg::align::Links;
 use crate::core::scg::memory::Note;
-use crate::core::scg::model::SourceGraph;
+pub use crate::core::scg::model::StoredSource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -22,17 +22,6 @@ const SCG_SOURCES: &str = "scg_sources";
 const SCG_LINKS: &str = "scg_links";
 const LINKS_KEY: &str = "all";
 const SCG_MEMORY: &str = "scg_memory";
-
-/// One mapped source as stored.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredSource {
-    pub graph: SourceGraph,
-    /// Workspaces that enabled this source.
-    pub workspaces: Vec<String>,
-    /// Unix milliseconds of the last map.
-    pub mapped_at_ms: u64,
-}
 
 /// Cross-source links and the sources (id → drift hash) they were computed from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

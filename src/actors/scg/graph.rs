@@ -15,6 +15,7 @@ use crate::actors::Inspect;
 use crate::core::embedder::{Embed, HashingEmbedder};
 use crate::core::scg::align::{Links, TypeAligner};
 use crate::core::scg::memory::{self, Deposit, Deposited, MemoryError, Note};
+use crate::core::scg::model::{replace_source, Replaced};
 use crate::core::scg::model::{EdgeKind, SourceGraph};
 use crate::core::scg::pipeline::{kind_counts, LinkCounts, MapReport, Phase, ScgEvent};
 use crate::core::scg::route::{MemoryView, Observation, RouteAnswer, RouteIndex, Scope};
@@ -147,17 +148,8 @@ impl Handler<Finalize> for ScgGraph {
             (graph.nodes.len(), graph.edges.len(), graph.kind, graph.drift_hash.clone());
         // Link over what is stored, with this source in place of its earlier map.
         let stored = self.loaded()?.sources.clone();
-        let previous = stored.iter().find(|source| source.graph.source_id == source_id);
-        let changed = previous.is_none_or(|previous| previous.graph.drift_hash != drift_hash);
-        let mut enabled: Vec<String> = previous.map(|previous| previous.workspaces.clone()).unwrap_or_default();
-        enabled.extend(workspaces);
-        enabled.sort();
-        enabled.dedup();
-        let record = StoredSource { graph, workspaces: enabled.clone(), mapped_at_ms: now_ms() };
-        let mut sources: Vec<StoredSource> =
-            stored.into_iter().filter(|source| source.graph.source_id != source_id).collect();
-        let at = sources.partition_point(|source| source.graph.source_id < source_id);
-        sources.insert(at, record);
+        let Replaced { sources, at, changed } = replace_source(stored, graph, workspaces, now_ms());
+        let enabled = sources[at].workspaces.clone();
         let links = progress.phase(Phase::Link, &mut phase_ms, || {
             let links = link(&sources);
             let counts = LinkCounts::of(&links);

@@ -321,9 +321,77 @@ impl SourceGraph {
     }
 }
 
+/// One mapped source as it is kept: its graph, the workspaces that enabled it, when it was mapped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredSource {
+    pub graph: SourceGraph,
+    /// Workspaces that enabled this source.
+    pub workspaces: Vec<String>,
+    /// Unix milliseconds of the last map.
+    pub mapped_at_ms: u64,
+}
+
+/// The mapped sources after one source was (re-)mapped into them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replaced {
+    /// Every source, sorted by id, the new one in place of its earlier map.
+    pub sources: Vec<StoredSource>,
+    /// Where the new one is in `sources`.
+    pub at: usize,
+    /// False when the source was mapped before with the same drift hash.
+    pub changed: bool,
+}
+
+/// Puts `graph` in place of its earlier map among `stored` (sorted by source id):
+/// its workspaces are those that enabled it before plus `workspaces`, sorted and
+/// without repeats, so a re-map never disables a source anywhere.
+pub fn replace_source(stored: Vec<StoredSource>, graph: SourceGraph, workspaces: Vec<String>, now_ms: u64) -> Replaced {
+    let previous = stored.iter().find(|source| source.graph.source_id == graph.source_id);
+    let changed = previous.is_none_or(|previous| previous.graph.drift_hash != graph.drift_hash);
+    let mut enabled: Vec<String> = previous.map(|previous| previous.workspaces.clone()).unwrap_or_default();
+    enabled.extend(workspaces);
+    enabled.sort();
+    enabled.dedup();
+    let mut sources: Vec<StoredSource> =
+        stored.into_iter().filter(|source| source.graph.source_id != graph.source_id).collect();
+    let at = sources.partition_point(|source| source.graph.source_id < graph.source_id);
+    sources.insert(at, StoredSource { graph, workspaces: enabled, mapped_at_ms: now_ms });
+    Replaced { sources, at, changed }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn source(id: &str, drift: &str, workspaces: &[&str]) -> StoredSource {
+        let graph = SourceGraph {
+            source_id: id.into(),
+            kind: SourceKind::Mcp,
+            drift_hash: drift.into(),
+            nodes: vec![],
+            edges: vec![],
+            recipes: vec![],
+        };
+        StoredSource { graph, workspaces: workspaces.iter().map(|w| w.to_string()).collect(), mapped_at_ms: 1 }
+    }
+
+    #[test]
+    fn a_remap_replaces_in_order_and_keeps_every_workspace() {
+        let stored = vec![source("a", "h1", &["w1"]), source("c", "h3", &[])];
+        let fresh = source("b", "h2", &[]).graph;
+        let added = replace_source(stored.clone(), fresh, vec!["w2".into()], 9);
+        let ids: Vec<&str> = added.sources.iter().map(|s| s.graph.source_id.as_str()).collect();
+        assert_eq!((ids, added.at, added.changed), (vec!["a", "b", "c"], 1, true));
+        assert_eq!((added.sources[1].workspaces.clone(), added.sources[1].mapped_at_ms), (vec!["w2".to_string()], 9));
+
+        let same = replace_source(stored.clone(), source("a", "h1", &[]).graph, vec!["w0".into(), "w1".into()], 9);
+        assert_eq!((same.sources.len(), same.at, same.changed), (2, 0, false));
+        assert_eq!(same.sources[0].workspaces, ["w0", "w1"]);
+
+        let drifted = replace_source(stored, source("c", "h4", &[]).graph, vec![], 9);
+        assert_eq!((drifted.at, drifted.changed, drifted.sources[1].graph.drift_hash.as_str()), (1, true, "h4"));
+    }
 
     #[test]
     fn node_ids_follow_the_contract() {
