@@ -4,26 +4,13 @@
 use super::error::{at_most, in_range, InvalidKind, InvalidSetting};
 use serde::Deserialize;
 
-/// `[jetstream]` as written; every key is documented in `config/capdex.toml`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawJetStream {
-    pub enabled: bool,
-    pub index_stream: String,
-    pub index_max_age_ms: u64,
-    pub outcome_stream: String,
-    pub outcome_max_age_ms: u64,
-    pub outcome_consumer: String,
-    pub events_stream: String,
-    pub node_name: String,
-    pub replicas: usize,
-    pub duplicate_window_ms: u64,
-    pub apply_timeout_ms: u64,
-    pub outcome_max_in_flight: usize,
-}
+/// `[jetstream]` as written is already its settings: `from_raw` only checks it.
+pub type RawJetStream = JetStreamSettings;
 
-/// JetStream: the index mutation log and the outcome stream (see `gateway::jetstream`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// JetStream: the index mutation log and the outcome stream (see `gateway::jetstream`);
+/// every key is documented in `config/capdex.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JetStreamSettings {
     pub enabled: bool,
     pub index_stream: String,
@@ -96,20 +83,7 @@ impl JetStreamSettings {
         in_range("jetstream.duplicate_window_ms", raw.duplicate_window_ms, 1_000..=86_400_000)?;
         in_range("jetstream.apply_timeout_ms", raw.apply_timeout_ms, 100..=600_000)?;
         in_range("jetstream.outcome_max_in_flight", raw.outcome_max_in_flight, 1..=65_536)?;
-        Ok(JetStreamSettings {
-            enabled: raw.enabled,
-            index_stream: raw.index_stream,
-            index_max_age_ms: raw.index_max_age_ms,
-            outcome_stream: raw.outcome_stream,
-            outcome_max_age_ms: raw.outcome_max_age_ms,
-            outcome_consumer: raw.outcome_consumer,
-            events_stream: raw.events_stream,
-            node_name: raw.node_name,
-            replicas: raw.replicas,
-            duplicate_window_ms: raw.duplicate_window_ms,
-            apply_timeout_ms: raw.apply_timeout_ms,
-            outcome_max_in_flight: raw.outcome_max_in_flight,
-        })
+        Ok(raw)
     }
 }
 
