@@ -12,6 +12,7 @@
 //! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream);
 //! - [`registration`]: a runtime's registration applied through the Indexer (for [`app`] and [`replication`]);
 //! - [`clock`]: the wall clock, in epoch milliseconds;
+//! - [`tls`]: the TLS crypto provider every HTTPS client uses;
 //! - [`dispatch_cli`]: the dispatch admin requests and the `capdex dispatch`, `capability`, `binding`, `approval` commands.
 
 pub mod actors;
@@ -29,3 +30,4 @@ pub mod registration;
 pub mod replication;
 pub mod store;
 pub mod telemetry;
+pub mod tls;

@@ -132,6 +132,7 @@ impl HttpEmbedder {
     fn client(&self) -> Result<&reqwest::blocking::Client, EmbedError> {
         self.client
             .get_or_init(|| {
+                crate::tls::install_provider();
                 reqwest::blocking::Client::builder()
                     .timeout(self.config.timeout)
                     .connect_timeout(self.config.timeout)

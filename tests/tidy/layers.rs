@@ -19,11 +19,13 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("store", &["core"]),
     ("gateway", &["core", "config"]),
     ("folders", &["core"]),
-    ("embedders", &["core", "config"]),
+    ("embedders", &["core", "config", "tls"]),
     ("config", &["core"]),
     ("telemetry", &["config"]),
+    // The TLS provider: a leaf every HTTPS client may call.
+    ("tls", &[]),
     // The actors drive the core through the adapters.
-    ("actors", &["core", "store", "gateway", "folders", "embedders", "config", "telemetry"]),
+    ("actors", &["core", "store", "gateway", "folders", "embedders", "config", "telemetry", "tls"]),
     // Wiring and front ends.
     ("registration", &["core", "actors", "gateway"]),
     ("replication", &["core", "actors", "gateway", "store", "config", "registration", "clock"]),
@@ -45,6 +47,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "replication",
             "dispatch_cli",
             "clock",
+            "tls",
         ],
     ),
     (
@@ -65,6 +68,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "bench",
             "app",
             "clock",
+            "tls",
         ],
     ),
 ];
@@ -89,6 +93,7 @@ pub const EXTERNAL_RULES: &[(&[&str], Allowed)] = &[
     (&["notify"], Allowed::NotIn(&["core"])),
     (&["notify_debouncer_full"], Allowed::NotIn(&["core"])),
     (&["reqwest"], Allowed::NotIn(&["core"])),
+    (&["rustls"], Allowed::Only(&["tls"])),
     (&["std", "fs"], Allowed::NotIn(&["core"])),
     (&["std", "net"], Allowed::NotIn(&["core"])),
     (&["std", "process"], Allowed::NotIn(&["core"])),

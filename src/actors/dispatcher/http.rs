@@ -60,6 +60,7 @@ async fn http_call(
     if let Err(refusal) = ssrf::check_addresses(&ips, &allowlist) {
         return CallResult::fail(ErrorCode::TargetRefused, refusal.to_string());
     }
+    crate::tls::install_provider();
     let client = match reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
