@@ -24,6 +24,7 @@ pub mod registration;
 pub mod reindex;
 pub mod retrieval;
 pub mod scg;
+pub mod sources;
 pub mod static_embedder;
 pub mod text;
 pub mod tiers;

@@ -40,6 +40,8 @@ pub enum ErrorCode {
     TargetRefused,
     /// The request itself is malformed (missing agent, bad execution key).
     InvalidRequest,
+    /// The capability's source is not connected (down, failed, or still starting); nothing ran.
+    Unavailable,
 }
 
 impl ErrorCode {
@@ -56,11 +58,12 @@ impl ErrorCode {
             ErrorCode::InvalidBinding => "invalid_binding",
             ErrorCode::TargetRefused => "target_refused",
             ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::Unavailable => "unavailable",
         }
     }
 
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::UnknownCapability,
         ErrorCode::CapabilityInactive,
         ErrorCode::CapabilityDisabledForAgent,
@@ -72,6 +75,7 @@ impl ErrorCode {
         ErrorCode::InvalidBinding,
         ErrorCode::TargetRefused,
         ErrorCode::InvalidRequest,
+        ErrorCode::Unavailable,
     ];
 
     /// Reads a wire code; `None` for a code of a handler service's own.
@@ -94,7 +98,8 @@ impl ErrorCode {
                 | ErrorCode::InvalidArgs
                 | ErrorCode::InvalidBinding
                 | ErrorCode::TargetRefused
-                | ErrorCode::InvalidRequest,
+                | ErrorCode::InvalidRequest
+                | ErrorCode::Unavailable,
             ) => true,
         }
     }
