@@ -13,6 +13,7 @@
 //! | `kpi` | `c\0<capability id>`, `g` | a capability's outcome statistics, all capabilities' ([`DecayedStat`]) |
 //! | `dispatch_results` | idempotency key | the reply first given for it |
 //! | `scg_sources`, `scg_links` | see [`scg`] | the Source Capability Graph |
+//! | `sources` | see [`sources`] | live sources: settings as given and their last tools |
 //! | `jetstream` | see [`sequence`] | node name, last applied index mutation, processed outcome ids |
 //! | `dispatch_*` | see [`dispatch`] | registry, bindings, approvals, re-drive cache, provenance |
 //!
@@ -39,6 +40,7 @@
 pub mod dispatch;
 pub mod scg;
 pub mod sequence;
+pub mod sources;
 
 use crate::core::descriptor::CapabilityDescriptor;
 mod group_flush;
