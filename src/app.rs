@@ -479,6 +479,26 @@ pub async fn watch_kpis(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sends a live-sources request to the `capdex serve` on the configured NATS
+/// (`capdex source ...`) and returns its answer.
+pub async fn sources_request(
+    settings: &Settings,
+    request: crate::gateway::wire::SourcesRequest,
+) -> anyhow::Result<serde_json::Value> {
+    use crate::gateway::wire::SourcesRequest;
+    let gateway = Gateway::connect(&settings.nats).await?;
+    let subjects = gateway.subjects();
+    let (subject, body) = match request {
+        SourcesRequest::Add(body) => (subjects.sources_add(), body),
+        SourcesRequest::Remove(body) => (subjects.sources_remove(), body),
+        SourcesRequest::List => (subjects.sources_list(), serde_json::json!({})),
+        SourcesRequest::Load(body) => (subjects.sources_load(), body),
+    };
+    // An add or load waits for the source's first sync, which may start a program.
+    let timeout = std::time::Duration::from_secs(60);
+    Ok(gateway.request_json(&subject, &body, timeout).await?)
+}
+
 /// Serves on NATS until SIGINT or SIGTERM.
 pub async fn serve(settings: &Settings) -> anyhow::Result<()> {
     serve_until(settings, shutdown_signal()).await

@@ -281,6 +281,33 @@ enum Command {
         #[command(subcommand)]
         command: ApprovalCommand,
     },
+    /// Add, remove, list or load live sources (MCP servers, OpenAPI documents, SQL schemas)
+    /// of the `capdex serve` on the configured NATS.
+    ///
+    /// Example (an MCP server on stdio):
+    ///   capdex source add time.json    # {"id": "time", "kind": "mcp", "command": "mcp-server-time"}
+    ///   capdex source list
+    Source {
+        #[command(subcommand)]
+        command: SourceCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SourceCommand {
+    /// Add (or replace) a source from a JSON or YAML settings file (see docs/api.md, `sources.add`);
+    /// prints the source's state after its first sync.
+    Add { file: PathBuf },
+    /// Remove a source and its capabilities.
+    Remove { id: String },
+    /// Print every source with its state (connected, tools, last sync, last error).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Connect a lazy source now.
+    Load { id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -573,6 +600,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             print_admin(system.block_on(capdex::dispatch_cli::run_admin(&settings, request))?)
         }
+        Command::Source { command } => {
+            use capdex::gateway::wire::SourcesRequest;
+            let (request, table) = match command {
+                SourceCommand::Add { file } => (SourcesRequest::Add(capdex::dispatch_cli::read_document(&file)?), false),
+                SourceCommand::Remove { id } => (SourcesRequest::Remove(serde_json::json!({ "id": id })), false),
+                SourceCommand::List { json } => (SourcesRequest::List, !json),
+                SourceCommand::Load { id } => (SourcesRequest::Load(serde_json::json!({ "id": id })), false),
+            };
+            let answer = system.block_on(capdex::app::sources_request(&settings, request))?;
+            if table {
+                print_sources(&answer);
+                Ok(())
+            } else {
+                print_admin(answer)
+            }
+        }
         Command::Kpi { json, watch } => {
             if watch {
                 system.block_on(capdex::app::watch_kpis(&settings))
@@ -580,6 +623,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print_kpis(&capdex::app::stored_kpis(&settings, capdex::clock::epoch_ms())?, json)
             }
         }
+    }
+}
+
+/// Prints `sources.list`'s answer as a table: id, kind, state, tools, last error.
+fn print_sources(answer: &serde_json::Value) {
+    let sources = answer.get("sources").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
+    println!("{:<24} {:<8} {:<13} {:>5}  last error", "id", "kind", "state", "tools");
+    for source in &sources {
+        let text = |key: &str| source.get(key).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+        let tools = source.get("tools").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        println!("{:<24} {:<8} {:<13} {:>5}  {}", text("id"), text("kind"), text("state"), tools, text("lastError"));
     }
 }
 

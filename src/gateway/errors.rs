@@ -100,6 +100,10 @@ pub enum GatewayError {
     Endpoint { subject: String, source: async_nats::SubscribeError },
     #[error("setting {setting}: {problem}")]
     Credentials { setting: String, problem: String },
+    #[error("no answer on {subject}: {problem} (is `capdex serve` running on this NATS?)")]
+    Request { subject: String, problem: String },
+    #[error("{subject} answered {code}: {message}")]
+    Refused { subject: String, code: String, message: String },
 }
 
 #[cfg(test)]

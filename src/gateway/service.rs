@@ -102,6 +102,14 @@ pub trait Api: 'static {
         let _ = request;
         Box::pin(async { Err(ApiError::not_implemented("dispatch administration is not served here")) })
     }
+    /// Live sources: add, remove, list, load.
+    fn sources(
+        &self,
+        request: crate::gateway::wire::SourcesRequest,
+    ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
+        let _ = request;
+        Box::pin(async { Err(ApiError::not_implemented("live sources are not served here")) })
+    }
 }
 
 /// A connected gateway.
@@ -199,6 +207,10 @@ impl Gateway {
             (self.subjects.approval_wildcard("approve"), EndpointKind::Admin(AdminOp::Approve)),
             (self.subjects.approval_wildcard("reject"), EndpointKind::Admin(AdminOp::Reject)),
             (self.subjects.provenance_list(), EndpointKind::Admin(AdminOp::ListProvenance)),
+            (self.subjects.sources_add(), EndpointKind::Sources(SourcesOp::Add)),
+            (self.subjects.sources_remove(), EndpointKind::Sources(SourcesOp::Remove)),
+            (self.subjects.sources_list(), EndpointKind::Sources(SourcesOp::List)),
+            (self.subjects.sources_load(), EndpointKind::Sources(SourcesOp::Load)),
         ] {
             let endpoint = service
                 .endpoint(endpoint_kind.name(), &subject)
@@ -379,6 +391,30 @@ impl Gateway {
         })
     }
 
+    /// Sends one JSON request to a capdex endpoint and returns its JSON
+    /// answer; an error reply (`{code, message}`) is [`GatewayError::Refused`].
+    pub async fn request_json(
+        &self,
+        subject: &str,
+        body: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, GatewayError> {
+        let failed = |problem: String| GatewayError::Request { subject: subject.to_string(), problem };
+        let payload = serde_json::to_vec(body).map_err(|err| failed(err.to_string()))?;
+        let reply = tokio::time::timeout(timeout, self.client.request(subject.to_string(), payload.into()))
+            .await
+            .map_err(|_| failed(format!("timed out after {timeout:?}")))?
+            .map_err(|err| failed(err.to_string()))?;
+        let answer: serde_json::Value = serde_json::from_slice(&reply.payload)
+            .map_err(|err| failed(format!("the answer is not JSON: {err}")))?;
+        let is_error = reply.headers.as_ref().is_some_and(|headers| headers.get(NATS_SERVICE_ERROR).is_some());
+        if is_error {
+            let text = |key: &str| answer.get(key).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+            return Err(GatewayError::Refused { subject: subject.to_string(), code: text("code"), message: text("message") });
+        }
+        Ok(answer)
+    }
+
     /// Calls `on_event` with the payload of every message on `subject` (a
     /// wildcard is fine) until `shutdown` resolves.
     pub async fn watch(
@@ -424,6 +460,16 @@ enum EndpointKind {
     ScgObserve,
     ScgDeposit,
     Admin(AdminOp),
+    Sources(SourcesOp),
+}
+
+/// The live-sources endpoints.
+#[derive(Clone, Copy, Debug)]
+enum SourcesOp {
+    Add,
+    Remove,
+    List,
+    Load,
 }
 
 /// The dispatch admin endpoints.
@@ -468,6 +514,12 @@ impl EndpointKind {
                 AdminOp::Approve => "approval-approve",
                 AdminOp::Reject => "approval-reject",
                 AdminOp::ListProvenance => "provenance-list",
+            },
+            EndpointKind::Sources(op) => match op {
+                SourcesOp::Add => "sources-add",
+                SourcesOp::Remove => "sources-remove",
+                SourcesOp::List => "sources-list",
+                SourcesOp::Load => "sources-load",
             },
         }
     }
@@ -548,6 +600,18 @@ async fn handle<A: Api>(
                     AdminOp::ListProvenance => DispatchAdmin::ListProvenance(body),
                 };
                 codec.encode(&api.dispatch_admin(admin).await?)
+            }
+            EndpointKind::Sources(op) => {
+                use crate::gateway::wire::SourcesRequest;
+                let body: serde_json::Value =
+                    if empty { serde_json::json!({}) } else { codec.decode(&payload, max)? };
+                let request = match op {
+                    SourcesOp::Add => SourcesRequest::Add(body),
+                    SourcesOp::Remove => SourcesRequest::Remove(body),
+                    SourcesOp::List => SourcesRequest::List,
+                    SourcesOp::Load => SourcesRequest::Load(body),
+                };
+                codec.encode(&api.sources(request).await?)
             }
         }
     }

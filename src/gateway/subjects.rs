@@ -159,6 +159,31 @@ impl Subjects {
         format!("{}.events.scg", self.prefix)
     }
 
+    /// Live sources: add (or replace) a source.
+    pub fn sources_add(&self) -> String {
+        format!("{}.sources.add", self.prefix)
+    }
+
+    /// Live sources: remove a source and its capabilities.
+    pub fn sources_remove(&self) -> String {
+        format!("{}.sources.remove", self.prefix)
+    }
+
+    /// Live sources: every source with its state.
+    pub fn sources_list(&self) -> String {
+        format!("{}.sources.list", self.prefix)
+    }
+
+    /// Live sources: connect a lazy source now.
+    pub fn sources_load(&self) -> String {
+        format!("{}.sources.load", self.prefix)
+    }
+
+    /// Live sources: state changes (connected, synced, disconnected, failed, removed) and call progress.
+    pub fn events_sources(&self) -> String {
+        format!("{}.events.sources", self.prefix)
+    }
+
     /// The JetStream subject of index mutations (stream `jetstream.index_stream`).
     pub fn js_index(&self) -> String {
         format!("{}.js.index", self.prefix)
@@ -223,5 +248,7 @@ mod tests {
         assert_eq!(subjects.approval("ab12", "approve"), "capdex.v1.approval.ab12.approve");
         assert_eq!(subjects.exec("lookup_order"), "capdex.v1.exec.lookup_order");
         assert_eq!(subjects.events_dispatch(), "capdex.v1.events.dispatch");
+        assert_eq!(subjects.sources_add(), "capdex.v1.sources.add");
+        assert_eq!(subjects.events_sources(), "capdex.v1.events.sources");
     }
 }

@@ -640,3 +640,16 @@ pub enum DispatchAdmin {
     /// `provenance.list`: `{limit?}`.
     ListProvenance(serde_json::Value),
 }
+
+/// A live-sources request, its body as JSON (the settings are checked by `core::sources`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourcesRequest {
+    /// `sources.add`: one source's settings.
+    Add(serde_json::Value),
+    /// `sources.remove`: `{id}`.
+    Remove(serde_json::Value),
+    /// `sources.list`.
+    List,
+    /// `sources.load`: `{id}`.
+    Load(serde_json::Value),
+}
