@@ -20,6 +20,7 @@ pub mod kpi;
 pub mod scanner;
 pub mod scg;
 pub mod snapshot;
+pub mod sources;
 #[cfg(test)]
 mod test_support;
 

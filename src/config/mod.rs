@@ -7,7 +7,7 @@
 //! [`layers`] (defaults, file, environment overrides), [`environment`],
 //! [`data_dir`], [`scanning`] (capability folders), [`observability`] (logs,
 //! metrics), [`embedder`], [`discovery`], [`kpi`], [`planner`], [`nats`],
-//! [`jetstream`], [`scg`], [`dispatch`]. [`Settings::from_raw`] only composes them.
+//! [`jetstream`], [`scg`], [`dispatch`], [`sources`]. [`Settings::from_raw`] only composes them.
 //! Nothing here reads the process environment: the binary builds the
 //! [`Environment`] once, tests build it from pairs.
 
@@ -25,6 +25,7 @@ mod observability;
 mod planner;
 mod scanning;
 mod scg;
+mod sources;
 
 pub use discovery::{DiscoverySection, LexicalWeight, RawDiscovery, MAX_DISCOVERY_WORKERS};
 pub use dispatch::{DispatchSettings, RawDispatch};
@@ -68,6 +69,9 @@ pub struct RawSettings {
     pub scg: RawScg,
     pub jetstream: RawJetStream,
     pub dispatch: RawDispatch,
+    /// `[[sources]]`: live sources added on every start.
+    #[serde(default)]
+    pub sources: Vec<crate::core::sources::settings::SourceSettings>,
 }
 
 /// Validated settings; each actor receives only its part.
@@ -98,6 +102,8 @@ pub struct Settings {
     pub scg: ScgSettings,
     pub jetstream: JetStreamSettings,
     pub dispatch: DispatchSettings,
+    /// `[[sources]]`, checked; their files are read from `scg.map_path_roots`.
+    pub sources: Vec<crate::core::sources::settings::SourceSettings>,
 }
 
 impl Settings {
@@ -160,6 +166,7 @@ impl Settings {
             jetstream: JetStreamSettings::from_raw(raw.jetstream)?,
             scg: ScgSettings::from_raw(raw.scg)?,
             dispatch: DispatchSettings::from_raw(raw.dispatch)?,
+            sources: sources::sources_from_raw(raw.sources)?,
         })
     }
 }

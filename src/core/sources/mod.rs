@@ -9,6 +9,8 @@
 //! (`upstream`), keep sources and their state (`actors::sources`), and run
 //! calls (`actors::dispatcher` through [`SourceCalls`]).
 
+pub mod settings;
+
 use crate::core::dispatch::CallResult;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -115,4 +117,27 @@ pub struct SourceCall {
 /// the sessions). Answers fast with `unavailable` when the source is down.
 pub trait SourceCalls {
     fn call(&self, call: SourceCall) -> futures::future::BoxFuture<'static, CallResult>;
+}
+
+/// The `{tools: [...]}` document (an MCP `tools/list` result) of `tools`, as
+/// the SCG's MCP mapper reads it: what a live MCP source, or a lazy source's
+/// declared tools, is mapped from.
+pub fn mcp_tool_list(tools: &[SourceTool]) -> Value {
+    let tools: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            let mut entry = serde_json::Map::new();
+            entry.insert("name".into(), Value::String(tool.name.clone()));
+            if let Some(title) = &tool.title {
+                entry.insert("title".into(), Value::String(title.clone()));
+            }
+            entry.insert("description".into(), Value::String(tool.description.clone()));
+            entry.insert("inputSchema".into(), tool.input_schema.clone());
+            if let Some(output) = &tool.output_schema {
+                entry.insert("outputSchema".into(), output.clone());
+            }
+            Value::Object(entry)
+        })
+        .collect();
+    serde_json::json!({ "tools": tools })
 }
