@@ -82,6 +82,25 @@ fn mcp_tools(document: &Value) -> Result<Vec<SourceTool>, MapError> {
     Ok(out)
 }
 
+/// Returns the MCP `tools/list` document (`{tools: [...]}`) of known tools, which
+/// the SCG's MCP mapper reads and [`tools_of`] reads back under the same names.
+pub fn mcp_document(tools: &[SourceTool]) -> Value {
+    let tools: Vec<Value> = tools
+        .iter()
+        .map(|tool| {
+            let mut entry = json!({"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema});
+            if let Some(title) = &tool.title {
+                entry["title"] = json!(title);
+            }
+            if let Some(output) = &tool.output_schema {
+                entry["outputSchema"] = output.clone();
+            }
+            entry
+        })
+        .collect();
+    json!({"tools": tools})
+}
+
 /// The MCP mapper's rule for a usable tool name.
 fn valid_mcp_name(name: &str) -> bool {
     !name.trim().is_empty() && name.len() <= 256 && !name.contains('#')
@@ -463,6 +482,17 @@ mod tests {
         assert!(tables[0].input_schema.get("required").is_none(), "every column is an optional filter");
         assert_eq!(tables[0].input_schema["properties"]["id"]["description"], "INTEGER, primary key");
         check_same_ids(SourceKind::Sql, ddl);
+    }
+
+    #[test]
+    fn known_tools_round_trip_through_their_mcp_document() {
+        let known = tools_of(SourceKind::Openapi, PETS).unwrap();
+        let text = mcp_document(&known).to_string();
+        let read = tools_of(SourceKind::Mcp, &text).unwrap();
+        assert_eq!(read.iter().map(|t| &t.name).collect::<Vec<_>>(), known.iter().map(|t| &t.name).collect::<Vec<_>>());
+        assert_eq!(read[0].input_schema, known[0].input_schema);
+        assert_eq!(read[0].title, known[0].title);
+        check_same_ids(SourceKind::Mcp, &text);
     }
 
     #[test]
