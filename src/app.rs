@@ -12,7 +12,7 @@ use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
-use crate::actors::scg::{DepositNote, MapRequest, ObserveNode, Route as ScgRoute, ScgError, SourceText};
+use crate::actors::scg::{DepositNote, ObserveNode, Route as ScgRoute, ScgError, SourceText};
 use crate::actors::{spawn_all, Actors};
 use crate::clock::epoch_ms;
 use crate::config::Settings;
@@ -24,6 +24,7 @@ use crate::gateway::service::{Api, Gateway};
 use crate::gateway::wire::{runtime_id, ListRequest, RegistrationReply, RemoveRequest};
 use crate::gateway::wire::{ApiError, Codec, DiscoverRequest, PlanReply, RecordedOutcome};
 use crate::registration::{apply_remove, apply_upsert};
+use crate::source_catalog::{Publication, SourceCatalog};
 use crate::store::Store;
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
@@ -363,21 +364,22 @@ impl Api for ActorApi {
         &self,
         request: crate::gateway::wire::ScgMapRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::pipeline::MapReport, ApiError>> {
-        let scg = self.actors.scg.clone();
+        // Mapped operations become discoverable and dispatchable under the id `route` returns.
+        let catalog = SourceCatalog::of(&self.actors);
         async move {
             let (kind, text) = request.source()?;
             let text = match text {
                 Ok(document) => SourceText::Inline(document),
                 Err(path) => SourceText::Path(path.into()),
             };
-            let map = MapRequest {
-                source_id: request.source_id,
-                kind,
-                text,
-                workspaces: request.workspaces,
-                connection: request.connection,
-            };
-            crate::actors::scg::map(&scg, map).await.map_err(scg_error)
+            let mut publication = Publication::text(&request.source_id, kind, text);
+            publication.workspaces = request.workspaces;
+            publication.connection = request.connection;
+            let published = catalog
+                .publish_source(publication)
+                .await
+                .map_err(|err| ApiError::new(err.kind(), err.to_string()))?;
+            Ok(published.report)
         }
         .boxed_local()
     }

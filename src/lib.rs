@@ -10,6 +10,7 @@
 //! - [`eval`], [`bench`]: retrieval quality on benchmark files and speed on a synthetic catalog;
 //! - [`config`], [`telemetry`], [`app`]: settings, logs and metrics, wiring;
 //! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream);
+//! - [`source_catalog`]: one source's tools published into the SCG, the catalog and the dispatch registry;
 //! - [`registration`]: a runtime's registration applied through the Indexer (for [`app`] and [`replication`]);
 //! - [`clock`]: the wall clock, in epoch milliseconds;
 //! - [`tls`]: the TLS crypto provider every HTTPS client uses;
@@ -28,6 +29,7 @@ pub mod folders;
 pub mod gateway;
 pub mod registration;
 pub mod replication;
+pub mod source_catalog;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

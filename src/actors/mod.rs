@@ -141,13 +141,14 @@ pub async fn spawn_all(
     let scg = scg::spawn(settings, &store)?;
     let kpi =
         kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(discoverer.clone().recipient()).start();
-    // Dispatch results that reached a handler feed the per-capability success statistics.
+    // Dispatch results that reached a handler feed the per-capability success statistics,
+    // under the discovery id, so the outcome prior applies to what discovery ranks.
     let kpi_for_dispatch = kpi.clone();
     dispatcher.do_send(dispatcher::AddEventSink(std::sync::Arc::new(
         move |event: &crate::core::dispatch::DispatchEvent| {
             if event.handler_ran {
                 kpi_for_dispatch.do_send(kpi::CapabilityResult {
-                    capability_id: event.slug.clone(),
+                    capability_id: event.capability_id.clone(),
                     success: event.success,
                     at_ms: event.at_ms,
                 });
@@ -159,6 +160,11 @@ pub async fn spawn_all(
         .send(indexer::SyncCapabilities::replace(BUILTIN_ORIGIN, builtins))
         .await
         .map_err(|err| SpawnError::Builtins(err.to_string()))?
+        .map_err(|err| SpawnError::Builtins(err.to_string()))?;
+    // The dispatch registry's discoverable records, now and after every change.
+    dispatcher
+        .send(dispatcher::SetCatalog(indexer.clone().recipient()))
+        .await
         .map_err(|err| SpawnError::Builtins(err.to_string()))?;
     Ok(Actors { scanner, embedder, indexer, graph_builder, discoverer, discovery, dispatcher, kpi, scg })
 }

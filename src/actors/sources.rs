@@ -533,7 +533,7 @@ fn known_tools(record: &SourceRecord) -> (Vec<SourceTool>, String) {
         (Some(document), false) => (record.tools.clone(), document.clone()),
         _ => {
             let tools = record.settings.declared_tools();
-            let document = crate::core::sources::mcp_tool_list(&tools).to_string();
+            let document = crate::core::sources::tools::mcp_document(&tools).to_string();
             (tools, document)
         }
     }

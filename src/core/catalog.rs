@@ -2,14 +2,15 @@
 //! rules for changing it.
 //!
 //! Capabilities come from *origins*: `builtin` (capdex itself), `runtime:<id>`
-//! (an agent runtime's registrations over NATS), `manifests` (the
-//! CAPABILITY.yaml folders) and `file:<path>` (a sources or catalog file given
-//! on the command line). [`plan_change`] decides what a change means without
+//! (an agent runtime's registrations over NATS), `dispatch` (the dispatch
+//! registry's discoverable records), `source:<id>` (a source's tools),
+//! `manifests` (the CAPABILITY.yaml folders) and `file:<path>` (a sources or
+//! catalog file given on the command line). [`plan_change`] decides what a change means without
 //! touching anything, so the indexer only carries the plan out.
 //!
 //! **Duplicate ids.** One id has one descriptor. When two origins offer the
 //! same id, the one of higher precedence holds it: `builtin` > `runtime:*` >
-//! `manifests` > `file:*` (a live runtime tool keeps its own schema even when a
+//! `dispatch` > `source:*` > `manifests` > `file:*` (a live runtime tool keeps its own schema even when a
 //! manifest or catalog names the same id). Among equals the current holder
 //! keeps it. A refused offer is reported as a [`Conflict`], never dropped
 //! silently; within one batch a repeated id is reported the same way.
@@ -25,6 +26,13 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const BUILTIN_ORIGIN: &str = "builtin";
 /// The origin of the CAPABILITY.yaml folders.
 pub const MANIFESTS_ORIGIN: &str = "manifests";
+/// The origin of the dispatch registry's discoverable records.
+pub const DISPATCH_ORIGIN: &str = "dispatch";
+
+/// Returns the origin of a source's tools.
+pub fn source_origin(source_id: &str) -> String {
+    format!("source:{source_id}")
+}
 
 /// Returns the origin of a runtime's registrations.
 pub fn runtime_origin(runtime_id: &str) -> String {
@@ -37,10 +45,14 @@ pub fn precedence(origin: &str) -> u8 {
         0
     } else if origin.starts_with("runtime:") {
         1
-    } else if origin == MANIFESTS_ORIGIN {
+    } else if origin == DISPATCH_ORIGIN {
         2
-    } else {
+    } else if origin.starts_with("source:") {
         3
+    } else if origin == MANIFESTS_ORIGIN {
+        4
+    } else {
+        5
     }
 }
 
@@ -230,6 +242,12 @@ mod tests {
         let plan =
             plan_change(&catalog, "file:x.json", vec![descriptor("tool:web", "catalog")], ChangeMode::Merge, &[]);
         assert!(plan.upserts.is_empty() && plan.conflicts.len() == 1);
+        let order = ["builtin", "runtime:a", DISPATCH_ORIGIN, &source_origin("pets"), MANIFESTS_ORIGIN, "file:x"];
+        let ranks: Vec<u8> = order.iter().map(|origin| precedence(origin)).collect();
+        assert!(ranks.windows(2).all(|pair| pair[0] < pair[1]), "{ranks:?}");
+        let registered = catalog(&[("tool:web", DISPATCH_ORIGIN)]);
+        let plan = plan_change(&registered, MANIFESTS_ORIGIN, vec![descriptor("tool:web", "folder")], ChangeMode::Merge, &[]);
+        assert!(plan.upserts.is_empty() && plan.conflicts[0].problem.contains("dispatch"));
     }
 
     #[test]

@@ -85,6 +85,20 @@ pub enum DefinitionRef {
     Manifest { manifest_path: String },
     /// Built into capdex itself (for example `tool:echo`).
     Builtin,
+    /// A tool or operation of a source (`core::sources`); `loadable` marks a
+    /// lazy source that is not connected now.
+    #[serde(rename_all = "camelCase")]
+    Source { source_id: String, #[serde(default)] loadable: bool },
+}
+
+impl DefinitionRef {
+    /// Returns the id of the source a capability belongs to, if it belongs to one.
+    pub fn source_id(&self) -> Option<&str> {
+        match self {
+            DefinitionRef::Source { source_id, .. } => Some(source_id),
+            _ => None,
+        }
+    }
 }
 
 /// The normalised description of one capability.
@@ -176,6 +190,17 @@ mod tests {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.as_str()));
         }
+    }
+
+    #[test]
+    fn a_source_ref_has_the_wire_shape_of_the_contract() {
+        let reference = DefinitionRef::Source { source_id: "pets".into(), loadable: true };
+        assert_eq!(
+            serde_json::to_value(&reference).unwrap(),
+            serde_json::json!({"type": "source", "sourceId": "pets", "loadable": true})
+        );
+        assert_eq!(reference.source_id(), Some("pets"));
+        assert_eq!(DefinitionRef::Builtin.source_id(), None);
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("registration", &["core", "actors", "gateway"]),
     ("replication", &["core", "actors", "gateway", "store", "config", "registration", "clock"]),
     ("dispatch_cli", &["core", "actors", "gateway", "store", "config"]),
+    ("source_catalog", &["core", "actors", "gateway"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
     ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app"]),
     (
@@ -46,6 +47,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "registration",
             "replication",
             "dispatch_cli",
+            "source_catalog",
             "clock",
             "tls",
         ],
@@ -64,6 +66,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "registration",
             "replication",
             "dispatch_cli",
+            "source_catalog",
             "eval",
             "bench",
             "app",

@@ -90,9 +90,25 @@ pub struct ListProvenance {
 }
 
 impl Handler<RegisterCapability> for Dispatcher {
-    type Result = Result<CapabilityRecord, AdminError>;
+    type Result = ResponseFuture<Result<CapabilityRecord, AdminError>>;
 
     fn handle(&mut self, msg: RegisterCapability, _: &mut Context<Self>) -> Self::Result {
+        // The reply waits for discovery to offer the change.
+        match self.register(msg) {
+            Ok(record) => {
+                let synced = self.sync_catalog();
+                Box::pin(async move {
+                    synced.await;
+                    Ok(record)
+                })
+            }
+            Err(err) => Box::pin(async move { Err(err) }),
+        }
+    }
+}
+
+impl Dispatcher {
+    fn register(&mut self, msg: RegisterCapability) -> Result<CapabilityRecord, AdminError> {
         let mut record = msg.record;
         if builtin_records().iter().any(|b| b.slug == record.slug) {
             return Err(AdminError::new(
@@ -138,14 +154,22 @@ impl Handler<ListCapabilities> for Dispatcher {
 }
 
 impl Handler<ReloadRegistry> for Dispatcher {
-    type Result = Result<usize, AdminError>;
+    type Result = ResponseFuture<Result<usize, AdminError>>;
 
     fn handle(&mut self, _: ReloadRegistry, _: &mut Context<Self>) -> Self::Result {
-        let records = Dispatcher::registry_of(&self.store)?;
-        let count = records.len();
-        self.pipeline.load_registry(records);
-        self.pipeline.load_bindings(self.store.bindings()?);
-        Ok(count)
+        let reloaded = (|| {
+            let records = Dispatcher::registry_of(&self.store)?;
+            let count = records.len();
+            self.pipeline.load_registry(records);
+            self.pipeline.load_bindings(self.store.bindings()?);
+            Ok::<usize, AdminError>(count)
+        })();
+        let synced = self.sync_catalog();
+        Box::pin(async move {
+            let count = reloaded?;
+            synced.await;
+            Ok(count)
+        })
     }
 }
 

@@ -43,7 +43,10 @@ use crate::core::dispatch::redrive::{self, CacheEntry, Completion, InFlight, Key
 use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
 use crate::core::dispatch::ssrf;
 use crate::core::dispatch::{CallResult, DispatchEvent, ErrorCode, ExecFailure, ExecRequest, ExecTransport};
+use crate::actors::indexer::SyncCapabilities;
+use crate::core::catalog::DISPATCH_ORIGIN;
 use crate::core::dispatch_rules::Builtin;
+use crate::core::sources::{SourceCall, SourceCalls};
 use crate::store::{Store, StoreError};
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -75,6 +78,34 @@ pub struct SetTransport(pub Arc<dyn ExecTransport + Send + Sync>);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct AddEventSink(pub EventSink);
+
+/// Sets what runs source capabilities (the live sources' sessions).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetSourceCalls(pub Arc<dyn SourceCalls + Send + Sync>);
+
+/// Replaces the records of one source in the pipeline's registry (in memory;
+/// not the stored registry of `capability.register`); no records withdraws them.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SetSourceRecords {
+    pub source_id: String,
+    pub records: Vec<CapabilityRecord>,
+}
+
+/// Withdraws every record of one source.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct RemoveSourceRecords {
+    pub source_id: String,
+}
+
+/// Sets the catalog the discoverable registry is synced into (origin
+/// `dispatch`), and syncs it; answers once the Indexer has applied it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetCatalog(pub Recipient<SyncCapabilities>);
+
 
 /// What the dispatcher has done.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -118,6 +149,8 @@ pub fn builtin_records() -> Vec<CapabilityRecord> {
         redaction: None,
         timeout_ms: None,
         policy_version: 1,
+        hidden: false,
+        invocation: None,
     }]
 }
 
@@ -127,6 +160,9 @@ pub struct Dispatcher {
     pipeline: Pipeline,
     handlers: HashMap<String, InProcessHandler>,
     transport: Option<Arc<dyn ExecTransport + Send + Sync>>,
+    source_calls: Option<Arc<dyn SourceCalls + Send + Sync>>,
+    /// Where the discoverable registry is synced (origin `dispatch`).
+    catalog: Option<Recipient<SyncCapabilities>>,
     sinks: Vec<EventSink>,
     env: EnvLookup,
     /// Keys claimed by calls running now, with their concurrent duplicates.
@@ -169,6 +205,8 @@ impl Dispatcher {
             pipeline,
             handlers: HashMap::from([(ECHO_HANDLER.to_string(), echo)]),
             transport: None,
+            source_calls: None,
+            catalog: None,
             sinks: Vec::new(),
             env: Arc::new(|name: &str| std::env::var(name).ok()),
             in_flight: InFlight::default(),
@@ -207,8 +245,39 @@ impl Dispatcher {
         self
     }
 
+    pub fn with_source_calls(mut self, calls: Arc<dyn SourceCalls + Send + Sync>) -> Dispatcher {
+        self.source_calls = Some(calls);
+        self
+    }
+
     fn mono_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Syncs the discoverable stored records into the catalog (origin
+    /// `dispatch`, replace mode); resolves once the Indexer has applied it.
+    pub(super) fn sync_catalog(&self) -> futures::future::BoxFuture<'static, ()> {
+        let Some(catalog) = self.catalog.clone() else { return Box::pin(async {}) };
+        let builtins: Vec<String> = builtin_records().into_iter().map(|record| record.slug).collect();
+        let descriptors = match self.store.capability_records() {
+            Ok(records) => records
+                .iter()
+                .filter(|record| record.is_discoverable() && !builtins.contains(&record.slug))
+                .map(CapabilityRecord::descriptor)
+                .collect(),
+            Err(err) => {
+                tracing::warn!(%err, "cannot read the registry to offer it to discovery");
+                return Box::pin(async {});
+            }
+        };
+        let sync = catalog.send(SyncCapabilities::replace(DISPATCH_ORIGIN, descriptors));
+        Box::pin(async move {
+            match sync.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => tracing::warn!(%err, "the registry was not offered to discovery"),
+                Err(err) => tracing::warn!(%err, "the indexer stopped"),
+            }
+        })
     }
 }
 
@@ -238,6 +307,7 @@ enum Job {
         allowlist: Vec<ssrf::Cidr>,
         timeout_ms: u64,
     },
+    Source(Arc<dyn SourceCalls + Send + Sync>, SourceCall),
 }
 
 /// A performed plan: the job and what its answer records.
@@ -295,6 +365,16 @@ impl Job {
             }
             Job::Http { target, body, webhook, allowlist, timeout_ms } => {
                 http::call(target, body, webhook, allowlist, timeout_ms).await
+            }
+            Job::Source(calls, call) => {
+                let (timeout_ms, source_id) = (call.timeout_ms, call.source_id.clone());
+                match actix_rt::time::timeout(Duration::from_millis(timeout_ms), calls.call(call)).await {
+                    Ok(result) => result,
+                    Err(_) => CallResult::fail(
+                        ErrorCode::ExecutionError,
+                        format!("source {source_id} did not answer within {timeout_ms} ms"),
+                    ),
+                }
             }
         }
     }
@@ -488,6 +568,16 @@ impl Dispatcher {
                 let allowlist = self.settings.ssrf_allowlist.clone();
                 Work { secrets, ..Work::of(Job::Http { target, body, webhook, allowlist, timeout_ms }) }
             }
+            Executor::Source(call) => match &self.source_calls {
+                Some(calls) => Work::of(Job::Source(calls.clone(), call)),
+                None => Work::done(CallResult::fail(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "source {} is not connected: this capdex runs no live sources, so {}#{} cannot be called",
+                        call.source_id, call.source_id, call.name
+                    ),
+                )),
+            },
             Executor::Unavailable(result) => Work::done(result),
         }
     }
@@ -576,6 +666,13 @@ impl Handler<Dispatch> for Dispatcher {
             Ok(key) => key,
             Err(result) => return self.answer(&call, None, *result, false, started),
         };
+        // One record answers to its slug, its discovery id and a source capability id;
+        // from here on the call names it by its slug.
+        if let Some(slug) = self.pipeline.resolve(&call.slug) {
+            if slug != call.slug {
+                call.slug = slug.to_string();
+            }
+        }
         // The re-drive cache wraps the pipeline, as in the design: a stored result is returned first.
         let mut claimed = None;
         if let Some(key) = redrive::cached_key(key, self.pipeline.record(&call.slug).map(|r| &**r)) {
@@ -613,6 +710,39 @@ impl Handler<AddEventSink> for Dispatcher {
 
     fn handle(&mut self, msg: AddEventSink, _: &mut Context<Self>) {
         self.sinks.push(msg.0);
+    }
+}
+
+impl Handler<SetSourceCalls> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetSourceCalls, _: &mut Context<Self>) {
+        self.source_calls = Some(msg.0);
+    }
+}
+
+impl Handler<SetSourceRecords> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetSourceRecords, _: &mut Context<Self>) {
+        self.pipeline.set_source_records(&msg.source_id, msg.records);
+    }
+}
+
+impl Handler<RemoveSourceRecords> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: RemoveSourceRecords, _: &mut Context<Self>) {
+        self.pipeline.set_source_records(&msg.source_id, Vec::new());
+    }
+}
+
+impl Handler<SetCatalog> for Dispatcher {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: SetCatalog, _: &mut Context<Self>) -> Self::Result {
+        self.catalog = Some(msg.0);
+        self.sync_catalog()
     }
 }
 

@@ -140,7 +140,7 @@ impl Handler<Finalize> for ScgGraph {
     type Result = Result<MapReport, ScgError>;
 
     fn handle(&mut self, Finalize(parsed): Finalize, _: &mut Context<Self>) -> Self::Result {
-        let Parsed { graph, workspaces, connection, mut phase_ms } = parsed;
+        let Parsed { graph, workspaces, connection, mut phase_ms, .. } = parsed;
         let progress = Progress { events: self.events.clone(), source_id: graph.source_id.clone() };
         let source_id = graph.source_id.clone();
         let (node_counts, edge_counts) = kind_counts(&graph);
@@ -191,6 +191,55 @@ impl Handler<Finalize> for ScgGraph {
             self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
         self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
         Ok(report)
+    }
+}
+
+/// Removes a source and its links from the graph; answers whether it was there.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<bool, ScgError>")]
+pub struct RemoveSource {
+    pub source_id: String,
+}
+
+impl Handler<RemoveSource> for ScgGraph {
+    type Result = Result<bool, ScgError>;
+
+    fn handle(&mut self, request: RemoveSource, _: &mut Context<Self>) -> Self::Result {
+        let stored = self.loaded()?.sources.clone();
+        if !stored.iter().any(|source| source.graph.source_id == request.source_id) {
+            return Ok(false);
+        }
+        let sources: Vec<StoredSource> =
+            stored.into_iter().filter(|source| source.graph.source_id != request.source_id).collect();
+        let links = link(&sources);
+        self.store.remove_source(&request.source_id)?;
+        self.store.put_links(&stored_links(&sources, &links))?;
+        self.store.flush()?;
+        let index = self.build_index(&sources, &links);
+        let (notes, note_vectors) =
+            self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
+        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
+        Ok(true)
+    }
+}
+
+/// The sources a workspace enabled, by the rule `route` uses; `None` for no
+/// workspace (every source).
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<Option<Vec<String>>, ScgError>")]
+pub struct SourcesOf {
+    pub workspace: Option<String>,
+}
+
+impl Handler<SourcesOf> for ScgGraph {
+    type Result = Result<Option<Vec<String>>, ScgError>;
+
+    fn handle(&mut self, request: SourcesOf, _: &mut Context<Self>) -> Self::Result {
+        let loaded = self.loaded()?;
+        Ok(match ScgGraph::scope(&loaded.sources, request.workspace.as_deref()) {
+            Scope::All => None,
+            Scope::Sources(sources) => Some(sources.into_iter().collect()),
+        })
     }
 }
 
@@ -315,6 +364,7 @@ mod tests {
     fn parsed(workspace: &str) -> Parsed {
         Parsed {
             graph: map_source("pets", None, PETS).unwrap(),
+            tools: Vec::new(),
             workspaces: vec![workspace.into()],
             connection: Default::default(),
             phase_ms: BTreeMap::new(),
@@ -372,5 +422,16 @@ mod tests {
         assert_eq!(observed.notes.len(), 1);
         let stats = restarted.send(Inspect::<ScgGraphStats>::new()).await.unwrap();
         assert_eq!((stats.sources, stats.notes), (1, 1));
+        let of = |workspace: Option<&str>| SourcesOf { workspace: workspace.map(String::from) };
+        assert_eq!(restarted.send(of(Some("ws2"))).await.unwrap().unwrap(), Some(vec!["pets".to_string()]));
+        assert_eq!(restarted.send(of(Some("elsewhere"))).await.unwrap().unwrap(), Some(vec![]));
+        assert_eq!(restarted.send(of(None)).await.unwrap().unwrap(), None);
+        let remove = RemoveSource { source_id: "pets".into() };
+        assert!(restarted.send(remove.clone()).await.unwrap().unwrap());
+        assert!(!restarted.send(remove).await.unwrap().unwrap(), "already gone");
+        assert_eq!(restarted.send(route(None)).await.unwrap().unwrap().sources_in_scope, 0);
+        drop(restarted);
+        let again = start(&store);
+        assert_eq!(again.send(Inspect::<ScgGraphStats>::new()).await.unwrap().sources, 0, "the removal is stored");
     }
 }

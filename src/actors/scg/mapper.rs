@@ -8,6 +8,8 @@ use crate::actors::Inspect;
 use crate::core::scg::model::{SourceGraph, SourceKind};
 use crate::core::scg::pipeline::{check_connection, path_allowed, ConnectReport, Phase, ScgEvent};
 use crate::core::scg::{map_source, valid_source_id, MapError, MAX_SOURCE_BYTES};
+use crate::core::sources::tools::tools_of;
+use crate::core::sources::SourceTool;
 use actix::prelude::*;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,6 +40,8 @@ pub struct MapRequest {
 #[derive(Debug)]
 pub struct Parsed {
     pub graph: SourceGraph,
+    /// The tools the same text offers, one per capability node (`core::sources::tools`).
+    pub tools: Vec<SourceTool>,
     pub workspaces: Vec<String>,
     pub connection: ConnectReport,
     pub phase_ms: BTreeMap<String, f64>,
@@ -130,13 +134,17 @@ impl ScgMapper {
             let bytes = text.len() as u64;
             Ok((text, [("bytes".to_string(), bytes)].into()))
         })?;
-        let graph = progress.phase(Phase::Parse, &mut phase_ms, || {
+        let (graph, tools) = progress.phase(Phase::Parse, &mut phase_ms, || {
             let graph = map_source(&source_id, kind, &text)?;
-            let counts =
-                [("nodes".to_string(), graph.nodes.len() as u64), ("edges".to_string(), graph.edges.len() as u64)];
-            Ok((graph, counts.into()))
+            let tools = tools_of(graph.kind, &text)?;
+            let counts = [
+                ("nodes".to_string(), graph.nodes.len() as u64),
+                ("edges".to_string(), graph.edges.len() as u64),
+                ("tools".to_string(), tools.len() as u64),
+            ];
+            Ok(((graph, tools), counts.into()))
         })?;
-        Ok(Parsed { graph, workspaces, connection: connect, phase_ms })
+        Ok(Parsed { graph, tools, workspaces, connection: connect, phase_ms })
     }
 }
 
@@ -179,6 +187,7 @@ mod tests {
         let mapper = SyncArbiter::start(1, move || ScgMapper::new(Vec::new(), events.clone()));
         let parsed = mapper.send(Introspect(request("pets", SourceText::Inline(PETS.into())))).await.unwrap().unwrap();
         assert_eq!(parsed.graph.source_id, "pets");
+        assert_eq!(parsed.tools.iter().map(|tool| tool.name.as_str()).collect::<Vec<_>>(), ["showPetById"]);
         assert!(!parsed.graph.nodes.is_empty());
         assert_eq!(parsed.workspaces, ["ws1"]);
         assert_eq!(parsed.phase_ms.keys().map(String::as_str).collect::<Vec<_>>(), ["connect", "introspect", "parse"]);

@@ -13,7 +13,7 @@ pub mod graph;
 pub mod mapper;
 pub mod progress;
 
-pub use graph::{DepositNote, Finalize, ObserveNode, Route, ScgGraph, ScgGraphStats};
+pub use graph::{DepositNote, Finalize, ObserveNode, RemoveSource, Route, ScgGraph, ScgGraphStats, SourcesOf};
 pub use mapper::{Introspect, MapRequest, Parsed, ScgMapper, ScgMapperStats, SourceText};
 pub use progress::ScgError;
 

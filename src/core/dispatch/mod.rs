@@ -177,8 +177,12 @@ impl CallResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DispatchEvent {
-    /// The capability's slug (the KPI actor's `capability_id`).
+    /// The capability's slug, as the registry knows it.
     pub slug: String,
+    /// The capability's discovery id (`tool:<slug>`, or a source capability's
+    /// own id): what the outcome prior credits.
+    #[serde(default)]
+    pub capability_id: String,
     pub agent_id: String,
     pub success: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -123,7 +123,12 @@ pub struct Admitted {
 
 /// The registry, bindings, rate windows and compiled argument schemas.
 pub struct Pipeline {
+    /// Every record by slug: the loaded registry and every source's records.
     registry: HashMap<String, Arc<CapabilityRecord>>,
+    /// The records `load_registry` gave (built-ins and the stored registry).
+    loaded: Vec<Arc<CapabilityRecord>>,
+    /// Each source's records, by source id (in memory only).
+    sources: std::collections::BTreeMap<String, Vec<Arc<CapabilityRecord>>>,
     bindings: HashMap<(String, String), Binding>,
     limiter: RateLimiter,
     validators: HashMap<String, (u64, Arc<jsonschema::Validator>)>,
@@ -134,6 +139,8 @@ impl Pipeline {
     pub fn new(mode: BindingMode, rate_window_ms: u64) -> Pipeline {
         Pipeline {
             registry: HashMap::new(),
+            loaded: Vec::new(),
+            sources: std::collections::BTreeMap::new(),
             bindings: HashMap::new(),
             limiter: RateLimiter::new(rate_window_ms),
             validators: HashMap::new(),
@@ -142,10 +149,47 @@ impl Pipeline {
     }
 
     /// Replaces the registry. Rate windows are kept: they belong to (slug, agent), not to a load.
+    /// Source records stay.
     pub fn load_registry(&mut self, records: impl IntoIterator<Item = CapabilityRecord>) {
-        self.registry = records.into_iter().map(|r| (r.slug.clone(), Arc::new(r))).collect();
+        self.loaded = records.into_iter().map(Arc::new).collect();
+        self.rebuild();
+    }
+
+    /// Replaces the records of source `source_id` (none withdraws them). Their
+    /// compiled schemas are dropped, so a re-published schema is the one checked.
+    pub fn set_source_records(&mut self, source_id: &str, records: Vec<CapabilityRecord>) {
+        let old = self.sources.remove(source_id).unwrap_or_default();
+        for record in old.iter().map(|r| r.slug.as_str()).chain(records.iter().map(|r| r.slug.as_str())) {
+            self.validators.remove(record);
+        }
+        if !records.is_empty() {
+            self.sources.insert(source_id.to_string(), records.into_iter().map(Arc::new).collect());
+        }
+        self.rebuild();
+    }
+
+    /// Returns the ids of the sources that have records.
+    pub fn source_ids(&self) -> Vec<String> {
+        self.sources.keys().cloned().collect()
+    }
+
+    fn rebuild(&mut self) {
+        // Source records come first, so a loaded record of the same slug (never valid
+        // as a slug, but stored data is not trusted) holds it.
+        let sources = self.sources.values().flatten();
+        self.registry = sources.chain(&self.loaded).map(|r| (r.slug.clone(), r.clone())).collect();
         let registry = &self.registry;
         self.validators.retain(|slug, (version, _)| registry.get(slug).is_some_and(|r| r.policy_version == *version));
+    }
+
+    /// Returns the slug of the record a call's `slug` field names: a slug, a
+    /// discovery id `tool:<slug>`, or a source capability id; `None` for no record.
+    pub fn resolve(&self, id: &str) -> Option<&str> {
+        if let Some(record) = self.registry.get(id) {
+            return Some(&record.slug);
+        }
+        let record = self.registry.get(id.strip_prefix("tool:")?)?;
+        (record.discovery_id() == id).then_some(record.slug.as_str())
     }
 
     /// Replaces every binding.
@@ -365,6 +409,7 @@ pub fn finish(facts: CallFacts<'_>, mut result: CallResult) -> Finished {
     };
     let event = DispatchEvent {
         slug: facts.call.slug.clone(),
+        capability_id: facts.record.map_or_else(|| facts.call.slug.clone(), CapabilityRecord::discovery_id),
         agent_id: facts.call.agent_id.clone(),
         success: result.success,
         error_code,
@@ -462,6 +507,27 @@ mod tests {
         let mut strict = Pipeline::new(BindingMode::Strict, 60_000);
         strict.load_registry([record("lookup")]);
         assert_eq!(code(strict.admit(&call("lookup", "a", ok), None, 0, 0)), "capability_disabled_for_agent");
+    }
+
+    #[test]
+    fn calls_resolve_slugs_discovery_ids_and_source_ids_to_one_record() {
+        let mut pipeline = Pipeline::new(BindingMode::Open, 60_000);
+        pipeline.load_registry([record("lookup")]);
+        let mut source = record("pets#showPet");
+        source.execution_type = crate::core::dispatch::registry::ExecutionType::Source;
+        pipeline.set_source_records("pets", vec![source.clone()]);
+        assert_eq!(pipeline.resolve("lookup"), Some("lookup"));
+        assert_eq!(pipeline.resolve("tool:lookup"), Some("lookup"));
+        assert_eq!(pipeline.resolve("pets#showPet"), Some("pets#showPet"));
+        assert_eq!(pipeline.resolve("tool:pets#showPet"), None, "a source capability has no tool: id");
+        assert_eq!(pipeline.resolve("tool:nope"), None);
+        pipeline.load_registry([record("other")]);
+        assert_eq!(pipeline.resolve("pets#showPet"), Some("pets#showPet"), "a registry reload keeps sources");
+        assert_eq!(pipeline.resolve("lookup"), None);
+        assert_eq!(pipeline.source_ids(), ["pets"]);
+        pipeline.set_source_records("pets", Vec::new());
+        assert_eq!(pipeline.resolve("pets#showPet"), None);
+        assert!(pipeline.source_ids().is_empty());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::core::dispatch::approval::{self, Approval};
 use crate::core::dispatch::pipeline::{self, AdmissionDecision, Admitted, DispatchCall, HttpTarget};
 use crate::core::dispatch::registry::{Binding, ExecutionType};
 use crate::core::dispatch::{CallResult, ErrorCode, ExecRequest};
+use crate::core::sources::{Invocation, SourceCall};
 use serde_json::Value;
 
 /// How an admitted call runs.
@@ -22,6 +23,8 @@ pub enum Executor {
     Transport { slug: String, payload: Vec<u8>, timeout_ms: u64 },
     /// An `api` request (`webhook: false`, its response is the result) or a fire-and-forget webhook POST.
     Http { target: HttpTarget, body: Value, webhook: bool, timeout_ms: u64 },
+    /// A source's tool, through the dispatcher's `SourceCalls` (bounded by `call.timeout_ms`).
+    Source(SourceCall),
     /// Nothing can run it (no transport, an invalid binding): this is the answer.
     Unavailable(CallResult),
 }
@@ -116,7 +119,34 @@ pub fn choose_executor(call: &DispatchCall, admitted: &Admitted, runners: &Runne
                 Err(result) => Executor::Unavailable(*result),
             }
         }
+        ExecutionType::Source => source_executor(call, record, timeout_ms),
     }
+}
+
+/// A source record's call; a tool mapped for discovery and routing only answers `unavailable`.
+fn source_executor(
+    call: &DispatchCall,
+    record: &crate::core::dispatch::registry::CapabilityRecord,
+    timeout_ms: u64,
+) -> Executor {
+    let name = record.slug.split_once('#').map_or(record.slug.as_str(), |(_, name)| name);
+    if record.invocation == Some(Invocation::NotCallable) {
+        return Executor::Unavailable(CallResult::fail(
+            ErrorCode::Unavailable,
+            format!(
+                "{} is mapped for discovery and routing only: source {} is not callable (capdex does not connect to databases)",
+                record.slug, record.handler
+            ),
+        ));
+    }
+    Executor::Source(SourceCall {
+        source_id: record.handler.clone(),
+        name: name.to_string(),
+        arguments: call.arguments.clone(),
+        agent_id: call.agent_id.clone(),
+        execution_id: call.execution_id.clone(),
+        timeout_ms,
+    })
 }
 
 /// What a handler receives for `call`.
@@ -171,7 +201,12 @@ mod tests {
         rec.handler = match execution_type {
             ExecutionType::Internal => "svc".into(),
             ExecutionType::Api | ExecutionType::Webhook => "https://example.com/${env:PATH_PART}".into(),
+            ExecutionType::Source => "pets".into(),
         };
+        if execution_type == ExecutionType::Source {
+            rec.slug = "pets#showPet".into();
+            rec.invocation = Some(if handler { Invocation::NotCallable } else { Invocation::Mcp { tool: "showPet".into() } });
+        }
         let has_handler = move |name: &str| handler && name == "svc";
         let env = |name: &str| (name == "PATH_PART").then(|| "x".to_string());
         let runners =
@@ -180,6 +215,7 @@ mod tests {
             Executor::InProcess { .. } => "in_process".to_string(),
             Executor::Transport { timeout_ms, .. } => format!("transport {timeout_ms}"),
             Executor::Http { webhook, target, .. } => format!("http {webhook} {}", target.url),
+            Executor::Source(call) => format!("source {} {} {}", call.source_id, call.name, call.timeout_ms),
             Executor::Unavailable(result) => result.code().unwrap_or("").to_string(),
         };
         assert_eq!(chosen, expect);
@@ -193,6 +229,8 @@ mod tests {
         check(ExecutionType::Internal, false, false, "execution_error");
         check(ExecutionType::Api, false, false, "http false https://example.com/x");
         check(ExecutionType::Webhook, true, true, "http true https://example.com/x");
+        check(ExecutionType::Source, false, false, "source pets showPet 50");
+        check(ExecutionType::Source, true, true, "unavailable");
     }
 
     #[test]

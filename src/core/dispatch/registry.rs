@@ -3,6 +3,7 @@
 //! Schema, a URL handler for `api` and `webhook`, limits in range, and no
 //! PII-processing capability without a redaction rule.
 
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::dispatch::env_template;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -17,6 +18,9 @@ pub enum ExecutionType {
     Api,
     /// A fire-and-forget HTTP POST.
     Webhook,
+    /// A tool or operation of a source (`core::sources`), run through the
+    /// source's session; made by capdex, never registered.
+    Source,
 }
 
 impl ExecutionType {
@@ -25,6 +29,7 @@ impl ExecutionType {
             ExecutionType::Internal => "internal",
             ExecutionType::Api => "api",
             ExecutionType::Webhook => "webhook",
+            ExecutionType::Source => "source",
         }
     }
 }
@@ -86,7 +91,7 @@ pub struct CapabilityRecord {
     pub execution_type: ExecutionType,
     /// internal: the handler's name (an in-process handler of that name runs
     /// in capdex, otherwise the call goes to `<prefix>.exec.<slug>`);
-    /// api and webhook: the URL.
+    /// api and webhook: the URL; source: the source id.
     #[serde(alias = "executionHandler")]
     pub handler: String,
     pub function_definition: FunctionDefinition,
@@ -114,6 +119,51 @@ pub struct CapabilityRecord {
     /// Set by capdex: 1 on register, +1 on every update. Approvals are bound to it.
     #[serde(default)]
     pub policy_version: u64,
+    /// True keeps the capability out of discovery (it stays callable).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
+    /// A source record's invocation (set by capdex; `None` for every other record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<crate::core::sources::Invocation>,
+}
+
+impl CapabilityRecord {
+    /// Returns the descriptor that offers this record to discovery (origin
+    /// `dispatch`): id `tool:<slug>`, kind tool, name, description and category
+    /// from the record (`general` when it has none), the function's parameters as Tier 2.
+    pub fn descriptor(&self) -> CapabilityDescriptor {
+        let category = if self.category.trim().is_empty() { "general" } else { self.category.trim() };
+        CapabilityDescriptor {
+            id: self.discovery_id(),
+            kind: CapabilityKind::Tool,
+            name: self.name.clone(),
+            display_name: self.name.clone(),
+            description: self.description.clone(),
+            category: category.to_string(),
+            tags: Vec::new(),
+            required_secrets: Vec::new(),
+            required_tools: Vec::new(),
+            available: self.is_active,
+            has_side_effects: None,
+            full_schema: Some(self.function_definition.parameters.clone()),
+            full_content: None,
+            definition_ref: DefinitionRef::Tool,
+        }
+    }
+
+    /// True when the registry offers this record to discovery: active, not hidden, not a source's.
+    pub fn is_discoverable(&self) -> bool {
+        self.is_active && !self.hidden && self.execution_type != ExecutionType::Source
+    }
+
+    /// Returns the capability's one discovery id: `tool:<slug>`, or a source
+    /// capability's own id (`<source_id>#<Name>`, its slug).
+    pub fn discovery_id(&self) -> String {
+        match self.execution_type {
+            ExecutionType::Source => self.slug.clone(),
+            _ => format!("tool:{}", self.slug),
+        }
+    }
 }
 
 /// An agent's binding to a capability.
@@ -213,7 +263,13 @@ pub fn validate_record(record: &CapabilityRecord) -> Result<(), RegistrationErro
         ExecutionType::Api | ExecutionType::Webhook if !looks_like_http_url(&record.handler) => {
             return Err(refuse("handler", format!("must be an http(s) URL, got {:?}", record.handler)))
         }
+        ExecutionType::Source => {
+            return Err(refuse("executionType", "source capabilities are made by capdex from their source"))
+        }
         _ => {}
+    }
+    if record.invocation.is_some() {
+        return Err(refuse("invocation", "is set by capdex for source capabilities only"));
     }
     check_limit("rateLimit", record.rate_limit)?;
     if record.approval_timeout_ms.is_some_and(|ms| ms == 0 || ms > MAX_APPROVAL_TIMEOUT_MS) {
@@ -237,8 +293,14 @@ pub fn validate_binding(
     if !valid_id(&binding.agent_id) {
         return Err(refuse("agentId", format!("must be 1-{MAX_ID_BYTES} bytes without control characters")));
     }
-    if !valid_slug(&binding.slug) {
-        return Err(refuse("slug", format!("must be 1-64 of A-Z a-z 0-9 _ -, got {:?}", binding.slug)));
+    let source_capability = binding.slug.len() <= MAX_ID_BYTES
+        && !binding.slug.chars().any(char::is_control)
+        && crate::core::sources::split_capability_id(&binding.slug).is_some();
+    if !valid_slug(&binding.slug) && !source_capability {
+        return Err(refuse(
+            "slug",
+            format!("must be 1-64 of A-Z a-z 0-9 _ - (or a source capability id), got {:?}", binding.slug),
+        ));
     }
     check_limit("customRateLimit", binding.custom_rate_limit)?;
     let config = HttpConfig::parse(&binding.custom_config).map_err(|problem| refuse("customConfig", problem))?;
@@ -324,6 +386,8 @@ pub(crate) mod tests {
             redaction: None,
             timeout_ms: None,
             policy_version: 1,
+            hidden: false,
+            invocation: None,
         }
     }
 
@@ -350,6 +414,26 @@ pub(crate) mod tests {
         schema.function_definition.parameters = json!({"type": 17});
         assert_eq!(validate_record(&schema).unwrap_err().field, "functionDefinition.parameters");
         assert_eq!(validate_record(&record("a.b")).unwrap_err().field, "slug");
+        let mut source = record("x");
+        source.execution_type = ExecutionType::Source;
+        assert_eq!(validate_record(&source).unwrap_err().field, "executionType", "never registered");
+        let mut invoked = record("x");
+        invoked.invocation = Some(crate::core::sources::Invocation::NotCallable);
+        assert_eq!(validate_record(&invoked).unwrap_err().field, "invocation");
+        assert_eq!(record("x").discovery_id(), "tool:x");
+        let descriptor = record("x").descriptor();
+        assert_eq!((descriptor.id.as_str(), descriptor.category.as_str()), ("tool:x", "test"));
+        assert_eq!(descriptor.full_schema.as_ref(), Some(&record("x").function_definition.parameters));
+        assert!(record("x").is_discoverable());
+        let mut quiet = record("x");
+        quiet.hidden = true;
+        assert!(!quiet.is_discoverable());
+        let hidden: CapabilityRecord =
+            serde_json::from_value(json!({"slug": "h", "name": "h", "executionType": "internal", "handler": "svc",
+                "functionDefinition": {"name": "h"}, "hidden": true}))
+            .unwrap();
+        assert!(hidden.hidden);
+        assert!(!serde_json::to_string(&record("x")).unwrap().contains("hidden"), "false is left out");
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub fn map_source(source_id: &str, kind: Option<SourceKind>, text: &str) -> Resu
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -183,10 +183,12 @@ mod tests {
             let text = value.to_string();
             let _ = map_source("s", Some(SourceKind::Openapi), &text);
             let _ = map_source("s", Some(SourceKind::Mcp), &text);
+            let _ = crate::core::sources::tools::tools_of(SourceKind::Openapi, &text);
+            let _ = crate::core::sources::tools::tools_of(SourceKind::Mcp, &text);
         }
     }
 
-    fn arb_json() -> impl Strategy<Value = Value> {
+    pub(crate) fn arb_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),

@@ -1,0 +1,202 @@
+//! Wiring: publishes one source's tools into the Source Capability Graph, the
+//! catalog (origin `source:<id>`) and the dispatch registry, and withdraws
+//! them, so a source capability has one id (`<source_id>#<Name>`) in route,
+//! discovery and dispatch (`docs/live-sources.md`).
+//!
+//! [`SourceCatalog::publish_source`] maps the source through the ScgMapper and
+//! ScgGraph (the `capdex.v1.map` path), then replaces the source's descriptors
+//! in the Indexer, then its records in the Dispatcher. A source is published
+//! whole or not at all: when mapping fails, nothing has changed. Its input is
+//! a source text (a document, or a file below `scg.map_path_roots`) or an
+//! already-known tool list (a live MCP server's `tools/list`), which is mapped
+//! as the MCP document `{tools: [...]}` and kept with its own invocations.
+//!
+//! `capdex.v1.map` (`app.rs`) publishes through it; the live sources'
+//! manager is given a [`SourceCatalog`] by the wiring that starts it.
+
+use crate::actors::dispatcher::{Dispatcher, RemoveSourceRecords, SetSourceRecords};
+use crate::actors::indexer::SyncCapabilities;
+use crate::actors::scg::{Finalize, Introspect, MapRequest, RemoveSource, ScgActors, ScgError, SourceText};
+use crate::actors::Actors;
+use crate::core::catalog::source_origin;
+use crate::core::scg::model::SourceKind;
+use crate::core::scg::pipeline::MapReport;
+use crate::core::sources::tools::mcp_document;
+use crate::core::sources::{descriptor_of, record_of, SourceFacts, SourceTool};
+use crate::gateway::errors::ErrorKind;
+use actix::prelude::*;
+use std::collections::BTreeSet;
+
+/// What a source offers: its text, or its tools already known.
+#[derive(Clone, Debug)]
+pub enum SourceContent {
+    /// A source text (sent along, or a file the mapper reads below `scg.map_path_roots`).
+    Text(SourceText),
+    /// Tools already known, mapped as the MCP document `{tools: [...]}` and kept as given.
+    Tools(Vec<SourceTool>),
+}
+
+/// One source to publish.
+#[derive(Clone, Debug)]
+pub struct Publication {
+    pub source_id: String,
+    /// The kind of the text; inferred when `None`. Ignored for [`SourceContent::Tools`].
+    pub kind: Option<SourceKind>,
+    pub content: SourceContent,
+    /// Workspaces that enable the source (added to those that already did).
+    pub workspaces: Vec<String>,
+    /// The descriptors' category; the source id when `None`.
+    pub category: Option<String>,
+    /// Tags every descriptor carries (the source id is added).
+    pub tags: Vec<String>,
+    /// A lazy source that is not connected now.
+    pub loadable: bool,
+    /// The records' call timeout, in ms (`None`: `dispatch.default_timeout_ms`).
+    pub timeout_ms: Option<u64>,
+    /// A connector descriptor: checked, counted and dropped by the mapper.
+    pub connection: Option<serde_json::Value>,
+}
+
+impl Publication {
+    /// A source text of `kind` (inferred when `None`), in no workspace, with no settings.
+    pub fn text(source_id: &str, kind: Option<SourceKind>, text: SourceText) -> Publication {
+        Publication {
+            source_id: source_id.to_string(),
+            kind,
+            content: SourceContent::Text(text),
+            workspaces: Vec::new(),
+            category: None,
+            tags: Vec::new(),
+            loadable: false,
+            timeout_ms: None,
+            connection: None,
+        }
+    }
+
+    /// Tools already known (a live MCP server's `tools/list`).
+    pub fn tools(source_id: &str, tools: Vec<SourceTool>) -> Publication {
+        Publication { content: SourceContent::Tools(tools), kind: Some(SourceKind::Mcp), ..Publication::text(source_id, None, SourceText::Inline(String::new())) }
+    }
+}
+
+/// What a publication did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Published {
+    /// The SCG's map report (what `capdex.v1.map` answers).
+    pub report: MapReport,
+    /// The capability ids now offered, in the mapper's order.
+    pub capability_ids: Vec<String>,
+}
+
+/// Why a source was not published or withdrawn.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// Mapping failed: nothing changed.
+    #[error(transparent)]
+    Scg(#[from] ScgError),
+    /// The SCG has the source, but the catalog did not take its descriptors.
+    #[error("source {source_id} is mapped but not offered to discovery: {problem}")]
+    Catalog { source_id: String, problem: String },
+}
+
+impl PublishError {
+    /// Returns its kind, for the gateway's table.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            PublishError::Scg(err) => err.kind(),
+            PublishError::Catalog { .. } => ErrorKind::Internal,
+        }
+    }
+}
+
+/// The actors a source is published into.
+#[derive(Clone)]
+pub struct SourceCatalog {
+    scg: ScgActors,
+    indexer: Recipient<SyncCapabilities>,
+    dispatcher: Addr<Dispatcher>,
+}
+
+impl SourceCatalog {
+    /// Publishes into `actors`' SCG, Indexer and Dispatcher.
+    pub fn of(actors: &Actors) -> SourceCatalog {
+        SourceCatalog {
+            scg: actors.scg.clone(),
+            indexer: actors.indexer.clone().recipient(),
+            dispatcher: actors.dispatcher.clone(),
+        }
+    }
+
+    /// Maps one source into the SCG, then offers its tools to discovery
+    /// (origin `source:<id>`, replacing what it offered) and to dispatch.
+    pub async fn publish_source(&self, publication: Publication) -> Result<Published, PublishError> {
+        let Publication { source_id, kind, content, workspaces, category, tags, loadable, timeout_ms, connection } =
+            publication;
+        let (kind, text, given) = match content {
+            SourceContent::Text(text) => (kind, text, None),
+            SourceContent::Tools(tools) => {
+                (Some(SourceKind::Mcp), SourceText::Inline(mcp_document(&tools).to_string()), Some(tools))
+            }
+        };
+        let unavailable = |err: MailboxError| ScgError::Unavailable(err.to_string());
+        let request = MapRequest { source_id: source_id.clone(), kind, text, workspaces, connection };
+        let parsed = self.scg.mapper.send(Introspect(request)).await.map_err(unavailable)??;
+        let tools = match given {
+            // The given tools, under the names the mapper kept (one per name).
+            Some(given) => {
+                let mapped: BTreeSet<&str> = parsed.tools.iter().map(|tool| tool.name.as_str()).collect();
+                let mut seen = BTreeSet::new();
+                given
+                    .into_iter()
+                    .filter(|tool| mapped.contains(tool.name.as_str()) && seen.insert(tool.name.clone()))
+                    .collect()
+            }
+            None => parsed.tools.clone(),
+        };
+        let report = self.scg.graph.send(Finalize(parsed)).await.map_err(unavailable)??;
+        let facts = SourceFacts {
+            source_id: &source_id,
+            category: category.as_deref(),
+            tags: &tags,
+            loadable,
+            timeout_ms,
+        };
+        let descriptors: Vec<_> = tools.iter().map(|tool| descriptor_of(&facts, tool)).collect();
+        let capability_ids = descriptors.iter().map(|descriptor| descriptor.id.clone()).collect();
+        let records = tools.iter().map(|tool| record_of(&facts, tool)).collect();
+        self.offer(&source_id, descriptors).await?;
+        self.dispatcher
+            .send(SetSourceRecords { source_id: source_id.clone(), records })
+            .await
+            .map_err(|err| PublishError::Catalog { source_id, problem: format!("the dispatcher stopped: {err}") })?;
+        Ok(Published { report, capability_ids })
+    }
+
+    /// Removes a source from the SCG, the catalog and the dispatch registry;
+    /// answers whether the SCG had it.
+    pub async fn withdraw_source(&self, source_id: &str) -> Result<bool, PublishError> {
+        let unavailable = |err: MailboxError| ScgError::Unavailable(err.to_string());
+        let removed =
+            self.scg.graph.send(RemoveSource { source_id: source_id.to_string() }).await.map_err(unavailable)??;
+        self.offer(source_id, Vec::new()).await?;
+        self.dispatcher.send(RemoveSourceRecords { source_id: source_id.to_string() }).await.map_err(|err| {
+            PublishError::Catalog { source_id: source_id.to_string(), problem: format!("the dispatcher stopped: {err}") }
+        })?;
+        Ok(removed)
+    }
+
+    async fn offer(
+        &self,
+        source_id: &str,
+        descriptors: Vec<crate::core::descriptor::CapabilityDescriptor>,
+    ) -> Result<(), PublishError> {
+        let failed = |problem: String| PublishError::Catalog { source_id: source_id.to_string(), problem };
+        let sync = SyncCapabilities::replace(&source_origin(source_id), descriptors);
+        let report = self.indexer.send(sync).await.map_err(|err| failed(err.to_string()))?;
+        let report = report.map_err(|err| failed(err.to_string()))?;
+        if let Some(conflict) = report.conflicts.first() {
+            tracing::warn!(source_id, id = %conflict.id, problem = %conflict.problem, "a source capability was not indexed");
+        }
+        Ok(())
+    }
+}
