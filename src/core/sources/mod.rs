@@ -9,6 +9,9 @@
 //! (`upstream`), keep sources and their state (`actors::sources`), and run
 //! calls (`actors::dispatcher` through [`SourceCalls`]).
 
+pub mod request;
+pub mod settings;
+
 use crate::core::dispatch::CallResult;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
