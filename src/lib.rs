@@ -14,6 +14,7 @@
 //! - [`registration`]: a runtime's registration applied through the Indexer (for [`app`] and [`replication`]);
 //! - [`clock`]: the wall clock, in epoch milliseconds;
 //! - [`tls`]: the TLS crypto provider every HTTPS client uses;
+//! - [`upstream`]: live sources' outside ends: MCP client sessions, OpenAPI documents and calls over HTTP;
 //! - [`dispatch_cli`]: the dispatch admin requests and the `capdex dispatch`, `capability`, `binding`, `approval` commands.
 
 pub mod actors;
@@ -33,3 +34,4 @@ pub mod source_catalog;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod upstream;

@@ -24,6 +24,8 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("telemetry", &["config"]),
     // The TLS provider: a leaf every HTTPS client may call.
     ("tls", &[]),
+    // Live sources' outside ends: MCP client sessions, OpenAPI documents, HTTP calls.
+    ("upstream", &["core", "tls"]),
     // The actors drive the core through the adapters.
     ("actors", &["core", "store", "gateway", "folders", "embedders", "config", "telemetry", "tls"]),
     // Wiring and front ends.
@@ -97,6 +99,8 @@ pub const EXTERNAL_RULES: &[(&[&str], Allowed)] = &[
     (&["notify_debouncer_full"], Allowed::NotIn(&["core"])),
     (&["reqwest"], Allowed::NotIn(&["core"])),
     (&["rustls"], Allowed::Only(&["tls"])),
+    // Only the upstream adapter (client) and the MCP face (server) speak MCP.
+    (&["rmcp"], Allowed::Only(&["upstream", "mcp"])),
     (&["std", "fs"], Allowed::NotIn(&["core"])),
     (&["std", "net"], Allowed::NotIn(&["core"])),
     (&["std", "process"], Allowed::NotIn(&["core"])),

@@ -9,6 +9,7 @@
 //! (`upstream`), keep sources and their state (`actors::sources`), and run
 //! calls (`actors::dispatcher` through [`SourceCalls`]).
 
+pub mod request;
 pub mod settings;
 pub mod tools;
 

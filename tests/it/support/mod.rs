@@ -1,8 +1,10 @@
 //! Shared helpers for the integration tests: a real nats-server, `capdex serve`
-//! children killed on drop, and the fixtures below `tests/fixtures`.
+//! children killed on drop, the real MCP servers the live-source tests start
+//! (`upstreams`), and the fixtures below `tests/fixtures`.
 
 pub mod nats_server;
 pub mod serving;
+pub mod upstreams;
 
 use std::path::PathBuf;
 
