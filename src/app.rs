@@ -148,6 +148,8 @@ struct ActorApi {
     discovery: crate::core::discovery::DiscoveryConfig,
     /// Set when index mutations go through the JetStream index log.
     replication: Option<std::rc::Rc<crate::replication::Replication>>,
+    /// The live sources (`sources.*`).
+    live: Option<crate::live::LiveSources>,
 }
 
 /// How often a failed discovery is tried again before a plan falls back, and the pause between tries.
@@ -440,6 +442,13 @@ impl Api for ActorApi {
     ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
         crate::dispatch_cli::admin(self.actors.dispatcher.clone(), request).boxed_local()
     }
+
+    fn sources(
+        &self,
+        request: crate::gateway::wire::SourcesRequest,
+    ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
+        crate::live::handle(self.live.clone(), request).boxed_local()
+    }
 }
 
 fn scg_error(err: ScgError) -> ApiError {
@@ -542,6 +551,8 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
         None
     };
     let _scg_events = gateway.forward_events(gateway.subjects().events_scg(), actors.scg.events.subscribe());
+    let live = crate::live::start(settings, &store, &actors)?;
+    let _source_events = gateway.forward_events(gateway.subjects().events_sources(), live.events.subscribe());
     let dispatch_events = gateway.dispatch_event_publisher();
     actors.dispatcher.do_send(crate::actors::dispatcher::SetTransport(std::sync::Arc::new(gateway.exec_transport())));
     actors.dispatcher.do_send(crate::actors::dispatcher::AddEventSink(std::sync::Arc::new(move |event| {
@@ -557,6 +568,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
         },
         discovery: settings.discovery.clone(),
         replication,
+        live: Some(live),
     };
     gateway.serve(api, events_rx, shutdown).await?;
     Ok(())

@@ -12,6 +12,7 @@
 //! - [`replication`]: several nodes sharing the index log and the outcome stream (JetStream);
 //! - [`source_catalog`]: one source's tools published into the SCG, the catalog and the dispatch registry;
 //! - [`registration`]: a runtime's registration applied through the Indexer (for [`app`] and [`replication`]);
+//! - [`live`]: live sources wired: the SourceManager's connector over [`upstream`], its publisher over [`source_catalog`], `sources.*` requests;
 //! - [`clock`]: the wall clock, in epoch milliseconds;
 //! - [`tls`]: the TLS crypto provider every HTTPS client uses;
 //! - [`upstream`]: live sources' outside ends: MCP client sessions, OpenAPI documents and calls over HTTP;
@@ -28,6 +29,7 @@ pub mod embedders;
 pub mod eval;
 pub mod folders;
 pub mod gateway;
+pub mod live;
 pub mod registration;
 pub mod replication;
 pub mod source_catalog;

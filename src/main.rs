@@ -632,7 +632,7 @@ fn print_sources(answer: &serde_json::Value) {
     println!("{:<24} {:<8} {:<13} {:>5}  last error", "id", "kind", "state", "tools");
     for source in &sources {
         let text = |key: &str| source.get(key).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
-        let tools = source.get("tools").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let tools = source.get("toolCount").and_then(serde_json::Value::as_u64).unwrap_or(0);
         println!("{:<24} {:<8} {:<13} {:>5}  {}", text("id"), text("kind"), text("state"), tools, text("lastError"));
     }
 }

@@ -64,8 +64,9 @@ pub trait Link: Send + Sync {
     fn closed(&self) -> BoxFuture<'static, ()>;
     /// Resolves at the upstream's next `notifications/tools/list_changed`; never for a source without them.
     fn tools_changed(&self) -> BoxFuture<'static, ()>;
-    /// Lists the tools again (after a `tools_changed`).
-    fn list_tools(&self) -> BoxFuture<'static, Result<Synced, String>>;
+    /// Lists the tools again (after a `tools_changed`, or an OpenAPI URL's
+    /// refresh with `If-None-Match`); `None` when nothing changed.
+    fn list_tools(&self) -> BoxFuture<'static, Result<Option<Synced>, String>>;
 }
 
 /// What a connect or a sync found.
@@ -73,8 +74,6 @@ pub struct Synced {
     pub tools: Vec<SourceTool>,
     /// The text the SCG maps.
     pub document: String,
-    /// An OpenAPI document's `ETag`, for the next refresh.
-    pub etag: Option<String>,
 }
 
 /// A source reached: what it offers and, for callable sources, the link to call it on.
@@ -83,12 +82,10 @@ pub struct Connected {
     pub link: Option<Arc<dyn Link>>,
 }
 
-/// Connects sources (`upstream`, wired in `app`).
+/// Connects sources (over `upstream`, wired in `live`).
 pub trait Connector {
     /// Connects to (or reads) a source.
     fn connect(&self, settings: &SourceSettings) -> LocalBoxFuture<'static, Result<Connected, String>>;
-    /// Fetches an OpenAPI URL again; `None` when it did not change since `etag`.
-    fn refresh(&self, settings: &SourceSettings, etag: Option<String>) -> LocalBoxFuture<'static, Result<Option<Synced>, String>>;
 }
 
 /// Publishes a source's tools into the SCG, the catalog and the dispatch registry, whole (`source_catalog`, wired in `app`).
@@ -247,7 +244,6 @@ struct Source {
     /// Bumped on every (re)connect and removal, so a late answer of an older one is ignored.
     generation: u64,
     attempt: u32,
-    etag: Option<String>,
     /// Callers waiting for the connect in progress.
     waiters: Vec<tokio::sync::oneshot::Sender<Result<SourceStatus, String>>>,
 }
@@ -397,7 +393,6 @@ impl SourceManager {
             }
             Ok(Connected { synced, link }) => {
                 source.attempt = 0;
-                source.etag = synced.etag.clone();
                 let publish = self.publisher.publish(&source.record.settings, &synced.document, &synced.tools, false);
                 if let Some(link) = &link {
                     self.watch(id, generation, link.clone(), ctx);
@@ -466,6 +461,7 @@ impl SourceManager {
         });
     }
 
+    /// An OpenAPI source read from a URL is fetched again every `refreshIntervalMs`.
     fn schedule_refresh(&self, id: &str, generation: u64, ctx: &mut Context<Self>) {
         let Some(source) = self.sources.get(id) else { return };
         let settings = &source.record.settings;
@@ -474,16 +470,20 @@ impl SourceManager {
         }
         let id = id.to_string();
         ctx.run_later(Duration::from_millis(settings.refresh_interval_ms()), move |act, ctx| {
-            let Some(source) = act.sources.get(&id).filter(|s| s.generation == generation) else { return };
-            let refresh = act.connector.refresh(&source.record.settings, source.etag.clone());
+            if !act.sources.get(&id).is_some_and(|s| s.generation == generation) {
+                return;
+            }
+            let Some(Live::Up { link, .. }) = act.live.get(&id) else { return };
+            let listing = link.list_tools();
             let addr = ctx.address();
             ctx.spawn(
                 async move {
-                    match refresh.await {
-                        Ok(Some(synced)) => addr.do_send(Resynced { id, generation, synced: Ok(synced) }),
-                        Ok(None) => addr.do_send(Resynced { id, generation, synced: Err(None) }),
-                        Err(error) => addr.do_send(Resynced { id, generation, synced: Err(Some(error)) }),
-                    }
+                    let synced = match listing.await {
+                        Ok(Some(synced)) => Ok(synced),
+                        Ok(None) => Err(None),
+                        Err(error) => Err(Some(error)),
+                    };
+                    addr.do_send(Resynced { id, generation, synced });
                 }
                 .into_actor(act),
             );
@@ -599,7 +599,7 @@ impl Handler<AddSource> for SourceManager {
         status.last_sync_ms = record.last_sync_ms;
         let old = self.sources.insert(
             id.clone(),
-            Source { record, status, generation: 0, attempt: 0, etag: None, waiters: Vec::new() },
+            Source { record, status, generation: 0, attempt: 0, waiters: Vec::new() },
         );
         if let Some(old) = old {
             for waiter in old.waiters {
@@ -803,7 +803,11 @@ impl Handler<ToolsChanged> for SourceManager {
         let addr = ctx.address();
         ctx.spawn(
             async move {
-                let synced = listing.await.map_err(Some);
+                let synced = match listing.await {
+                    Ok(Some(synced)) => Ok(synced),
+                    Ok(None) => Err(None),
+                    Err(error) => Err(Some(error)),
+                };
                 addr.do_send(Resynced { id, generation, synced });
             }
             .into_actor(self),
@@ -836,7 +840,6 @@ impl Handler<Resynced> for SourceManager {
                 self.schedule_refresh(&id, generation, ctx);
             }
             Ok(synced) => {
-                source.etag = synced.etag.clone();
                 let link = match self.live.get(&id) {
                     Some(Live::Up { link, .. }) => Some(link),
                     _ => None,
