@@ -603,7 +603,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Source { command } => {
             use capdex::gateway::wire::SourcesRequest;
             let (request, table) = match command {
-                SourceCommand::Add { file } => (SourcesRequest::Add(capdex::dispatch_cli::read_document(&file)?), false),
+                SourceCommand::Add { file } => {
+                    (SourcesRequest::Add(capdex::dispatch_cli::read_document(&file)?), false)
+                }
                 SourceCommand::Remove { id } => (SourcesRequest::Remove(serde_json::json!({ "id": id })), false),
                 SourceCommand::List { json } => (SourcesRequest::List, !json),
                 SourceCommand::Load { id } => (SourcesRequest::Load(serde_json::json!({ "id": id })), false),

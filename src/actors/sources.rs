@@ -59,7 +59,13 @@ pub type ProgressSink = Arc<dyn Fn(Value) + Send + Sync>;
 /// A live connection to one source.
 pub trait Link: Send + Sync {
     /// Calls a tool or operation; always answers, within `timeout_ms`.
-    fn call(&self, name: &str, arguments: Value, timeout_ms: u64, progress: ProgressSink) -> BoxFuture<'static, CallResult>;
+    fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        timeout_ms: u64,
+        progress: ProgressSink,
+    ) -> BoxFuture<'static, CallResult>;
     /// Resolves when the upstream is gone (a child that exited, a closed session).
     fn closed(&self) -> BoxFuture<'static, ()>;
     /// Resolves at the upstream's next `notifications/tools/list_changed`; never for a source without them.
@@ -140,8 +146,13 @@ impl From<SettingsError> for SourcesError {
 /// One source's entry in the calls table.
 #[derive(Clone)]
 enum Live {
-    Up { link: Arc<dyn Link>, last_used_ms: Arc<AtomicU64> },
-    Down { error: String },
+    Up {
+        link: Arc<dyn Link>,
+        last_used_ms: Arc<AtomicU64>,
+    },
+    Down {
+        error: String,
+    },
     /// A lazy source not connected now: a call loads it first.
     Loadable,
 }
@@ -175,7 +186,12 @@ impl LiveSources {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn run(self: Arc<Self>, call: SourceCall, link: Arc<dyn Link>, last_used_ms: Arc<AtomicU64>) -> BoxFuture<'static, CallResult> {
+    fn run(
+        self: Arc<Self>,
+        call: SourceCall,
+        link: Arc<dyn Link>,
+        last_used_ms: Arc<AtomicU64>,
+    ) -> BoxFuture<'static, CallResult> {
         last_used_ms.store(self.now_ms(), Ordering::Relaxed);
         let events = self.events.clone();
         let source = call.source_id.clone();
@@ -244,6 +260,9 @@ struct Source {
     /// Bumped on every (re)connect and removal, so a late answer of an older one is ignored.
     generation: u64,
     attempt: u32,
+    /// The task watching its link (closing, tool-list changes); it holds a
+    /// handle on the session, so it is cancelled before the link is dropped.
+    watch: Option<SpawnHandle>,
     /// Callers waiting for the connect in progress.
     waiters: Vec<tokio::sync::oneshot::Sender<Result<SourceStatus, String>>>,
 }
@@ -345,6 +364,7 @@ impl SourceManager {
 
     /// Publishes a lazy source's known tools as loadable; nothing runs.
     fn go_idle(&mut self, id: &str, ctx: &mut Context<Self>) {
+        self.release(id, ctx);
         let Some(source) = self.sources.get_mut(id) else { return };
         source.status.state = SourceState::Idle;
         source.status.loadable = true;
@@ -359,6 +379,10 @@ impl SourceManager {
             if let Err(err) = published {
                 source.status.last_error = Some(err);
             }
+            let status = source.status.clone();
+            for waiter in source.waiters.drain(..) {
+                let _ = waiter.send(Ok(status.clone()));
+            }
             let source = &act.sources[&id];
             act.emit("idle", source, None);
         }));
@@ -371,9 +395,11 @@ impl SourceManager {
         let generation = source.generation;
         let connecting = self.connector.connect(&source.record.settings);
         let id = id.to_string();
-        ctx.spawn(connecting.into_actor(self).then(move |connected, act, ctx| {
-            act.connected(&id, generation, connected, ctx).into_actor(act)
-        }));
+        ctx.spawn(
+            connecting
+                .into_actor(self)
+                .then(move |connected, act, ctx| act.connected(&id, generation, connected, ctx).into_actor(act)),
+        );
     }
 
     /// A connect's answer: publish what it found, or mark the source down and retry later.
@@ -408,19 +434,31 @@ impl SourceManager {
     }
 
     /// Watches a link: its closing and its tool-list changes come back as messages.
-    fn watch(&self, id: &str, generation: u64, link: Arc<dyn Link>, ctx: &mut Context<Self>) {
+    fn watch(&mut self, id: &str, generation: u64, link: Arc<dyn Link>, ctx: &mut Context<Self>) {
         let addr = ctx.address();
         let (closed, changed) = (link.closed(), link.tools_changed());
-        let id = id.to_string();
-        ctx.spawn(
+        let source_id = id.to_string();
+        let handle = ctx.spawn(
             async move {
                 tokio::select! {
-                    _ = closed => addr.do_send(Closed { id, generation }),
-                    _ = changed => addr.do_send(ToolsChanged { id, generation }),
+                    _ = closed => addr.do_send(Closed { id: source_id, generation }),
+                    _ = changed => addr.do_send(ToolsChanged { id: source_id, generation }),
                 }
             }
             .into_actor(self),
         );
+        if let Some(old) = self.sources.get_mut(id).and_then(|source| source.watch.replace(handle)) {
+            ctx.cancel_future(old);
+        }
+    }
+
+    /// Lets go of a source's link: stops watching it and drops it from the
+    /// calls table, so the session ends (a stdio server's process is stopped).
+    fn release(&mut self, id: &str, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.sources.get_mut(id).and_then(|source| source.watch.take()) {
+            ctx.cancel_future(handle);
+        }
+        self.live.set(id, None);
     }
 
     /// Marks a source down: calls answer `unavailable` with `error`; a reconnect is scheduled.
@@ -597,11 +635,14 @@ impl Handler<AddSource> for SourceManager {
         };
         let mut status = new_status(&settings);
         status.last_sync_ms = record.last_sync_ms;
-        let old = self.sources.insert(
-            id.clone(),
-            Source { record, status, generation: 0, attempt: 0, waiters: Vec::new() },
-        );
+        let old = self
+            .sources
+            .insert(id.clone(), Source { record, status, generation: 0, attempt: 0, watch: None, waiters: Vec::new() });
         if let Some(old) = old {
+            if let Some(handle) = old.watch {
+                ctx.cancel_future(handle);
+            }
+            self.live.set(&id, None);
             for waiter in old.waiters {
                 let _ = waiter.send(Err("the source was replaced".into()));
             }
@@ -613,12 +654,10 @@ impl Handler<AddSource> for SourceManager {
             }
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // The waiter is answered once the source is published (lazy) or connected or failed.
+        self.sources.get_mut(&id).expect("inserted above").waiters.push(tx);
         self.start(&id, ctx);
         self.emit("added", &self.sources[&id], None);
-        if self.sources[&id].status.state == SourceState::Idle {
-            return Box::pin(fut::ready(Ok(self.sources[&id].status.clone())));
-        }
-        self.sources.get_mut(&id).expect("inserted above").waiters.push(tx);
         Box::pin(
             async move {
                 match rx.await {
@@ -642,14 +681,14 @@ pub struct RemoveSource {
 impl Handler<RemoveSource> for SourceManager {
     type Result = ResponseActFuture<Self, Result<(), SourcesError>>;
 
-    fn handle(&mut self, msg: RemoveSource, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: RemoveSource, ctx: &mut Context<Self>) -> Self::Result {
+        self.release(&msg.id, ctx);
         let Some(mut source) = self.sources.remove(&msg.id) else {
             return Box::pin(fut::ready(Err(SourcesError::NotFound(msg.id))));
         };
         for waiter in source.waiters.drain(..) {
             let _ = waiter.send(Err("the source was removed".into()));
         }
-        self.live.set(&msg.id, None);
         if let Err(err) = self.persist(&msg.id) {
             return Box::pin(fut::ready(Err(err.into())));
         }
@@ -701,7 +740,9 @@ impl Handler<LoadSource> for SourceManager {
             async move {
                 match rx.await {
                     Ok(Ok(status)) if status.state == SourceState::Connected => Ok(status),
-                    Ok(Ok(status)) => Err(SourcesError::Invalid(status.last_error.unwrap_or_else(|| "it did not connect".into()))),
+                    Ok(Ok(status)) => {
+                        Err(SourcesError::Invalid(status.last_error.unwrap_or_else(|| "it did not connect".into())))
+                    }
                     Ok(Err(why)) => Err(SourcesError::Invalid(why)),
                     Err(_) => Err(SourcesError::Invalid("the source was removed while connecting".into())),
                 }

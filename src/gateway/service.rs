@@ -405,12 +405,16 @@ impl Gateway {
             .await
             .map_err(|_| failed(format!("timed out after {timeout:?}")))?
             .map_err(|err| failed(err.to_string()))?;
-        let answer: serde_json::Value = serde_json::from_slice(&reply.payload)
-            .map_err(|err| failed(format!("the answer is not JSON: {err}")))?;
+        let answer: serde_json::Value =
+            serde_json::from_slice(&reply.payload).map_err(|err| failed(format!("the answer is not JSON: {err}")))?;
         let is_error = reply.headers.as_ref().is_some_and(|headers| headers.get(NATS_SERVICE_ERROR).is_some());
         if is_error {
             let text = |key: &str| answer.get(key).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
-            return Err(GatewayError::Refused { subject: subject.to_string(), code: text("code"), message: text("message") });
+            return Err(GatewayError::Refused {
+                subject: subject.to_string(),
+                code: text("code"),
+                message: text("message"),
+            });
         }
         Ok(answer)
     }

@@ -113,7 +113,13 @@ struct McpLink {
 }
 
 impl Link for McpLink {
-    fn call(&self, name: &str, arguments: Value, timeout_ms: u64, progress: ProgressSink) -> BoxFuture<'static, CallResult> {
+    fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        timeout_ms: u64,
+        progress: ProgressSink,
+    ) -> BoxFuture<'static, CallResult> {
         let (session, name) = (self.session.clone(), name.to_string());
         async move {
             let (sink, mut updates) = tokio::sync::mpsc::channel(16);
@@ -215,7 +221,8 @@ impl OpenApiLink {
 
 impl Link for OpenApiLink {
     fn call(&self, name: &str, arguments: Value, timeout_ms: u64, _: ProgressSink) -> BoxFuture<'static, CallResult> {
-        let operation = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).operations.get(name).cloned();
+        let operation =
+            self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).operations.get(name).cloned();
         let Some(operation) = operation else {
             let message = format!("source {} has no operation {name}", self.settings.id);
             return futures::future::ready(CallResult::fail(ErrorCode::UnknownCapability, message)).boxed();
@@ -226,7 +233,9 @@ impl Link for OpenApiLink {
                 Connection::Openapi { auth, .. } => auth,
                 _ => None,
             },
-            Err(err) => return futures::future::ready(CallResult::fail(ErrorCode::InvalidBinding, err.to_string())).boxed(),
+            Err(err) => {
+                return futures::future::ready(CallResult::fail(ErrorCode::InvalidBinding, err.to_string())).boxed()
+            }
         };
         let plan = match build_request(&operation, &arguments, auth.as_ref()) {
             Ok(plan) => plan,

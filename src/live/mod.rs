@@ -62,7 +62,8 @@ impl Publisher for CatalogPublisher {
             connection: None,
         };
         let catalog = self.0.clone();
-        async move { catalog.publish_source(publication).await.map(|_| ()).map_err(|err| err.to_string()) }.boxed_local()
+        async move { catalog.publish_source(publication).await.map(|_| ()).map_err(|err| err.to_string()) }
+            .boxed_local()
     }
 
     fn withdraw(&self, source_id: &str) -> LocalBoxFuture<'static, Result<(), String>> {
@@ -125,8 +126,9 @@ pub async fn handle(live: Option<LiveSources>, request: SourcesRequest) -> Resul
     let gone = |err: MailboxError| ApiError::unavailable(err);
     match request {
         SourcesRequest::Add(body) => {
-            let settings: SourceSettings = serde_json::from_value(body)
-                .map_err(|err| ApiError::new(ErrorKind::Invalid("invalid_source"), format!("source settings: {err}")))?;
+            let settings: SourceSettings = serde_json::from_value(body).map_err(|err| {
+                ApiError::new(ErrorKind::Invalid("invalid_source"), format!("source settings: {err}"))
+            })?;
             let status = live.manager.send(AddSource { settings, persist: true }).await.map_err(gone)?;
             Ok(serde_json::json!({ "source": status.map_err(api_error)? }))
         }

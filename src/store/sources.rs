@@ -26,10 +26,11 @@ pub struct SourcesStore {
 impl SourcesStore {
     /// Opens the `sources` tree inside an open store.
     pub fn open(store: &Store) -> Result<SourcesStore, StoreError> {
-        let tree = store
-            .db
-            .open_tree(SOURCES)
-            .map_err(|source| StoreError::Sled { action: "open tree", tree: SOURCES, source })?;
+        let tree = store.db.open_tree(SOURCES).map_err(|source| StoreError::Sled {
+            action: "open tree",
+            tree: SOURCES,
+            source,
+        })?;
         Ok(SourcesStore { tree })
     }
 
@@ -50,10 +51,11 @@ impl SourcesStore {
 
     /// Removes a source; returns whether it was there.
     pub fn remove(&self, id: &str) -> Result<bool, StoreError> {
-        self.tree
-            .remove(id.as_bytes())
-            .map(|old| old.is_some())
-            .map_err(|source| StoreError::Sled { action: "remove", tree: SOURCES, source })
+        self.tree.remove(id.as_bytes()).map(|old| old.is_some()).map_err(|source| StoreError::Sled {
+            action: "remove",
+            tree: SOURCES,
+            source,
+        })
     }
 }
 

@@ -10,6 +10,7 @@ mod exact_names;
 mod hostile_manifests;
 mod kpi_over_nats;
 mod lanes;
+mod live_sources;
 mod mcp_sources;
 mod multinode;
 mod openapi_sources;

@@ -165,7 +165,8 @@ pub fn descriptor_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityD
 /// `executionType: source`, `handler` = the source id.
 pub fn record_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityRecord {
     let slug = capability_id(source.source_id, &tool.name);
-    let parameters = if tool.input_schema.is_object() { tool.input_schema.clone() } else { serde_json::json!({"type": "object"}) };
+    let parameters =
+        if tool.input_schema.is_object() { tool.input_schema.clone() } else { serde_json::json!({"type": "object"}) };
     CapabilityRecord {
         name: tool.title.clone().unwrap_or_else(|| tool.name.clone()),
         description: tool.description.clone(),
@@ -208,7 +209,8 @@ pub fn function_name(id: &str) -> String {
         return cleaned;
     }
     // FNV-1a: stable across runs and platforms.
-    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3));
+    let hash =
+        id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3));
     format!("{}_{:08x}", &cleaned[..cleaned.len().min(55)], hash as u32)
 }
 
@@ -231,7 +233,8 @@ mod tests {
     #[test]
     fn descriptors_and_records_share_the_capability_id() {
         let tags = vec!["animals".to_string()];
-        let facts = SourceFacts { source_id: "pets", category: None, tags: &tags, loadable: true, timeout_ms: Some(900) };
+        let facts =
+            SourceFacts { source_id: "pets", category: None, tags: &tags, loadable: true, timeout_ms: Some(900) };
         let descriptor = descriptor_of(&facts, &tool("showPet"));
         assert_eq!((descriptor.id.as_str(), descriptor.category.as_str()), ("pets#showPet", "pets"));
         assert_eq!(descriptor.tags, ["animals", "pets"]);

@@ -53,10 +53,10 @@ pub fn mcp_server_git() -> PathBuf {
 /// `node` and the server-everything entry script (`dist/index.js`); run it as
 /// `node <script> stdio` or `node <script> streamableHttp`.
 pub fn server_everything() -> (PathBuf, PathBuf) {
-    let install = format!(
-        "npm install --prefix .npm-tools @modelcontextprotocol/server-everything@{SERVER_EVERYTHING_VERSION}"
-    );
-    let tools = std::env::var_os("CAPDEX_NPM_TOOLS").map(PathBuf::from).unwrap_or_else(|| crate_root().join(".npm-tools"));
+    let install =
+        format!("npm install --prefix .npm-tools @modelcontextprotocol/server-everything@{SERVER_EVERYTHING_VERSION}");
+    let tools =
+        std::env::var_os("CAPDEX_NPM_TOOLS").map(PathBuf::from).unwrap_or_else(|| crate_root().join(".npm-tools"));
     let script = tools.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(script.is_file(), "{} is missing; run scripts/test.sh, or: {install}", script.display());
     let node = std::env::var_os("PATH")
