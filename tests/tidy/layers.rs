@@ -27,7 +27,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     // Live sources' outside ends: MCP client sessions, OpenAPI documents, HTTP calls.
     ("upstream", &["core", "tls"]),
     // The actors drive the core through the adapters.
-    ("actors", &["core", "store", "gateway", "folders", "embedders", "config", "telemetry", "tls"]),
+    ("actors", &["core", "store", "gateway", "folders", "embedders", "config", "telemetry", "tls", "clock"]),
     // Wiring and front ends.
     ("registration", &["core", "actors", "gateway"]),
     ("replication", &["core", "actors", "gateway", "store", "config", "registration", "clock"]),
