@@ -5,10 +5,12 @@
 //! Tier 1 results (relevance in [0, 1]) and `totalIndexed`.
 //! `list_discovered_tools` turns a discovery into the tool list a runtime hands
 //! its model: the OpenAI-compatible function definitions of the Tier 1 and
-//! Tier 2 tools, plus the meta-tool itself, which is always included.
+//! Tier 2 tools, plus the meta-tool itself, which is always included, and
+//! `load_capability_extension` when one of them is loadable (its source is a
+//! lazy one not connected now).
 
 use crate::core::catalog::Catalog;
-use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
+use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::discovery::DiscoveryResult;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -40,6 +42,36 @@ pub fn meta_tool_definition() -> Value {
     })
 }
 
+/// The function name of the meta-tool that connects a loadable capability's source.
+pub const LOAD_TOOL_NAME: &str = "load_capability_extension";
+
+/// Returns the OpenAI-compatible function definition of `load_capability_extension`
+/// (answered by `capdex.v1.sources.load`).
+pub fn load_tool_definition() -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": LOAD_TOOL_NAME,
+            "description": "Start the source of a capability marked loadable (its server is not running yet), \
+                            so that it and the other capabilities of its source can be called. \
+                            Calling a loadable capability also starts it, so this is only needed to start it ahead.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "The capability's id (<source>#<name>) or its source's id"}
+                },
+                "required": ["id"],
+                "additionalProperties": false
+            }
+        }
+    })
+}
+
+/// True for a capability of a lazy source that is not connected now.
+pub fn is_loadable(descriptor: &CapabilityDescriptor) -> bool {
+    matches!(descriptor.definition_ref, DefinitionRef::Source { loadable: true, .. })
+}
+
 /// One capability in the meta-tool's answer.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -51,6 +83,12 @@ pub struct FoundCapability {
     pub category: String,
     pub relevance: f32,
     pub available: bool,
+    /// The source it belongs to, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_id: Option<String>,
+    /// Its source is not connected now: a call (or `load_capability_extension`) starts it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub loadable: bool,
 }
 
 /// The meta-tool's answer.
@@ -77,6 +115,8 @@ pub fn search_answer(result: &DiscoveryResult, catalog: &Catalog) -> SearchAnswe
                 category: descriptor.category.clone(),
                 relevance: entry.relevance.clamp(0.0, 1.0),
                 available: descriptor.available,
+                source_id: descriptor.definition_ref.source_id().map(str::to_string),
+                loadable: is_loadable(descriptor),
             })
         })
         .collect();
@@ -84,17 +124,22 @@ pub fn search_answer(result: &DiscoveryResult, catalog: &Catalog) -> SearchAnswe
 }
 
 /// Returns the function definitions of the Tier 1 and Tier 2 tools of
-/// `result` (each once, best first), then the meta-tool.
+/// `result` (each once, best first), then the meta-tool, then
+/// `load_capability_extension` when one of the tools is loadable.
 pub fn list_discovered_tools(result: &DiscoveryResult, catalog: &Catalog) -> Vec<Value> {
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     let ids = result.tier1.iter().map(|e| e.id.as_str()).chain(result.tier2.iter().map(|e| e.id.as_str()));
-    let mut tools: Vec<Value> = ids
+    let listed: Vec<&CapabilityDescriptor> = ids
         .filter(|id| seen.insert(id))
         .filter_map(|id| catalog.get(id))
         .filter(|descriptor| descriptor.kind == CapabilityKind::Tool)
-        .map(function_definition)
         .collect();
+    let any_loadable = listed.iter().any(|descriptor| is_loadable(descriptor));
+    let mut tools: Vec<Value> = listed.into_iter().map(function_definition).collect();
     tools.push(meta_tool_definition());
+    if any_loadable {
+        tools.push(load_tool_definition());
+    }
     tools
 }
 
@@ -147,6 +192,26 @@ mod tests {
         let names: Vec<&str> = answer.tools.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
         assert_eq!(names, vec!["echo", META_TOOL_NAME], "tools once each, skills left out, the meta-tool last");
         assert_eq!(answer.tools[0]["function"]["parameters"]["required"], json!(["text"]));
+    }
+
+    #[test]
+    fn a_loadable_tool_brings_the_load_tool_and_says_so() {
+        let mut catalog = catalog();
+        let mut lazy = Builtin::Echo.descriptor();
+        lazy.id = "clock#now".into();
+        lazy.name = "now".into();
+        lazy.definition_ref = DefinitionRef::Source { source_id: "clock".into(), loadable: true };
+        catalog.descriptors.insert(lazy.id.clone(), lazy);
+        let mut found = result();
+        let answer = search_answer(&found, &catalog);
+        assert!(!answer.tools.contains(&load_tool_definition()), "nothing loadable found, no load tool");
+        found.tier1.push(Tier1Entry { id: "clock#now".into(), relevance: 0.5, summary_text: String::new() });
+        let answer = search_answer(&found, &catalog);
+        assert_eq!(answer.tools.last(), Some(&load_tool_definition()));
+        let clock = answer.capabilities.iter().find(|c| c.id == "clock#now").unwrap();
+        assert_eq!((clock.source_id.as_deref(), clock.loadable), (Some("clock"), true));
+        let json = serde_json::to_value(&answer.capabilities[0]).unwrap();
+        assert!(json.get("loadable").is_none() && json.get("sourceId").is_none(), "{json}");
     }
 
     #[test]
