@@ -11,6 +11,7 @@ mod hostile_manifests;
 mod kpi_over_nats;
 mod lanes;
 mod multinode;
+mod one_catalog;
 mod python_clients;
 mod robustness;
 mod scg_cli;

@@ -343,24 +343,27 @@ impl<'a> Inliner<'a> {
 
     fn inline(&mut self, schema: &'a Value) -> Value {
         let mut on_path = Vec::new();
-        self.walk(schema, 0, &mut on_path)
+        self.walk(schema, 0, &mut on_path).unwrap_or_else(|| json!({}))
     }
 
-    fn walk(&mut self, value: &'a Value, depth: usize, on_path: &mut Vec<String>) -> Value {
-        if self.budget == 0 || depth > MAX_COMPOSITION_DEPTH {
-            return json!({});
-        }
-        self.budget -= 1;
+    /// Returns the value with its references inlined; past the limits an
+    /// object becomes `{}` (any value) and an array is left out (`None`), so
+    /// a cut only ever loosens the schema.
+    fn walk(&mut self, value: &'a Value, depth: usize, on_path: &mut Vec<String>) -> Option<Value> {
+        let exhausted = self.budget == 0 || depth > MAX_COMPOSITION_DEPTH;
         match value {
+            Value::Object(_) if exhausted => Some(json!({})),
+            Value::Array(_) if exhausted => None,
             Value::Object(object) => {
+                self.budget -= 1;
                 if let Some(reference) = object.get("$ref").and_then(Value::as_str) {
                     if on_path.iter().any(|held| held == reference) {
                         // A cycle: the recursion stops at any value.
-                        return json!({});
+                        return Some(json!({}));
                     }
                     let target = self.resolver.resolve(value);
-                    if target.is_null() {
-                        return json!({});
+                    if !target.is_object() {
+                        return Some(json!({}));
                     }
                     on_path.push(reference.to_string());
                     let inlined = self.walk(target, depth + 1, on_path);
@@ -373,13 +376,17 @@ impl<'a> Inliner<'a> {
                     if matches!(key.as_str(), "example" | "examples" | "xml") {
                         continue;
                     }
-                    let inlined = self.walk(child, depth + 1, on_path);
-                    out.insert(key.clone(), inlined);
+                    if let Some(inlined) = self.walk(child, depth + 1, on_path) {
+                        out.insert(key.clone(), inlined);
+                    }
                 }
-                Value::Object(out)
+                Some(Value::Object(out))
             }
-            Value::Array(items) => Value::Array(items.iter().map(|item| self.walk(item, depth + 1, on_path)).collect()),
-            other => other.clone(),
+            Value::Array(items) => {
+                self.budget -= 1;
+                Some(Value::Array(items.iter().filter_map(|item| self.walk(item, depth + 1, on_path)).collect()))
+            }
+            other => Some(other.clone()),
         }
     }
 }
@@ -494,6 +501,21 @@ mod tests {
         assert_eq!(read[0].input_schema, known[0].input_schema);
         assert_eq!(read[0].title, known[0].title);
         check_same_ids(SourceKind::Mcp, &text);
+    }
+
+    #[test]
+    fn cuts_at_the_limits_only_loosen_the_schema() {
+        let mut schema = json!({"type": "object", "required": ["leaf"], "properties": {"leaf": {"enum": ["a", "b"]}}});
+        for _ in 0..(MAX_COMPOSITION_DEPTH + 4) {
+            schema = json!({"type": "object", "required": ["inner"], "properties": {"inner": schema}});
+        }
+        let inlined = Inliner::new(Resolver::new(&Value::Null)).inline(&schema);
+        assert!(jsonschema::validator_for(&inlined).is_ok(), "{inlined}");
+        assert_eq!(inlined["required"], json!(["inner"]));
+        let mut budgeted = Inliner::new(Resolver::new(&Value::Null));
+        budgeted.budget = 3;
+        let cut = budgeted.inline(&json!({"type": "object", "required": ["a"], "properties": {"a": {"enum": [1, 2]}}}));
+        assert!(jsonschema::validator_for(&cut).is_ok(), "{cut}");
     }
 
     #[test]
