@@ -379,10 +379,8 @@ impl Api for ActorApi {
             let mut publication = Publication::text(&request.source_id, kind, text);
             publication.workspaces = request.workspaces;
             publication.connection = request.connection;
-            let published = catalog
-                .publish_source(publication)
-                .await
-                .map_err(|err| ApiError::new(err.kind(), err.to_string()))?;
+            let published =
+                catalog.publish_source(publication).await.map_err(|err| ApiError::new(err.kind(), err.to_string()))?;
             Ok(published.report)
         }
         .boxed_local()

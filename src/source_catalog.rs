@@ -21,8 +21,9 @@ use crate::actors::Actors;
 use crate::core::catalog::source_origin;
 use crate::core::scg::model::SourceKind;
 use crate::core::scg::pipeline::MapReport;
+use crate::core::sources::records::{descriptor_of, record_of, SourceFacts};
 use crate::core::sources::tools::mcp_document;
-use crate::core::sources::{descriptor_of, record_of, SourceFacts, SourceTool};
+use crate::core::sources::SourceTool;
 use crate::gateway::errors::ErrorKind;
 use actix::prelude::*;
 use std::collections::BTreeSet;
@@ -75,7 +76,11 @@ impl Publication {
 
     /// Tools already known (a live MCP server's `tools/list`).
     pub fn tools(source_id: &str, tools: Vec<SourceTool>) -> Publication {
-        Publication { content: SourceContent::Tools(tools), kind: Some(SourceKind::Mcp), ..Publication::text(source_id, None, SourceText::Inline(String::new())) }
+        Publication {
+            content: SourceContent::Tools(tools),
+            kind: Some(SourceKind::Mcp),
+            ..Publication::text(source_id, None, SourceText::Inline(String::new()))
+        }
     }
 }
 
@@ -154,13 +159,8 @@ impl SourceCatalog {
             None => parsed.tools.clone(),
         };
         let report = self.scg.graph.send(Finalize(parsed)).await.map_err(unavailable)??;
-        let facts = SourceFacts {
-            source_id: &source_id,
-            category: category.as_deref(),
-            tags: &tags,
-            loadable,
-            timeout_ms,
-        };
+        let facts =
+            SourceFacts { source_id: &source_id, category: category.as_deref(), tags: &tags, loadable, timeout_ms };
         let descriptors: Vec<_> = tools.iter().map(|tool| descriptor_of(&facts, tool)).collect();
         let capability_ids = descriptors.iter().map(|descriptor| descriptor.id.clone()).collect();
         let records = tools.iter().map(|tool| record_of(&facts, tool)).collect();
@@ -180,7 +180,10 @@ impl SourceCatalog {
             self.scg.graph.send(RemoveSource { source_id: source_id.to_string() }).await.map_err(unavailable)??;
         self.offer(source_id, Vec::new()).await?;
         self.dispatcher.send(RemoveSourceRecords { source_id: source_id.to_string() }).await.map_err(|err| {
-            PublishError::Catalog { source_id: source_id.to_string(), problem: format!("the dispatcher stopped: {err}") }
+            PublishError::Catalog {
+                source_id: source_id.to_string(),
+                problem: format!("the dispatcher stopped: {err}"),
+            }
         })?;
         Ok(removed)
     }

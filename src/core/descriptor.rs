@@ -88,7 +88,11 @@ pub enum DefinitionRef {
     /// A tool or operation of a source (`core::sources`); `loadable` marks a
     /// lazy source that is not connected now.
     #[serde(rename_all = "camelCase")]
-    Source { source_id: String, #[serde(default)] loadable: bool },
+    Source {
+        source_id: String,
+        #[serde(default)]
+        loadable: bool,
+    },
 }
 
 impl DefinitionRef {

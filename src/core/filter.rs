@@ -78,7 +78,10 @@ mod tests {
         };
         assert!(admits(only(&[])), "a capability of no source always passes");
         let of_source = CapabilityDescriptor {
-            definition_ref: crate::core::descriptor::DefinitionRef::Source { source_id: "pets".into(), loadable: false },
+            definition_ref: crate::core::descriptor::DefinitionRef::Source {
+                source_id: "pets".into(),
+                loadable: false,
+            },
             ..descriptor.clone()
         };
         assert!(only(&["pets", "shop"]).admits(&of_source));

@@ -543,7 +543,10 @@ impl<'a> DocFilter<'a> {
             && self.categories.as_ref().is_none_or(|matches| matches[attributes.category as usize])
             && (!self.filter.only_available || attributes.available)
             && self.excluded.binary_search(&doc).is_err()
-            && self.sources.as_ref().is_none_or(|enabled| attributes.source.is_none_or(|source| enabled[source as usize]))
+            && self
+                .sources
+                .as_ref()
+                .is_none_or(|enabled| attributes.source.is_none_or(|source| enabled[source as usize]))
     }
 }
 

@@ -85,13 +85,15 @@ async fn dispatch_results_move_registered_capabilities_in_discover() {
     handler(&client, "ledger_flaky", false).await;
     handler(&client, "ledger_steady", true).await;
     // The flaky one matches the message better.
-    register(&client, ledger("ledger_flaky", "Reconcile quarterly ledger entries with the bank statement", json!({}))).await;
+    register(&client, ledger("ledger_flaky", "Reconcile quarterly ledger entries with the bank statement", json!({})))
+        .await;
     register(&client, ledger("ledger_steady", "Reconcile ledger entries with the bank statement", json!({}))).await;
     register(&client, ledger("ledger_quiet", "Reconcile quarterly ledger entries", json!({"hidden": true}))).await;
     let offered = listed(&client, "dispatch").await;
     assert_eq!(offered, ["tool:ledger_flaky", "tool:ledger_steady"], "hidden stays out");
     let full = ask(&client, "capdex.v1.discover", json!({"message": MESSAGE})).await;
-    let tier2: Vec<&Value> = full["tier2"].as_array().unwrap().iter().filter(|e| e["id"] == "tool:ledger_flaky").collect();
+    let tier2: Vec<&Value> =
+        full["tier2"].as_array().unwrap().iter().filter(|e| e["id"] == "tool:ledger_flaky").collect();
     assert!(tier2[0]["fullText"].as_str().unwrap().contains('q'), "the parameters are its Tier 2: {full}");
 
     let before = tier1(&client, MESSAGE, json!({})).await;
@@ -111,8 +113,12 @@ async fn dispatch_results_move_registered_capabilities_in_discover() {
     }
     let event = tokio::time::timeout(Duration::from_secs(5), events.next()).await.unwrap().unwrap();
     let event: Value = serde_json::from_slice(&event.payload).unwrap();
-    assert_eq!((event["slug"].as_str(), event["capabilityId"].as_str()), (Some("ledger_flaky"), Some("tool:ledger_flaky")));
-    let hidden_call = call(&client, json!({"slug": "tool:ledger_quiet", "agentId": "a", "arguments": {"q": "x"}})).await;
+    assert_eq!(
+        (event["slug"].as_str(), event["capabilityId"].as_str()),
+        (Some("ledger_flaky"), Some("tool:ledger_flaky"))
+    );
+    let hidden_call =
+        call(&client, json!({"slug": "tool:ledger_quiet", "agentId": "a", "arguments": {"q": "x"}})).await;
     assert_eq!(code(&hidden_call), "execution_error", "hidden is still callable (no handler here): {hidden_call}");
 
     // The prior is published after every change (interval 0); wait for it to arrive.
@@ -200,12 +206,9 @@ async fn discover_in_a_workspace_sees_only_the_sources_it_enabled() {
     let pets = std::fs::read_to_string(fixture(PETSTORE)).unwrap();
     let time = std::fs::read_to_string(fixture("mcp/time.json")).unwrap();
     for (source, document, workspace) in [("petstore", pets, "ws-pets"), ("time", time, "ws-time")] {
-        let report = ask(
-            &client,
-            "capdex.v1.map",
-            json!({"sourceId": source, "document": document, "workspaces": [workspace]}),
-        )
-        .await;
+        let report =
+            ask(&client, "capdex.v1.map", json!({"sourceId": source, "document": document, "workspaces": [workspace]}))
+                .await;
         assert_eq!(report["sourceId"], source, "{report}");
     }
     let sources_of = |ranking: &[(String, f64)]| -> Vec<String> {

@@ -208,7 +208,12 @@ fn every_scg_fixture_offers_tools_under_the_mappers_capability_keys() {
                 }
                 if folder == "openapi" {
                     // The document's references are inlined: the schema stands alone.
-                    assert!(!schema.to_string().contains("\"$ref\""), "{} {}: a $ref is left", path.display(), tool.name);
+                    assert!(
+                        !schema.to_string().contains("\"$ref\""),
+                        "{} {}: a $ref is left",
+                        path.display(),
+                        tool.name
+                    );
                 }
             }
             checked += 1;

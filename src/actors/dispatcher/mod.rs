@@ -32,8 +32,10 @@ pub use admin::{
     ReloadRegistry, SetBinding,
 };
 
+use crate::actors::indexer::SyncCapabilities;
 use crate::actors::Inspect;
 use crate::config::DispatchSettings;
+use crate::core::catalog::DISPATCH_ORIGIN;
 use crate::core::dispatch::approval::{self, Approval};
 use crate::core::dispatch::pipeline::{
     self, AdmissionDecision, CallFacts, DispatchCall, ExecutionKey, Pipeline, Tally,
@@ -43,8 +45,6 @@ use crate::core::dispatch::redrive::{self, CacheEntry, Completion, InFlight, Key
 use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
 use crate::core::dispatch::ssrf;
 use crate::core::dispatch::{CallResult, DispatchEvent, ErrorCode, ExecFailure, ExecRequest, ExecTransport};
-use crate::actors::indexer::SyncCapabilities;
-use crate::core::catalog::DISPATCH_ORIGIN;
 use crate::core::dispatch_rules::Builtin;
 use crate::core::sources::{SourceCall, SourceCalls};
 use crate::store::{Store, StoreError};
@@ -105,7 +105,6 @@ pub struct RemoveSourceRecords {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SetCatalog(pub Recipient<SyncCapabilities>);
-
 
 /// What the dispatcher has done.
 #[derive(Debug, Clone, Default, PartialEq)]

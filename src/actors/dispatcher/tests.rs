@@ -261,8 +261,14 @@ fn source_record(source_id: &str, name: &str, timeout_ms: Option<u64>) -> Capabi
         output_schema: None,
         invocation: crate::core::sources::Invocation::Mcp { tool: name.into() },
     };
-    let facts = crate::core::sources::SourceFacts { source_id, category: None, tags: &[], loadable: false, timeout_ms };
-    crate::core::sources::record_of(&facts, &tool)
+    let facts = crate::core::sources::records::SourceFacts {
+        source_id,
+        category: None,
+        tags: &[],
+        loadable: false,
+        timeout_ms,
+    };
+    crate::core::sources::records::record_of(&facts, &tool)
 }
 
 #[actix::test]
@@ -288,13 +294,19 @@ async fn source_records_run_through_the_source_calls_within_their_timeout() {
     {
         let events = events.lock().unwrap();
         let ran = events.iter().find(|event| event.success).unwrap();
-        assert_eq!((ran.slug.as_str(), ran.capability_id.as_str(), ran.execution_type.as_str()), ("time#now", "time#now", "source"));
+        assert_eq!(
+            (ran.slug.as_str(), ran.capability_id.as_str(), ran.execution_type.as_str()),
+            ("time#now", "time#now", "source")
+        );
     }
     dispatcher.send(RemoveSourceRecords { source_id: "time".into() }).await.unwrap();
     let gone = dispatcher.send(call("time#now", "x", None)).await.unwrap();
     assert_eq!(gone.code(), Some("unknown_capability"));
     // A registry reload keeps sources; registering over them is refused.
-    dispatcher.send(SetSourceRecords { source_id: "time".into(), records: vec![source_record("time", "now", None)] }).await.unwrap();
+    dispatcher
+        .send(SetSourceRecords { source_id: "time".into(), records: vec![source_record("time", "now", None)] })
+        .await
+        .unwrap();
     dispatcher.send(ReloadRegistry).await.unwrap().unwrap();
     assert!(dispatcher.send(call("time#now", "x", None)).await.unwrap().success);
     let mut forged = source_record("time", "now", None);

@@ -205,7 +205,8 @@ mod tests {
         };
         if execution_type == ExecutionType::Source {
             rec.slug = "pets#showPet".into();
-            rec.invocation = Some(if handler { Invocation::NotCallable } else { Invocation::Mcp { tool: "showPet".into() } });
+            rec.invocation =
+                Some(if handler { Invocation::NotCallable } else { Invocation::Mcp { tool: "showPet".into() } });
         }
         let has_handler = move |name: &str| handler && name == "svc";
         let env = |name: &str| (name == "PATH_PART").then(|| "x".to_string());

@@ -88,7 +88,8 @@ pub fn mcp_document(tools: &[SourceTool]) -> Value {
     let tools: Vec<Value> = tools
         .iter()
         .map(|tool| {
-            let mut entry = json!({"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema});
+            let mut entry =
+                json!({"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema});
             if let Some(title) = &tool.title {
                 entry["title"] = json!(title);
             }
@@ -178,7 +179,9 @@ fn openapi_tools(document: &Value) -> Result<Vec<SourceTool>, MapError> {
                 else {
                     continue;
                 };
-                parameters.retain(|(held_location, held_name, _)| (held_location, held_name) != (&location.to_string(), &param_name.to_string()));
+                parameters.retain(|(held_location, held_name, _)| {
+                    (held_location, held_name) != (&location.to_string(), &param_name.to_string())
+                });
                 parameters.push((location.to_string(), param_name.to_string(), parameter));
             }
             for (location, param_name, parameter) in &parameters {
@@ -290,8 +293,7 @@ fn parameter_schema<'a>(inliner: &mut Inliner<'a>, parameter: &'a Value) -> Valu
             Value::Object(inline)
         }
     };
-    if let (Some(doc), Some(object)) = (parameter.get("description").and_then(Value::as_str), schema.as_object_mut())
-    {
+    if let (Some(doc), Some(object)) = (parameter.get("description").and_then(Value::as_str), schema.as_object_mut()) {
         object.entry("description").or_insert_with(|| json!(doc));
     }
     schema
@@ -394,8 +396,8 @@ impl<'a> Inliner<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::scg::model::NodeKind;
     use crate::core::scg::map_source;
+    use crate::core::scg::model::NodeKind;
     use proptest::prelude::*;
 
     /// The capability source keys the mapper makes of `text`, and the ids of `tools_of`.
@@ -436,11 +438,19 @@ mod tests {
         match &show.invocation {
             Invocation::Http(operation) => {
                 assert_eq!(operation.base_url, "https://api.pets.example/v1");
-                assert_eq!((operation.method.as_str(), operation.path.as_str(), operation.json_body), ("GET", "/pets/{petId}", false));
-                let locations: Vec<_> = operation.params.iter().map(|p| (p.name.as_str(), p.location, p.required)).collect();
+                assert_eq!(
+                    (operation.method.as_str(), operation.path.as_str(), operation.json_body),
+                    ("GET", "/pets/{petId}", false)
+                );
+                let locations: Vec<_> =
+                    operation.params.iter().map(|p| (p.name.as_str(), p.location, p.required)).collect();
                 assert_eq!(
                     locations,
-                    [("petId", ParamLocation::Path, true), ("X-Trace", ParamLocation::Header, false), ("full", ParamLocation::Query, false)]
+                    [
+                        ("petId", ParamLocation::Path, true),
+                        ("X-Trace", ParamLocation::Header, false),
+                        ("full", ParamLocation::Query, false)
+                    ]
                 );
             }
             other => panic!("{other:?}"),
