@@ -12,7 +12,7 @@ use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
-use crate::actors::scg::{DepositNote, ObserveNode, Route as ScgRoute, ScgError, SourceText};
+use crate::actors::scg::{DepositNote, ObserveNode, Route as ScgRoute, ScgError, SourceText, SourcesOf};
 use crate::actors::{spawn_all, Actors};
 use crate::clock::epoch_ms;
 use crate::config::Settings;
@@ -200,8 +200,10 @@ impl ActorApi {
     ) -> LocalBoxFuture<'static, Result<R, ApiError>> {
         let lanes = self.actors.discovery.clone();
         let config = per_query_config(&self.discovery, &request);
+        let scg = self.actors.scg.graph.clone();
         async move {
-            let filter = request.filter()?;
+            let mut filter = request.filter()?;
+            filter.sources = workspace_sources(&scg, &request).await?;
             let config = config?;
             let discover = Discover { query: request.message, filter, config };
             let finish = move |result: Result<DiscoveryResult, crate::actors::discoverer::DiscovererError>,
@@ -301,8 +303,10 @@ impl Api for ActorApi {
         let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
         let retries = self.discovery_retries;
         let config = per_query_config(&self.discovery, &request);
+        let scg = self.actors.scg.graph.clone();
         async move {
-            let filter = request.filter()?;
+            let mut filter = request.filter()?;
+            filter.sources = workspace_sources(&scg, &request).await?;
             let config = config?;
             let options = request.plan.clone().unwrap_or_default();
             let at_ms = epoch_ms();
@@ -447,6 +451,16 @@ impl Api for ActorApi {
     ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
         crate::live::handle(self.live.clone(), request).boxed_local()
     }
+}
+
+/// The sources a request's workspace enabled (through the SCG, the rule `route` uses); `None` without one.
+async fn workspace_sources(
+    scg: &actix::Addr<crate::actors::scg::ScgGraph>,
+    request: &DiscoverRequest,
+) -> Result<Option<Vec<String>>, ApiError> {
+    let Some(workspace) = request.workspace()? else { return Ok(None) };
+    let of = SourcesOf { workspace: Some(workspace.to_string()) };
+    scg.send(of).await.map_err(scg_unavailable)?.map_err(scg_error)
 }
 
 fn scg_error(err: ScgError) -> ApiError {

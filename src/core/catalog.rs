@@ -245,7 +245,7 @@ mod tests {
         let order = ["builtin", "runtime:a", DISPATCH_ORIGIN, &source_origin("pets"), MANIFESTS_ORIGIN, "file:x"];
         let ranks: Vec<u8> = order.iter().map(|origin| precedence(origin)).collect();
         assert!(ranks.windows(2).all(|pair| pair[0] < pair[1]), "{ranks:?}");
-        let registered = catalog(&[("tool:web", DISPATCH_ORIGIN)]);
+        let registered = super::tests::catalog(&[("tool:web", DISPATCH_ORIGIN)]);
         let plan =
             plan_change(&registered, MANIFESTS_ORIGIN, vec![descriptor("tool:web", "folder")], ChangeMode::Merge, &[]);
         assert!(plan.upserts.is_empty() && plan.conflicts[0].problem.contains("dispatch"));

@@ -1,6 +1,6 @@
 //! The per-query discovery filter: which capabilities a query may return
-//! (kind, category, availability, excluded ids) and whether the outcome
-//! prior applies.
+//! (kind, category, availability, excluded ids, the sources a workspace
+//! enabled) and whether the outcome prior applies.
 //!
 //! It sits below both users: retrieval applies it while ranking, discovery
 //! (which calls retrieval) and the catalog's Tier 0 take it as input.
@@ -22,6 +22,10 @@ pub struct DiscoveryFilter {
     /// Applies the outcome prior (`Some(false)` turns it off); `None` follows the configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome_prior: Option<bool>,
+    /// The sources a workspace enabled: a capability of a source passes only when its
+    /// source is listed; capabilities of no source always pass. `None`: every source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<String>>,
 }
 
 impl DiscoveryFilter {
@@ -31,6 +35,15 @@ impl DiscoveryFilter {
             && self.category.as_deref().is_none_or(|category| descriptor.category.eq_ignore_ascii_case(category))
             && (!self.only_available || descriptor.available)
             && !self.excluded_capability_ids.contains(&descriptor.id)
+            && self.admits_source(descriptor.definition_ref.source_id())
+    }
+
+    /// Returns true when a capability of `source_id` (`None`: of no source) passes the workspace's sources.
+    pub fn admits_source(&self, source_id: Option<&str>) -> bool {
+        match (&self.sources, source_id) {
+            (Some(sources), Some(source_id)) => sources.iter().any(|enabled| enabled == source_id),
+            _ => true,
+        }
     }
 }
 
@@ -59,5 +72,21 @@ mod tests {
             excluded_capability_ids: vec![descriptor.id.clone()],
             ..DiscoveryFilter::default()
         }));
+        let only = |sources: &[&str]| DiscoveryFilter {
+            sources: Some(sources.iter().map(|s| s.to_string()).collect()),
+            ..DiscoveryFilter::default()
+        };
+        assert!(admits(only(&[])), "a capability of no source always passes");
+        let of_source = CapabilityDescriptor {
+            definition_ref: crate::core::descriptor::DefinitionRef::Source {
+                source_id: "pets".into(),
+                loadable: false,
+            },
+            ..descriptor.clone()
+        };
+        assert!(only(&["pets", "shop"]).admits(&of_source));
+        assert!(!only(&["shop"]).admits(&of_source));
+        assert!(!only(&[]).admits(&of_source), "an empty workspace sees no source");
+        assert!(DiscoveryFilter::default().admits(&of_source));
     }
 }

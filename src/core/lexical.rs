@@ -95,6 +95,8 @@ pub struct LexicalIndex {
     attributes: Vec<DocAttributes>,
     /// The distinct categories, as spelled; [`DocAttributes::category`] indexes them.
     categories: Vec<String>,
+    /// The distinct source ids; [`DocAttributes::source`] indexes them.
+    sources: Vec<String>,
     /// Tells index builds apart (clones share it): a cache keyed on it is valid
     /// for exactly this document numbering.
     generation: u64,
@@ -120,6 +122,8 @@ pub struct DocAttributes {
     pub available: bool,
     /// Index into [`LexicalIndex::categories`].
     pub category: u32,
+    /// Index into [`LexicalIndex::sources`]; `None` for a capability of no source.
+    pub source: Option<u32>,
 }
 
 /// Hands out index generations; 0 is never handed out.
@@ -164,6 +168,7 @@ impl LexicalIndex {
         let mut lengths: Vec<f32> = Vec::new();
         let mut doc_terms: HashMap<u32, f32> = HashMap::new();
         let mut category_ids: HashMap<String, u32> = HashMap::new();
+        let mut source_ids: HashMap<String, u32> = HashMap::new();
         for descriptor in descriptors {
             if index.docs.contains_key(&descriptor.id) {
                 continue;
@@ -176,7 +181,19 @@ impl LexicalIndex {
                 index.categories.push(descriptor.category.clone());
                 next_category
             });
-            index.attributes.push(DocAttributes { kind: descriptor.kind, available: descriptor.available, category });
+            let source = descriptor.definition_ref.source_id().map(|source_id| {
+                let next_source = index.sources.len() as u32;
+                *source_ids.entry(source_id.to_string()).or_insert_with(|| {
+                    index.sources.push(source_id.to_string());
+                    next_source
+                })
+            });
+            index.attributes.push(DocAttributes {
+                kind: descriptor.kind,
+                available: descriptor.available,
+                category,
+                source,
+            });
             index.texts.push(DocTexts::default());
             doc_terms.clear();
             let mut length = 0.0f32;
@@ -307,6 +324,11 @@ impl LexicalIndex {
     /// Returns the distinct categories, as spelled, indexed by [`DocAttributes::category`].
     pub fn categories(&self) -> &[String] {
         &self.categories
+    }
+
+    /// Returns the distinct source ids, indexed by [`DocAttributes::source`].
+    pub fn sources(&self) -> &[String] {
+        &self.sources
     }
 
     /// Returns this build's generation: equal for clones, different for any two builds.

@@ -509,6 +509,8 @@ pub struct DocFilter<'a> {
     categories: Option<Vec<bool>>,
     /// The documents of the excluded ids, sorted.
     excluded: Vec<u32>,
+    /// Per source of the lexical index: whether the filter's sources list it.
+    sources: Option<Vec<bool>>,
 }
 
 impl<'a> DocFilter<'a> {
@@ -520,8 +522,15 @@ impl<'a> DocFilter<'a> {
             .map(|wanted| lexical.categories().iter().map(|category| category.eq_ignore_ascii_case(wanted)).collect());
         let mut excluded: Vec<u32> = filter.excluded_capability_ids.iter().filter_map(|id| lexical.doc(id)).collect();
         excluded.sort_unstable();
-        let all = filter.kind.is_none() && categories.is_none() && !filter.only_available && excluded.is_empty();
-        DocFilter { lexical, filter, all, categories, excluded }
+        let sources = filter.sources.as_ref().map(|enabled| {
+            lexical.sources().iter().map(|source| enabled.iter().any(|wanted| wanted == source)).collect()
+        });
+        let all = filter.kind.is_none()
+            && categories.is_none()
+            && !filter.only_available
+            && excluded.is_empty()
+            && sources.is_none();
+        DocFilter { lexical, filter, all, categories, excluded, sources }
     }
 
     /// Returns true when the filter admits document `doc`.
@@ -534,6 +543,10 @@ impl<'a> DocFilter<'a> {
             && self.categories.as_ref().is_none_or(|matches| matches[attributes.category as usize])
             && (!self.filter.only_available || attributes.available)
             && self.excluded.binary_search(&doc).is_err()
+            && self
+                .sources
+                .as_ref()
+                .is_none_or(|enabled| attributes.source.is_none_or(|source| enabled[source as usize]))
     }
 }
 
@@ -887,6 +900,19 @@ mod tests {
         assert!(!ids.contains(&"tool:weather".to_string()));
         let travel = DiscoveryFilter { category: Some("TRAVEL".into()), ..DiscoveryFilter::default() };
         assert!(fixture.ids("book a flight", &travel).iter().all(|id| id.contains("flight") || id.contains("hotel")));
+        // A workspace's sources: capabilities of other sources drop out, those of no source stay.
+        let mut sourced = sample();
+        for descriptor in &mut sourced {
+            if descriptor.id == "tool:weather" {
+                descriptor.definition_ref = DefinitionRef::Source { source_id: "meteo".into(), loadable: false };
+            }
+        }
+        let fixture = Fixture::new(sourced);
+        let elsewhere = DiscoveryFilter { sources: Some(vec!["shop".into()]), ..DiscoveryFilter::default() };
+        let ids = fixture.ids("weather forecast and a flight", &elsewhere);
+        assert!(!ids.contains(&"tool:weather".to_string()) && !ids.is_empty(), "{ids:?}");
+        let meteo = DiscoveryFilter { sources: Some(vec!["meteo".into()]), ..DiscoveryFilter::default() };
+        assert!(fixture.ids("weather forecast and a flight", &meteo).contains(&"tool:weather".to_string()));
     }
 
     #[test]
@@ -937,10 +963,15 @@ mod tests {
             proptest::collection::vec(proptest::sample::select(WORDS.to_vec()), 0..8),
             proptest::sample::select(vec!["travel", "Travel", "information", "communication"]),
             any::<bool>(),
+            proptest::option::of(proptest::sample::select(vec!["pets", "shop"])),
         )
-            .prop_map(move |(kind, name, description, category, available)| {
+            .prop_map(move |(kind, name, description, category, available, source)| {
                 let id = format!("{kind}:{}-{i}", name.join("-"));
-                descriptor(&id, &description.join(" "), category, available)
+                let mut descriptor = descriptor(&id, &description.join(" "), category, available);
+                if let Some(source_id) = source {
+                    descriptor.definition_ref = DefinitionRef::Source { source_id: source_id.into(), loadable: false };
+                }
+                descriptor
             })
     }
 
@@ -954,14 +985,16 @@ mod tests {
             proptest::option::of(proptest::sample::select(vec!["TRAVEL".to_string(), "information".to_string()])),
             any::<bool>(),
             proptest::collection::vec(0usize..24, 0..3),
+            proptest::option::of(proptest::sample::subsequence(vec!["pets", "shop", "elsewhere"], 0..=3)),
         )
-            .prop_map(|(kind, category, only_available, excluded)| DiscoveryFilter {
+            .prop_map(|(kind, category, only_available, excluded, sources)| DiscoveryFilter {
                 kind,
                 category,
                 only_available,
                 // Indexes into the catalog, resolved by the test.
                 excluded_capability_ids: excluded.into_iter().map(|i| i.to_string()).collect(),
                 outcome_prior: None,
+                sources: sources.map(|sources| sources.into_iter().map(str::to_string).collect()),
             })
     }
 

@@ -37,6 +37,10 @@ pub struct DiscoverRequest {
     /// (`tier1TopK`, `tier2TokenBudget`, `lexicalWeight`, ...), each replacing the configured value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<DiscoveryOverrides>,
+    /// Only the sources this workspace enabled (the rule `route` uses); capabilities
+    /// of no source always pass. `None`: every source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// The turn-planning part of a request: the turn's scope and its overrides.
@@ -114,6 +118,9 @@ pub struct PlanRequest {
     /// Per-query discovery settings, as in [`DiscoverRequest::config`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<DiscoveryOverrides>,
+    /// Only the sources this workspace enabled, as in [`DiscoverRequest::workspace`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 impl PlanRequest {
@@ -138,8 +145,10 @@ impl PlanRequest {
             plan: Some(options),
             outcome_prior: self.outcome_prior,
             config: self.config,
+            workspace: self.workspace,
         };
         request.filter()?;
+        request.workspace()?;
         Ok(request)
     }
 }
@@ -204,7 +213,19 @@ impl DiscoverRequest {
             only_available: self.only_available,
             excluded_capability_ids: self.excluded_capability_ids.clone(),
             outcome_prior: self.outcome_prior,
+            // Filled in from `workspace` by the caller, which asks the SCG.
+            sources: None,
         })
+    }
+
+    /// Returns the request's workspace, checked like the SCG's workspace names.
+    pub fn workspace(&self) -> Result<Option<&str>, ApiError> {
+        match self.workspace.as_deref() {
+            Some(workspace) if !crate::core::scg::valid_source_id(workspace) => Err(ApiError::bad_request(format!(
+                "workspace {workspace:?} is invalid: use 1-128 characters of [A-Za-z0-9._-]"
+            ))),
+            workspace => Ok(workspace),
+        }
     }
 }
 
@@ -336,12 +357,21 @@ pub struct SearchRequest {
     pub kind: Option<String>,
     #[serde(default)]
     pub category: Option<String>,
+    /// Only the sources this workspace enabled, as in [`DiscoverRequest::workspace`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 impl SearchRequest {
     /// The same query as a discovery request (validated by its `filter`).
     pub fn into_discover(self) -> DiscoverRequest {
-        DiscoverRequest { message: self.query, kind: self.kind, category: self.category, ..DiscoverRequest::default() }
+        DiscoverRequest {
+            message: self.query,
+            kind: self.kind,
+            category: self.category,
+            workspace: self.workspace,
+            ..DiscoverRequest::default()
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// Starts `capdex serve` on `data` (no capability folders) with `env`, its stderr in a log file
 /// of `data`, and waits for `$SRV.PING`.
-async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (KillOnDrop, async_nats::Client) {
+pub(crate) async fn serve(nats: &NatsServer, data: &Path, env: &[(&str, &str)]) -> (KillOnDrop, async_nats::Client) {
     let log = data.join(format!("capdex-{}.log", next_log()));
     let mut command = capdex();
     command
@@ -47,7 +47,7 @@ fn next_log() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-async fn ask(client: &async_nats::Client, subject: &str, payload: Value) -> Value {
+pub(crate) async fn ask(client: &async_nats::Client, subject: &str, payload: Value) -> Value {
     let reply =
         tokio::time::timeout(Duration::from_secs(15), client.request(subject.to_string(), payload.to_string().into()))
             .await
@@ -56,15 +56,15 @@ async fn ask(client: &async_nats::Client, subject: &str, payload: Value) -> Valu
     serde_json::from_slice(&reply.payload).unwrap_or_else(|err| panic!("not JSON ({err}): {:?}", reply.payload))
 }
 
-async fn call(client: &async_nats::Client, call: Value) -> Value {
+pub(crate) async fn call(client: &async_nats::Client, call: Value) -> Value {
     ask(client, "capdex.v1.dispatch", call).await
 }
 
-fn code(result: &Value) -> &str {
+pub(crate) fn code(result: &Value) -> &str {
     result["error"]["code"].as_str().unwrap_or("")
 }
 
-fn record(slug: &str, extra: Value) -> Value {
+pub(crate) fn record(slug: &str, extra: Value) -> Value {
     let mut record = json!({
         "slug": slug, "name": slug, "description": "test capability", "category": "test",
         "executionType": "internal", "handler": "svc",
@@ -77,7 +77,7 @@ fn record(slug: &str, extra: Value) -> Value {
     record
 }
 
-async fn register(client: &async_nats::Client, record: Value) {
+pub(crate) async fn register(client: &async_nats::Client, record: Value) {
     let answer = ask(client, "capdex.v1.capability.register", record).await;
     assert!(answer["policyVersion"].as_u64().is_some(), "{answer}");
 }

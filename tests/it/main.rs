@@ -13,6 +13,7 @@ mod lanes;
 mod live_sources;
 mod mcp_sources;
 mod multinode;
+mod one_catalog;
 mod openapi_sources;
 mod python_clients;
 mod robustness;

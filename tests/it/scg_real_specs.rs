@@ -175,3 +175,49 @@ fn a_producer_is_not_outranked_by_its_consumer_and_chains_follow_consumes() {
         .count();
     assert!(chained > 0, "no multi-step recipe on the shared specs");
 }
+
+/// One id everywhere: for every source fixture the SCG tests read, the tools
+/// `tools_of` finds are named exactly as the mapper's capability nodes.
+#[test]
+fn every_scg_fixture_offers_tools_under_the_mappers_capability_keys() {
+    let mut checked = 0;
+    for folder in ["openapi", "mcp", "sql"] {
+        let mut paths: Vec<PathBuf> =
+            std::fs::read_dir(fixture(folder)).unwrap().map(|entry| entry.unwrap().path()).collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let graph = map_source("src", None, &text).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            let mapped: std::collections::BTreeSet<String> = graph
+                .nodes
+                .iter()
+                .filter(|node| node.kind == NodeKind::Capability)
+                .map(|node| node.source_key.clone())
+                .collect();
+            let tools = capdex::core::sources::tools::tools_of(graph.kind, &text)
+                .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            let ids: std::collections::BTreeSet<String> =
+                tools.iter().map(|tool| capdex::core::sources::capability_id("src", &tool.name)).collect();
+            assert_eq!(ids.len(), tools.len(), "{}: one tool per name", path.display());
+            assert!(!ids.is_empty(), "{} offers no tool", path.display());
+            assert_eq!(mapped, ids, "{}", path.display());
+            for tool in &tools {
+                let schema = &tool.input_schema;
+                if let Err(err) = jsonschema::validator_for(schema) {
+                    panic!("{} {}: the input schema is not a JSON Schema: {err}", path.display(), tool.name);
+                }
+                if folder == "openapi" {
+                    // The document's references are inlined: the schema stands alone.
+                    assert!(
+                        !schema.to_string().contains("\"$ref\""),
+                        "{} {}: a $ref is left",
+                        path.display(),
+                        tool.name
+                    );
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 11, "3 OpenAPI documents, 6 MCP tool lists and 2 DDL files");
+}

@@ -234,3 +234,101 @@ async fn a_capability_without_handler_or_transport_fails_and_frees_its_key() {
     }
     assert_eq!(stats(&dispatcher).await, DispatcherStats { failed: 2, ..DispatcherStats::default() });
 }
+
+/// Runs source calls: counts them, answers what it was asked (or never answers for `slow`).
+struct FakeSessions {
+    calls: Arc<Mutex<Vec<SourceCall>>>,
+}
+
+impl SourceCalls for FakeSessions {
+    fn call(&self, call: SourceCall) -> futures::future::BoxFuture<'static, CallResult> {
+        self.calls.lock().unwrap().push(call.clone());
+        Box::pin(async move {
+            if call.name == "slow" {
+                futures::future::pending::<()>().await;
+            }
+            CallResult::ok(json!({"tool": call.name, "arguments": call.arguments}))
+        })
+    }
+}
+
+fn source_record(source_id: &str, name: &str, timeout_ms: Option<u64>) -> CapabilityRecord {
+    let tool = crate::core::sources::SourceTool {
+        name: name.into(),
+        title: None,
+        description: String::new(),
+        input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        output_schema: None,
+        invocation: crate::core::sources::Invocation::Mcp { tool: name.into() },
+    };
+    let facts = crate::core::sources::records::SourceFacts {
+        source_id,
+        category: None,
+        tags: &[],
+        loadable: false,
+        timeout_ms,
+    };
+    crate::core::sources::records::record_of(&facts, &tool)
+}
+
+#[actix::test]
+async fn source_records_run_through_the_source_calls_within_their_timeout() {
+    let (_dir, store, runs, events) = fixture();
+    let dispatcher = start(&store, &runs, &events);
+    let records = vec![source_record("time", "now", None), source_record("time", "slow", Some(50))];
+    dispatcher.send(SetSourceRecords { source_id: "time".into(), records }).await.unwrap();
+    let down = dispatcher.send(call("time#now", "x", None)).await.unwrap();
+    assert_eq!(down.code(), Some("unavailable"), "no sessions: {down:?}");
+    assert!(down.error.unwrap().message.contains("time"), "the message names the source");
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    dispatcher.send(SetSourceCalls(Arc::new(FakeSessions { calls: calls.clone() }))).await.unwrap();
+    let ran = dispatcher.send(call("time#now", "x", None)).await.unwrap();
+    assert_eq!(ran, CallResult::ok(json!({"tool": "now", "arguments": {"q": "x"}})));
+    let seen = calls.lock().unwrap().clone();
+    assert_eq!((seen[0].source_id.as_str(), seen[0].agent_id.as_str(), seen[0].timeout_ms), ("time", "agent", 5_000));
+    let slow = dispatcher.send(call("time#slow", "x", None)).await.unwrap();
+    assert_eq!(slow.code(), Some("execution_error"), "bounded by the source's timeout: {slow:?}");
+    let mut bad = call("time#now", "x", None);
+    bad.call.arguments = json!({"q": 3});
+    assert_eq!(dispatcher.send(bad).await.unwrap().code(), Some("invalid_args"), "the schema is checked");
+    {
+        let events = events.lock().unwrap();
+        let ran = events.iter().find(|event| event.success).unwrap();
+        assert_eq!(
+            (ran.slug.as_str(), ran.capability_id.as_str(), ran.execution_type.as_str()),
+            ("time#now", "time#now", "source")
+        );
+    }
+    dispatcher.send(RemoveSourceRecords { source_id: "time".into() }).await.unwrap();
+    let gone = dispatcher.send(call("time#now", "x", None)).await.unwrap();
+    assert_eq!(gone.code(), Some("unknown_capability"));
+    // A registry reload keeps sources; registering over them is refused.
+    dispatcher
+        .send(SetSourceRecords { source_id: "time".into(), records: vec![source_record("time", "now", None)] })
+        .await
+        .unwrap();
+    dispatcher.send(ReloadRegistry).await.unwrap().unwrap();
+    assert!(dispatcher.send(call("time#now", "x", None)).await.unwrap().success);
+    let mut forged = source_record("time", "now", None);
+    forged.slug = "forged".into();
+    forged.function_definition.name = "forged".into();
+    let refused = dispatcher.send(RegisterCapability { record: forged, update: false }).await.unwrap();
+    assert_eq!(refused.unwrap_err().code(), "invalid_registration");
+}
+
+#[actix::test]
+async fn a_call_names_its_record_by_slug_or_discovery_id_and_events_carry_the_discovery_id() {
+    let (_dir, store, runs, events) = fixture();
+    let dispatcher = start(&store, &runs, &events);
+    register(&dispatcher, record("lookup")).await;
+    for id in ["lookup", "tool:lookup"] {
+        assert!(dispatcher.send(call(id, "x", None)).await.unwrap().success, "{id}");
+    }
+    let unknown = dispatcher.send(call("tool:nope", "x", None)).await.unwrap();
+    assert_eq!(unknown.code(), Some("unknown_capability"));
+    let events = events.lock().unwrap().clone();
+    let seen: Vec<(&str, &str)> = events.iter().map(|e| (e.slug.as_str(), e.capability_id.as_str())).collect();
+    assert_eq!(seen, [("lookup", "tool:lookup"), ("lookup", "tool:lookup"), ("tool:nope", "tool:nope")]);
+    let provenance = dispatcher.send(ListProvenance { limit: 10 }).await.unwrap().unwrap();
+    assert!(provenance.iter().filter(|row| row.success).all(|row| row.slug == "lookup"), "{provenance:?}");
+}

@@ -183,8 +183,6 @@ pub(crate) mod tests {
             let text = value.to_string();
             let _ = map_source("s", Some(SourceKind::Openapi), &text);
             let _ = map_source("s", Some(SourceKind::Mcp), &text);
-            let _ = crate::core::sources::tools::tools_of(SourceKind::Openapi, &text);
-            let _ = crate::core::sources::tools::tools_of(SourceKind::Mcp, &text);
         }
     }
 

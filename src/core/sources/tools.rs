@@ -345,24 +345,27 @@ impl<'a> Inliner<'a> {
 
     fn inline(&mut self, schema: &'a Value) -> Value {
         let mut on_path = Vec::new();
-        self.walk(schema, 0, &mut on_path)
+        self.walk(schema, 0, &mut on_path).unwrap_or_else(|| json!({}))
     }
 
-    fn walk(&mut self, value: &'a Value, depth: usize, on_path: &mut Vec<String>) -> Value {
-        if self.budget == 0 || depth > MAX_COMPOSITION_DEPTH {
-            return json!({});
-        }
-        self.budget -= 1;
+    /// Returns the value with its references inlined; past the limits an
+    /// object becomes `{}` (any value) and an array is left out (`None`), so
+    /// a cut only ever loosens the schema.
+    fn walk(&mut self, value: &'a Value, depth: usize, on_path: &mut Vec<String>) -> Option<Value> {
+        let exhausted = self.budget == 0 || depth > MAX_COMPOSITION_DEPTH;
         match value {
+            Value::Object(_) if exhausted => Some(json!({})),
+            Value::Array(_) if exhausted => None,
             Value::Object(object) => {
+                self.budget -= 1;
                 if let Some(reference) = object.get("$ref").and_then(Value::as_str) {
                     if on_path.iter().any(|held| held == reference) {
                         // A cycle: the recursion stops at any value.
-                        return json!({});
+                        return Some(json!({}));
                     }
                     let target = self.resolver.resolve(value);
-                    if target.is_null() {
-                        return json!({});
+                    if !target.is_object() {
+                        return Some(json!({}));
                     }
                     on_path.push(reference.to_string());
                     let inlined = self.walk(target, depth + 1, on_path);
@@ -375,13 +378,17 @@ impl<'a> Inliner<'a> {
                     if matches!(key.as_str(), "example" | "examples" | "xml") {
                         continue;
                     }
-                    let inlined = self.walk(child, depth + 1, on_path);
-                    out.insert(key.clone(), inlined);
+                    if let Some(inlined) = self.walk(child, depth + 1, on_path) {
+                        out.insert(key.clone(), inlined);
+                    }
                 }
-                Value::Object(out)
+                Some(Value::Object(out))
             }
-            Value::Array(items) => Value::Array(items.iter().map(|item| self.walk(item, depth + 1, on_path)).collect()),
-            other => other.clone(),
+            Value::Array(items) => {
+                self.budget -= 1;
+                Some(Value::Array(items.iter().filter_map(|item| self.walk(item, depth + 1, on_path)).collect()))
+            }
+            other => Some(other.clone()),
         }
     }
 }
@@ -427,7 +434,7 @@ mod tests {
         assert_eq!(show.title.as_deref(), Some("Show a pet"));
         assert_eq!(show.input_schema["required"], json!(["petId"]));
         let properties = show.input_schema["properties"].as_object().unwrap();
-        assert_eq!(properties.keys().collect::<Vec<_>>(), ["X-Trace", "full", "petId"], "cookies are skipped");
+        assert_eq!(properties.keys().collect::<Vec<_>>(), ["petId", "X-Trace", "full"], "cookies are skipped");
         match &show.invocation {
             Invocation::Http(operation) => {
                 assert_eq!(operation.base_url, "https://api.pets.example/v1");
@@ -451,8 +458,9 @@ mod tests {
         let put = &tools[1];
         assert_eq!(put.input_schema["required"], json!(["petId", "name"]));
         let owner = &put.input_schema["properties"]["owner"];
-        assert_eq!(owner["properties"]["pets"]["items"]["properties"]["name"], json!({"type": "string"}));
-        assert_eq!(owner["properties"]["pets"]["items"]["properties"]["owner"], json!({}), "the cycle is cut");
+        assert_eq!(put.input_schema["properties"]["name"], json!({"type": "string"}));
+        assert_eq!(owner["properties"]["pets"]["type"], "array", "Owner is inlined");
+        assert_eq!(owner["properties"]["pets"]["items"], json!({}), "the cycle back to Pet is cut");
         assert!(!put.input_schema.to_string().contains("$ref"));
         assert!(matches!(&put.invocation, Invocation::Http(operation) if operation.json_body));
         let tag = &tools[2];
@@ -503,6 +511,21 @@ mod tests {
         assert_eq!(read[0].input_schema, known[0].input_schema);
         assert_eq!(read[0].title, known[0].title);
         check_same_ids(SourceKind::Mcp, &text);
+    }
+
+    #[test]
+    fn cuts_at_the_limits_only_loosen_the_schema() {
+        let mut schema = json!({"type": "object", "required": ["leaf"], "properties": {"leaf": {"enum": ["a", "b"]}}});
+        for _ in 0..(MAX_COMPOSITION_DEPTH + 4) {
+            schema = json!({"type": "object", "required": ["inner"], "properties": {"inner": schema}});
+        }
+        let inlined = Inliner::new(Resolver::new(&Value::Null)).inline(&schema);
+        assert!(jsonschema::validator_for(&inlined).is_ok(), "{inlined}");
+        assert_eq!(inlined["required"], json!(["inner"]));
+        let mut budgeted = Inliner::new(Resolver::new(&Value::Null));
+        budgeted.budget = 3;
+        let cut = budgeted.inline(&json!({"type": "object", "required": ["a"], "properties": {"a": {"enum": [1, 2]}}}));
+        assert!(jsonschema::validator_for(&cut).is_ok(), "{cut}");
     }
 
     #[test]
