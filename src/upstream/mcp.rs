@@ -96,17 +96,36 @@ type ProgressSinks = Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<Progress>>>>;
 /// What clones share; dropping the last one cancels the session's task,
 /// which closes the transport (a stdio child gets EOF, then SIGTERM, then SIGKILL).
 struct SessionShared {
-    cancel: Option<RunningServiceCancellationToken>,
+    cancel: Mutex<Option<RunningServiceCancellationToken>>,
+    closed_tx: Arc<watch::Sender<Option<String>>>,
     server_name: String,
     pid: Option<u32>,
 }
 
-impl Drop for SessionShared {
-    fn drop(&mut self) {
-        if let Some(cancel) = self.cancel.take() {
+impl SessionShared {
+    /// Ends the session with `reason` (the first reason given is kept).
+    fn end(&self, reason: String) {
+        set_reason(&self.closed_tx, reason);
+        if let Some(cancel) = self.cancel.lock().unwrap_or_else(|e| e.into_inner()).take() {
             cancel.cancel();
         }
     }
+}
+
+impl Drop for SessionShared {
+    fn drop(&mut self) {
+        self.end("the session was closed by capdex".into());
+    }
+}
+
+fn set_reason(closed_tx: &watch::Sender<Option<String>>, reason: String) {
+    closed_tx.send_if_modified(|closed| {
+        if closed.is_some() {
+            return false;
+        }
+        *closed = Some(reason);
+        true
+    });
 }
 
 #[derive(Clone)]
@@ -257,6 +276,8 @@ impl McpSession {
             .unwrap_or_default();
         let cancel = running.cancellation_token();
         let (closed_tx, closed) = watch::channel(None);
+        let closed_tx = Arc::new(closed_tx);
+        let task_closed_tx = closed_tx.clone();
         tokio::spawn(async move {
             let reason = match running.waiting().await {
                 Ok(QuitReason::Closed) => "the source closed the session".to_string(),
@@ -266,13 +287,13 @@ impl McpSession {
             };
             // Give the stderr reader a moment to take the dying process's last words.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let _ = closed_tx.send(Some(format!("{reason}{}", stderr_text(&stderr_tail))));
+            set_reason(&task_closed_tx, format!("{reason}{}", stderr_text(&stderr_tail)));
         });
         McpSession {
             peer,
             closed,
             progress_sinks,
-            shared: Arc::new(SessionShared { cancel: Some(cancel), server_name, pid }),
+            shared: Arc::new(SessionShared { cancel: Mutex::new(Some(cancel)), closed_tx, server_name, pid }),
         }
     }
 
@@ -419,11 +440,9 @@ impl McpSession {
         }
     }
 
-    /// Closes the session now, waiting at most `timeout` for the transport to close.
-    pub async fn close(self, timeout: Duration) {
-        drop(self.shared);
-        let mut closed = self.closed;
-        let _ = tokio::time::timeout(timeout, closed.wait_for(Option::is_some)).await;
+    /// Ends the session now (every clone sees it closed).
+    pub fn close(&self) {
+        self.shared.end("the session was closed by capdex".into());
     }
 
     async fn unavailable(&self) -> CallResult {
@@ -433,7 +452,17 @@ impl McpSession {
         CallResult::fail(ErrorCode::Unavailable, format!("the source is not connected: {reason}"))
     }
 
+    /// Maps an rmcp error; a transport failure ends the session (the upstream
+    /// is gone or unreachable), so `closed` fires and the owner reconnects.
     fn service_error(&self, err: ServiceError, doing: &str) -> UpstreamError {
+        let error = Self::map_service_error(err, doing);
+        if error.kind == UpstreamErrorKind::Closed {
+            self.shared.end(format!("the source stopped answering: {}", error.message));
+        }
+        error
+    }
+
+    fn map_service_error(err: ServiceError, doing: &str) -> UpstreamError {
         match err {
             ServiceError::McpError(data) => UpstreamError::new(
                 UpstreamErrorKind::Protocol,

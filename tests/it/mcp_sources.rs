@@ -294,3 +294,45 @@ async fn everything_over_streamable_http() {
     let bad = session.call_tool("get-sum", json!({"a": "two"}), CALL, None).await;
     assert!(!bad.success, "{bad:?}");
 }
+
+fn paged(total: usize, page: usize, endless: bool) -> McpConnection {
+    let script = crate::support::fixture("servers/paged_mcp_server.py");
+    let mut args = vec![script.display().to_string(), total.to_string(), page.to_string()];
+    if endless {
+        args.push("--endless".into());
+    }
+    McpConnection::Stdio { command: upstreams::python_with_mcp().display().to_string(), args, env: Vec::new(), cwd: None }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_of_tools_is_listed_and_endless_paging_is_cut() {
+    let (session, _changes) = connect(&paged(25, 10, false)).await;
+    let tools = session.list_tools(LIST).await.unwrap();
+    let names: Vec<String> = tools.iter().map(|tool| tool.name.clone()).collect();
+    let expected: Vec<String> = (0..25).map(|i| format!("tool_{i:03}")).collect();
+    assert_eq!(names, expected);
+    assert_eq!(tools[24].description, "tool number 24");
+
+    let (endless, _changes) = connect(&paged(0, 3, true)).await;
+    let started = Instant::now();
+    let err = endless.list_tools(Duration::from_secs(60)).await.unwrap_err();
+    assert_eq!(err.kind, UpstreamErrorKind::Protocol, "{err}");
+    assert!(err.message.contains("pages"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_http_server_makes_calls_unavailable_fast() {
+    let server = EverythingHttp::start();
+    let connection = McpConnection::Http { url: server.url.clone(), headers: Vec::new() };
+    let (session, _changes) = connect(&connection).await;
+    assert!(session.call_tool("echo", json!({"message": "up"}), CALL, None).await.success);
+    drop(server);
+    let started = Instant::now();
+    let result = session.call_tool("echo", json!({"message": "down"}), CALL, None).await;
+    assert!(!result.success, "{result:?}");
+    assert_eq!(result.code(), Some("unavailable"), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    let reason = tokio::time::timeout(Duration::from_secs(5), session.closed()).await.expect("closed within 5 s");
+    assert!(session.is_closed(), "{reason}");
+}
