@@ -28,8 +28,9 @@ impl SsrfGuard {
 
     /// Parses `url` and checks it: `http` or `https`, a host, and an IP-literal host allowed.
     pub fn check_url(&self, url: &str) -> Result<reqwest::Url, UpstreamError> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|err| UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("{url:?} is not a URL: {err}")))?;
+        let parsed = reqwest::Url::parse(url).map_err(|err| {
+            UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("{url:?} is not a URL: {err}"))
+        })?;
         self.check_parsed(&parsed)?;
         Ok(parsed)
     }

@@ -45,7 +45,9 @@ impl HttpExecutor {
             .pool_max_idle_per_host(8)
             .connect_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|err| UpstreamError::new(UpstreamErrorKind::Connect, format!("cannot build the HTTP client: {err}")))?;
+            .map_err(|err| {
+                UpstreamError::new(UpstreamErrorKind::Connect, format!("cannot build the HTTP client: {err}"))
+            })?;
         Ok(HttpExecutor { client, guard, max_response_bytes })
     }
 
@@ -61,15 +63,17 @@ impl HttpExecutor {
 
     async fn send(&self, plan: &HttpRequestPlan) -> Result<CallResult, UpstreamError> {
         let url = self.guard.check_url(&plan.url)?;
-        let method = reqwest::Method::from_bytes(plan.method.as_bytes())
-            .map_err(|_| UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("{:?} is not a method", plan.method)))?;
+        let method = reqwest::Method::from_bytes(plan.method.as_bytes()).map_err(|_| {
+            UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("{:?} is not a method", plan.method))
+        })?;
         let mut request = self.client.request(method, url);
         for (name, value) in &plan.headers {
             request = request.header(name.as_str(), value.as_str());
         }
         if let Some(body) = &plan.body {
-            let bytes = serde_json::to_vec(body)
-                .map_err(|err| UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("cannot encode the body: {err}")))?;
+            let bytes = serde_json::to_vec(body).map_err(|err| {
+                UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("cannot encode the body: {err}"))
+            })?;
             request = request.body(bytes);
         }
         let response = request.send().await.map_err(|err| from_reqwest(err, "the request"))?;
@@ -98,7 +102,10 @@ impl HttpExecutor {
 /// Reads a response body, failing once it passes `max_bytes`.
 pub(crate) async fn read_limited(mut response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, UpstreamError> {
     if response.content_length().is_some_and(|length| length > max_bytes as u64) {
-        return Err(UpstreamError::new(UpstreamErrorKind::TooLarge, format!("the response is larger than {max_bytes} bytes")));
+        return Err(UpstreamError::new(
+            UpstreamErrorKind::TooLarge,
+            format!("the response is larger than {max_bytes} bytes"),
+        ));
     }
     let mut bytes = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|err| from_reqwest(err, "reading the response"))? {

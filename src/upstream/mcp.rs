@@ -22,7 +22,9 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
     ListToolsRequest, PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerResult,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, QuitReason, RunningService, RunningServiceCancellationToken};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, QuitReason, RunningService, RunningServiceCancellationToken,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
@@ -173,7 +175,10 @@ impl McpSession {
         };
         let init_timeout_ms = options.init_timeout.as_millis();
         let timed_out = || {
-            UpstreamError::new(UpstreamErrorKind::Timeout, format!("no answer to initialize within {init_timeout_ms} ms"))
+            UpstreamError::new(
+                UpstreamErrorKind::Timeout,
+                format!("no answer to initialize within {init_timeout_ms} ms"),
+            )
         };
         let stderr_tail: Arc<Mutex<VecDeque<String>>> = Arc::default();
         let (running, pid) = match connection {
@@ -192,10 +197,10 @@ impl McpSession {
                 if let Some(cwd) = cwd {
                     process.current_dir(cwd);
                 }
-                let (transport, stderr) = TokioChildProcess::builder(process)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .map_err(|err| UpstreamError::new(UpstreamErrorKind::Spawn, format!("cannot start {command:?}: {err}")))?;
+                let (transport, stderr) =
+                    TokioChildProcess::builder(process).stderr(std::process::Stdio::piped()).spawn().map_err(
+                        |err| UpstreamError::new(UpstreamErrorKind::Spawn, format!("cannot start {command:?}: {err}")),
+                    )?;
                 let pid = transport.id();
                 if let Some(stderr) = stderr {
                     let tail = stderr_tail.clone();
@@ -235,7 +240,10 @@ impl McpSession {
                         UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("{name:?} is not a header name"))
                     })?;
                     let value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
-                        UpstreamError::new(UpstreamErrorKind::InvalidTarget, format!("the header {name} has an invalid value"))
+                        UpstreamError::new(
+                            UpstreamErrorKind::InvalidTarget,
+                            format!("the header {name} has an invalid value"),
+                        )
                     })?;
                     custom_headers.insert(name, value);
                 }
@@ -329,7 +337,9 @@ impl McpSession {
         let timeout_ms = timeout.as_millis();
         match tokio::time::timeout(timeout, self.list_all_pages(timeout)).await {
             Ok(result) => result,
-            Err(_) => Err(UpstreamError::new(UpstreamErrorKind::Timeout, format!("tools/list took over {timeout_ms} ms"))),
+            Err(_) => {
+                Err(UpstreamError::new(UpstreamErrorKind::Timeout, format!("tools/list took over {timeout_ms} ms")))
+            }
         }
     }
 
@@ -356,7 +366,10 @@ impl McpSession {
                     continue;
                 }
                 if tools.len() == MAX_TOOLS {
-                    return Err(UpstreamError::new(UpstreamErrorKind::TooLarge, format!("the source offers over {MAX_TOOLS} tools")));
+                    return Err(UpstreamError::new(
+                        UpstreamErrorKind::TooLarge,
+                        format!("the source offers over {MAX_TOOLS} tools"),
+                    ));
                 }
                 let title = tool.title.clone().or_else(|| tool.annotations.as_ref().and_then(|a| a.title.clone()));
                 tools.push(SourceTool {
@@ -406,7 +419,8 @@ impl McpSession {
         let timeout_ms = timeout.as_millis();
         let call = async {
             let handle = self.peer.send_request_with_option(request, PeerRequestOptions::with_timeout(timeout)).await?;
-            let _registration = progress.map(|sink| ProgressRegistration::new(&self.progress_sinks, handle.progress_token.clone(), sink));
+            let _registration = progress
+                .map(|sink| ProgressRegistration::new(&self.progress_sinks, handle.progress_token.clone(), sink));
             handle.await_response().await
         };
         // The request's own timeout sends `notifications/cancelled`; the outer
@@ -436,7 +450,9 @@ impl McpSession {
                 CallResult::ok(data)
             }
             Ok(Ok(ServerResult::EmptyResult(_))) => CallResult::ok(json!({"content": []})),
-            Ok(Ok(_)) => CallResult::fail(ErrorCode::ExecutionError, "tools/call answered something other than a tool result"),
+            Ok(Ok(_)) => {
+                CallResult::fail(ErrorCode::ExecutionError, "tools/call answered something other than a tool result")
+            }
         }
     }
 
@@ -466,16 +482,23 @@ impl McpSession {
         match err {
             ServiceError::McpError(data) => UpstreamError::new(
                 UpstreamErrorKind::Protocol,
-                truncate(&format!("{doing} was refused by the source (error {}): {}", data.code.0, data.message), ERROR_TEXT_CHARS),
+                truncate(
+                    &format!("{doing} was refused by the source (error {}): {}", data.code.0, data.message),
+                    ERROR_TEXT_CHARS,
+                ),
             ),
             ServiceError::Timeout { timeout } => {
                 UpstreamError::new(UpstreamErrorKind::Timeout, format!("{doing} took over {} ms", timeout.as_millis()))
             }
-            ServiceError::TransportClosed => UpstreamError::new(UpstreamErrorKind::Closed, format!("{doing}: the session is closed")),
+            ServiceError::TransportClosed => {
+                UpstreamError::new(UpstreamErrorKind::Closed, format!("{doing}: the session is closed"))
+            }
             ServiceError::TransportSend(err) => {
                 UpstreamError::new(UpstreamErrorKind::Closed, truncate(&format!("{doing}: sending failed: {err}"), 500))
             }
-            other => UpstreamError::new(UpstreamErrorKind::Protocol, truncate(&format!("{doing} failed: {other}"), 500)),
+            other => {
+                UpstreamError::new(UpstreamErrorKind::Protocol, truncate(&format!("{doing} failed: {other}"), 500))
+            }
         }
     }
 }

@@ -68,9 +68,7 @@ impl UpstreamErrorKind {
         match self {
             UpstreamErrorKind::InvalidTarget => ErrorCode::InvalidBinding,
             UpstreamErrorKind::TargetRefused => ErrorCode::TargetRefused,
-            UpstreamErrorKind::Spawn | UpstreamErrorKind::Connect | UpstreamErrorKind::Closed => {
-                ErrorCode::Unavailable
-            }
+            UpstreamErrorKind::Spawn | UpstreamErrorKind::Connect | UpstreamErrorKind::Closed => ErrorCode::Unavailable,
             UpstreamErrorKind::Timeout
             | UpstreamErrorKind::Protocol
             | UpstreamErrorKind::TooLarge

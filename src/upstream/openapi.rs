@@ -43,7 +43,9 @@ impl DocumentFetcher {
             .redirect(guard.redirect_policy())
             .connect_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|err| UpstreamError::new(UpstreamErrorKind::Connect, format!("cannot build the HTTP client: {err}")))?;
+            .map_err(|err| {
+                UpstreamError::new(UpstreamErrorKind::Connect, format!("cannot build the HTTP client: {err}"))
+            })?;
         Ok(DocumentFetcher { client, guard, max_bytes })
     }
 
@@ -88,7 +90,11 @@ impl DocumentFetcher {
 /// Reads `relative` (a path the settings checked lexically) from the first
 /// of `roots` holding it, refusing a file that, once symbolic links are
 /// followed, lies outside that root, and one larger than `max_bytes`.
-pub async fn read_file_under_roots(relative: &str, roots: &[PathBuf], max_bytes: usize) -> Result<String, UpstreamError> {
+pub async fn read_file_under_roots(
+    relative: &str,
+    roots: &[PathBuf],
+    max_bytes: usize,
+) -> Result<String, UpstreamError> {
     let file_error = |message: String| UpstreamError::new(UpstreamErrorKind::File, message);
     if !is_contained_relative_path(relative) {
         return Err(file_error(format!("{relative:?} must be a relative path that does not climb out with '..'")));
@@ -114,11 +120,17 @@ async fn read_capped(path: &Path, max_bytes: usize) -> Result<String, UpstreamEr
         return Err(file_error("the path is not a regular file".into()));
     }
     if metadata.len() > max_bytes as u64 {
-        return Err(UpstreamError::new(UpstreamErrorKind::TooLarge, format!("the file is larger than {max_bytes} bytes")));
+        return Err(UpstreamError::new(
+            UpstreamErrorKind::TooLarge,
+            format!("the file is larger than {max_bytes} bytes"),
+        ));
     }
     let bytes = tokio::fs::read(path).await.map_err(|err| file_error(format!("cannot read the file: {err}")))?;
     if bytes.len() > max_bytes {
-        return Err(UpstreamError::new(UpstreamErrorKind::TooLarge, format!("the file is larger than {max_bytes} bytes")));
+        return Err(UpstreamError::new(
+            UpstreamErrorKind::TooLarge,
+            format!("the file is larger than {max_bytes} bytes"),
+        ));
     }
     String::from_utf8(bytes).map_err(|_| file_error("the file is not UTF-8 text".into()))
 }

@@ -68,7 +68,12 @@ async fn the_time_server_lists_its_tools_and_answers_calls() {
     assert!(text_of(&data).contains("Europe/Paris"), "{data}");
 
     let converted = session
-        .call_tool("convert_time", json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}), CALL, None)
+        .call_tool(
+            "convert_time",
+            json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+            CALL,
+            None,
+        )
         .await;
     assert!(converted.success, "{converted:?}");
     assert!(converted.data.unwrap()["structuredContent"]["target"]["datetime"].as_str().unwrap().contains("T21:00"));
@@ -162,18 +167,19 @@ async fn a_timeout_answers_at_once_and_tells_the_server_to_cancel() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stdin.jsonl");
     let (node, script) = upstreams::server_everything();
-    let shell = format!(
-        "tee '{}' | exec '{}' '{}' stdio",
-        log.display(),
-        node.display(),
-        script.display()
-    );
-    let connection = McpConnection::Stdio { command: "sh".into(), args: vec!["-c".into(), shell], env: Vec::new(), cwd: None };
+    let shell = format!("tee '{}' | exec '{}' '{}' stdio", log.display(), node.display(), script.display());
+    let connection =
+        McpConnection::Stdio { command: "sh".into(), args: vec!["-c".into(), shell], env: Vec::new(), cwd: None };
     let (session, _changes) = connect(&connection).await;
 
     let started = Instant::now();
     let result = session
-        .call_tool("trigger-long-running-operation", json!({"duration": 30, "steps": 30}), Duration::from_millis(800), None)
+        .call_tool(
+            "trigger-long-running-operation",
+            json!({"duration": 30, "steps": 30}),
+            Duration::from_millis(800),
+            None,
+        )
         .await;
     assert_eq!(result.code(), Some("execution_error"), "{result:?}");
     assert!(result.error.as_ref().unwrap().message.contains("cancelled"), "{result:?}");
@@ -204,7 +210,12 @@ async fn a_killed_server_is_noticed_at_once() {
         tokio::spawn(async move {
             let started = Instant::now();
             let result = session
-                .call_tool("trigger-long-running-operation", json!({"duration": 60, "steps": 60}), Duration::from_secs(60), None)
+                .call_tool(
+                    "trigger-long-running-operation",
+                    json!({"duration": 60, "steps": 60}),
+                    Duration::from_secs(60),
+                    None,
+                )
                 .await;
             (result, started.elapsed())
         })
@@ -271,7 +282,8 @@ async fn a_program_that_cannot_start_or_speak_mcp_is_a_typed_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_over_streamable_http() {
     let server = EverythingHttp::start();
-    let connection = McpConnection::Http { url: server.url.clone(), headers: vec![("X-Capdex-Test".into(), "1".into())] };
+    let connection =
+        McpConnection::Http { url: server.url.clone(), headers: vec![("X-Capdex-Test".into(), "1".into())] };
 
     // Loopback is refused unless allowlisted.
     let refused = McpSession::connect(&connection, &ConnectOptions::default()).await.unwrap_err();
@@ -301,7 +313,12 @@ fn paged(total: usize, page: usize, endless: bool) -> McpConnection {
     if endless {
         args.push("--endless".into());
     }
-    McpConnection::Stdio { command: upstreams::python_with_mcp().display().to_string(), args, env: Vec::new(), cwd: None }
+    McpConnection::Stdio {
+        command: upstreams::python_with_mcp().display().to_string(),
+        args,
+        env: Vec::new(),
+        cwd: None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

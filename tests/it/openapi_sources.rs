@@ -118,11 +118,17 @@ fn answer(request: &Seen) -> (&'static str, Vec<(&'static str, String)>, Vec<u8>
         ("GET", "/openapi.json") if request.header("if-none-match") == Some("\"v1\"") => {
             ("304 Not Modified", vec![("etag", "\"v1\"".into())], Vec::new())
         }
-        ("GET", "/openapi.json") => ("200 OK", vec![json_type, ("etag", "\"v1\"".into())], DOCUMENT.as_bytes().to_vec()),
-        ("GET", "/moved") => ("302 Found", vec![("location", "http://169.254.169.254/latest/meta-data".into())], Vec::new()),
+        ("GET", "/openapi.json") => {
+            ("200 OK", vec![json_type, ("etag", "\"v1\"".into())], DOCUMENT.as_bytes().to_vec())
+        }
+        ("GET", "/moved") => {
+            ("302 Found", vec![("location", "http://169.254.169.254/latest/meta-data".into())], Vec::new())
+        }
         ("GET", "/huge.json") => ("200 OK", vec![json_type], vec![b' '; 200_000]),
         ("GET", "/v1/text") => ("200 OK", vec![("content-type", "text/plain".into())], b"plain words".to_vec()),
-        ("GET", "/v1/fail") => ("500 Internal Server Error", vec![json_type], br#"{"error":"the database is down"}"#.to_vec()),
+        ("GET", "/v1/fail") => {
+            ("500 Internal Server Error", vec![json_type], br#"{"error":"the database is down"}"#.to_vec())
+        }
         ("GET", "/v1/slow") => {
             std::thread::sleep(Duration::from_secs(3));
             ("200 OK", vec![json_type], b"{}".to_vec())
@@ -139,8 +145,20 @@ fn loopback() -> Vec<Cidr> {
     vec![Cidr::parse("127.0.0.1/32").unwrap()]
 }
 
-fn operation(server: &TestServer, method: &str, path: &str, params: Vec<OperationParam>, json_body: bool) -> HttpOperation {
-    HttpOperation { method: method.into(), base_url: format!("{}/v1/", server.base), path: path.into(), params, json_body }
+fn operation(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    params: Vec<OperationParam>,
+    json_body: bool,
+) -> HttpOperation {
+    HttpOperation {
+        method: method.into(),
+        base_url: format!("{}/v1/", server.base),
+        path: path.into(),
+        params,
+        json_body,
+    }
 }
 
 fn param(name: &str, location: ParamLocation, required: bool) -> OperationParam {
@@ -233,8 +251,8 @@ async fn operations_carry_path_query_headers_body_and_auth_on_one_connection() {
         false,
     );
     let auth = ResolvedAuth::Bearer { token: "t0ken".into() };
-    let plan =
-        build_request(&get, &json!({"petId": "a/b c", "tag": ["x", "y&z"], "X-Request-Id": "r1"}), Some(&auth)).unwrap();
+    let plan = build_request(&get, &json!({"petId": "a/b c", "tag": ["x", "y&z"], "X-Request-Id": "r1"}), Some(&auth))
+        .unwrap();
     let result = executor.execute(&plan, TIMEOUT).await;
     assert!(result.success, "{result:?}");
     let seen = server.last();
@@ -271,7 +289,8 @@ async fn operations_carry_path_query_headers_body_and_auth_on_one_connection() {
 async fn failures_are_typed() {
     let server = TestServer::start();
     let executor = HttpExecutor::new(loopback(), 100_000).unwrap();
-    let plan_for = |path: &str| build_request(&operation(&server, "GET", path, vec![], false), &json!({}), None).unwrap();
+    let plan_for =
+        |path: &str| build_request(&operation(&server, "GET", path, vec![], false), &json!({}), None).unwrap();
 
     let failed = executor.execute(&plan_for("/fail"), TIMEOUT).await;
     assert_eq!(failed.code(), Some("execution_error"));

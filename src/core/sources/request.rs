@@ -217,7 +217,8 @@ fn fill_path(op: &HttpOperation, args: &Map<String, Value>) -> Result<String, Re
                 .map(|at| open + at)
                 .ok_or_else(|| RequestError::BadOperation(format!("unclosed '{{' in {template:?}")))?;
             let name = &rest[open + 1..close];
-            let value = args.get(name).filter(|v| !v.is_null()).ok_or_else(|| RequestError::MissingParam(name.into()))?;
+            let value =
+                args.get(name).filter(|v| !v.is_null()).ok_or_else(|| RequestError::MissingParam(name.into()))?;
             let text = match value {
                 Value::Array(_) | Value::Object(_) => {
                     return Err(RequestError::InvalidParam {
@@ -228,7 +229,10 @@ fn fill_path(op: &HttpOperation, args: &Map<String, Value>) -> Result<String, Re
                 other => scalar_text(other),
             };
             if text.is_empty() {
-                return Err(RequestError::InvalidParam { name: name.into(), problem: "a path parameter cannot be empty".into() });
+                return Err(RequestError::InvalidParam {
+                    name: name.into(),
+                    problem: "a path parameter cannot be empty".into(),
+                });
             }
             filled.push_str(&percent_encode(&text));
             rest = &rest[close + 1..];
@@ -281,7 +285,13 @@ mod tests {
     }
 
     fn op(method: &str, path: &str, params: Vec<OperationParam>, json_body: bool) -> HttpOperation {
-        HttpOperation { method: method.into(), base_url: "https://api.test/v1".into(), path: path.into(), params, json_body }
+        HttpOperation {
+            method: method.into(),
+            base_url: "https://api.test/v1".into(),
+            path: path.into(),
+            params,
+            json_body,
+        }
     }
 
     fn check(op: &HttpOperation, args: Value, expect: Result<&str, RequestError>) {
@@ -319,7 +329,11 @@ mod tests {
             ],
             false,
         );
-        check(&get, json!({"petId": "a b", "n": 3, "limit": 10}), Ok("https://api.test/v1/pets/a%20b/photos/3.json?limit=10"));
+        check(
+            &get,
+            json!({"petId": "a b", "n": 3, "limit": 10}),
+            Ok("https://api.test/v1/pets/a%20b/photos/3.json?limit=10"),
+        );
         check(
             &get,
             json!({"petId": "x", "n": 1, "limit": 1, "tag": ["a&b", "c=d", null]}),
@@ -344,12 +358,19 @@ mod tests {
         let get = op("GET", "/files/{name}", vec![param("name", ParamLocation::Path, true)], false);
         check(&get, json!({"name": "../../admin?x=1#f"}), Ok("https://api.test/v1/files/..%2F..%2Fadmin%3Fx%3D1%23f"));
         for dots in ["..", ".", ""] {
-            assert!(matches!(build_request(&get, &json!({"name": dots}), None), Err(RequestError::InvalidParam { .. })));
+            assert!(matches!(
+                build_request(&get, &json!({"name": dots}), None),
+                Err(RequestError::InvalidParam { .. })
+            ));
         }
-        check(&get, json!({"name": {"a": 1}}), Err(RequestError::InvalidParam {
-            name: "name".into(),
-            problem: "a path parameter must be a string, number or boolean".into(),
-        }));
+        check(
+            &get,
+            json!({"name": {"a": 1}}),
+            Err(RequestError::InvalidParam {
+                name: "name".into(),
+                problem: "a path parameter must be a string, number or boolean".into(),
+            }),
+        );
     }
 
     #[test]
@@ -366,13 +387,24 @@ mod tests {
 
     #[test]
     fn auth_is_applied_last() {
-        let get = op("GET", "/me", vec![param("Authorization", ParamLocation::Header, false), param("key", ParamLocation::Query, false)], false);
+        let get = op(
+            "GET",
+            "/me",
+            vec![param("Authorization", ParamLocation::Header, false), param("key", ParamLocation::Query, false)],
+            false,
+        );
         let args = json!({"Authorization": "Bearer forged", "key": "forged"});
         let bearer = build_request(&get, &args, Some(&ResolvedAuth::Bearer { token: "t0k".into() })).unwrap();
         assert_eq!(bearer.headers, vec![("Authorization".to_string(), "Bearer t0k".to_string())]);
-        let header = build_request(&get, &json!({}), Some(&ResolvedAuth::Header { name: "X-Api-Key".into(), value: "k".into() })).unwrap();
+        let header = build_request(
+            &get,
+            &json!({}),
+            Some(&ResolvedAuth::Header { name: "X-Api-Key".into(), value: "k".into() }),
+        )
+        .unwrap();
         assert_eq!(header.headers, vec![("X-Api-Key".to_string(), "k".to_string())]);
-        let query = build_request(&get, &args, Some(&ResolvedAuth::Query { name: "key".into(), value: "r e".into() })).unwrap();
+        let query =
+            build_request(&get, &args, Some(&ResolvedAuth::Query { name: "key".into(), value: "r e".into() })).unwrap();
         assert_eq!(query.url, "https://api.test/v1/me?key=r%20e");
         assert!(!format!("{bearer:?}").contains("t0k"));
     }

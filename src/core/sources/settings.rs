@@ -345,7 +345,9 @@ impl SourceSettings {
             },
             SourceKind::Openapi => {
                 match (&self.url, &self.path) {
-                    (Some(_), Some(_)) => return Err(invalid("path", "an openapi source has a url or a path, not both")),
+                    (Some(_), Some(_)) => {
+                        return Err(invalid("path", "an openapi source has a url or a path, not both"))
+                    }
                     (None, None) => return Err(invalid("url", "an openapi source needs a url or a path")),
                     (Some(url), None) => check_http_url("url", url)?,
                     (None, Some(path)) => check_relative_path("path", path)?,
@@ -358,7 +360,10 @@ impl SourceSettings {
                     Some(AuthSettings::Header { name, value }) => check_header("auth", name, value)?,
                     Some(AuthSettings::Query { name, value }) => {
                         if name.is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
-                            return Err(invalid("auth.name", "a query parameter name is 1 to 256 printable characters"));
+                            return Err(invalid(
+                                "auth.name",
+                                "a query parameter name is 1 to 256 printable characters",
+                            ));
                         }
                         check_value("auth.value", value)?;
                     }
@@ -658,12 +663,30 @@ mod tests {
     #[test]
     fn valid_settings_of_every_kind_pass() {
         check(r#"{"id":"time","kind":"mcp","command":"mcp-server-time","args":["--local-timezone","UTC"]}"#, Ok(()));
-        check(r#"{"id":"git","kind":"mcp","command":"uvx","env":{"TOKEN":"${env:GIT_TOKEN}"},"cwd":"repos/a"}"#, Ok(()));
-        check(r#"{"id":"every","kind":"mcp","url":"http://127.0.0.1:3001/mcp","headers":{"X-Key":"${env:K}"}}"#, Ok(()));
-        check(r#"{"id":"pets","kind":"openapi","url":"https://x.test/openapi.json","auth":{"type":"bearer","token":"${env:T}"},"refreshIntervalMs":60000}"#, Ok(()));
-        check(r#"{"id":"pets2","kind":"openapi","path":"specs/pets.yaml","baseUrl":"http://127.0.0.1:8080/v1","auth":{"type":"query","name":"api_key","value":"k"}}"#, Ok(()));
-        check(r#"{"id":"db","kind":"sql","path":"schema.sql","category":"data","tags":["sql"],"workspaces":["w1"]}"#, Ok(()));
-        check(r#"{"id":"lazy1","kind":"mcp","command":"x","lazy":true,"idleTimeoutMs":1000,"tools":[{"name":"t","description":"d","inputSchema":{"type":"object"}}]}"#, Ok(()));
+        check(
+            r#"{"id":"git","kind":"mcp","command":"uvx","env":{"TOKEN":"${env:GIT_TOKEN}"},"cwd":"repos/a"}"#,
+            Ok(()),
+        );
+        check(
+            r#"{"id":"every","kind":"mcp","url":"http://127.0.0.1:3001/mcp","headers":{"X-Key":"${env:K}"}}"#,
+            Ok(()),
+        );
+        check(
+            r#"{"id":"pets","kind":"openapi","url":"https://x.test/openapi.json","auth":{"type":"bearer","token":"${env:T}"},"refreshIntervalMs":60000}"#,
+            Ok(()),
+        );
+        check(
+            r#"{"id":"pets2","kind":"openapi","path":"specs/pets.yaml","baseUrl":"http://127.0.0.1:8080/v1","auth":{"type":"query","name":"api_key","value":"k"}}"#,
+            Ok(()),
+        );
+        check(
+            r#"{"id":"db","kind":"sql","path":"schema.sql","category":"data","tags":["sql"],"workspaces":["w1"]}"#,
+            Ok(()),
+        );
+        check(
+            r#"{"id":"lazy1","kind":"mcp","command":"x","lazy":true,"idleTimeoutMs":1000,"tools":[{"name":"t","description":"d","inputSchema":{"type":"object"}}]}"#,
+            Ok(()),
+        );
     }
 
     #[test]
@@ -687,13 +710,22 @@ mod tests {
         check(r#"{"id":"a","kind":"openapi","url":"http://h/x","path":"p"}"#, Err("path"));
         check(r#"{"id":"a","kind":"openapi","url":"http://h/x","baseUrl":"h/v1"}"#, Err("baseUrl"));
         check(r#"{"id":"a","kind":"openapi","url":"http://h/x","refreshIntervalMs":10}"#, Err("refreshIntervalMs"));
-        check(r#"{"id":"a","kind":"openapi","url":"http://h/x","auth":{"type":"bearer","token":""}}"#, Err("auth.token"));
+        check(
+            r#"{"id":"a","kind":"openapi","url":"http://h/x","auth":{"type":"bearer","token":""}}"#,
+            Err("auth.token"),
+        );
         check(r#"{"id":"a","kind":"sql"}"#, Err("path"));
         check(r#"{"id":"a","kind":"sql","path":"s.sql","callTimeoutMs":0}"#, Err("callTimeoutMs"));
         check(r#"{"id":"a","kind":"mcp","command":"x","idleTimeoutMs":5}"#, Err("idleTimeoutMs"));
         check(r#"{"id":"a","kind":"mcp","command":"x","tools":[{"name":"t"}]}"#, Err("tools"));
-        check(r#"{"id":"a","kind":"mcp","command":"x","lazy":true,"tools":[{"name":"t"},{"name":"t"}]}"#, Err("tools[1].name"));
-        check(r#"{"id":"a","kind":"mcp","command":"x","lazy":true,"tools":[{"name":"t","inputSchema":3}]}"#, Err("tools[0].inputSchema"));
+        check(
+            r#"{"id":"a","kind":"mcp","command":"x","lazy":true,"tools":[{"name":"t"},{"name":"t"}]}"#,
+            Err("tools[1].name"),
+        );
+        check(
+            r#"{"id":"a","kind":"mcp","command":"x","lazy":true,"tools":[{"name":"t","inputSchema":3}]}"#,
+            Err("tools[0].inputSchema"),
+        );
         check(r#"{"id":"a","kind":"mcp","command":"x","tags":[""]}"#, Err("tags[0]"));
     }
 
@@ -701,7 +733,9 @@ mod tests {
     fn unknown_fields_and_kinds_are_refused_and_snake_case_is_accepted() {
         assert!(serde_json::from_str::<SourceSettings>(r#"{"id":"a","kind":"mcp","comand":"x"}"#).is_err());
         assert!(serde_json::from_str::<SourceSettings>(r#"{"id":"a","kind":"grpc"}"#).is_err());
-        assert!(serde_json::from_str::<SourceSettings>(r#"{"id":"a","kind":"openapi","auth":{"type":"basic"}}"#).is_err());
+        assert!(
+            serde_json::from_str::<SourceSettings>(r#"{"id":"a","kind":"openapi","auth":{"type":"basic"}}"#).is_err()
+        );
         let from_toml: SourceSettings = toml::from_str(
             "id = \"pets\"\nkind = \"openapi\"\nurl = \"http://h/o.json\"\nbase_url = \"http://h/v1\"\n\
              refresh_interval_ms = 2000\ncall_timeout_ms = 100\nauth = { type = \"header\", name = \"X-Key\", value = \"${env:K}\" }\n",
@@ -736,7 +770,9 @@ mod tests {
             "KEY" => Some("k3y".to_string()),
             _ => None,
         };
-        let stdio = parse(r#"{"id":"a","kind":"mcp","command":"srv","args":["${env:TOKEN}"],"env":{"A":"x-${env:TOKEN}","B":"plain"}}"#);
+        let stdio = parse(
+            r#"{"id":"a","kind":"mcp","command":"srv","args":["${env:TOKEN}"],"env":{"A":"x-${env:TOKEN}","B":"plain"}}"#,
+        );
         let resolved = stdio.resolve(&lookup).unwrap();
         assert_eq!(
             resolved.connection,
@@ -751,14 +787,17 @@ mod tests {
         let debug = format!("{:?}", resolved.connection);
         assert!(!debug.contains("s3cr3t"), "{debug}");
 
-        let api = parse(r#"{"id":"a","kind":"openapi","url":"http://h/o","auth":{"type":"header","name":"X-Key","value":"${env:KEY}"}}"#);
+        let api = parse(
+            r#"{"id":"a","kind":"openapi","url":"http://h/o","auth":{"type":"header","name":"X-Key","value":"${env:KEY}"}}"#,
+        );
         let resolved = api.resolve(&lookup).unwrap();
         let Connection::Openapi { auth: Some(auth), document, .. } = &resolved.connection else { panic!() };
         assert_eq!(auth, &ResolvedAuth::Header { name: "X-Key".into(), value: "k3y".into() });
         assert_eq!(document, &DocumentLocation::Url("http://h/o".into()));
         assert!(!format!("{auth:?}").contains("k3y"));
 
-        let missing = parse(r#"{"id":"a","kind":"mcp","url":"http://h/","headers":{"Authorization":"Bearer ${env:NOPE}"}}"#);
+        let missing =
+            parse(r#"{"id":"a","kind":"mcp","url":"http://h/","headers":{"Authorization":"Bearer ${env:NOPE}"}}"#);
         let err = missing.resolve(&lookup).unwrap_err();
         assert_eq!((err.kind, err.field.as_str()), (SettingsErrorKind::MissingEnv, "headers.Authorization"));
         assert!(err.to_string().contains("NOPE"), "{err}");

@@ -43,9 +43,8 @@ fn python_script(name: &str, package: &str, version: &str) -> PathBuf {
 
 /// The Python with PyPI `mcp` (the SDK) installed: `CAPDEX_PYTHON`, else `.venv/bin/python`.
 pub fn python_with_mcp() -> PathBuf {
-    let python = std::env::var_os("CAPDEX_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate_root().join(".venv/bin/python"));
+    let python =
+        std::env::var_os("CAPDEX_PYTHON").map(PathBuf::from).unwrap_or_else(|| crate_root().join(".venv/bin/python"));
     assert!(
         python.is_file(),
         "{} is missing; run scripts/test.sh, or: python3 -m venv .venv && .venv/bin/python -m pip install mcp=={MCP_SDK_VERSION}",
@@ -67,10 +66,10 @@ pub fn mcp_server_git() -> PathBuf {
 /// `node` and the server-everything entry script (`dist/index.js`); run it as
 /// `node <script> stdio` or `node <script> streamableHttp`.
 pub fn server_everything() -> (PathBuf, PathBuf) {
-    let install = format!(
-        "npm install --prefix .npm-tools @modelcontextprotocol/server-everything@{SERVER_EVERYTHING_VERSION}"
-    );
-    let tools = std::env::var_os("CAPDEX_NPM_TOOLS").map(PathBuf::from).unwrap_or_else(|| crate_root().join(".npm-tools"));
+    let install =
+        format!("npm install --prefix .npm-tools @modelcontextprotocol/server-everything@{SERVER_EVERYTHING_VERSION}");
+    let tools =
+        std::env::var_os("CAPDEX_NPM_TOOLS").map(PathBuf::from).unwrap_or_else(|| crate_root().join(".npm-tools"));
     let script = tools.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(script.is_file(), "{} is missing; run scripts/test.sh, or: {install}", script.display());
     let node = std::env::var_os("PATH")
