@@ -541,3 +541,20 @@ fn stderr_text(tail: &Arc<Mutex<VecDeque<String>>>) -> String {
         format!(" (stderr: {})", tail.iter().cloned().collect::<Vec<_>>().join(" | "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_the_text_blocks() {
+        let content = json!([
+            {"type": "text", "text": "first"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "text", "text": "second"}
+        ]);
+        assert_eq!(content_text(&content), "first\nsecond");
+        assert_eq!(content_text(&json!([])), "");
+        assert_eq!(content_text(&json!("not an array")), "");
+    }
+}

@@ -353,3 +353,34 @@ async fn a_stopped_http_server_makes_calls_unavailable_fast() {
     let reason = tokio::time::timeout(Duration::from_secs(5), session.closed()).await.expect("closed within 5 s");
     assert!(session.is_closed(), "{reason}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_gets_only_the_declared_environment_and_its_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, script) = upstreams::server_everything();
+    let shell = format!("pwd > where.txt; exec '{}' '{}' stdio", node.display(), script.display());
+    let cwd = capdex::upstream::openapi::resolve_under_roots(".", &[dir.path().to_path_buf()]).await.unwrap();
+    let connection = McpConnection::Stdio {
+        command: "sh".into(),
+        args: vec!["-c".into(), shell],
+        env: vec![("SOURCE_TOKEN".into(), "declared-value".into())],
+        cwd: Some(cwd.display().to_string()),
+    };
+    let (session, _changes) = connect(&connection).await;
+    let result = session.call_tool("get-env", json!({}), CALL, None).await;
+    assert!(result.success, "{result:?}");
+    let env: Value = serde_json::from_str(&text_of(result.data.as_ref().unwrap())).unwrap();
+    assert_eq!(env["SOURCE_TOKEN"], "declared-value");
+    assert!(env.get("PATH").is_some(), "PATH is passed on: {env}");
+    // cargo gives the test its CARGO_* variables: capdex's own environment, not the source's.
+    let own: Vec<String> = std::env::vars()
+        .map(|(name, _)| name)
+        .filter(|name| name.starts_with("CARGO") || name.starts_with("CAPDEX_"))
+        .collect();
+    assert!(!own.is_empty());
+    for name in own {
+        assert!(env.get(&name).is_none(), "capdex's {name} leaked to the source: {env}");
+    }
+    let written = std::fs::read_to_string(dir.path().join("where.txt")).unwrap();
+    assert_eq!(std::path::Path::new(written.trim()), cwd.as_path());
+}

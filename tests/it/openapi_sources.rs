@@ -10,7 +10,7 @@ use capdex::core::sources::request::build_request;
 use capdex::core::sources::settings::ResolvedAuth;
 use capdex::core::sources::{HttpOperation, OperationParam, ParamLocation};
 use capdex::upstream::http::HttpExecutor;
-use capdex::upstream::openapi::{read_file_under_roots, DocumentFetcher, Fetched};
+use capdex::upstream::openapi::{read_file_under_roots, resolve_under_roots, DocumentFetcher, Fetched};
 use capdex::upstream::UpstreamErrorKind;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -232,6 +232,9 @@ async fn a_document_file_must_lie_under_an_allowed_root() {
         assert_eq!(err.kind, kind, "{path}: {err}");
     }
     assert!(read_file_under_roots("specs/pets.yaml", &[], 4096).await.is_err());
+    let specs = resolve_under_roots("specs", &roots).await.unwrap();
+    assert_eq!(specs, root.path().canonicalize().unwrap().join("specs"), "a folder (a cwd) resolves too");
+    assert_eq!(resolve_under_roots("../", &roots).await.unwrap_err().kind, UpstreamErrorKind::File);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
