@@ -7,9 +7,10 @@
 
 use crate::support::upstreams::{self, EverythingHttp};
 use capdex::core::dispatch::ssrf::Cidr;
-use capdex::core::sources::settings::McpConnection;
+use capdex::core::sources::settings::{Connection, McpConnection, SourceSettings};
 use capdex::core::sources::Invocation;
 use capdex::upstream::mcp::{ConnectOptions, McpSession, Progress};
+use capdex::upstream::openapi::resolve_under_roots;
 use capdex::upstream::UpstreamErrorKind;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -357,20 +358,33 @@ async fn a_stopped_http_server_makes_calls_unavailable_fast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_gets_only_the_declared_environment_and_its_cwd() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("work")).unwrap();
     let (node, script) = upstreams::server_everything();
-    let shell = format!("pwd > where.txt; exec '{}' '{}' stdio", node.display(), script.display());
-    let cwd = capdex::upstream::openapi::resolve_under_roots(".", &[dir.path().to_path_buf()]).await.unwrap();
-    let connection = McpConnection::Stdio {
-        command: "sh".into(),
-        args: vec!["-c".into(), shell],
-        env: vec![("SOURCE_TOKEN".into(), "declared-value".into())],
-        cwd: Some(cwd.display().to_string()),
+    // The settings as a user declares them, the token a template resolved at connect time.
+    let settings: SourceSettings = serde_json::from_value(json!({
+        "id": "everything",
+        "kind": "mcp",
+        "command": "sh",
+        "args": ["-c", format!("pwd > where.txt; exec '{}' '{}' stdio", node.display(), script.display())],
+        "env": {"SOURCE_TOKEN": "Bearer ${env:EVERYTHING_TOKEN}"},
+        "cwd": "work",
+    }))
+    .unwrap();
+    settings.validate().unwrap();
+    let resolved = settings.resolve(&|name| (name == "EVERYTHING_TOKEN").then(|| "s3cr3t".to_string())).unwrap();
+    assert_eq!(resolved.secrets, vec!["s3cr3t"]);
+    let Connection::Mcp(McpConnection::Stdio { command, args, env, cwd: Some(cwd) }) = resolved.connection else {
+        panic!("a stdio connection with a cwd")
     };
+    // The shell checks the cwd against its allowed roots, and passes it canonical.
+    let cwd = resolve_under_roots(&cwd, &[dir.path().to_path_buf()]).await.unwrap();
+    let connection = McpConnection::Stdio { command, args, env, cwd: Some(cwd.display().to_string()) };
+
     let (session, _changes) = connect(&connection).await;
     let result = session.call_tool("get-env", json!({}), CALL, None).await;
     assert!(result.success, "{result:?}");
     let env: Value = serde_json::from_str(&text_of(result.data.as_ref().unwrap())).unwrap();
-    assert_eq!(env["SOURCE_TOKEN"], "declared-value");
+    assert_eq!(env["SOURCE_TOKEN"], "Bearer s3cr3t");
     assert!(env.get("PATH").is_some(), "PATH is passed on: {env}");
     // cargo gives the test its CARGO_* variables: capdex's own environment, not the source's.
     let own: Vec<String> = std::env::vars()
@@ -381,6 +395,6 @@ async fn a_stdio_server_gets_only_the_declared_environment_and_its_cwd() {
     for name in own {
         assert!(env.get(&name).is_none(), "capdex's {name} leaked to the source: {env}");
     }
-    let written = std::fs::read_to_string(dir.path().join("where.txt")).unwrap();
+    let written = std::fs::read_to_string(cwd.join("where.txt")).unwrap();
     assert_eq!(std::path::Path::new(written.trim()), cwd.as_path());
 }

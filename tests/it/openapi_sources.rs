@@ -182,6 +182,14 @@ async fn a_document_is_fetched_then_not_modified() {
     assert_eq!(fetcher.fetch(&url, etag.as_deref(), TIMEOUT).await.unwrap(), Fetched::NotModified);
     assert_eq!(server.last().header("if-none-match"), Some("\"v1\""));
 
+    // A host name goes through the guarded resolver, and connects when its addresses are allowed.
+    let by_name =
+        DocumentFetcher::new(vec![Cidr::parse("127.0.0.0/8").unwrap(), Cidr::parse("::1/128").unwrap()], 64 * 1024)
+            .unwrap();
+    let port = server.base.rsplit(':').next().unwrap();
+    let fetched = by_name.fetch(&format!("http://localhost:{port}/openapi.json"), None, TIMEOUT).await.unwrap();
+    assert!(matches!(fetched, Fetched::Document { .. }), "{fetched:?}");
+
     let too_small = DocumentFetcher::new(loopback(), 100_000).unwrap();
     let err = too_small.fetch(&format!("{}/huge.json", server.base), None, TIMEOUT).await.unwrap_err();
     assert_eq!(err.kind, UpstreamErrorKind::TooLarge, "{err}");
