@@ -75,6 +75,25 @@ pub type ToolsChanged = mpsc::Receiver<()>;
 
 /// A live MCP session. Clones share it; the session (and a stdio child) ends
 /// when the last clone drops.
+///
+/// # Examples
+/// ```no_run
+/// use capdex::core::sources::settings::McpConnection;
+/// use capdex::upstream::mcp::{ConnectOptions, McpSession};
+/// use std::time::Duration;
+/// # async fn run() -> Result<(), capdex::upstream::UpstreamError> {
+/// let time = McpConnection::Stdio { command: "mcp-server-time".into(), args: vec![], env: vec![], cwd: None };
+/// let (session, mut tools_changed) = McpSession::connect(&time, &ConnectOptions::default()).await?;
+/// let tools = session.list_tools(Duration::from_secs(10)).await?;
+/// let result = session
+///     .call_tool("get_current_time", serde_json::json!({"timezone": "UTC"}), Duration::from_secs(5), None)
+///     .await;
+/// tokio::select! {
+///     _ = tools_changed.recv() => { /* list the tools again */ }
+///     reason = session.closed() => { /* reconnect with backoff; calls answer `unavailable` meanwhile */ }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct McpSession {
     peer: Peer<RoleClient>,

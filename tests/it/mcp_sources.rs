@@ -398,3 +398,33 @@ async fn a_stdio_server_gets_only_the_declared_environment_and_its_cwd() {
     let written = std::fs::read_to_string(cwd.join("where.txt")).unwrap();
     assert_eq!(std::path::Path::new(written.trim()), cwd.as_path());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_each_get_their_own_progress() {
+    let (session, _changes) = connect(&everything_stdio()).await;
+    let calls = [3.0, 5.0].map(|steps| {
+        let session = session.clone();
+        tokio::spawn(async move {
+            let (progress_tx, mut progress_rx) = mpsc::channel::<Progress>(64);
+            let result = session
+                .call_tool(
+                    "trigger-long-running-operation",
+                    json!({"duration": 1, "steps": steps}),
+                    CALL,
+                    Some(progress_tx),
+                )
+                .await;
+            let mut totals = Vec::new();
+            while let Ok(progress) = progress_rx.try_recv() {
+                totals.push(progress.total);
+            }
+            (steps, result, totals)
+        })
+    });
+    for call in calls {
+        let (steps, result, totals) = call.await.unwrap();
+        assert!(result.success, "{result:?}");
+        assert!(totals.len() as f64 >= steps - 1.0, "{steps} steps, progress totals {totals:?}");
+        assert!(totals.iter().all(|total| *total == Some(steps)), "{steps} steps, progress totals {totals:?}");
+    }
+}
