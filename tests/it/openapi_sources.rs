@@ -289,6 +289,19 @@ async fn operations_carry_path_query_headers_body_and_auth_on_one_connection() {
     assert!(executor.execute(&plan, TIMEOUT).await.success);
     assert_eq!(server.last().target, "/v1/pets/7?api_key=q%20k");
 
+    // `call` builds and sends in one step; the source's baseUrl replaces the document's.
+    let mut elsewhere =
+        operation(&server, "GET", "/pets/{petId}", vec![param("petId", ParamLocation::Path, true)], false);
+    elsewhere.base_url = "http://192.0.2.1/unused".into();
+    let base = format!("{}/v2", server.base);
+    let result = executor.call(&elsewhere, &json!({"petId": "p"}), None, Some(&base), TIMEOUT).await;
+    assert!(result.success, "{result:?}");
+    assert_eq!(server.last().target, "/v2/pets/p");
+    let missing = executor.call(&elsewhere, &json!({}), None, Some(&base), TIMEOUT).await;
+    assert_eq!(missing.code(), Some("invalid_args"), "{missing:?}");
+    let unusable = executor.call(&elsewhere, &json!({"petId": "p"}), None, Some(""), TIMEOUT).await;
+    assert_eq!(unusable.code(), Some("invalid_binding"), "{unusable:?}");
+
     let text = operation(&server, "GET", "/text", vec![], false);
     let result = executor.execute(&build_request(&text, &json!({}), None).unwrap(), TIMEOUT).await;
     assert_eq!(result.data, Some(json!("plain words")));
