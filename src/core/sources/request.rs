@@ -62,7 +62,10 @@ impl RequestError {
 
 /// Builds the request of one call of `op` with `arguments` (an object, or
 /// null for none), and `auth` applied last (it wins over a same-named header
-/// or query argument).
+/// or query argument). A `null` argument counts as absent. Arguments that
+/// are not parameters form the JSON body when `op.json_body` (the argument
+/// `body` alone is the whole body), and are ignored otherwise (schema
+/// validation before dispatch refuses unknown arguments where the schema says so).
 ///
 /// # Examples
 /// ```
