@@ -40,6 +40,8 @@ use tokio::sync::{mpsc, watch};
 pub const MAX_TOOL_PAGES: usize = 100;
 /// The most tools kept from one source.
 pub const MAX_TOOLS: usize = 5_000;
+/// The longest tool description kept, in characters (a source's text is not trusted to be short).
+pub const MAX_DESCRIPTION_CHARS: usize = 8_192;
 /// How much of an upstream's error text a failed call carries, in characters.
 const ERROR_TEXT_CHARS: usize = 2_000;
 /// How many lines of a stdio server's stderr are kept to explain its end.
@@ -352,7 +354,8 @@ impl McpSession {
 
     /// Every tool the server offers, following `nextCursor` (at most
     /// [`MAX_TOOL_PAGES`] pages, [`MAX_TOOLS`] tools), all within `timeout`.
-    /// Tools with an empty name, a `#` in it, or a name seen before are left out.
+    /// Tools with an empty name, one over 256 bytes, a `#` in it, or a name seen
+    /// before are left out; descriptions are cut to [`MAX_DESCRIPTION_CHARS`].
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<SourceTool>, UpstreamError> {
         let timeout_ms = timeout.as_millis();
         match tokio::time::timeout(timeout, self.list_all_pages(timeout)).await {
@@ -381,7 +384,7 @@ impl McpSession {
             };
             for tool in page.tools {
                 let name = tool.name.to_string();
-                if name.is_empty() || name.contains('#') || !names.insert(name.clone()) {
+                if name.is_empty() || name.len() > 256 || name.contains('#') || !names.insert(name.clone()) {
                     tracing::warn!(tool = %truncate(&name, 100), "a source offered a tool with an unusable or repeated name");
                     continue;
                 }
@@ -395,8 +398,8 @@ impl McpSession {
                 tools.push(SourceTool {
                     invocation: Invocation::Mcp { tool: name.clone() },
                     name,
-                    title,
-                    description: tool.description.as_deref().unwrap_or_default().to_string(),
+                    title: title.map(|title| truncate(&title, 256)),
+                    description: truncate(tool.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS),
                     input_schema: Value::Object((*tool.input_schema).clone()),
                     output_schema: tool.output_schema.as_ref().map(|schema| Value::Object((**schema).clone())),
                 });
