@@ -9,7 +9,13 @@
 # 3. Runs `cargo test --all-targets --locked "$@"`, then the doc tests.
 # 4. Before that, installs examples/python/requirements.txt (nats-py) into
 #    .venv for the Python example clients' test.
-# 5. Fetches all-MiniLM-L6-v2 (scripts/fetch-minilm.sh, into .models/) and runs the local
+# 5. Installs the real MCP servers the live-source tests start (tests/it/mcp_sources.rs,
+#    located by tests/it/support/upstreams.rs): PyPI's mcp (the Python SDK, for the
+#    fixture server in tests/fixtures/servers), mcp-server-time and mcp-server-git, pinned,
+#    into the same .venv (unless CAPDEX_PYTHON is set: then they are looked up beside it);
+#    and npm's @modelcontextprotocol/server-everything, pinned, into .npm-tools/ (unless
+#    CAPDEX_NPM_TOOLS names a folder that already holds it). Needs Node.js 20 and npm.
+# 6. Fetches all-MiniLM-L6-v2 (scripts/fetch-minilm.sh, into .models/) and runs the local
 #    neural embedder's test alone with the `neural` feature: `cargo test --features neural
 #    --test neural` (only that test binary is built with the feature, so the suite is not
 #    compiled twice). Done when no arguments are given, or when CAPDEX_NEURAL_TESTS=1;
@@ -23,6 +29,10 @@
 set -euo pipefail
 
 NATS_VERSION="2.15.1"
+MCP_SDK_VERSION="2.3.0"
+MCP_SERVER_TIME_VERSION="2026.10.19"
+MCP_SERVER_GIT_VERSION="2026.10.19"
+SERVER_EVERYTHING_VERSION="2026.8.31"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$(pwd -P)"
@@ -119,6 +129,26 @@ if [[ -z "${CAPDEX_PYTHON:-}" ]]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
         -r examples/python/requirements.txt || die "could not install examples/python/requirements.txt"
 fi
+
+# The MCP servers of the live-source tests.
+if [[ -z "${CAPDEX_PYTHON:-}" ]]; then
+    say "installing mcp==$MCP_SDK_VERSION, mcp-server-time==$MCP_SERVER_TIME_VERSION, mcp-server-git==$MCP_SERVER_GIT_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "mcp==$MCP_SDK_VERSION" "mcp-server-time==$MCP_SERVER_TIME_VERSION" "mcp-server-git==$MCP_SERVER_GIT_VERSION" ||
+        die "could not install the MCP servers from PyPI into $VENV"
+fi
+NPM_TOOLS="${CAPDEX_NPM_TOOLS:-$ROOT/.npm-tools}"
+EVERYTHING_PACKAGE="$NPM_TOOLS/node_modules/@modelcontextprotocol/server-everything/package.json"
+installed_everything="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$EVERYTHING_PACKAGE" 2>/dev/null || true)"
+if [[ "$installed_everything" != "$SERVER_EVERYTHING_VERSION" ]]; then
+    command -v npm >/dev/null 2>&1 || die "npm is needed for @modelcontextprotocol/server-everything (install Node.js 20 and npm)"
+    say "installing @modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION into $NPM_TOOLS"
+    npm install --prefix "$NPM_TOOLS" --no-audit --no-fund --silent \
+        "@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION" ||
+        die "could not install @modelcontextprotocol/server-everything from npm"
+fi
+export CAPDEX_NPM_TOOLS="$NPM_TOOLS"
+say "CAPDEX_NPM_TOOLS=$CAPDEX_NPM_TOOLS"
 
 say "cargo test --all-targets --locked $*"
 cargo test --all-targets --locked "$@"

@@ -130,3 +130,38 @@ pub fn from_reqwest(err: reqwest::Error, doing: &str) -> UpstreamError {
     let kind = if message.contains("and not allowlisted") { UpstreamErrorKind::TargetRefused } else { kind };
     UpstreamError::new(kind, super::truncate(&message, 500))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(guard: &SsrfGuard, url: &str) -> Option<UpstreamErrorKind> {
+        guard.check_url(url).err().map(|err| err.kind)
+    }
+
+    #[test]
+    fn literal_hosts_are_checked_before_any_connection() {
+        let open = SsrfGuard::new(Vec::new());
+        let loopback = SsrfGuard::new(vec![Cidr::parse("127.0.0.1/32").unwrap()]);
+        for url in [
+            "http://127.0.0.1:8080/x",
+            "http://0x7f.1/x",
+            "http://2130706433/",
+            "http://[::1]/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://169.254.169.254/latest",
+            "http://10.0.0.1/",
+        ] {
+            assert_eq!(kind(&open, url), Some(UpstreamErrorKind::TargetRefused), "{url}");
+        }
+        assert_eq!(kind(&loopback, "http://127.0.0.1:8080/x"), None);
+        assert_eq!(kind(&loopback, "http://0x7f.1/x"), None, "normalised to 127.0.0.1");
+        assert_eq!(kind(&loopback, "http://127.0.0.2/"), Some(UpstreamErrorKind::TargetRefused));
+        // Names are left to the resolver; public literals pass.
+        assert_eq!(kind(&open, "https://api.example.com/v1"), None);
+        assert_eq!(kind(&open, "https://93.184.216.34/"), None);
+        for url in ["file:///etc/passwd", "ftp://h/x", "not a url", "http://"] {
+            assert_eq!(kind(&open, url), Some(UpstreamErrorKind::InvalidTarget), "{url}");
+        }
+    }
+}

@@ -11,7 +11,9 @@ use super::guard::{from_reqwest, SsrfGuard};
 use super::{truncate, UpstreamError, UpstreamErrorKind};
 use crate::core::dispatch::ssrf::Cidr;
 use crate::core::dispatch::{CallResult, ErrorCode};
-use crate::core::sources::request::HttpRequestPlan;
+use crate::core::sources::request::{build_request, HttpRequestPlan};
+use crate::core::sources::settings::ResolvedAuth;
+use crate::core::sources::HttpOperation;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -49,6 +51,32 @@ impl HttpExecutor {
                 UpstreamError::new(UpstreamErrorKind::Connect, format!("cannot build the HTTP client: {err}"))
             })?;
         Ok(HttpExecutor { client, guard, max_response_bytes })
+    }
+
+    /// Builds the request of one call of `op` (`core::sources::request::build_request`,
+    /// with `base_url` replacing the operation's when given: a source's
+    /// `baseUrl` setting) and sends it; arguments that do not fit answer
+    /// `invalid_args`, an unusable operation `invalid_binding`.
+    pub async fn call(
+        &self,
+        op: &HttpOperation,
+        arguments: &Value,
+        auth: Option<&ResolvedAuth>,
+        base_url: Option<&str>,
+        timeout: Duration,
+    ) -> CallResult {
+        let overridden;
+        let op = match base_url {
+            Some(base_url) => {
+                overridden = HttpOperation { base_url: base_url.to_string(), ..op.clone() };
+                &overridden
+            }
+            None => op,
+        };
+        match build_request(op, arguments, auth) {
+            Ok(plan) => self.execute(&plan, timeout).await,
+            Err(err) => CallResult::fail(err.code(), err.to_string()),
+        }
     }
 
     /// Sends `plan` and reads the answer, all within `timeout`.

@@ -8,9 +8,10 @@
 //! request) and a progress sink, and knows at once when the session ends
 //! ([`McpSession::closed`]), so callers answer `unavailable` without waiting.
 //!
-//! A progress notification that arrives before the call's sink is
-//! registered (in the instant between sending the request and registering)
-//! is dropped: progress is advisory.
+//! Progress is advisory: a progress notification handled before the call's
+//! sink is registered (in the instant between sending the request and
+//! registering) or after its answer (rmcp handles each notification in a
+//! task of its own, so the last one can trail the answer) is dropped.
 
 use super::guard::SsrfGuard;
 use super::{truncate, UpstreamError, UpstreamErrorKind};
@@ -39,6 +40,8 @@ use tokio::sync::{mpsc, watch};
 pub const MAX_TOOL_PAGES: usize = 100;
 /// The most tools kept from one source.
 pub const MAX_TOOLS: usize = 5_000;
+/// The longest tool description kept, in characters (a source's text is not trusted to be short).
+pub const MAX_DESCRIPTION_CHARS: usize = 8_192;
 /// How much of an upstream's error text a failed call carries, in characters.
 const ERROR_TEXT_CHARS: usize = 2_000;
 /// How many lines of a stdio server's stderr are kept to explain its end.
@@ -75,6 +78,25 @@ pub type ToolsChanged = mpsc::Receiver<()>;
 
 /// A live MCP session. Clones share it; the session (and a stdio child) ends
 /// when the last clone drops.
+///
+/// # Examples
+/// ```no_run
+/// use capdex::core::sources::settings::McpConnection;
+/// use capdex::upstream::mcp::{ConnectOptions, McpSession};
+/// use std::time::Duration;
+/// # async fn run() -> Result<(), capdex::upstream::UpstreamError> {
+/// let time = McpConnection::Stdio { command: "mcp-server-time".into(), args: vec![], env: vec![], cwd: None };
+/// let (session, mut tools_changed) = McpSession::connect(&time, &ConnectOptions::default()).await?;
+/// let tools = session.list_tools(Duration::from_secs(10)).await?;
+/// let result = session
+///     .call_tool("get_current_time", serde_json::json!({"timezone": "UTC"}), Duration::from_secs(5), None)
+///     .await;
+/// tokio::select! {
+///     _ = tools_changed.recv() => { /* list the tools again */ }
+///     reason = session.closed() => { /* reconnect with backoff; calls answer `unavailable` meanwhile */ }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct McpSession {
     peer: Peer<RoleClient>,
@@ -98,17 +120,36 @@ type ProgressSinks = Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<Progress>>>>;
 /// What clones share; dropping the last one cancels the session's task,
 /// which closes the transport (a stdio child gets EOF, then SIGTERM, then SIGKILL).
 struct SessionShared {
-    cancel: Option<RunningServiceCancellationToken>,
+    cancel: Mutex<Option<RunningServiceCancellationToken>>,
+    closed_tx: Arc<watch::Sender<Option<String>>>,
     server_name: String,
     pid: Option<u32>,
 }
 
-impl Drop for SessionShared {
-    fn drop(&mut self) {
-        if let Some(cancel) = self.cancel.take() {
+impl SessionShared {
+    /// Ends the session with `reason` (the first reason given is kept).
+    fn end(&self, reason: String) {
+        set_reason(&self.closed_tx, reason);
+        if let Some(cancel) = self.cancel.lock().unwrap_or_else(|e| e.into_inner()).take() {
             cancel.cancel();
         }
     }
+}
+
+impl Drop for SessionShared {
+    fn drop(&mut self) {
+        self.end("the session was closed by capdex".into());
+    }
+}
+
+fn set_reason(closed_tx: &watch::Sender<Option<String>>, reason: String) {
+    closed_tx.send_if_modified(|closed| {
+        if closed.is_some() {
+            return false;
+        }
+        *closed = Some(reason);
+        true
+    });
 }
 
 #[derive(Clone)]
@@ -265,6 +306,8 @@ impl McpSession {
             .unwrap_or_default();
         let cancel = running.cancellation_token();
         let (closed_tx, closed) = watch::channel(None);
+        let closed_tx = Arc::new(closed_tx);
+        let task_closed_tx = closed_tx.clone();
         tokio::spawn(async move {
             let reason = match running.waiting().await {
                 Ok(QuitReason::Closed) => "the source closed the session".to_string(),
@@ -274,13 +317,13 @@ impl McpSession {
             };
             // Give the stderr reader a moment to take the dying process's last words.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let _ = closed_tx.send(Some(format!("{reason}{}", stderr_text(&stderr_tail))));
+            set_reason(&task_closed_tx, format!("{reason}{}", stderr_text(&stderr_tail)));
         });
         McpSession {
             peer,
             closed,
             progress_sinks,
-            shared: Arc::new(SessionShared { cancel: Some(cancel), server_name, pid }),
+            shared: Arc::new(SessionShared { cancel: Mutex::new(Some(cancel)), closed_tx, server_name, pid }),
         }
     }
 
@@ -311,7 +354,8 @@ impl McpSession {
 
     /// Every tool the server offers, following `nextCursor` (at most
     /// [`MAX_TOOL_PAGES`] pages, [`MAX_TOOLS`] tools), all within `timeout`.
-    /// Tools with an empty name, a `#` in it, or a name seen before are left out.
+    /// Tools with an empty name, one over 256 bytes, a `#` in it, or a name seen
+    /// before are left out; descriptions are cut to [`MAX_DESCRIPTION_CHARS`].
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<SourceTool>, UpstreamError> {
         let timeout_ms = timeout.as_millis();
         match tokio::time::timeout(timeout, self.list_all_pages(timeout)).await {
@@ -340,7 +384,7 @@ impl McpSession {
             };
             for tool in page.tools {
                 let name = tool.name.to_string();
-                if name.is_empty() || name.contains('#') || !names.insert(name.clone()) {
+                if name.is_empty() || name.len() > 256 || name.contains('#') || !names.insert(name.clone()) {
                     tracing::warn!(tool = %truncate(&name, 100), "a source offered a tool with an unusable or repeated name");
                     continue;
                 }
@@ -354,8 +398,8 @@ impl McpSession {
                 tools.push(SourceTool {
                     invocation: Invocation::Mcp { tool: name.clone() },
                     name,
-                    title,
-                    description: tool.description.as_deref().unwrap_or_default().to_string(),
+                    title: title.map(|title| truncate(&title, 256)),
+                    description: truncate(tool.description.as_deref().unwrap_or_default(), MAX_DESCRIPTION_CHARS),
                     input_schema: Value::Object((*tool.input_schema).clone()),
                     output_schema: tool.output_schema.as_ref().map(|schema| Value::Object((**schema).clone())),
                 });
@@ -435,11 +479,9 @@ impl McpSession {
         }
     }
 
-    /// Closes the session now, waiting at most `timeout` for the transport to close.
-    pub async fn close(self, timeout: Duration) {
-        drop(self.shared);
-        let mut closed = self.closed;
-        let _ = tokio::time::timeout(timeout, closed.wait_for(Option::is_some)).await;
+    /// Ends the session now (every clone sees it closed).
+    pub fn close(&self) {
+        self.shared.end("the session was closed by capdex".into());
     }
 
     async fn unavailable(&self) -> CallResult {
@@ -449,7 +491,17 @@ impl McpSession {
         CallResult::fail(ErrorCode::Unavailable, format!("the source is not connected: {reason}"))
     }
 
+    /// Maps an rmcp error; a transport failure ends the session (the upstream
+    /// is gone or unreachable), so `closed` fires and the owner reconnects.
     fn service_error(&self, err: ServiceError, doing: &str) -> UpstreamError {
+        let error = Self::map_service_error(err, doing);
+        if error.kind == UpstreamErrorKind::Closed {
+            self.shared.end(format!("the source stopped answering: {}", error.message));
+        }
+        error
+    }
+
+    fn map_service_error(err: ServiceError, doing: &str) -> UpstreamError {
         match err {
             ServiceError::McpError(data) => UpstreamError::new(
                 UpstreamErrorKind::Protocol,
@@ -510,5 +562,22 @@ fn stderr_text(tail: &Arc<Mutex<VecDeque<String>>>) -> String {
         String::new()
     } else {
         format!(" (stderr: {})", tail.iter().cloned().collect::<Vec<_>>().join(" | "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_the_text_blocks() {
+        let content = json!([
+            {"type": "text", "text": "first"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "text", "text": "second"}
+        ]);
+        assert_eq!(content_text(&content), "first\nsecond");
+        assert_eq!(content_text(&json!([])), "");
+        assert_eq!(content_text(&json!("not an array")), "");
     }
 }

@@ -4,7 +4,8 @@
 //! guard, following at most a few redirects and only to allowed targets,
 //! within a size cap and a timeout; or read from a file that must lie under
 //! one of the allowed roots once canonicalised ([`read_file_under_roots`],
-//! which serves SQL sources' DDL files too).
+//! which serves SQL sources' DDL files too; [`resolve_under_roots`] checks a
+//! stdio source's `cwd` the same way).
 
 use super::guard::{from_reqwest, SsrfGuard};
 use super::http::read_limited;
@@ -88,13 +89,21 @@ impl DocumentFetcher {
 }
 
 /// Reads `relative` (a path the settings checked lexically) from the first
-/// of `roots` holding it, refusing a file that, once symbolic links are
-/// followed, lies outside that root, and one larger than `max_bytes`.
+/// of `roots` holding it ([`resolve_under_roots`]), refusing one larger than `max_bytes`.
 pub async fn read_file_under_roots(
     relative: &str,
     roots: &[PathBuf],
     max_bytes: usize,
 ) -> Result<String, UpstreamError> {
+    let path = resolve_under_roots(relative, roots).await?;
+    read_capped(&path, max_bytes).await
+}
+
+/// The canonical path of `relative` under the first of `roots` where it
+/// exists, refused when it is not relative, climbs out with `..`, or (once
+/// symbolic links are followed) lies outside that root. Serves a stdio
+/// source's `cwd` as well as document and DDL files.
+pub async fn resolve_under_roots(relative: &str, roots: &[PathBuf]) -> Result<PathBuf, UpstreamError> {
     let file_error = |message: String| UpstreamError::new(UpstreamErrorKind::File, message);
     if !is_contained_relative_path(relative) {
         return Err(file_error(format!("{relative:?} must be a relative path that does not climb out with '..'")));
@@ -108,7 +117,7 @@ pub async fn read_file_under_roots(
         if !path.starts_with(&root) {
             return Err(file_error(format!("{relative:?} leads outside its allowed root")));
         }
-        return read_capped(&path, max_bytes).await;
+        return Ok(path);
     }
     Err(file_error(format!("{relative:?} is under none of the allowed roots")))
 }

@@ -10,7 +10,7 @@ use capdex::core::sources::request::build_request;
 use capdex::core::sources::settings::ResolvedAuth;
 use capdex::core::sources::{HttpOperation, OperationParam, ParamLocation};
 use capdex::upstream::http::HttpExecutor;
-use capdex::upstream::openapi::{read_file_under_roots, DocumentFetcher, Fetched};
+use capdex::upstream::openapi::{read_file_under_roots, resolve_under_roots, DocumentFetcher, Fetched};
 use capdex::upstream::UpstreamErrorKind;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -167,6 +167,12 @@ fn param(name: &str, location: ParamLocation, required: bool) -> OperationParam 
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Lets hyper put a finished connection back in its pool (it does so just
+/// after the body is read), so the next call can find it there.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_document_is_fetched_then_not_modified() {
     let server = TestServer::start();
@@ -181,6 +187,14 @@ async fn a_document_is_fetched_then_not_modified() {
 
     assert_eq!(fetcher.fetch(&url, etag.as_deref(), TIMEOUT).await.unwrap(), Fetched::NotModified);
     assert_eq!(server.last().header("if-none-match"), Some("\"v1\""));
+
+    // A host name goes through the guarded resolver, and connects when its addresses are allowed.
+    let by_name =
+        DocumentFetcher::new(vec![Cidr::parse("127.0.0.0/8").unwrap(), Cidr::parse("::1/128").unwrap()], 64 * 1024)
+            .unwrap();
+    let port = server.base.rsplit(':').next().unwrap();
+    let fetched = by_name.fetch(&format!("http://localhost:{port}/openapi.json"), None, TIMEOUT).await.unwrap();
+    assert!(matches!(fetched, Fetched::Document { .. }), "{fetched:?}");
 
     let too_small = DocumentFetcher::new(loopback(), 100_000).unwrap();
     let err = too_small.fetch(&format!("{}/huge.json", server.base), None, TIMEOUT).await.unwrap_err();
@@ -232,6 +246,9 @@ async fn a_document_file_must_lie_under_an_allowed_root() {
         assert_eq!(err.kind, kind, "{path}: {err}");
     }
     assert!(read_file_under_roots("specs/pets.yaml", &[], 4096).await.is_err());
+    let specs = resolve_under_roots("specs", &roots).await.unwrap();
+    assert_eq!(specs, root.path().canonicalize().unwrap().join("specs"), "a folder (a cwd) resolves too");
+    assert_eq!(resolve_under_roots("../", &roots).await.unwrap_err().kind, UpstreamErrorKind::File);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,6 +271,7 @@ async fn operations_carry_path_query_headers_body_and_auth_on_one_connection() {
     let plan = build_request(&get, &json!({"petId": "a/b c", "tag": ["x", "y&z"], "X-Request-Id": "r1"}), Some(&auth))
         .unwrap();
     let result = executor.execute(&plan, TIMEOUT).await;
+    settle().await;
     assert!(result.success, "{result:?}");
     let seen = server.last();
     assert_eq!(seen.target, "/v1/pets/a%2Fb%20c?tag=x&tag=y%26z");
@@ -265,6 +283,7 @@ async fn operations_carry_path_query_headers_body_and_auth_on_one_connection() {
     let auth = ResolvedAuth::Header { name: "X-Api-Key".into(), value: "k3y".into() };
     let plan = build_request(&post, &json!({"name": "Rex", "age": 3, "dryRun": false}), Some(&auth)).unwrap();
     let result = executor.execute(&plan, TIMEOUT).await;
+    settle().await;
     assert!(result.success, "{result:?}");
     let seen = server.last();
     assert_eq!((seen.method.as_str(), seen.target.as_str()), ("POST", "/v1/pets?dryRun=false"));
@@ -276,13 +295,31 @@ async fn operations_carry_path_query_headers_body_and_auth_on_one_connection() {
     let auth = ResolvedAuth::Query { name: "api_key".into(), value: "q k".into() };
     let plan = build_request(&delete, &json!({"petId": 7}), Some(&auth)).unwrap();
     assert!(executor.execute(&plan, TIMEOUT).await.success);
+    settle().await;
     assert_eq!(server.last().target, "/v1/pets/7?api_key=q%20k");
+
+    // `call` builds and sends in one step; the source's baseUrl replaces the document's.
+    let mut elsewhere =
+        operation(&server, "GET", "/pets/{petId}", vec![param("petId", ParamLocation::Path, true)], false);
+    elsewhere.base_url = "http://192.0.2.1/unused".into();
+    let base = format!("{}/v2", server.base);
+    let result = executor.call(&elsewhere, &json!({"petId": "p"}), None, Some(&base), TIMEOUT).await;
+    settle().await;
+    assert!(result.success, "{result:?}");
+    assert_eq!(server.last().target, "/v2/pets/p");
+    let missing = executor.call(&elsewhere, &json!({}), None, Some(&base), TIMEOUT).await;
+    assert_eq!(missing.code(), Some("invalid_args"), "{missing:?}");
+    let unusable = executor.call(&elsewhere, &json!({"petId": "p"}), None, Some(""), TIMEOUT).await;
+    assert_eq!(unusable.code(), Some("invalid_binding"), "{unusable:?}");
 
     let text = operation(&server, "GET", "/text", vec![], false);
     let result = executor.execute(&build_request(&text, &json!({}), None).unwrap(), TIMEOUT).await;
     assert_eq!(result.data, Some(json!("plain words")));
 
-    assert_eq!(server.connections.load(Ordering::SeqCst), 1, "the pooled client reuses its connection");
+    // Five requests; a client per call would open five connections.
+    let requests = server.seen.lock().unwrap().len();
+    let connections = server.connections.load(Ordering::SeqCst);
+    assert!(requests == 5 && connections <= 2, "{requests} requests on {connections} connections");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,7 +62,10 @@ impl RequestError {
 
 /// Builds the request of one call of `op` with `arguments` (an object, or
 /// null for none), and `auth` applied last (it wins over a same-named header
-/// or query argument).
+/// or query argument). A `null` argument counts as absent. Arguments that
+/// are not parameters form the JSON body when `op.json_body` (the argument
+/// `body` alone is the whole body), and are ignored otherwise (schema
+/// validation before dispatch refuses unknown arguments where the schema says so).
 ///
 /// # Examples
 /// ```
@@ -429,6 +432,25 @@ mod tests {
     }
 
     proptest! {
+        /// Any arguments give a plan or a typed error, never a panic; a plan's
+        /// URL starts with the base and holds no whitespace or control character.
+        #[test]
+        fn any_arguments_build_or_fail_cleanly(
+            names in proptest::collection::vec("[a-zA-Z{}/]{1,6}", 0..4),
+            values in proptest::collection::vec("\\PC{0,10}", 0..4),
+            template in "/[a-z{}]{0,12}",
+        ) {
+            let params = names.iter().enumerate().map(|(idx, name)| {
+                param(name, [ParamLocation::Path, ParamLocation::Query, ParamLocation::Header][idx % 3], idx % 2 == 0)
+            }).collect();
+            let post = op("POST", &template, params, true);
+            let args: Map<String, Value> = names.iter().cloned().zip(values.iter().map(|v| json!(v))).collect();
+            if let Ok(plan) = build_request(&post, &Value::Object(args), None) {
+                prop_assert!(plan.url.starts_with("https://api.test/v1/"));
+                prop_assert!(!plan.url.chars().any(|c| c.is_whitespace() || c.is_control()));
+            }
+        }
+
         /// Whatever a path argument holds, the URL keeps the template's
         /// segments (none added, none a dot segment), has no query or
         /// fragment, and the argument's segment decodes back to the value.

@@ -840,6 +840,37 @@ mod tests {
             prop_assert!(reconnect_delay_ms(attempt + 1, jitter) >= delay);
         }
 
+        /// Hostile field values give an answer (accepted or a named field), never a panic.
+        #[test]
+        fn any_settings_validate_and_resolve_without_panicking(
+            id in "\\PC{0,8}",
+            text in proptest::collection::vec("\\PC{0,12}", 4),
+            kind in 0usize..4,
+        ) {
+            let mut settings = SourceSettings {
+                id,
+                kind: [SourceKind::Mcp, SourceKind::Mcp, SourceKind::Openapi, SourceKind::Sql][kind],
+                command: None, args: vec![text[0].clone()], env: BTreeMap::from([(text[1].clone(), text[2].clone())]),
+                cwd: None, url: None, headers: BTreeMap::new(), path: None, auth: None, base_url: None,
+                refresh_interval_ms: None, lazy: false, idle_timeout_ms: None, call_timeout_ms: None,
+                category: None, tags: vec![], workspaces: vec![], tools: vec![],
+            };
+            match kind {
+                0 => { settings.command = Some(text[3].clone()); settings.cwd = Some(text[0].clone()); }
+                1 => { settings.url = Some(format!("http://{}", text[3])); settings.headers = settings.env.clone();
+                       settings.env.clear(); settings.args.clear(); }
+                2 => { settings.url = Some(text[3].clone()); settings.base_url = Some(text[0].clone());
+                       settings.auth = Some(AuthSettings::Query { name: text[1].clone(), value: text[2].clone() });
+                       settings.env.clear(); settings.args.clear(); }
+                _ => { settings.path = Some(text[3].clone()); settings.env.clear(); settings.args.clear(); }
+            }
+            if let Err(err) = settings.validate() {
+                prop_assert!(!err.field.is_empty());
+            } else {
+                let _ = settings.resolve(&|_| Some("v".to_string()));
+            }
+        }
+
         /// A path made of normal components and `..` passes exactly when no
         /// prefix climbs above the root.
         #[test]

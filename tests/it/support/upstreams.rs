@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub const MCP_SERVER_TIME_VERSION: &str = "2026.10.19";
 pub const MCP_SERVER_GIT_VERSION: &str = "2026.10.19";
 pub const SERVER_EVERYTHING_VERSION: &str = "2026.8.31";
+pub const MCP_SDK_VERSION: &str = "2.3.0";
 
 fn crate_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -38,6 +39,18 @@ fn python_script(name: &str, package: &str, version: &str) -> PathBuf {
              .venv/bin/python -m pip install {package}=={version} (and set CAPDEX_PYTHON=.venv/bin/python)"
         )
     })
+}
+
+/// The Python with PyPI `mcp` (the SDK) installed: `CAPDEX_PYTHON`, else `.venv/bin/python`.
+pub fn python_with_mcp() -> PathBuf {
+    let python =
+        std::env::var_os("CAPDEX_PYTHON").map(PathBuf::from).unwrap_or_else(|| crate_root().join(".venv/bin/python"));
+    assert!(
+        python.is_file(),
+        "{} is missing; run scripts/test.sh, or: python3 -m venv .venv && .venv/bin/python -m pip install mcp=={MCP_SDK_VERSION}",
+        python.display()
+    );
+    python
 }
 
 /// The `mcp-server-time` program (PyPI `mcp-server-time`).
