@@ -149,12 +149,13 @@ const PETSTORE: &str = "openapi/petstore.readme-oas-examples.json";
 /// `capdex.v1.map` publishes a document's operations: `discover` offers
 /// `<source>#<operationId>` with its full schema in Tier 2, `route` returns
 /// the same id, and a `dispatch` of it answers `unavailable` naming the source
-/// (a mapped document has no live connection). A map that fails changes nothing.
+/// (a mapped document has no live connection). A map that fails changes nothing;
+/// a restart keeps all three.
 #[tokio::test]
 async fn scg_mapped_operations_are_discoverable_routable_and_dispatchable_by_one_id() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let (_serving, client) = serve(&nats, data.path(), &[]).await;
+    let (serving, client) = serve(&nats, data.path(), &[]).await;
     let document = std::fs::read_to_string(fixture(PETSTORE)).unwrap();
     let report = ask(&client, "capdex.v1.map", json!({"sourceId": "petstore", "document": document})).await;
     assert_eq!(report["sourceId"], "petstore", "{report}");
@@ -191,6 +192,17 @@ async fn scg_mapped_operations_are_discoverable_routable_and_dispatchable_by_one
     assert_eq!(listed(&client, "source:petstore").await, offered);
     let still = call(&client, json!({"slug": id, "agentId": "a", "arguments": arguments})).await;
     assert_eq!(code(&still), "unavailable", "{still}");
+
+    // After a restart the catalog, the SCG and the dispatch records agree again.
+    drop(serving);
+    let (_serving, client) = serve(&nats, data.path(), &[]).await;
+    assert_eq!(listed(&client, "source:petstore").await, offered);
+    let restarted = call(&client, json!({"slug": id, "agentId": "a", "arguments": arguments})).await;
+    assert_eq!(code(&restarted), "unavailable", "{restarted}");
+    assert_eq!(
+        code(&call(&client, json!({"slug": id, "agentId": "a", "arguments": {"status": 7}})).await),
+        "invalid_args"
+    );
 }
 
 /// Two sources in two workspaces: a workspace's `discover`, `search` and

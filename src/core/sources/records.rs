@@ -3,7 +3,7 @@
 //! runs (`executionType: source`, slug = the same id), both made from one
 //! [`SourceTool`] and what the source says of itself ([`SourceFacts`]).
 
-use super::{capability_id, SourceTool};
+use super::{capability_id, Invocation, SourceTool};
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
 
@@ -77,6 +77,29 @@ pub fn record_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityRecor
     }
 }
 
+/// The tool a stored source descriptor stands for (a restart rebuilds the
+/// dispatch records of mapped sources from the catalog); `None` when the
+/// descriptor is not one of `source_id`'s.
+pub fn tool_of_descriptor(
+    source_id: &str,
+    descriptor: &CapabilityDescriptor,
+    invocation: Invocation,
+) -> Option<SourceTool> {
+    if descriptor.definition_ref.source_id() != Some(source_id)
+        || descriptor.id != capability_id(source_id, &descriptor.name)
+    {
+        return None;
+    }
+    Some(SourceTool {
+        name: descriptor.name.clone(),
+        title: (descriptor.display_name != descriptor.name).then(|| descriptor.display_name.clone()),
+        description: descriptor.description.clone(),
+        input_schema: descriptor.full_schema.clone().unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        output_schema: None,
+        invocation,
+    })
+}
+
 /// An OpenAI function name (`^[a-zA-Z0-9_-]{1,64}$`) for a capability id:
 /// other characters become `_`, and a longer name keeps its first 55
 /// characters and a hash of the whole id.
@@ -101,7 +124,7 @@ pub fn function_name(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sources::{split_capability_id, Invocation};
+    use crate::core::sources::split_capability_id;
     use serde_json::json;
 
     fn tool(name: &str) -> SourceTool {
@@ -130,6 +153,9 @@ mod tests {
         assert_eq!(record.discovery_id(), descriptor.id);
         assert_eq!((record.execution_type, record.timeout_ms), (ExecutionType::Source, Some(900)));
         assert_eq!(record.function_definition.name, "pets_showPet");
+        let back = tool_of_descriptor("pets", &descriptor, Invocation::NotCallable).unwrap();
+        assert_eq!((back.name.as_str(), &back.input_schema), ("showPet", &tool("showPet").input_schema));
+        assert!(tool_of_descriptor("shop", &descriptor, Invocation::NotCallable).is_none());
         let categorised = SourceFacts { category: Some("zoo"), ..facts };
         assert_eq!(descriptor_of(&categorised, &tool("x")).category, "zoo");
     }
