@@ -283,3 +283,79 @@ impl SourceCatalog {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::dispatcher::Dispatch;
+    use crate::actors::scg::ScgGraphStats;
+    use crate::actors::Inspect;
+    use crate::config::{Environment, Settings};
+    use crate::core::dispatch::pipeline::DispatchCall;
+    use crate::store::Store;
+    use serde_json::json;
+
+    fn call(slug: &str) -> Dispatch {
+        Dispatch {
+            call: DispatchCall {
+                slug: slug.into(),
+                arguments: json!({"tz": "UTC"}),
+                agent_id: "a".into(),
+                execution_id: None,
+                step_id: None,
+                turn: None,
+                approval_id: None,
+            },
+        }
+    }
+
+    #[actix::test]
+    async fn known_tools_are_published_whole_and_withdrawn_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let env: Environment = [
+            ("CAPDEX_DATA_DIR", dir.path().display().to_string()),
+            ("CAPDEX_CAPABILITY_DIRS", dir.path().join("none").display().to_string()),
+        ]
+        .into_iter()
+        .collect();
+        let settings = Settings::load(None, &env).unwrap();
+        let actors = crate::actors::spawn_all(&settings, Store::open(dir.path()).unwrap(), None).await.unwrap();
+        let catalog = SourceCatalog::of(&actors);
+        let tool = |name: &str| SourceTool {
+            name: name.into(),
+            title: Some("Current time".into()),
+            description: "The current time in a time zone".into(),
+            input_schema: json!({"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}),
+            output_schema: None,
+            invocation: Invocation::Mcp { tool: name.into() },
+        };
+        let publication = Publication {
+            category: Some("clock".into()),
+            tags: vec!["utc".into()],
+            timeout_ms: Some(800),
+            ..Publication::tools("time", vec![tool("get_time"), tool("bad#name"), tool("get_time")])
+        };
+        let published = catalog.publish_source(publication).await.unwrap();
+        assert_eq!(published.capability_ids, ["time#get_time"], "one per name the mapper keeps");
+        assert_eq!(published.report.source_id, "time");
+        let current = actors.discoverer.send(CurrentCatalog).await.unwrap();
+        let descriptor = current.get("time#get_time").unwrap();
+        assert_eq!((descriptor.category.as_str(), current.origin("time#get_time")), ("clock", "source:time"));
+        assert_eq!(descriptor.tags, ["utc", "time"]);
+        assert_eq!(descriptor.full_schema.as_ref().unwrap()["required"], json!(["tz"]));
+        let down = actors.dispatcher.send(call("time#get_time")).await.unwrap();
+        assert_eq!(down.code(), Some("unavailable"), "{down:?}");
+
+        // A text that does not map changes nothing.
+        let broken = Publication::text("time", Some(SourceKind::Mcp), SourceText::Inline(r#"{"tools": 3}"#.into()));
+        assert_eq!(catalog.publish_source(broken).await.unwrap_err().kind(), ErrorKind::Invalid("not_mcp"));
+        assert!(actors.discoverer.send(CurrentCatalog).await.unwrap().get("time#get_time").is_some());
+        assert_eq!(actors.dispatcher.send(call("time#get_time")).await.unwrap().code(), Some("unavailable"));
+
+        assert!(catalog.withdraw_source("time").await.unwrap());
+        assert!(actors.discoverer.send(CurrentCatalog).await.unwrap().get("time#get_time").is_none());
+        assert_eq!(actors.dispatcher.send(call("time#get_time")).await.unwrap().code(), Some("unknown_capability"));
+        assert_eq!(actors.scg.graph.send(Inspect::<ScgGraphStats>::new()).await.unwrap().sources, 0);
+        assert!(!catalog.withdraw_source("time").await.unwrap(), "already gone");
+    }
+}

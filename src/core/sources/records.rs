@@ -26,7 +26,7 @@ pub fn descriptor_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityD
     if !tags.iter().any(|tag| tag == source.source_id) {
         tags.push(source.source_id.to_string());
     }
-    let category = source.category.map(str::trim).filter(|category| !category.is_empty()).unwrap_or(source.source_id);
+    let category = category_of(source);
     CapabilityDescriptor {
         id: capability_id(source.source_id, &tool.name),
         kind: CapabilityKind::Tool,
@@ -45,6 +45,11 @@ pub fn descriptor_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityD
     }
 }
 
+/// The source's `category` setting, else its id.
+fn category_of<'a>(source: &SourceFacts<'a>) -> &'a str {
+    source.category.map(str::trim).filter(|category| !category.is_empty()).unwrap_or(source.source_id)
+}
+
 /// The dispatch record of one of a source's tools: slug = its capability id,
 /// `executionType: source`, `handler` = the source id.
 pub fn record_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityRecord {
@@ -54,7 +59,7 @@ pub fn record_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityRecor
     CapabilityRecord {
         name: tool.title.clone().unwrap_or_else(|| tool.name.clone()),
         description: tool.description.clone(),
-        category: source.category.unwrap_or(source.source_id).to_string(),
+        category: category_of(source).to_string(),
         execution_type: ExecutionType::Source,
         handler: source.source_id.to_string(),
         function_definition: FunctionDefinition {
