@@ -15,6 +15,10 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The longest `slug` a call may give: a source capability id is a source id
+/// (at most 128 bytes), `#` and a tool name (the MCP mapper's limit, 256 bytes), with room to spare.
+pub const MAX_CAPABILITY_ID_BYTES: usize = 512;
+
 /// A call as capdex receives it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -69,8 +73,8 @@ impl DispatchCall {
     /// Checks the request's own fields; `Err` is the `invalid_request` answer.
     pub fn check(&mut self) -> Result<Option<ExecutionKey>, Box<CallResult>> {
         let bad = |message: String| Err(Box::new(CallResult::fail(ErrorCode::InvalidRequest, message)));
-        if self.slug.is_empty() || self.slug.len() > MAX_ID_BYTES {
-            return bad("slug must be 1-200 bytes".into());
+        if self.slug.is_empty() || self.slug.len() > MAX_CAPABILITY_ID_BYTES {
+            return bad(format!("slug must be 1-{MAX_CAPABILITY_ID_BYTES} bytes"));
         }
         if !valid_id(&self.agent_id) {
             return bad(format!("agentId must be 1-{MAX_ID_BYTES} bytes without control characters"));
@@ -527,6 +531,10 @@ mod tests {
         assert_eq!(pipeline.source_ids(), ["pets"]);
         pipeline.set_source_records("pets", Vec::new());
         assert_eq!(pipeline.resolve("pets#showPet"), None);
+        let long_id = format!("{}#{}", "s".repeat(128), "n".repeat(MAX_CAPABILITY_ID_BYTES - 129));
+        assert!(call(&long_id, "a", json!({})).check().is_ok(), "a source capability id of the longest names");
+        let over = call(&format!("{long_id}n"), "a", json!({})).check().unwrap_err();
+        assert_eq!(over.code(), Some("invalid_request"));
         assert!(pipeline.source_ids().is_empty());
     }
 
