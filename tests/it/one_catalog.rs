@@ -27,6 +27,12 @@ async fn tier1(client: &async_nats::Client, message: &str, extra: Value) -> Vec<
         .collect()
 }
 
+/// The Tier 0 map of `message` in `workspace`.
+async fn tier0(client: &async_nats::Client, message: &str, workspace: &str) -> String {
+    let reply = ask(client, "capdex.v1.discover", json!({"message": message, "workspace": workspace})).await;
+    reply["tier0"].as_str().unwrap_or_else(|| panic!("no tier0: {reply}")).to_string()
+}
+
 fn position(ranking: &[(String, f64)], id: &str) -> Option<usize> {
     ranking.iter().position(|(entry, _)| entry == id)
 }
@@ -251,6 +257,11 @@ async fn discover_in_a_workspace_sees_only_the_sources_it_enabled() {
             .collect();
         assert_eq!(sources_of(&planned), expected, "plan in {workspace}: {plan}");
     }
+    // Tier 0 (the category map) keeps to the workspace too.
+    let (pets_map, time_map) = (tier0(&client, MESSAGE, "ws-pets").await, tier0(&client, MESSAGE, "ws-time").await);
+    let (pets_map, time_map) = (pets_map.to_lowercase(), time_map.to_lowercase());
+    assert!(pets_map.contains("petstore") && !pets_map.contains("convert_time"), "{pets_map}");
+    assert!(time_map.contains("convert_time") && !time_map.contains("petstore"), "{time_map}");
     let refused = ask(&client, "capdex.v1.discover", json!({"message": MESSAGE, "workspace": "a b"})).await;
     assert_eq!(refused["code"], "bad_request", "{refused}");
 }
