@@ -154,7 +154,8 @@ const PETSTORE: &str = "openapi/petstore.readme-oas-examples.json";
 
 /// `capdex.v1.map` publishes a document's operations: `discover` offers
 /// `<source>#<operationId>` with its full schema in Tier 2, `route` returns
-/// the same id, and a `dispatch` of it answers `unavailable` naming the source
+/// the same id, `search` offers it under a function name dispatch takes too,
+/// and a `dispatch` of it answers `unavailable` naming the source
 /// (a mapped document has no live connection). A map that fails changes nothing;
 /// a restart keeps all three.
 #[tokio::test]
@@ -189,6 +190,14 @@ async fn scg_mapped_operations_are_discoverable_routable_and_dispatchable_by_one
     let unavailable = call(&client, json!({"slug": id, "agentId": "a", "arguments": arguments})).await;
     assert_eq!(code(&unavailable), "unavailable", "{unavailable}");
     assert!(unavailable["error"]["message"].as_str().unwrap().contains("petstore"), "{unavailable}");
+    // `search` offers it to a model under a valid function name, which dispatch takes too.
+    let searched = ask(&client, "capdex.v1.search", json!({"query": "find pets by status"})).await;
+    let names: Vec<&str> =
+        searched["tools"].as_array().unwrap().iter().filter_map(|tool| tool["function"]["name"].as_str()).collect();
+    assert!(names.contains(&"petstore_findPetsByStatus"), "{searched}");
+    let by_name =
+        call(&client, json!({"slug": "petstore_findPetsByStatus", "agentId": "a", "arguments": arguments})).await;
+    assert_eq!(code(&by_name), "unavailable", "{by_name}");
     let bad = call(&client, json!({"slug": id, "agentId": "a", "arguments": {"status": 7}})).await;
     assert_eq!(code(&bad), "invalid_args", "its schema is checked first: {bad}");
 

@@ -133,6 +133,9 @@ pub struct Pipeline {
     loaded: Vec<Arc<CapabilityRecord>>,
     /// Each source's records, by source id (in memory only).
     sources: std::collections::BTreeMap<String, Vec<Arc<CapabilityRecord>>>,
+    /// The function names of source records (what `search` offers a model), to their slugs;
+    /// a name two records share, or a slug holds, is left out.
+    function_names: HashMap<String, String>,
     bindings: HashMap<(String, String), Binding>,
     limiter: RateLimiter,
     validators: HashMap<String, (u64, Arc<jsonschema::Validator>)>,
@@ -145,6 +148,7 @@ impl Pipeline {
             registry: HashMap::new(),
             loaded: Vec::new(),
             sources: std::collections::BTreeMap::new(),
+            function_names: HashMap::new(),
             bindings: HashMap::new(),
             limiter: RateLimiter::new(rate_window_ms),
             validators: HashMap::new(),
@@ -182,15 +186,32 @@ impl Pipeline {
         // as a slug, but stored data is not trusted) holds it.
         let sources = self.sources.values().flatten();
         self.registry = sources.chain(&self.loaded).map(|r| (r.slug.clone(), r.clone())).collect();
+        let mut function_names: HashMap<String, Option<String>> = HashMap::new();
+        for record in self.sources.values().flatten() {
+            let name = record.function_definition.name.clone();
+            let slot = function_names.entry(name).or_insert_with(|| Some(record.slug.clone()));
+            if slot.as_deref() != Some(record.slug.as_str()) {
+                *slot = None;
+            }
+        }
         let registry = &self.registry;
+        self.function_names = function_names
+            .into_iter()
+            .filter_map(|(name, slug)| Some((name, slug?)))
+            .filter(|(name, _)| !registry.contains_key(name))
+            .collect();
         self.validators.retain(|slug, (version, _)| registry.get(slug).is_some_and(|r| r.policy_version == *version));
     }
 
     /// Returns the slug of the record a call's `slug` field names: a slug, a
-    /// discovery id `tool:<slug>`, or a source capability id; `None` for no record.
+    /// discovery id `tool:<slug>`, a source capability id, or the function name
+    /// of a source capability; `None` for no record.
     pub fn resolve(&self, id: &str) -> Option<&str> {
         if let Some(record) = self.registry.get(id) {
             return Some(&record.slug);
+        }
+        if let Some(slug) = self.function_names.get(id) {
+            return Some(slug);
         }
         let record = self.registry.get(id.strip_prefix("tool:")?)?;
         (record.discovery_id() == id).then_some(record.slug.as_str())
@@ -525,6 +546,17 @@ mod tests {
         assert_eq!(pipeline.resolve("pets#showPet"), Some("pets#showPet"));
         assert_eq!(pipeline.resolve("tool:pets#showPet"), None, "a source capability has no tool: id");
         assert_eq!(pipeline.resolve("tool:nope"), None);
+        let mut named = record("pets#GET /pets");
+        named.function_definition.name = "pets_GET__pets".into();
+        let mut twin = record("pets#GET_/pets");
+        twin.function_definition.name = "pets_GET__pets".into();
+        let mut clash = record("pets#lookup");
+        clash.function_definition.name = "lookup".into();
+        pipeline.set_source_records("pets", vec![source.clone(), named.clone(), clash]);
+        assert_eq!(pipeline.resolve("pets_GET__pets"), Some("pets#GET /pets"), "its function name");
+        assert_eq!(pipeline.resolve("lookup"), Some("lookup"), "a registered slug wins over a function name");
+        pipeline.set_source_records("pets", vec![source.clone(), named, twin]);
+        assert_eq!(pipeline.resolve("pets_GET__pets"), None, "a name two records share names neither");
         pipeline.load_registry([record("other")]);
         assert_eq!(pipeline.resolve("pets#showPet"), Some("pets#showPet"), "a registry reload keeps sources");
         assert_eq!(pipeline.resolve("lookup"), None);
