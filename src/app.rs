@@ -54,7 +54,13 @@ pub async fn start_with_store(
     let store = Store::open(&settings.data_dir).with_context(|| {
         "is another capdex process using this data_dir? set --data-dir or CAPDEX_DATA_DIR".to_string()
     })?;
-    Ok((spawn_all(settings, store.clone(), events).await?, store))
+    let actors = spawn_all(settings, store.clone(), events).await?;
+    // Mapped sources stay discoverable across restarts; so do their dispatch records.
+    SourceCatalog::of(&actors)
+        .restore()
+        .await
+        .map_err(|err| anyhow::anyhow!("failed to restore the sources: {err}"))?;
+    Ok((actors, store))
 }
 
 /// Scans the capability folders and syncs them into the index.

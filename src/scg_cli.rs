@@ -3,17 +3,19 @@
 //! Each command opens the store in `data_dir` and starts the SCG actors (the same
 //! ones `capdex serve` answers NATS with), so they build on each other: `map` runs
 //! the map pipeline (connect → introspect → parse → link → finalize), storing the
-//! source's graph in place of an earlier map and recomputing the cross-source links;
+//! source's graph in place of an earlier map and recomputing the cross-source links,
+//! and (with every actor started) offers its operations to discovery and dispatch;
 //! `route`, `observe` and `deposit` read the stored sources, links and memory notes.
 
 use actix_rt::SystemRunner;
 use anyhow::Context as _;
-use capdex::actors::scg::{self as scg_actors, DepositNote, MapRequest, ObserveNode, Route, ScgActors, SourceText};
+use capdex::actors::scg::{self as scg_actors, DepositNote, ObserveNode, Route, ScgActors, SourceText};
 use capdex::config::Settings;
 use capdex::core::scg::memory::{Deposit, Polarity};
 use capdex::core::scg::model::{EdgeKind, SourceKind};
 use capdex::core::scg::pipeline::{PhaseStatus, ScgEvent};
 use capdex::core::scg::MAX_SOURCE_BYTES;
+use capdex::source_catalog::{Publication, SourceCatalog};
 use capdex::store::Store;
 use std::path::Path;
 
@@ -85,24 +87,21 @@ pub fn map(system: &SystemRunner, settings: &Settings, args: MapArgs<'_>) -> any
     );
     let text = std::fs::read_to_string(args.file)
         .with_context(|| format!("failed to read {} as UTF-8 text", args.file.display()))?;
-    let request = MapRequest {
-        source_id: args.source_id.to_string(),
-        kind,
-        text: SourceText::Inline(text),
-        workspaces: args.workspaces.to_vec(),
-        connection: None,
-    };
+    let mut publication = Publication::text(args.source_id, kind, SourceText::Inline(text));
+    publication.workspaces = args.workspaces.to_vec();
     let report = system.block_on(async {
-        let actors = start(settings)?;
-        let mut events = actors.events.subscribe();
-        let report = scg_actors::map(&actors, request).await;
+        // Every actor, not only the SCG's: the mapped operations are offered to discovery
+        // and dispatch under the id route gives them, as `capdex.v1.map` does.
+        let actors = capdex::app::start(settings).await?;
+        let mut events = actors.scg.events.subscribe();
+        let published = SourceCatalog::of(&actors).publish_source(publication).await;
         // Every phase's event was sent before the reply, so they are all here.
         while let Ok(event) = events.try_recv() {
             if !args.json {
                 print_event(&event);
             }
         }
-        report.with_context(|| format!("failed to map {}", args.file.display()))
+        published.map(|published| published.report).with_context(|| format!("failed to map {}", args.file.display()))
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("failed to encode the report")?);

@@ -3,30 +3,38 @@
 //! them, so a source capability has one id (`<source_id>#<Name>`) in route,
 //! discovery and dispatch (`docs/live-sources.md`).
 //!
-//! [`SourceCatalog::publish_source`] maps the source through the ScgMapper and
-//! ScgGraph (the `capdex.v1.map` path), then replaces the source's descriptors
-//! in the Indexer, then its records in the Dispatcher. A source is published
-//! whole or not at all: when mapping fails, nothing has changed. Its input is
+//! [`SourceCatalog::publish_source`] parses the source on the ScgMapper (the
+//! `capdex.v1.map` path), replaces the source's descriptors in the Indexer,
+//! stores its graph through the ScgGraph (whose flush puts both on disk), then
+//! replaces its records in the Dispatcher. A source is published whole or not
+//! at all: when parsing fails nothing has changed, and when storing the graph
+//! fails the catalog is put back. Its input is
 //! a source text (a document, or a file below `scg.map_path_roots`) or an
 //! already-known tool list (a live MCP server's `tools/list`), which is mapped
 //! as the MCP document `{tools: [...]}` and kept with its own invocations.
 //!
 //! `capdex.v1.map` (`app.rs`) publishes through it; the live sources'
-//! manager is given a [`SourceCatalog`] by the wiring that starts it.
+//! manager is given a [`SourceCatalog`] by the wiring that starts it. The
+//! catalog and the SCG are stored, the dispatch records are not:
+//! [`SourceCatalog::restore`] rebuilds them from the catalog on start.
 
+use crate::actors::discoverer::{CurrentCatalog, Discoverer};
 use crate::actors::dispatcher::{Dispatcher, RemoveSourceRecords, SetSourceRecords};
 use crate::actors::indexer::SyncCapabilities;
-use crate::actors::scg::{Finalize, Introspect, MapRequest, RemoveSource, ScgActors, ScgError, SourceText};
+use crate::actors::scg::{
+    Finalize, Introspect, MapRequest, RemoveSource, ScgActors, ScgError, SourceKinds, SourceText,
+};
 use crate::actors::Actors;
 use crate::core::catalog::source_origin;
+use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::scg::model::SourceKind;
 use crate::core::scg::pipeline::MapReport;
-use crate::core::sources::records::{descriptor_of, record_of, SourceFacts};
+use crate::core::sources::records::{descriptor_of, record_of, tool_of_descriptor, SourceFacts};
 use crate::core::sources::tools::mcp_document;
-use crate::core::sources::SourceTool;
+use crate::core::sources::{Invocation, SourceTool};
 use crate::gateway::errors::ErrorKind;
 use actix::prelude::*;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a source offers: its text, or its tools already known.
 #[derive(Clone, Debug)]
@@ -118,6 +126,7 @@ impl PublishError {
 #[derive(Clone)]
 pub struct SourceCatalog {
     scg: ScgActors,
+    discoverer: Addr<Discoverer>,
     indexer: Recipient<SyncCapabilities>,
     dispatcher: Addr<Dispatcher>,
 }
@@ -127,6 +136,7 @@ impl SourceCatalog {
     pub fn of(actors: &Actors) -> SourceCatalog {
         SourceCatalog {
             scg: actors.scg.clone(),
+            discoverer: actors.discoverer.clone(),
             indexer: actors.indexer.clone().recipient(),
             dispatcher: actors.dispatcher.clone(),
         }
@@ -158,13 +168,24 @@ impl SourceCatalog {
             }
             None => parsed.tools.clone(),
         };
-        let report = self.scg.graph.send(Finalize(parsed)).await.map_err(unavailable)??;
         let facts =
             SourceFacts { source_id: &source_id, category: category.as_deref(), tags: &tags, loadable, timeout_ms };
         let descriptors: Vec<_> = tools.iter().map(|tool| descriptor_of(&facts, tool)).collect();
         let capability_ids = descriptors.iter().map(|descriptor| descriptor.id.clone()).collect();
         let records = tools.iter().map(|tool| record_of(&facts, tool)).collect();
+        // The catalog first: the SCG's finalize flushes the store, so both are on disk when it answers.
+        let earlier = self.offered(&source_id).await?;
         self.offer(&source_id, descriptors).await?;
+        let report = match self.scg.graph.send(Finalize(parsed)).await.map_err(unavailable) {
+            Ok(Ok(report)) => report,
+            Ok(Err(err)) | Err(err) => {
+                // Finalize fails only on the store: put the catalog back as it was.
+                if let Err(undo) = self.offer(&source_id, earlier).await {
+                    tracing::warn!(%undo, "a failed publication could not be undone in the catalog");
+                }
+                return Err(err.into());
+            }
+        };
         self.dispatcher
             .send(SetSourceRecords { source_id: source_id.clone(), records })
             .await
@@ -176,9 +197,10 @@ impl SourceCatalog {
     /// answers whether the SCG had it.
     pub async fn withdraw_source(&self, source_id: &str) -> Result<bool, PublishError> {
         let unavailable = |err: MailboxError| ScgError::Unavailable(err.to_string());
+        // The catalog first: the SCG's removal flushes the store.
+        self.offer(source_id, Vec::new()).await?;
         let removed =
             self.scg.graph.send(RemoveSource { source_id: source_id.to_string() }).await.map_err(unavailable)??;
-        self.offer(source_id, Vec::new()).await?;
         self.dispatcher.send(RemoveSourceRecords { source_id: source_id.to_string() }).await.map_err(|err| {
             PublishError::Catalog {
                 source_id: source_id.to_string(),
@@ -188,11 +210,69 @@ impl SourceCatalog {
         Ok(removed)
     }
 
-    async fn offer(
-        &self,
-        source_id: &str,
-        descriptors: Vec<crate::core::descriptor::CapabilityDescriptor>,
-    ) -> Result<(), PublishError> {
+    /// After a restart: gives the Dispatcher back the records of the sources
+    /// the catalog kept (mapped documents; live sources publish themselves
+    /// again), and withdraws from the catalog the sources the SCG no longer
+    /// has. Answers how many sources it restored.
+    pub async fn restore(&self) -> Result<usize, PublishError> {
+        let unavailable = |err: MailboxError| ScgError::Unavailable(err.to_string());
+        let catalog = self.discoverer.send(CurrentCatalog).await.map_err(unavailable)?;
+        let kinds = self.scg.graph.send(SourceKinds).await.map_err(unavailable)??;
+        let mut by_source: BTreeMap<String, Vec<&CapabilityDescriptor>> = BTreeMap::new();
+        for descriptor in catalog.descriptors.values() {
+            let origin = catalog.origin(&descriptor.id);
+            if let Some(source_id) = origin.strip_prefix("source:") {
+                by_source.entry(source_id.to_string()).or_default().push(descriptor);
+            }
+        }
+        let mut restored = 0;
+        for (source_id, descriptors) in by_source {
+            let Some(kind) = kinds.get(&source_id) else {
+                self.offer(&source_id, Vec::new()).await?;
+                continue;
+            };
+            let records = descriptors
+                .iter()
+                .filter_map(|descriptor| {
+                    // SQL tables are never callable; the other kinds run through a live session.
+                    let invocation = if *kind == SourceKind::Sql {
+                        Invocation::NotCallable
+                    } else {
+                        Invocation::Mcp { tool: descriptor.name.clone() }
+                    };
+                    let tool = tool_of_descriptor(&source_id, descriptor, invocation)?;
+                    let facts = SourceFacts {
+                        source_id: &source_id,
+                        category: Some(&descriptor.category),
+                        tags: &descriptor.tags,
+                        loadable: false,
+                        timeout_ms: None,
+                    };
+                    let mut record = record_of(&facts, &tool);
+                    if *kind == SourceKind::Openapi {
+                        // The HTTP operation is not kept in the catalog; the session knows it.
+                        record.invocation = None;
+                    }
+                    Some(record)
+                })
+                .collect();
+            self.dispatcher.send(SetSourceRecords { source_id: source_id.clone(), records }).await.map_err(|err| {
+                PublishError::Catalog { source_id, problem: format!("the dispatcher stopped: {err}") }
+            })?;
+            restored += 1;
+        }
+        Ok(restored)
+    }
+
+    /// The descriptors the catalog holds for `source_id` now.
+    async fn offered(&self, source_id: &str) -> Result<Vec<CapabilityDescriptor>, PublishError> {
+        let catalog =
+            self.discoverer.send(CurrentCatalog).await.map_err(|err| ScgError::Unavailable(err.to_string()))?;
+        let origin = source_origin(source_id);
+        Ok(catalog.descriptors.values().filter(|d| catalog.origin(&d.id) == origin).cloned().collect())
+    }
+
+    async fn offer(&self, source_id: &str, descriptors: Vec<CapabilityDescriptor>) -> Result<(), PublishError> {
         let failed = |problem: String| PublishError::Catalog { source_id: source_id.to_string(), problem };
         let sync = SyncCapabilities::replace(&source_origin(source_id), descriptors);
         let report = self.indexer.send(sync).await.map_err(|err| failed(err.to_string()))?;
@@ -201,5 +281,81 @@ impl SourceCatalog {
             tracing::warn!(source_id, id = %conflict.id, problem = %conflict.problem, "a source capability was not indexed");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::dispatcher::Dispatch;
+    use crate::actors::scg::ScgGraphStats;
+    use crate::actors::Inspect;
+    use crate::config::{Environment, Settings};
+    use crate::core::dispatch::pipeline::DispatchCall;
+    use crate::store::Store;
+    use serde_json::json;
+
+    fn call(slug: &str) -> Dispatch {
+        Dispatch {
+            call: DispatchCall {
+                slug: slug.into(),
+                arguments: json!({"tz": "UTC"}),
+                agent_id: "a".into(),
+                execution_id: None,
+                step_id: None,
+                turn: None,
+                approval_id: None,
+            },
+        }
+    }
+
+    #[actix::test]
+    async fn known_tools_are_published_whole_and_withdrawn_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let env: Environment = [
+            ("CAPDEX_DATA_DIR", dir.path().display().to_string()),
+            ("CAPDEX_CAPABILITY_DIRS", dir.path().join("none").display().to_string()),
+        ]
+        .into_iter()
+        .collect();
+        let settings = Settings::load(None, &env).unwrap();
+        let actors = crate::actors::spawn_all(&settings, Store::open(dir.path()).unwrap(), None).await.unwrap();
+        let catalog = SourceCatalog::of(&actors);
+        let tool = |name: &str| SourceTool {
+            name: name.into(),
+            title: Some("Current time".into()),
+            description: "The current time in a time zone".into(),
+            input_schema: json!({"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}),
+            output_schema: None,
+            invocation: Invocation::Mcp { tool: name.into() },
+        };
+        let publication = Publication {
+            category: Some("clock".into()),
+            tags: vec!["utc".into()],
+            timeout_ms: Some(800),
+            ..Publication::tools("time", vec![tool("get_time"), tool("bad#name"), tool("get_time")])
+        };
+        let published = catalog.publish_source(publication).await.unwrap();
+        assert_eq!(published.capability_ids, ["time#get_time"], "one per name the mapper keeps");
+        assert_eq!(published.report.source_id, "time");
+        let current = actors.discoverer.send(CurrentCatalog).await.unwrap();
+        let descriptor = current.get("time#get_time").unwrap();
+        assert_eq!((descriptor.category.as_str(), current.origin("time#get_time")), ("clock", "source:time"));
+        assert_eq!(descriptor.tags, ["utc", "time"]);
+        assert_eq!(descriptor.full_schema.as_ref().unwrap()["required"], json!(["tz"]));
+        let down = actors.dispatcher.send(call("time#get_time")).await.unwrap();
+        assert_eq!(down.code(), Some("unavailable"), "{down:?}");
+
+        // A text that does not map changes nothing.
+        let broken = Publication::text("time", Some(SourceKind::Mcp), SourceText::Inline(r#"{"tools": 3}"#.into()));
+        assert_eq!(catalog.publish_source(broken).await.unwrap_err().kind(), ErrorKind::Invalid("not_mcp"));
+        assert!(actors.discoverer.send(CurrentCatalog).await.unwrap().get("time#get_time").is_some());
+        assert_eq!(actors.dispatcher.send(call("time#get_time")).await.unwrap().code(), Some("unavailable"));
+
+        assert!(catalog.withdraw_source("time").await.unwrap());
+        assert!(actors.discoverer.send(CurrentCatalog).await.unwrap().get("time#get_time").is_none());
+        assert_eq!(actors.dispatcher.send(call("time#get_time")).await.unwrap().code(), Some("unknown_capability"));
+        assert_eq!(actors.scg.graph.send(Inspect::<ScgGraphStats>::new()).await.unwrap().sources, 0);
+        assert!(!catalog.withdraw_source("time").await.unwrap(), "already gone");
     }
 }

@@ -144,12 +144,18 @@ pub fn list_discovered_tools(result: &DiscoveryResult, catalog: &Catalog) -> Vec
 }
 
 /// The OpenAI-compatible function definition of a tool; a tool without an
-/// input schema takes an empty object.
+/// input schema takes an empty object. A source's tool is named by its
+/// capability id made a valid function name (`petstore#findPets` →
+/// `petstore_findPets`), which `capdex.v1.dispatch` also takes.
 pub fn function_definition(descriptor: &CapabilityDescriptor) -> Value {
     let parameters = descriptor.full_schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    let name = match descriptor.definition_ref.source_id() {
+        Some(_) => crate::core::sources::records::function_name(&descriptor.id),
+        None => descriptor.name.clone(),
+    };
     json!({
         "type": "function",
-        "function": {"name": descriptor.name, "description": descriptor.description, "parameters": parameters}
+        "function": {"name": name, "description": descriptor.description, "parameters": parameters}
     })
 }
 
@@ -158,6 +164,17 @@ mod tests {
     use super::*;
     use crate::core::dispatch_rules::Builtin;
     use crate::core::tiers::{Tier1Entry, Tier2Entry};
+
+    #[test]
+    fn a_source_tool_is_offered_under_a_valid_function_name() {
+        let mut operation = Builtin::Echo.descriptor();
+        operation.id = "petstore#GET /pets".into();
+        operation.name = "GET /pets".into();
+        operation.definition_ref =
+            crate::core::descriptor::DefinitionRef::Source { source_id: "petstore".into(), loadable: false };
+        assert_eq!(function_definition(&operation)["function"]["name"], "petstore_GET__pets");
+        assert_eq!(function_definition(&Builtin::Echo.descriptor())["function"]["name"], "echo");
+    }
 
     fn catalog() -> Catalog {
         let mut catalog = Catalog::default();

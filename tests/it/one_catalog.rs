@@ -27,6 +27,12 @@ async fn tier1(client: &async_nats::Client, message: &str, extra: Value) -> Vec<
         .collect()
 }
 
+/// The Tier 0 map of `message` in `workspace`.
+async fn tier0(client: &async_nats::Client, message: &str, workspace: &str) -> String {
+    let reply = ask(client, "capdex.v1.discover", json!({"message": message, "workspace": workspace})).await;
+    reply["tier0"].as_str().unwrap_or_else(|| panic!("no tier0: {reply}")).to_string()
+}
+
 fn position(ranking: &[(String, f64)], id: &str) -> Option<usize> {
     ranking.iter().position(|(entry, _)| entry == id)
 }
@@ -148,13 +154,15 @@ const PETSTORE: &str = "openapi/petstore.readme-oas-examples.json";
 
 /// `capdex.v1.map` publishes a document's operations: `discover` offers
 /// `<source>#<operationId>` with its full schema in Tier 2, `route` returns
-/// the same id, and a `dispatch` of it answers `unavailable` naming the source
-/// (a mapped document has no live connection). A map that fails changes nothing.
+/// the same id, `search` offers it under a function name dispatch takes too,
+/// and a `dispatch` of it answers `unavailable` naming the source
+/// (a mapped document has no live connection). A map that fails changes nothing;
+/// a restart keeps all three.
 #[tokio::test]
 async fn scg_mapped_operations_are_discoverable_routable_and_dispatchable_by_one_id() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let (_serving, client) = serve(&nats, data.path(), &[]).await;
+    let (serving, client) = serve(&nats, data.path(), &[]).await;
     let document = std::fs::read_to_string(fixture(PETSTORE)).unwrap();
     let report = ask(&client, "capdex.v1.map", json!({"sourceId": "petstore", "document": document})).await;
     assert_eq!(report["sourceId"], "petstore", "{report}");
@@ -182,6 +190,14 @@ async fn scg_mapped_operations_are_discoverable_routable_and_dispatchable_by_one
     let unavailable = call(&client, json!({"slug": id, "agentId": "a", "arguments": arguments})).await;
     assert_eq!(code(&unavailable), "unavailable", "{unavailable}");
     assert!(unavailable["error"]["message"].as_str().unwrap().contains("petstore"), "{unavailable}");
+    // `search` offers it to a model under a valid function name, which dispatch takes too.
+    let searched = ask(&client, "capdex.v1.search", json!({"query": "find pets by status"})).await;
+    let names: Vec<&str> =
+        searched["tools"].as_array().unwrap().iter().filter_map(|tool| tool["function"]["name"].as_str()).collect();
+    assert!(names.contains(&"petstore_findPetsByStatus"), "{searched}");
+    let by_name =
+        call(&client, json!({"slug": "petstore_findPetsByStatus", "agentId": "a", "arguments": arguments})).await;
+    assert_eq!(code(&by_name), "unavailable", "{by_name}");
     let bad = call(&client, json!({"slug": id, "agentId": "a", "arguments": {"status": 7}})).await;
     assert_eq!(code(&bad), "invalid_args", "its schema is checked first: {bad}");
 
@@ -191,6 +207,17 @@ async fn scg_mapped_operations_are_discoverable_routable_and_dispatchable_by_one
     assert_eq!(listed(&client, "source:petstore").await, offered);
     let still = call(&client, json!({"slug": id, "agentId": "a", "arguments": arguments})).await;
     assert_eq!(code(&still), "unavailable", "{still}");
+
+    // After a restart the catalog, the SCG and the dispatch records agree again.
+    drop(serving);
+    let (_serving, client) = serve(&nats, data.path(), &[]).await;
+    assert_eq!(listed(&client, "source:petstore").await, offered);
+    let restarted = call(&client, json!({"slug": id, "agentId": "a", "arguments": arguments})).await;
+    assert_eq!(code(&restarted), "unavailable", "{restarted}");
+    assert_eq!(
+        code(&call(&client, json!({"slug": id, "agentId": "a", "arguments": {"status": 7}})).await),
+        "invalid_args"
+    );
 }
 
 /// Two sources in two workspaces: a workspace's `discover`, `search` and
@@ -239,6 +266,11 @@ async fn discover_in_a_workspace_sees_only_the_sources_it_enabled() {
             .collect();
         assert_eq!(sources_of(&planned), expected, "plan in {workspace}: {plan}");
     }
+    // Tier 0 (the category map) keeps to the workspace too.
+    let (pets_map, time_map) = (tier0(&client, MESSAGE, "ws-pets").await, tier0(&client, MESSAGE, "ws-time").await);
+    let (pets_map, time_map) = (pets_map.to_lowercase(), time_map.to_lowercase());
+    assert!(pets_map.contains("petstore") && !pets_map.contains("convert_time"), "{pets_map}");
+    assert!(time_map.contains("convert_time") && !time_map.contains("petstore"), "{time_map}");
     let refused = ask(&client, "capdex.v1.discover", json!({"message": MESSAGE, "workspace": "a b"})).await;
     assert_eq!(refused["code"], "bad_request", "{refused}");
 }

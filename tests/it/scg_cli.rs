@@ -43,6 +43,14 @@ fn map_route_observe_on_one_data_dir() {
     assert!(unscoped["recipes"][0]["sourceKey"].as_str().unwrap().starts_with("github#"), "{unscoped}");
     let empty = run_json(dir.path(), &["route", "create a pull request", "--workspace", "nobody", "--json"]);
     assert_eq!(empty["recipes"], serde_json::json!([]));
+    // `map` offered the operations to discovery under the ids `route` gives them.
+    let empty_dir = dir.path().join("no-capabilities");
+    let found =
+        run_json(dir.path(), &["discover", "create a pull request", "--json", "--dir", empty_dir.to_str().unwrap()]);
+    let first = found["tier1"][0]["id"].as_str().unwrap_or_default().to_string();
+    assert!(first.starts_with("github#") && first.contains("pull_request"), "{found}");
+    let steps = unscoped["recipes"].as_array().unwrap().iter().flat_map(|r| r["steps"].as_array().unwrap().clone());
+    assert!(steps.map(|step| step.as_str().unwrap().to_string()).any(|step| step == first), "{unscoped} {first}");
 
     let observed = run_json(dir.path(), &["observe", "chinook#InvoiceLine", "--edge-kind", "RESOLVES_TO", "--json"]);
     assert_eq!(observed["node"]["kind"], "entity_type");

@@ -32,7 +32,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("registration", &["core", "actors", "gateway"]),
     ("replication", &["core", "actors", "gateway", "store", "config", "registration", "clock"]),
     ("dispatch_cli", &["core", "actors", "gateway", "store", "config"]),
-    ("source_catalog", &["core", "actors", "gateway"]),
+    ("source_catalog", &["core", "actors", "gateway", "config", "store"]),
     ("live", &["core", "actors", "gateway", "config", "store", "upstream", "source_catalog", "clock"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
     ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app"]),

@@ -4,8 +4,17 @@
 //! (`core::dispatch::pipeline`), and `core::dispatch::plan` says what to do:
 //! answer, store a new approval, or mark the call's approval used and run it
 //! in-process (built-ins, or handlers given with [`Dispatcher::with_handler`]),
-//! through an [`ExecTransport`] (NATS `<prefix>.exec.<slug>`), or as HTTP
-//! (`api`, `webhook`: see `http.rs`). The administration is in `admin.rs`.
+//! through an [`ExecTransport`] (NATS `<prefix>.exec.<slug>`), as HTTP
+//! (`api`, `webhook`: see `http.rs`), or through the live sources' sessions
+//! ([`SourceCalls`], set with [`SetSourceCalls`]) for the records of sources
+//! ([`SetSourceRecords`], kept in memory beside the stored registry). The
+//! administration is in `admin.rs`.
+//!
+//! One record answers to its slug, its discovery id (`tool:<slug>`) and, for
+//! a source's, its capability id or function name; the call is named by the
+//! record's slug from then on. The registry's discoverable records are synced
+//! into the Indexer (origin `dispatch`) on [`SetCatalog`] and after every
+//! register, update and reload.
 //!
 //! Re-drive: a call with `(executionId, stepId[, turn])` to a capability that
 //! is not `isIdempotent` claims its key in the create-only cache (durably)

@@ -223,6 +223,20 @@ impl Handler<RemoveSource> for ScgGraph {
     }
 }
 
+/// The kind of every stored source, by source id.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<std::collections::BTreeMap<String, crate::core::scg::model::SourceKind>, ScgError>")]
+pub struct SourceKinds;
+
+impl Handler<SourceKinds> for ScgGraph {
+    type Result = Result<std::collections::BTreeMap<String, crate::core::scg::model::SourceKind>, ScgError>;
+
+    fn handle(&mut self, _: SourceKinds, _: &mut Context<Self>) -> Self::Result {
+        let loaded = self.loaded()?;
+        Ok(loaded.sources.iter().map(|source| (source.graph.source_id.clone(), source.graph.kind)).collect())
+    }
+}
+
 /// The sources a workspace enabled, by the rule `route` uses; `None` for no
 /// workspace (every source).
 #[derive(Message, Clone, Debug)]
@@ -426,6 +440,11 @@ mod tests {
         assert_eq!(restarted.send(of(Some("ws2"))).await.unwrap().unwrap(), Some(vec!["pets".to_string()]));
         assert_eq!(restarted.send(of(Some("elsewhere"))).await.unwrap().unwrap(), Some(vec![]));
         assert_eq!(restarted.send(of(None)).await.unwrap().unwrap(), None);
+        let kinds = restarted.send(SourceKinds).await.unwrap().unwrap();
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            [("pets".to_string(), crate::core::scg::model::SourceKind::Openapi)]
+        );
         let remove = RemoveSource { source_id: "pets".into() };
         assert!(restarted.send(remove.clone()).await.unwrap().unwrap());
         assert!(!restarted.send(remove).await.unwrap().unwrap(), "already gone");

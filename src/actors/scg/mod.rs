@@ -13,7 +13,9 @@ pub mod graph;
 pub mod mapper;
 pub mod progress;
 
-pub use graph::{DepositNote, Finalize, ObserveNode, RemoveSource, Route, ScgGraph, ScgGraphStats, SourcesOf};
+pub use graph::{
+    DepositNote, Finalize, ObserveNode, RemoveSource, Route, ScgGraph, ScgGraphStats, SourceKinds, SourcesOf,
+};
 pub use mapper::{Introspect, MapRequest, Parsed, ScgMapper, ScgMapperStats, SourceText};
 pub use progress::ScgError;
 

@@ -15,6 +15,10 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The longest `slug` a call may give: a source capability id is a source id
+/// (at most 128 bytes), `#` and a tool name (the MCP mapper's limit, 256 bytes), with room to spare.
+pub const MAX_CAPABILITY_ID_BYTES: usize = 512;
+
 /// A call as capdex receives it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -69,8 +73,8 @@ impl DispatchCall {
     /// Checks the request's own fields; `Err` is the `invalid_request` answer.
     pub fn check(&mut self) -> Result<Option<ExecutionKey>, Box<CallResult>> {
         let bad = |message: String| Err(Box::new(CallResult::fail(ErrorCode::InvalidRequest, message)));
-        if self.slug.is_empty() || self.slug.len() > MAX_ID_BYTES {
-            return bad("slug must be 1-200 bytes".into());
+        if self.slug.is_empty() || self.slug.len() > MAX_CAPABILITY_ID_BYTES {
+            return bad(format!("slug must be 1-{MAX_CAPABILITY_ID_BYTES} bytes"));
         }
         if !valid_id(&self.agent_id) {
             return bad(format!("agentId must be 1-{MAX_ID_BYTES} bytes without control characters"));
@@ -129,6 +133,9 @@ pub struct Pipeline {
     loaded: Vec<Arc<CapabilityRecord>>,
     /// Each source's records, by source id (in memory only).
     sources: std::collections::BTreeMap<String, Vec<Arc<CapabilityRecord>>>,
+    /// The function names of source records (what `search` offers a model), to their slugs;
+    /// a name two records share, or a slug holds, is left out.
+    function_names: HashMap<String, String>,
     bindings: HashMap<(String, String), Binding>,
     limiter: RateLimiter,
     validators: HashMap<String, (u64, Arc<jsonschema::Validator>)>,
@@ -141,6 +148,7 @@ impl Pipeline {
             registry: HashMap::new(),
             loaded: Vec::new(),
             sources: std::collections::BTreeMap::new(),
+            function_names: HashMap::new(),
             bindings: HashMap::new(),
             limiter: RateLimiter::new(rate_window_ms),
             validators: HashMap::new(),
@@ -178,15 +186,32 @@ impl Pipeline {
         // as a slug, but stored data is not trusted) holds it.
         let sources = self.sources.values().flatten();
         self.registry = sources.chain(&self.loaded).map(|r| (r.slug.clone(), r.clone())).collect();
+        let mut function_names: HashMap<String, Option<String>> = HashMap::new();
+        for record in self.sources.values().flatten() {
+            let name = record.function_definition.name.clone();
+            let slot = function_names.entry(name).or_insert_with(|| Some(record.slug.clone()));
+            if slot.as_deref() != Some(record.slug.as_str()) {
+                *slot = None;
+            }
+        }
         let registry = &self.registry;
+        self.function_names = function_names
+            .into_iter()
+            .filter_map(|(name, slug)| Some((name, slug?)))
+            .filter(|(name, _)| !registry.contains_key(name))
+            .collect();
         self.validators.retain(|slug, (version, _)| registry.get(slug).is_some_and(|r| r.policy_version == *version));
     }
 
     /// Returns the slug of the record a call's `slug` field names: a slug, a
-    /// discovery id `tool:<slug>`, or a source capability id; `None` for no record.
+    /// discovery id `tool:<slug>`, a source capability id, or the function name
+    /// of a source capability; `None` for no record.
     pub fn resolve(&self, id: &str) -> Option<&str> {
         if let Some(record) = self.registry.get(id) {
             return Some(&record.slug);
+        }
+        if let Some(slug) = self.function_names.get(id) {
+            return Some(slug);
         }
         let record = self.registry.get(id.strip_prefix("tool:")?)?;
         (record.discovery_id() == id).then_some(record.slug.as_str())
@@ -521,12 +546,27 @@ mod tests {
         assert_eq!(pipeline.resolve("pets#showPet"), Some("pets#showPet"));
         assert_eq!(pipeline.resolve("tool:pets#showPet"), None, "a source capability has no tool: id");
         assert_eq!(pipeline.resolve("tool:nope"), None);
+        let mut named = record("pets#GET /pets");
+        named.function_definition.name = "pets_GET__pets".into();
+        let mut twin = record("pets#GET_/pets");
+        twin.function_definition.name = "pets_GET__pets".into();
+        let mut clash = record("pets#lookup");
+        clash.function_definition.name = "lookup".into();
+        pipeline.set_source_records("pets", vec![source.clone(), named.clone(), clash]);
+        assert_eq!(pipeline.resolve("pets_GET__pets"), Some("pets#GET /pets"), "its function name");
+        assert_eq!(pipeline.resolve("lookup"), Some("lookup"), "a registered slug wins over a function name");
+        pipeline.set_source_records("pets", vec![source.clone(), named, twin]);
+        assert_eq!(pipeline.resolve("pets_GET__pets"), None, "a name two records share names neither");
         pipeline.load_registry([record("other")]);
         assert_eq!(pipeline.resolve("pets#showPet"), Some("pets#showPet"), "a registry reload keeps sources");
         assert_eq!(pipeline.resolve("lookup"), None);
         assert_eq!(pipeline.source_ids(), ["pets"]);
         pipeline.set_source_records("pets", Vec::new());
         assert_eq!(pipeline.resolve("pets#showPet"), None);
+        let long_id = format!("{}#{}", "s".repeat(128), "n".repeat(MAX_CAPABILITY_ID_BYTES - 129));
+        assert!(call(&long_id, "a", json!({})).check().is_ok(), "a source capability id of the longest names");
+        let over = call(&format!("{long_id}n"), "a", json!({})).check().unwrap_err();
+        assert_eq!(over.code(), Some("invalid_request"));
         assert!(pipeline.source_ids().is_empty());
     }
 

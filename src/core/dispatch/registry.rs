@@ -129,14 +129,16 @@ pub struct CapabilityRecord {
 
 impl CapabilityRecord {
     /// Returns the descriptor that offers this record to discovery (origin
-    /// `dispatch`): id `tool:<slug>`, kind tool, name, description and category
-    /// from the record (`general` when it has none), the function's parameters as Tier 2.
+    /// `dispatch`): id `tool:<slug>`, kind tool, named by its slug (the
+    /// function name a model calls) and displayed under its `name`, with the
+    /// record's description and category (`general` when it has none) and the
+    /// function's parameters as Tier 2.
     pub fn descriptor(&self) -> CapabilityDescriptor {
         let category = if self.category.trim().is_empty() { "general" } else { self.category.trim() };
         CapabilityDescriptor {
             id: self.discovery_id(),
             kind: CapabilityKind::Tool,
-            name: self.name.clone(),
+            name: self.slug.clone(),
             display_name: self.name.clone(),
             description: self.description.clone(),
             category: category.to_string(),

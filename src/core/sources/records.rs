@@ -3,7 +3,7 @@
 //! runs (`executionType: source`, slug = the same id), both made from one
 //! [`SourceTool`] and what the source says of itself ([`SourceFacts`]).
 
-use super::{capability_id, SourceTool};
+use super::{capability_id, Invocation, SourceTool};
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
 
@@ -26,7 +26,7 @@ pub fn descriptor_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityD
     if !tags.iter().any(|tag| tag == source.source_id) {
         tags.push(source.source_id.to_string());
     }
-    let category = source.category.map(str::trim).filter(|category| !category.is_empty()).unwrap_or(source.source_id);
+    let category = category_of(source);
     CapabilityDescriptor {
         id: capability_id(source.source_id, &tool.name),
         kind: CapabilityKind::Tool,
@@ -45,6 +45,11 @@ pub fn descriptor_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityD
     }
 }
 
+/// The source's `category` setting, else its id.
+fn category_of<'a>(source: &SourceFacts<'a>) -> &'a str {
+    source.category.map(str::trim).filter(|category| !category.is_empty()).unwrap_or(source.source_id)
+}
+
 /// The dispatch record of one of a source's tools: slug = its capability id,
 /// `executionType: source`, `handler` = the source id.
 pub fn record_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityRecord {
@@ -54,7 +59,7 @@ pub fn record_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityRecor
     CapabilityRecord {
         name: tool.title.clone().unwrap_or_else(|| tool.name.clone()),
         description: tool.description.clone(),
-        category: source.category.unwrap_or(source.source_id).to_string(),
+        category: category_of(source).to_string(),
         execution_type: ExecutionType::Source,
         handler: source.source_id.to_string(),
         function_definition: FunctionDefinition {
@@ -75,6 +80,29 @@ pub fn record_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityRecor
         invocation: Some(tool.invocation.clone()),
         slug,
     }
+}
+
+/// The tool a stored source descriptor stands for (a restart rebuilds the
+/// dispatch records of mapped sources from the catalog); `None` when the
+/// descriptor is not one of `source_id`'s.
+pub fn tool_of_descriptor(
+    source_id: &str,
+    descriptor: &CapabilityDescriptor,
+    invocation: Invocation,
+) -> Option<SourceTool> {
+    if descriptor.definition_ref.source_id() != Some(source_id)
+        || descriptor.id != capability_id(source_id, &descriptor.name)
+    {
+        return None;
+    }
+    Some(SourceTool {
+        name: descriptor.name.clone(),
+        title: (descriptor.display_name != descriptor.name).then(|| descriptor.display_name.clone()),
+        description: descriptor.description.clone(),
+        input_schema: descriptor.full_schema.clone().unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        output_schema: None,
+        invocation,
+    })
 }
 
 /// An OpenAI function name (`^[a-zA-Z0-9_-]{1,64}$`) for a capability id:
@@ -101,7 +129,7 @@ pub fn function_name(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sources::{split_capability_id, Invocation};
+    use crate::core::sources::split_capability_id;
     use serde_json::json;
 
     fn tool(name: &str) -> SourceTool {
@@ -130,6 +158,9 @@ mod tests {
         assert_eq!(record.discovery_id(), descriptor.id);
         assert_eq!((record.execution_type, record.timeout_ms), (ExecutionType::Source, Some(900)));
         assert_eq!(record.function_definition.name, "pets_showPet");
+        let back = tool_of_descriptor("pets", &descriptor, Invocation::NotCallable).unwrap();
+        assert_eq!((back.name.as_str(), &back.input_schema), ("showPet", &tool("showPet").input_schema));
+        assert!(tool_of_descriptor("shop", &descriptor, Invocation::NotCallable).is_none());
         let categorised = SourceFacts { category: Some("zoo"), ..facts };
         assert_eq!(descriptor_of(&categorised, &tool("x")).category, "zoo");
     }
