@@ -20,8 +20,8 @@
 use capdex::actors::discoverer::{CurrentCatalog, Discover};
 use capdex::actors::dispatcher::Dispatch;
 use capdex::config::{Environment, Settings};
-use capdex::core::dispatch::pipeline::DispatchCall;
 use capdex::core::discovery::DiscoveryFilter;
+use capdex::core::dispatch::pipeline::DispatchCall;
 use capdex::core::sources::settings::McpConnection;
 use capdex::gateway::wire::SourcesRequest;
 use capdex::upstream::mcp::{ConnectOptions, McpSession};
@@ -53,14 +53,17 @@ fn main() {
     let full = std::env::args().any(|arg| arg == "--bench");
     let (adds, calls) = if full { (7, 3000) } else { (1, 20) };
     let data = tempfile::tempdir().expect("a temp dir");
-    let environment: Environment = [("CAPDEX_DATA_DIR", data.path().to_str().unwrap()), ("CAPDEX_CAPABILITY_DIRS", "")]
-        .into_iter()
-        .collect();
+    let environment: Environment =
+        [("CAPDEX_DATA_DIR", data.path().to_str().unwrap()), ("CAPDEX_CAPABILITY_DIRS", "")].into_iter().collect();
     let settings = Settings::load(None, &environment).expect("the built-in settings load");
     let python = python();
     let script = server_script();
-    let connection =
-        McpConnection::Stdio { command: python.display().to_string(), args: vec![script.clone()], env: vec![], cwd: None };
+    let connection = McpConnection::Stdio {
+        command: python.display().to_string(),
+        args: vec![script.clone()],
+        env: vec![],
+        cwd: None,
+    };
 
     actix_rt::System::new().block_on(async move {
         // 1 and 2, alternating: the upstream alone, then through capdex.

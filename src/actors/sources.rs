@@ -508,7 +508,7 @@ impl SourceManager {
         }
         let id = id.to_string();
         ctx.run_later(Duration::from_millis(settings.refresh_interval_ms()), move |act, ctx| {
-            if !act.sources.get(&id).is_some_and(|s| s.generation == generation) {
+            if act.sources.get(&id).is_none_or(|s| s.generation != generation) {
                 return;
             }
             let Some(Live::Up { link, .. }) = act.live.get(&id) else { return };
@@ -834,7 +834,7 @@ impl Handler<ToolsChanged> for SourceManager {
 
     fn handle(&mut self, msg: ToolsChanged, ctx: &mut Context<Self>) {
         let Some(Live::Up { link, .. }) = self.live.get(&msg.id) else { return };
-        if !self.sources.get(&msg.id).is_some_and(|s| s.generation == msg.generation) {
+        if self.sources.get(&msg.id).is_none_or(|s| s.generation != msg.generation) {
             return;
         }
         // Keep watching this link, then list its tools again.

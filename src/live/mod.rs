@@ -144,7 +144,8 @@ pub async fn handle(live: Option<LiveSources>, request: SourcesRequest) -> Resul
         SourcesRequest::Load(body) => {
             // A source id, or the id of one of its capabilities (`load_capability_extension`).
             let id = id_of(&body)?;
-            let id = crate::core::sources::split_capability_id(&id).map_or(id.clone(), |(source, _)| source.to_string());
+            let id =
+                crate::core::sources::split_capability_id(&id).map_or(id.clone(), |(source, _)| source.to_string());
             let status = live.manager.send(LoadSource { id }).await.map_err(gone)?;
             Ok(serde_json::json!({ "source": status.map_err(api_error)? }))
         }
