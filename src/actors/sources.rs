@@ -512,20 +512,25 @@ impl SourceManager {
                 return;
             }
             let Some(Live::Up { link, .. }) = act.live.get(&id) else { return };
-            let listing = link.list_tools();
-            let addr = ctx.address();
-            ctx.spawn(
-                async move {
-                    let synced = match listing.await {
-                        Ok(Some(synced)) => Ok(synced),
-                        Ok(None) => Err(None),
-                        Err(error) => Err(Some(error)),
-                    };
-                    addr.do_send(Resynced { id, generation, synced });
-                }
-                .into_actor(act),
-            );
+            act.resync(id, generation, &link, ctx);
         });
+    }
+
+    /// Lists a link's tools again; the answer comes back as [`Resynced`].
+    fn resync(&self, id: String, generation: u64, link: &Arc<dyn Link>, ctx: &mut Context<Self>) {
+        let listing = link.list_tools();
+        let addr = ctx.address();
+        ctx.spawn(
+            async move {
+                let synced = match listing.await {
+                    Ok(Some(synced)) => Ok(synced),
+                    Ok(None) => Err(None),
+                    Err(error) => Err(Some(error)),
+                };
+                addr.do_send(Resynced { id, generation, synced });
+            }
+            .into_actor(self),
+        );
     }
 
     fn status_list(&self) -> Vec<SourceStatus> {
@@ -839,20 +844,7 @@ impl Handler<ToolsChanged> for SourceManager {
         }
         // Keep watching this link, then list its tools again.
         self.watch(&msg.id, msg.generation, link.clone(), ctx);
-        let listing = link.list_tools();
-        let (id, generation) = (msg.id, msg.generation);
-        let addr = ctx.address();
-        ctx.spawn(
-            async move {
-                let synced = match listing.await {
-                    Ok(Some(synced)) => Ok(synced),
-                    Ok(None) => Err(None),
-                    Err(error) => Err(Some(error)),
-                };
-                addr.do_send(Resynced { id, generation, synced });
-            }
-            .into_actor(self),
-        );
+        self.resync(msg.id, msg.generation, &link, ctx);
     }
 }
 

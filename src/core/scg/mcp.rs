@@ -13,8 +13,9 @@ use super::schema::{description, Resolver};
 use super::MapError;
 use serde_json::Value;
 
-/// Maps a parsed tools/list result.
-pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
+/// The tools of a tools/list result: a bare array, `tools`, or `result.tools`
+/// (`core::sources::tools` reads them the same way).
+pub fn tool_array(document: &Value) -> Result<&Vec<Value>, MapError> {
     let tools = if document.is_array() {
         document
     } else {
@@ -23,7 +24,12 @@ pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
             .or_else(|| document.pointer("/result/tools"))
             .ok_or_else(|| MapError::NotMcp("no `tools` array".into()))?
     };
-    let tools = tools.as_array().ok_or_else(|| MapError::NotMcp("`tools` is not an array".into()))?;
+    tools.as_array().ok_or_else(|| MapError::NotMcp("`tools` is not an array".into()))
+}
+
+/// Maps a parsed tools/list result.
+pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
+    let tools = tool_array(document)?;
     let title = document
         .pointer("/initialize/serverInfo/title")
         .or_else(|| document.pointer("/initialize/serverInfo/name"))
@@ -107,7 +113,8 @@ fn add_entity(
     }
 }
 
-fn valid_name(name: &str) -> bool {
+/// A tool name the mapper keeps (others are skipped).
+pub fn valid_name(name: &str) -> bool {
     !name.trim().is_empty() && name.len() <= 256 && !name.contains('#')
 }
 

@@ -20,6 +20,17 @@ use std::collections::BTreeMap;
 
 const METHODS: [&str; 8] = ["get", "put", "post", "delete", "patch", "head", "options", "trace"];
 
+/// The capability name of an operation: its `operationId`, else `METHOD /path`
+/// (`core::sources::tools` names an operation's tool with it too).
+pub fn operation_name(method: &str, path: &str, operation: &Value) -> String {
+    operation
+        .get("operationId")
+        .and_then(Value::as_str)
+        .filter(|id| !id.trim().is_empty() && !id.contains('#'))
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{} {path}", method.to_ascii_uppercase()))
+}
+
 /// Maps a parsed OpenAPI or Swagger document.
 pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
     let version = document
@@ -67,12 +78,7 @@ pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
             let Some(operation) = item.get(method).filter(|operation| operation.is_object()) else {
                 continue;
             };
-            let name = operation
-                .get("operationId")
-                .and_then(Value::as_str)
-                .filter(|id| !id.trim().is_empty() && !id.contains('#'))
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("{} {path}", method.to_ascii_uppercase()));
+            let name = operation_name(method, path, operation);
             let summary = description(operation).unwrap_or_default();
             let doc = format!("{summary}\n{} {path}", method.to_ascii_uppercase()).trim().to_string();
             let capability_id = builder.node(&name, NodeKind::Capability, &name, &doc, None);

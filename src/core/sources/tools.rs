@@ -18,7 +18,7 @@
 use super::{HttpOperation, Invocation, OperationParam, ParamLocation, SourceTool};
 use crate::core::scg::model::SourceKind;
 use crate::core::scg::schema::{description, Resolver, MAX_COMPOSITION_DEPTH};
-use crate::core::scg::{parse_document, sql, MapError, MAX_SOURCE_BYTES};
+use crate::core::scg::{mcp, openapi, parse_document, sql, MapError, MAX_SOURCE_BYTES};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 
@@ -45,18 +45,10 @@ pub fn tools_of(kind: SourceKind, text: &str) -> Result<Vec<SourceTool>, MapErro
 }
 
 fn mcp_tools(document: &Value) -> Result<Vec<SourceTool>, MapError> {
-    let tools = if document.is_array() {
-        document
-    } else {
-        document
-            .get("tools")
-            .or_else(|| document.pointer("/result/tools"))
-            .ok_or_else(|| MapError::NotMcp("no `tools` array".into()))?
-    };
-    let tools = tools.as_array().ok_or_else(|| MapError::NotMcp("`tools` is not an array".into()))?;
+    let tools = mcp::tool_array(document)?;
     let mut out = Vec::with_capacity(tools.len());
     for tool in tools {
-        let Some(name) = tool.get("name").and_then(Value::as_str).filter(|name| valid_mcp_name(name)) else {
+        let Some(name) = tool.get("name").and_then(Value::as_str).filter(|name| mcp::valid_name(name)) else {
             continue;
         };
         let title = tool
@@ -100,11 +92,6 @@ pub fn mcp_document(tools: &[SourceTool]) -> Value {
         })
         .collect();
     json!({"tools": tools})
-}
-
-/// The MCP mapper's rule for a usable tool name.
-fn valid_mcp_name(name: &str) -> bool {
-    !name.trim().is_empty() && name.len() <= 256 && !name.contains('#')
 }
 
 fn sql_tools(text: &str) -> Result<Vec<SourceTool>, MapError> {
@@ -158,12 +145,7 @@ fn openapi_tools(document: &Value) -> Result<Vec<SourceTool>, MapError> {
             let Some(operation) = item.get(method).filter(|operation| operation.is_object()) else {
                 continue;
             };
-            let name = operation
-                .get("operationId")
-                .and_then(Value::as_str)
-                .filter(|id| !id.trim().is_empty() && !id.contains('#'))
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("{} {path}", method.to_ascii_uppercase()));
+            let name = openapi::operation_name(method, path, operation);
             let mut inliner = Inliner::new(resolver);
             let mut properties = Map::new();
             let mut required: Vec<String> = Vec::new();
