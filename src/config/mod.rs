@@ -7,7 +7,7 @@
 //! [`layers`] (defaults, file, environment overrides), [`environment`],
 //! [`data_dir`], [`scanning`] (capability folders), [`observability`] (logs,
 //! metrics), [`embedder`], [`discovery`], [`kpi`], [`planner`], [`nats`],
-//! [`jetstream`], [`scg`], [`dispatch`]. [`Settings::from_raw`] only composes them.
+//! [`jetstream`], [`scg`], [`dispatch`], [`mcp`]. [`Settings::from_raw`] only composes them.
 //! Nothing here reads the process environment: the binary builds the
 //! [`Environment`] once, tests build it from pairs.
 
@@ -20,6 +20,7 @@ mod error;
 mod jetstream;
 mod kpi;
 mod layers;
+mod mcp;
 mod nats;
 mod observability;
 mod planner;
@@ -34,6 +35,7 @@ pub use error::{ConfigError, InvalidKind, InvalidSetting};
 pub use jetstream::{JetStreamSettings, RawJetStream};
 pub use kpi::{KpiSettings, RawKpi};
 pub use layers::{env_names, DEFAULT_CONFIG_TOML, RESERVED_ENV};
+pub use mcp::{McpSettings, RawMcp, MAX_DIRECT_TOOLS};
 pub use nats::{NatsAuth, NatsSettings, NatsTls, RawNats, Secret, SecretSource};
 pub use observability::{LogFormat, RawMetrics};
 pub use planner::{PlannerSection, RawPlanner};
@@ -68,6 +70,7 @@ pub struct RawSettings {
     pub scg: RawScg,
     pub jetstream: RawJetStream,
     pub dispatch: RawDispatch,
+    pub mcp: RawMcp,
 }
 
 /// Validated settings; each actor receives only its part.
@@ -98,6 +101,8 @@ pub struct Settings {
     pub scg: ScgSettings,
     pub jetstream: JetStreamSettings,
     pub dispatch: DispatchSettings,
+    /// The MCP face (`[mcp]`).
+    pub mcp: McpSettings,
 }
 
 impl Settings {
@@ -160,6 +165,7 @@ impl Settings {
             jetstream: JetStreamSettings::from_raw(raw.jetstream)?,
             scg: ScgSettings::from_raw(raw.scg)?,
             dispatch: DispatchSettings::from_raw(raw.dispatch)?,
+            mcp: McpSettings::from_raw(raw.mcp, env)?,
         })
     }
 }

@@ -17,6 +17,7 @@ pub mod graph;
 pub mod index;
 pub mod kpi_window;
 pub mod lexical;
+pub mod mcp_face;
 pub mod manifest;
 pub mod meta_tool;
 pub mod outcome_prior;

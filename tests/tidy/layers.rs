@@ -18,6 +18,8 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     // Adapters around the core, each speaking one outside thing.
     ("store", &["core"]),
     ("gateway", &["core", "config"]),
+    // The MCP face: like the gateway, it calls capdex through the gateway's `Api`.
+    ("mcp", &["core", "config", "gateway"]),
     ("folders", &["core"]),
     ("embedders", &["core", "config", "tls"]),
     ("config", &["core"]),
@@ -31,7 +33,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("replication", &["core", "actors", "gateway", "store", "config", "registration", "clock"]),
     ("dispatch_cli", &["core", "actors", "gateway", "store", "config"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
-    ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app"]),
+    ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app", "gateway", "mcp"]),
     (
         "app",
         &[
@@ -48,6 +50,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "dispatch_cli",
             "clock",
             "tls",
+            "mcp",
         ],
     ),
     (
@@ -69,6 +72,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "app",
             "clock",
             "tls",
+            "mcp",
         ],
     ),
 ];
@@ -86,6 +90,7 @@ pub const EXTERNAL_RULES: &[(&[&str], Allowed)] = &[
     // Only the gateway speaks NATS; only the store speaks sled.
     (&["async_nats"], Allowed::Only(&["gateway"])),
     (&["sled"], Allowed::Only(&["store"])),
+    (&["rmcp"], Allowed::Only(&["upstream", "mcp"])),
     // The core knows nothing of actors, runtimes, watchers, the network or the disk.
     (&["actix"], Allowed::NotIn(&["core"])),
     (&["actix_rt"], Allowed::NotIn(&["core"])),
