@@ -10,6 +10,7 @@ mod exact_names;
 mod hostile_manifests;
 mod kpi_over_nats;
 mod lanes;
+mod mcp_clients;
 mod multinode;
 mod python_clients;
 mod robustness;
