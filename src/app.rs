@@ -602,7 +602,11 @@ fn how_to_approve(settings: &Settings, serving_nats: bool) -> String {
 pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Result<()> {
     let (actors, _store) = start_with_store(settings, None).await?;
     let outcome = scan(&actors).await?;
-    tracing::info!(found = outcome.scan.descriptors.len(), refused = outcome.scan.refused.len(), "capability folders indexed");
+    tracing::info!(
+        found = outcome.scan.descriptors.len(),
+        refused = outcome.scan.refused.len(),
+        "capability folders indexed"
+    );
     let _watcher = if settings.watch {
         Some(
             scanner::watch(

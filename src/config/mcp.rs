@@ -64,8 +64,9 @@ impl McpSettings {
             "" => None,
             text => {
                 let lookup = |name: &str| env.get(name).map(str::to_string);
-                let resolved = env_template::resolve(text, &lookup, &mut Vec::new())
-                    .map_err(|missing| InvalidSetting::new("mcp.token", InvalidKind::Incomplete, missing.to_string()))?;
+                let resolved = env_template::resolve(text, &lookup, &mut Vec::new()).map_err(|missing| {
+                    InvalidSetting::new("mcp.token", InvalidKind::Incomplete, missing.to_string())
+                })?;
                 if resolved.len() < 16 || resolved.chars().any(|c| c.is_whitespace() || c.is_control()) {
                     return Err(InvalidSetting::new(
                         "mcp.token",
@@ -89,7 +90,9 @@ impl McpSettings {
             match text.trim() {
                 "" => Ok(None),
                 id if id.len() <= 128 && !id.chars().any(char::is_control) => Ok(Some(id.to_string())),
-                _ => Err(InvalidSetting::new(key, InvalidKind::Malformed, "1 to 128 characters, no control characters")),
+                _ => {
+                    Err(InvalidSetting::new(key, InvalidKind::Malformed, "1 to 128 characters, no control characters"))
+                }
             }
         };
         let token_agent_id = agent("mcp.token_agent_id", &raw.token_agent_id)?;

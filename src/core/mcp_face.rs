@@ -216,8 +216,7 @@ mod tests {
 
     fn check(candidates: &[DirectCandidate], expect: &[(&str, &str)]) {
         let tools = direct_tools(candidates);
-        let got: Vec<(&str, &str)> =
-            tools.iter().map(|t| (t.capability_id.as_str(), t.tool_name.as_str())).collect();
+        let got: Vec<(&str, &str)> = tools.iter().map(|t| (t.capability_id.as_str(), t.tool_name.as_str())).collect();
         assert_eq!(got, expect);
     }
 
@@ -255,7 +254,11 @@ mod tests {
     fn interest_keeps_the_best_relevance_per_capability() {
         let mut interest = SessionInterest::default();
         interest.observe([(0.4, candidate("tool:a", "a")), (0.9, candidate("tool:b", "b"))]);
-        interest.observe([(0.95, candidate("tool:a", "a")), (0.1, candidate("tool:c", "c")), (f32::NAN, candidate("tool:d", "d"))]);
+        interest.observe([
+            (0.95, candidate("tool:a", "a")),
+            (0.1, candidate("tool:c", "c")),
+            (f32::NAN, candidate("tool:d", "d")),
+        ]);
         let ids: Vec<String> = interest.top(3).into_iter().map(|c| c.capability_id).collect();
         assert_eq!(ids, ["tool:a", "tool:b", "tool:c"]);
         assert_eq!(interest.top(0), vec![]);

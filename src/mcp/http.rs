@@ -41,8 +41,7 @@ impl HttpFace {
         options: FaceOptions,
         bridge: Bridge,
     ) -> Result<HttpFace, HttpError> {
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
         let token: Option<Arc<str>> = options.token.as_deref().map(Arc::from);
         let mut config = StreamableHttpServerConfig::default();
         if token.is_some() {
@@ -122,7 +121,9 @@ fn refuse<B>(request: &Request<B>, path: &str, token: Option<&str>) -> Option<Re
         Some(given) if same(given.as_bytes(), token.as_bytes()) => None,
         _ => {
             let mut response = plain(StatusCode::UNAUTHORIZED, "a bearer token is required");
-            response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
+            response
+                .headers_mut()
+                .insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
             Some(response)
         }
     }
@@ -157,7 +158,10 @@ mod tests {
         assert_eq!(status(refuse(&request("/mcp", None), "/mcp", None)), None);
         assert_eq!(status(refuse(&request("/other", None), "/mcp", None)), Some(StatusCode::NOT_FOUND));
         assert_eq!(status(refuse(&request("/mcp", None), "/mcp", token)), Some(StatusCode::UNAUTHORIZED));
-        assert_eq!(status(refuse(&request("/mcp", Some("Bearer nope")), "/mcp", token)), Some(StatusCode::UNAUTHORIZED));
+        assert_eq!(
+            status(refuse(&request("/mcp", Some("Bearer nope")), "/mcp", token)),
+            Some(StatusCode::UNAUTHORIZED)
+        );
         assert_eq!(status(refuse(&request("/mcp", Some("Bearer 0123456789abcdef")), "/mcp", token)), None);
         assert_eq!(status(refuse(&request("/mcp?direct=true", Some("Bearer 0123456789abcdef")), "/mcp", token)), None);
     }

@@ -255,7 +255,11 @@ impl Session {
         }
     }
 
-    async fn call(&self, request: CallToolRequestParams, context: &RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
         let arguments = request.arguments.unwrap_or_default();
         let name = request.name.as_ref();
         let answer = match name {

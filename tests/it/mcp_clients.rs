@@ -81,7 +81,10 @@ fn check_tour(seen: &Value) {
     let discover = &seen["discover"];
     assert_eq!(discover["isError"], false, "{discover}");
     let first = &discover["structured"]["capabilities"][0];
-    assert_eq!((first["id"].as_str(), first["name"].as_str(), first["kind"].as_str()), (Some("tool:echo"), Some("echo"), Some("tool")));
+    assert_eq!(
+        (first["id"].as_str(), first["name"].as_str(), first["kind"].as_str()),
+        (Some("tool:echo"), Some("echo"), Some("tool"))
+    );
     let relevance = first["relevance"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&relevance) && relevance > 0.3, "{first}");
     assert!(discover["text"].as_str().unwrap().contains("Relevant capabilities:"), "the rendered tiers are the text");
@@ -90,7 +93,9 @@ fn check_tour(seen: &Value) {
 
     assert_eq!(seen["echo"]["isError"], false, "{seen}");
     assert_eq!(seen["echo"]["structured"]["data"]["text"], "hello mcp");
-    for (case, code) in [("badArgs", "invalid_args"), ("missingQuery", "invalid_args"), ("unknownCapability", "unknown_capability")] {
+    for (case, code) in
+        [("badArgs", "invalid_args"), ("missingQuery", "invalid_args"), ("unknownCapability", "unknown_capability")]
+    {
         assert_eq!(seen[case]["isError"], true, "{case}: {seen}");
         assert_eq!(seen[case]["structured"]["error"]["code"], code, "{case}: {seen}");
     }
@@ -148,7 +153,8 @@ fn python_sdk_over_stdio_approval_without_elicitation() {
     assert_eq!(call["status"], "requires_approval", "{asked}");
     let approval_id = call["approvalId"].as_str().unwrap().to_string();
     assert!(call["howToApprove"].as_str().unwrap().contains(&format!("capdex approval approve {approval_id}")));
-    let early = run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "desk-agent", "--approval-id", &approval_id]));
+    let early =
+        run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "desk-agent", "--approval-id", &approval_id]));
     assert_eq!(early["call"]["structured"]["error"]["code"], "approval_invalid", "still pending: {early}");
 
     let approve = capdex()
@@ -157,12 +163,18 @@ fn python_sdk_over_stdio_approval_without_elicitation() {
         .output()
         .unwrap();
     assert!(approve.status.success(), "{}", String::from_utf8_lossy(&approve.stderr));
-    let other_agent = run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "other", "--approval-id", &approval_id]));
-    assert_eq!(other_agent["call"]["structured"]["error"]["code"], "approval_invalid", "bound to its agent: {other_agent}");
-    let approved = run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "desk-agent", "--approval-id", &approval_id]));
+    let other_agent =
+        run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "other", "--approval-id", &approval_id]));
+    assert_eq!(
+        other_agent["call"]["structured"]["error"]["code"], "approval_invalid",
+        "bound to its agent: {other_agent}"
+    );
+    let approved =
+        run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "desk-agent", "--approval-id", &approval_id]));
     assert_eq!(approved["call"]["isError"], false, "{approved}");
     assert_eq!(approved["call"]["structured"]["data"]["text"], "approved later");
-    let again = run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "desk-agent", "--approval-id", &approval_id]));
+    let again =
+        run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "desk-agent", "--approval-id", &approval_id]));
     assert_eq!(again["call"]["structured"]["error"]["code"], "approval_invalid", "an approval permits one call");
 }
 
@@ -214,13 +226,8 @@ async fn python_sdk_over_streamable_http() {
     let http = reqwest::Client::new();
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
-    let unauthorised = http
-        .post(&url)
-        .header("accept", "application/json, text/event-stream")
-        .json(&init)
-        .send()
-        .await
-        .unwrap();
+    let unauthorised =
+        http.post(&url).header("accept", "application/json, text/event-stream").json(&init).send().await.unwrap();
     assert_eq!(unauthorised.status().as_u16(), 401, "no token, no MCP");
     let wrong = http.post(&url).bearer_auth("nope").json(&init).send().await.unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
