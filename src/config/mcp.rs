@@ -114,7 +114,7 @@ impl McpSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tests::{defaults, load};
+    use crate::config::tests::{defaults, load, Case};
 
     fn raw() -> RawMcp {
         defaults().mcp
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused() {
-        let cases: Vec<(Box<dyn Fn(&mut RawMcp)>, &str, InvalidKind)> = vec![
+        let cases: Vec<Case<RawMcp>> = vec![
             (Box::new(|r| r.listen = "0.0.0.0:8765".into()), "mcp.listen", InvalidKind::Conflict),
             (Box::new(|r| r.listen = "nowhere".into()), "mcp.listen", InvalidKind::Malformed),
             (Box::new(|r| r.path = "mcp".into()), "mcp.path", InvalidKind::Malformed),

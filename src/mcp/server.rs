@@ -186,7 +186,7 @@ impl Session {
         });
         let result = match self.dispatch(call.clone()).await {
             Ok(result) => result,
-            Err(answer) => return answer,
+            Err(refused) => return refused.answer(),
         };
         if result.code() != Some("requires_approval")
             || !context.peer.supported_elicitation_modes().contains(&ElicitationMode::Form)
@@ -238,20 +238,20 @@ impl Session {
         call["approvalId"] = Value::String(approval_id);
         match self.dispatch(call).await {
             Ok(result) => tools::call_result(&result, &self.options.how_to_approve),
-            Err(answer) => answer,
+            Err(refused) => refused.answer(),
         }
     }
 
-    async fn dispatch(&self, call: Value) -> Result<CallResult, CallToolResult> {
-        let value = self.bridge.call(move |api| api.dispatch(call)).await.map_err(|err| api_error(&err))?;
-        serde_json::from_value(value).map_err(|err| tools::tool_error("internal", &err.to_string()))
+    async fn dispatch(&self, call: Value) -> Result<CallResult, Refusal> {
+        let value = self.bridge.call(move |api| api.dispatch(call)).await.map_err(|err| refusal(&err))?;
+        serde_json::from_value(value).map_err(|err| Refusal { code: "internal".into(), message: err.to_string() })
     }
 
     async fn call_direct(&self, tool: DirectTool, arguments: JsonObject) -> CallToolResult {
         let call = json!({"slug": tool.dispatch_id, "arguments": Value::Object(arguments), "agentId": self.agent_id()});
         match self.dispatch(call).await {
             Ok(result) => tools::call_result(&result, &self.options.how_to_approve),
-            Err(answer) => answer,
+            Err(refused) => refused.answer(),
         }
     }
 
@@ -265,18 +265,18 @@ impl Session {
         let answer = match name {
             "discover_capabilities" => match parse::<DiscoverArgs>(arguments) {
                 Ok(args) => self.discover(args, context).await,
-                Err(answer) => answer,
+                Err(refused) => refused.answer(),
             },
             "call_capability" => match parse::<CallArgs>(arguments) {
                 Ok(args) => self.call_capability(args, context).await,
-                Err(answer) => answer,
+                Err(refused) => refused.answer(),
             },
             "route_sources" => match parse::<ScgRouteRequest>(arguments) {
                 Ok(route) => match self.bridge.call(move |api| api.scg_route(route)).await {
                     Ok(answer) => tools::structured(serde_json::to_value(answer).unwrap_or(Value::Null)),
                     Err(err) => api_error(&err),
                 },
-                Err(answer) => answer,
+                Err(refused) => refused.answer(),
             },
             "report_outcome" => match parse::<OutcomeReport>(arguments) {
                 Ok(report) => match self.bridge.call(move |api| api.outcome(report)).await {
@@ -288,7 +288,7 @@ impl Session {
                     })),
                     Err(err) => api_error(&err),
                 },
-                Err(answer) => answer,
+                Err(refused) => refused.answer(),
             },
             other => {
                 let direct = self.lock().offered.iter().find(|tool| tool.tool_name == other).cloned();
@@ -312,13 +312,30 @@ impl Session {
     }
 }
 
+/// A tool error before it becomes a result: the code and the message.
+struct Refusal {
+    code: String,
+    message: String,
+}
+
+impl Refusal {
+    fn answer(self) -> CallToolResult {
+        tools::tool_error(&self.code, &self.message)
+    }
+}
+
 /// Tool arguments into `T`; a mismatch is an `invalid_args` tool error.
-fn parse<T: serde::de::DeserializeOwned>(arguments: JsonObject) -> Result<T, CallToolResult> {
-    serde_json::from_value(Value::Object(arguments)).map_err(|err| tools::tool_error("invalid_args", &err.to_string()))
+fn parse<T: serde::de::DeserializeOwned>(arguments: JsonObject) -> Result<T, Refusal> {
+    serde_json::from_value(Value::Object(arguments))
+        .map_err(|err| Refusal { code: "invalid_args".into(), message: err.to_string() })
+}
+
+fn refusal(err: &ApiError) -> Refusal {
+    Refusal { code: err.code().to_string(), message: err.message.clone() }
 }
 
 fn api_error(err: &ApiError) -> CallToolResult {
-    tools::tool_error(err.code(), &err.message)
+    refusal(err).answer()
 }
 
 /// The Tier 1 capabilities as `discover_capabilities` returns them.
