@@ -126,6 +126,54 @@ fn main() {
     });
     let _ = serve.kill();
     let _ = serve.wait();
+    bridge_cost(&base_env(&stdio_data.path().join("bridge")), &sources, &queries, requests);
+}
+
+/// What the bridge between rmcp's `Send` handlers and capdex's thread-local
+/// `Api` costs: the round trip of an empty job from a task spawned the way
+/// rmcp spawns its handlers, and a discovery through the bridge, in-process
+/// on an actix System (no transport, no JSON-RPC).
+fn bridge_cost(env: &[(String, String)], sources: &std::path::Path, queries: &[String], requests: usize) {
+    let environment: capdex::config::Environment = env.iter().cloned().collect();
+    let settings = capdex::config::Settings::load(None, &environment).expect("bench settings load");
+    let sources = sources.to_path_buf();
+    let queries = queries.to_vec();
+    actix_rt::System::new().block_on(async move {
+        let actors = capdex::app::start(&settings).await.expect("the actors start");
+        capdex::app::load_file(&actors, &sources, capdex::app::FileShape::Sources).await.expect("the catalog loads");
+        let bridge = capdex::app::mcp_bridge(&settings, actors);
+        let timed = tokio::spawn(async move {
+            let mut hop = Vec::with_capacity(requests);
+            let mut discover = Vec::with_capacity(requests);
+            for i in 0..requests + 200 {
+                let started = Instant::now();
+                bridge.call(|_api| Box::pin(async { Ok(()) })).await.expect("an empty job");
+                let hop_time = started.elapsed();
+                let request = capdex::gateway::wire::DiscoverRequest {
+                    message: queries[i % queries.len()].clone(),
+                    ..Default::default()
+                };
+                let started = Instant::now();
+                bridge.call(move |api| api.discover_described(request)).await.expect("a discovery");
+                if i >= 200 {
+                    hop.push(hop_time);
+                    discover.push(started.elapsed());
+                }
+            }
+            (hop, discover)
+        });
+        let (mut hop, mut discover) = timed.await.expect("the timing task");
+        hop.sort();
+        discover.sort();
+        for (name, latencies) in [("bridge hop (empty job)", &hop), ("discovery through the bridge", &discover)] {
+            println!(
+                "  {name:<36} p50 {:>7.1} µs  p99 {:>7.1} µs  (in-process, {} requests)",
+                percentile(latencies, 0.50).as_secs_f64() * 1e6,
+                percentile(latencies, 0.99).as_secs_f64() * 1e6,
+                latencies.len()
+            );
+        }
+    });
 }
 
 /// The synthetic catalog as registration tools.
