@@ -296,3 +296,60 @@ fn mcp_inspector_cli_lists_and_calls_tools() {
     ]);
     assert_eq!(called["structuredContent"]["data"]["text"], "from the inspector", "{called}");
 }
+
+#[test]
+fn stdio_carries_only_json_rpc_frames_and_answers_bad_input() {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let mut child = capdex()
+        .arg("mcp")
+        .env("CAPDEX_DATA_DIR", data.path())
+        // Logs at info, which must all go to stderr.
+        .env("CAPDEX_CAPABILITY_DIRS", data.path().join("missing"))
+        .env("CAPDEX_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+            "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": "bogus"}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "report_outcome",
+            "arguments": {"status": "great"}}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "call_capability",
+            "arguments": {"id": "echo", "arguments": {"text": "raw"}, "executionId": "run-1"}}}),
+        json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "call_capability",
+            "arguments": {"id": "echo", "arguments": {"text": "raw"}, "executionId": "run-1"}}}),
+    ];
+    let mut stdin = child.stdin.take().unwrap();
+    for request in &requests {
+        writeln!(stdin, "{request}").unwrap();
+    }
+    let output = {
+        // Closing stdin ends the session once every request is answered.
+        std::thread::sleep(Duration::from_secs(3));
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    };
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let frames: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("not a JSON-RPC frame ({err}): {line}")))
+        .collect();
+    let by_id = |id: u64| frames.iter().find(|f| f["id"] == id).unwrap_or_else(|| panic!("no answer {id}: {stdout}"));
+    assert_eq!(by_id(1)["result"]["serverInfo"]["name"], "capdex");
+    assert_eq!(by_id(1)["result"]["protocolVersion"], "2025-06-18", "the client's version is kept");
+    assert_eq!(by_id(2)["error"]["code"], -32602, "a cursor capdex never gave");
+    assert_eq!(by_id(3)["result"], json!({}));
+    assert_eq!(by_id(4)["result"]["isError"], true);
+    assert_eq!(by_id(4)["result"]["structuredContent"]["error"]["code"], "invalid_args");
+    // The same executionId twice: the stored result, the handler ran once.
+    assert_eq!(by_id(5)["result"]["structuredContent"]["data"]["text"], "raw");
+    assert_eq!(by_id(6)["result"]["structuredContent"], by_id(5)["result"]["structuredContent"]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("capability folders indexed"), "logs go to stderr");
+}
