@@ -540,7 +540,8 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     let mcp_task = match settings.mcp.listen {
         Some(addr) => {
             let how = how_to_approve(settings, true);
-            let options = crate::mcp::server::FaceOptions::new(&settings.mcp, how);
+            let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how);
+            options.outcome_events = Some(gateway.outcome_event_publisher());
             let bridge = crate::mcp::bridge::Bridge::spawn(api.clone());
             let face = crate::mcp::http::HttpFace::bind(addr, &settings.mcp.path, options, bridge).await?;
             Some(tokio::task::spawn_local(face.serve(async {

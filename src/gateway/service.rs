@@ -663,6 +663,26 @@ impl Gateway {
         sender
     }
 
+    /// Publishes the KPI (unless a duplicate) and alert events of every outcome
+    /// sent to the returned sender, as the `outcome` endpoint does for its own,
+    /// for outcomes recorded elsewhere (the MCP face). Must be called inside the actix System.
+    pub fn outcome_event_publisher(&self) -> tokio::sync::mpsc::UnboundedSender<RecordedOutcome> {
+        let (sender, mut outcomes) = tokio::sync::mpsc::unbounded_channel::<RecordedOutcome>();
+        let client = self.client.clone();
+        let subjects = self.subjects.clone();
+        tokio::task::spawn_local(async move {
+            while let Some(recorded) = outcomes.recv().await {
+                if !recorded.duplicate {
+                    publish(&client, subjects.kpi(&recorded.kpi.scope_key), &recorded.kpi).await;
+                }
+                if let Some(alert) = &recorded.alert {
+                    publish(&client, subjects.alert(&alert.severity, &alert.scope_key), alert).await;
+                }
+            }
+        });
+        sender
+    }
+
     /// The transport to handler services: a request on `<prefix>.exec.<slug>`.
     pub fn exec_transport(&self) -> NatsExec {
         NatsExec { client: self.client.clone(), subjects: self.subjects.clone() }

@@ -14,7 +14,7 @@ use crate::core::discovery::DiscoveryResult;
 use crate::core::dispatch::CallResult;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::mcp_face::{self, DirectCandidate, DirectTool, SessionInterest};
-use crate::gateway::wire::{ApiError, DiscoverRequest, DispatchAdmin, ScgRouteRequest};
+use crate::gateway::wire::{ApiError, DiscoverRequest, DispatchAdmin, RecordedOutcome, ScgRouteRequest};
 use crate::mcp::bridge::Bridge;
 use crate::mcp::tools::{self, CallArgs, DiscoverArgs};
 use rmcp::model::{
@@ -45,6 +45,8 @@ pub struct FaceOptions {
     pub direct_max_tools: usize,
     /// How a person approves an approval, `{id}` standing for its id.
     pub how_to_approve: String,
+    /// Where recorded outcomes go to have their KPI and alert events published (with NATS).
+    pub outcome_events: Option<tokio::sync::mpsc::UnboundedSender<RecordedOutcome>>,
 }
 
 impl FaceOptions {
@@ -57,6 +59,7 @@ impl FaceOptions {
             direct: settings.direct,
             direct_max_tools: settings.direct_max_tools,
             how_to_approve,
+            outcome_events: None,
         }
     }
 
@@ -280,12 +283,17 @@ impl Session {
             },
             "report_outcome" => match parse::<OutcomeReport>(arguments) {
                 Ok(report) => match self.bridge.call(move |api| api.outcome(report)).await {
-                    Ok(recorded) => tools::structured(json!({
+                    Ok(recorded) => {
+                        if let Some(events) = &self.options.outcome_events {
+                            let _ = events.send(recorded.clone());
+                        }
+                        tools::structured(json!({
                         "accepted": true,
                         "duplicate": recorded.duplicate,
                         "kpi": recorded.kpi,
                         "alert": recorded.alert,
-                    })),
+                        }))
+                    }
                     Err(err) => api_error(&err),
                 },
                 Err(refused) => refused.answer(),
@@ -445,6 +453,7 @@ mod tests {
             direct: false,
             direct_max_tools: 8,
             how_to_approve: String::new(),
+            outcome_events: None,
         }
     }
 

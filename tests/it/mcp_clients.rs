@@ -232,11 +232,20 @@ async fn python_sdk_over_streamable_http() {
     let wrong = http.post(&url).bearer_auth("nope").json(&init).send().await.unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
 
+    // An outcome reported over MCP raises its scope's KPI event on NATS, as over NATS.
+    let mut kpi_events = client.subscribe("capdex.v1.kpi.py").await.unwrap();
+    client.flush().await.unwrap();
     let (tour_url, direct_url) = (url.clone(), url.clone());
     let seen = tokio::task::spawn_blocking(move || run_client(&["tour", "--http", &tour_url, "--token", token]))
         .await
         .unwrap();
     check_tour(&seen);
+    let event = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut kpi_events))
+        .await
+        .expect("a KPI event within 10 s")
+        .unwrap();
+    let kpi: Value = serde_json::from_slice(&event.payload).unwrap();
+    assert_eq!((kpi["scopeKey"].as_str(), kpi["sampleCount"].as_u64()), (Some("py"), Some(1)), "{kpi}");
     let direct = tokio::task::spawn_blocking(move || {
         run_client(&["direct", "--http", &direct_url, "--token", token, "--direct"])
     })
