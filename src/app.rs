@@ -304,6 +304,16 @@ impl Api for ActorApi {
         self.on_worker(request, move |result, _| codec.encode(&result))
     }
 
+    fn discover_described(
+        &self,
+        request: DiscoverRequest,
+    ) -> LocalBoxFuture<'static, Result<crate::gateway::service::DescribedDiscovery, ApiError>> {
+        self.on_worker(request, |result, catalog| {
+            let descriptors = result.tier1.iter().filter_map(|entry| catalog.get(&entry.id).cloned()).collect();
+            Ok((result, descriptors))
+        })
+    }
+
     fn plan(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<PlanReply, ApiError>> {
         let (lanes, kpi) = (self.actors.discovery.clone(), self.actors.kpi.clone());
         let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
@@ -576,7 +586,38 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     actors.dispatcher.do_send(crate::actors::dispatcher::AddEventSink(std::sync::Arc::new(move |event| {
         let _ = dispatch_events.send(event.clone());
     })));
-    let api = ActorApi {
+    let api = actor_api(settings, actors, replication, Some(live));
+    let (mcp_stop, mcp_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mcp_task = match settings.mcp.listen {
+        Some(addr) => {
+            let how = how_to_approve(settings, true);
+            let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how);
+            options.outcome_events = Some(gateway.outcome_event_publisher());
+            let bridge = crate::mcp::bridge::Bridge::spawn(api.clone());
+            let face = crate::mcp::http::HttpFace::bind(addr, &settings.mcp.path, options, bridge).await?;
+            Some(tokio::task::spawn_local(face.serve(async {
+                let _ = mcp_stopped.await;
+            })))
+        }
+        None => None,
+    };
+    let served = gateway.serve(api, events_rx, shutdown).await;
+    let _ = mcp_stop.send(());
+    if let Some(task) = mcp_task {
+        let _ = task.await;
+    }
+    served?;
+    Ok(())
+}
+
+/// The `Api` the gateway and the MCP face call, over `actors`.
+fn actor_api(
+    settings: &Settings,
+    actors: Actors,
+    replication: Option<std::rc::Rc<crate::replication::Replication>>,
+    live: Option<crate::live::LiveSources>,
+) -> ActorApi {
+    ActorApi {
         actors,
         planner: settings.planner.clone(),
         adaptive: settings.kpi.adaptive.clone(),
@@ -586,9 +627,61 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
         },
         discovery: settings.discovery.clone(),
         replication,
-        live: Some(live),
+        live,
+    }
+}
+
+/// A `Send` handle on the `Api` over `actors`, on the current (System's) thread, for the MCP face.
+pub fn mcp_bridge(
+    settings: &Settings,
+    actors: Actors,
+    live: Option<crate::live::LiveSources>,
+) -> crate::mcp::bridge::Bridge {
+    crate::mcp::bridge::Bridge::spawn(actor_api(settings, actors, None, live))
+}
+
+/// How a person approves an approval, `{id}` standing for its id: over NATS
+/// while `capdex serve` runs, else with the CLI on the data dir.
+fn how_to_approve(settings: &Settings, serving_nats: bool) -> String {
+    let subject = format!("{}.approval.{{id}}.approve", settings.nats.subject_prefix);
+    if serving_nats {
+        format!("A person approves it with a request on NATS subject {subject} (e.g. `nats req {subject} ''`).")
+    } else {
+        format!(
+            "A person approves it with `capdex approval approve {{id}}` on this data dir once this MCP session has \
+             ended, or on NATS subject {subject} while `capdex serve` runs on it."
+        )
+    }
+}
+
+/// `capdex mcp`: the same actors as `serve`, on the data dir and without
+/// NATS, serving one MCP session on stdio until the client closes it (or SIGINT).
+/// No metrics listener: a `capdex serve` on this host may hold its port.
+pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Result<()> {
+    let (actors, store) = start_with_store(settings, None).await?;
+    let outcome = scan(&actors).await?;
+    tracing::info!(
+        found = outcome.scan.descriptors.len(),
+        refused = outcome.scan.refused.len(),
+        "capability folders indexed"
+    );
+    let _watcher = if settings.watch {
+        Some(
+            scanner::watch(
+                &settings.capability_dirs,
+                Duration::from_millis(settings.watch_debounce_ms),
+                actors.scanner.clone(),
+            )
+            .map_err(anyhow::Error::msg)?,
+        )
+    } else {
+        None
     };
-    gateway.serve(api, events_rx, shutdown).await?;
+    let options = crate::mcp::server::FaceOptions::new(&settings.mcp, how_to_approve(settings, false));
+    // Live sources too: an MCP client that launches capdex gets the servers and APIs it was given.
+    let live = crate::live::start(settings, &store, &actors)?;
+    let bridge = mcp_bridge(settings, actors, Some(live));
+    crate::mcp::serve_stdio(options, bridge, direct, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! - [`core`]: pure logic, no I/O;
 //! - [`actors`]: thin actix shells around the core;
 //! - [`gateway`]: the only module that speaks NATS;
+//! - [`mcp`]: the MCP server face (stdio and streamable HTTP), over the gateway's `Api`;
 //! - [`store`]: the only module that speaks sled;
 //! - [`folders`]: reading capability folders from disk;
 //! - [`embedders`]: the HTTP and local neural embedding backends, and the choice of one;
@@ -30,6 +31,7 @@ pub mod eval;
 pub mod folders;
 pub mod gateway;
 pub mod live;
+pub mod mcp;
 pub mod registration;
 pub mod replication;
 pub mod source_catalog;

@@ -84,7 +84,18 @@ enum Command {
     /// <prefix>.kpi.<scope> and <prefix>.alert.<severity>.<scope> (events);
     /// Source Capability Graph: <prefix>.map, .route, .observe, .memory.deposit (requests)
     /// and <prefix>.events.scg (map progress events).
+    /// With `[mcp] listen` set, also serves MCP over streamable HTTP.
     Serve,
+    /// Serve MCP on stdio, for MCP clients that launch capdex (desktop assistants, coding agents, IDEs).
+    ///
+    /// Runs the same actors as `serve` on the data dir, in-process and without
+    /// NATS; stdout carries only MCP messages, logs go to stderr. Tools:
+    /// discover_capabilities, call_capability, route_sources, report_outcome.
+    Mcp {
+        /// Direct mode: tools/list also offers the capabilities most relevant to the session so far.
+        #[arg(long)]
+        direct: bool,
+    },
     /// Time index building and in-process discovery on a catalog: seeded synthetic or from files.
     ///
     /// Prints build time, discover latency p50/p99 (query embedding also on its own),
@@ -513,6 +524,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve => system.block_on(capdex::app::serve(&settings)),
+        Command::Mcp { direct } => system.block_on(capdex::app::serve_mcp_stdio(&settings, direct)),
         Command::Eval { .. } | Command::Bench { .. } => unreachable!("eval and bench run without the actor system"),
         Command::Map { file, source_id, kind, workspaces, json } => scg_cli::map(
             &system,

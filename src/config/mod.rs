@@ -7,7 +7,7 @@
 //! [`layers`] (defaults, file, environment overrides), [`environment`],
 //! [`data_dir`], [`scanning`] (capability folders), [`observability`] (logs,
 //! metrics), [`embedder`], [`discovery`], [`kpi`], [`planner`], [`nats`],
-//! [`jetstream`], [`scg`], [`dispatch`], [`sources`]. [`Settings::from_raw`] only composes them.
+//! [`jetstream`], [`scg`], [`dispatch`], [`sources`], [`mcp`]. [`Settings::from_raw`] only composes them.
 //! Nothing here reads the process environment: the binary builds the
 //! [`Environment`] once, tests build it from pairs.
 
@@ -20,6 +20,7 @@ mod error;
 mod jetstream;
 mod kpi;
 mod layers;
+mod mcp;
 mod nats;
 mod observability;
 mod planner;
@@ -35,6 +36,7 @@ pub use error::{ConfigError, InvalidKind, InvalidSetting};
 pub use jetstream::{JetStreamSettings, RawJetStream};
 pub use kpi::{KpiSettings, RawKpi};
 pub use layers::{env_names, DEFAULT_CONFIG_TOML, RESERVED_ENV};
+pub use mcp::{McpSettings, RawMcp, MAX_DIRECT_TOOLS};
 pub use nats::{NatsAuth, NatsSettings, NatsTls, RawNats, Secret, SecretSource};
 pub use observability::{LogFormat, RawMetrics};
 pub use planner::{PlannerSection, RawPlanner};
@@ -72,6 +74,7 @@ pub struct RawSettings {
     /// `[[sources]]`: live sources added on every start.
     #[serde(default)]
     pub sources: Vec<crate::core::sources::settings::SourceSettings>,
+    pub mcp: RawMcp,
 }
 
 /// Validated settings; each actor receives only its part.
@@ -104,6 +107,8 @@ pub struct Settings {
     pub dispatch: DispatchSettings,
     /// `[[sources]]`, checked; their files are read from `scg.map_path_roots`.
     pub sources: Vec<crate::core::sources::settings::SourceSettings>,
+    /// The MCP face (`[mcp]`).
+    pub mcp: McpSettings,
 }
 
 impl Settings {
@@ -167,6 +172,7 @@ impl Settings {
             scg: ScgSettings::from_raw(raw.scg)?,
             dispatch: DispatchSettings::from_raw(raw.dispatch)?,
             sources: sources::sources_from_raw(raw.sources)?,
+            mcp: McpSettings::from_raw(raw.mcp, env)?,
         })
     }
 }

@@ -18,6 +18,7 @@ pub mod index;
 pub mod kpi_window;
 pub mod lexical;
 pub mod manifest;
+pub mod mcp_face;
 pub mod meta_tool;
 pub mod outcome_prior;
 pub mod registration;

@@ -34,6 +34,9 @@ use std::time::{Duration, Instant};
 /// The longest each shutdown step (stop the service, flush) may take.
 const SHUTDOWN_STEP: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// A discovery and the descriptors of its Tier 1 capabilities ([`Api::discover_described`]).
+pub type DescribedDiscovery = (DiscoveryResult, Vec<crate::core::descriptor::CapabilityDescriptor>);
+
 /// What the service asks of the rest of capdex.
 pub trait Api: 'static {
     fn discover(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<DiscoveryResult, ApiError>>;
@@ -93,6 +96,15 @@ pub trait Api: 'static {
     ) -> LocalBoxFuture<'static, Result<Vec<u8>, ApiError>> {
         let answer = self.search(request);
         Box::pin(async move { codec.encode(&answer.await?) })
+    }
+    /// [`Api::discover`] with the descriptors of its Tier 1 capabilities, in
+    /// Tier 1 order, from the catalog it was ranked on (for the MCP face).
+    fn discover_described(
+        &self,
+        request: DiscoverRequest,
+    ) -> LocalBoxFuture<'static, Result<DescribedDiscovery, ApiError>> {
+        let _ = request;
+        Box::pin(async { Err(ApiError::not_implemented("described discovery is not served here")) })
     }
     /// Registry, bindings, approvals and provenance of the dispatch pipeline.
     fn dispatch_admin(
@@ -714,6 +726,26 @@ impl Gateway {
         tokio::task::spawn_local(async move {
             while let Some(event) = events.recv().await {
                 publish(&client, subject.clone(), &event).await;
+            }
+        });
+        sender
+    }
+
+    /// Publishes the KPI (unless a duplicate) and alert events of every outcome
+    /// sent to the returned sender, as the `outcome` endpoint does for its own,
+    /// for outcomes recorded elsewhere (the MCP face). Must be called inside the actix System.
+    pub fn outcome_event_publisher(&self) -> tokio::sync::mpsc::UnboundedSender<RecordedOutcome> {
+        let (sender, mut outcomes) = tokio::sync::mpsc::unbounded_channel::<RecordedOutcome>();
+        let client = self.client.clone();
+        let subjects = self.subjects.clone();
+        tokio::task::spawn_local(async move {
+            while let Some(recorded) = outcomes.recv().await {
+                if !recorded.duplicate {
+                    publish(&client, subjects.kpi(&recorded.kpi.scope_key), &recorded.kpi).await;
+                }
+                if let Some(alert) = &recorded.alert {
+                    publish(&client, subjects.alert(&alert.severity, &alert.scope_key), alert).await;
+                }
             }
         });
         sender

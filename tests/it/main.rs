@@ -12,6 +12,7 @@ mod kpi_over_nats;
 mod lanes;
 mod live_sources;
 mod mcp_sources;
+mod mcp_clients;
 mod multinode;
 mod one_catalog;
 mod openapi_sources;

@@ -18,6 +18,8 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     // Adapters around the core, each speaking one outside thing.
     ("store", &["core"]),
     ("gateway", &["core", "config"]),
+    // The MCP face: like the gateway, it calls capdex through the gateway's `Api`.
+    ("mcp", &["core", "config", "gateway"]),
     ("folders", &["core"]),
     ("embedders", &["core", "config", "tls"]),
     ("config", &["core"]),
@@ -35,7 +37,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("source_catalog", &["core", "actors", "gateway", "config", "store"]),
     ("live", &["core", "actors", "gateway", "config", "store", "upstream", "source_catalog", "clock"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
-    ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app"]),
+    ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app", "gateway", "mcp"]),
     (
         "app",
         &[
@@ -55,6 +57,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "upstream",
             "clock",
             "tls",
+            "mcp",
         ],
     ),
     (
@@ -79,6 +82,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "app",
             "clock",
             "tls",
+            "mcp",
         ],
     ),
 ];
@@ -96,6 +100,7 @@ pub const EXTERNAL_RULES: &[(&[&str], Allowed)] = &[
     // Only the gateway speaks NATS; only the store speaks sled.
     (&["async_nats"], Allowed::Only(&["gateway"])),
     (&["sled"], Allowed::Only(&["store"])),
+    (&["rmcp"], Allowed::Only(&["upstream", "mcp"])),
     // The core knows nothing of actors, runtimes, watchers, the network or the disk.
     (&["actix"], Allowed::NotIn(&["core"])),
     (&["actix_rt"], Allowed::NotIn(&["core"])),
