@@ -13,7 +13,8 @@
 #    located by tests/it/support/upstreams.rs): PyPI's mcp (the Python SDK, for the
 #    fixture server in tests/fixtures/servers), mcp-server-time and mcp-server-git, pinned,
 #    into the same .venv (unless CAPDEX_PYTHON is set: then they are looked up beside it);
-#    and npm's @modelcontextprotocol/server-everything, pinned, into .npm-tools/ (unless
+#    and npm's @modelcontextprotocol/server-everything and @modelcontextprotocol/inspector
+#    (the MCP face's CLI client), pinned, into .npm-tools/ (unless
 #    CAPDEX_NPM_TOOLS names a folder that already holds it). Needs Node.js 20 and npm.
 # 6. Fetches all-MiniLM-L6-v2 (scripts/fetch-minilm.sh, into .models/) and runs the local
 #    neural embedder's test alone with the `neural` feature: `cargo test --features neural
@@ -33,6 +34,7 @@ MCP_SDK_VERSION="2.3.0"
 MCP_SERVER_TIME_VERSION="2026.10.19"
 MCP_SERVER_GIT_VERSION="2026.10.19"
 SERVER_EVERYTHING_VERSION="2026.8.31"
+INSPECTOR_VERSION="2.12.0"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$(pwd -P)"
@@ -139,13 +141,16 @@ if [[ -z "${CAPDEX_PYTHON:-}" ]]; then
 fi
 NPM_TOOLS="${CAPDEX_NPM_TOOLS:-$ROOT/.npm-tools}"
 EVERYTHING_PACKAGE="$NPM_TOOLS/node_modules/@modelcontextprotocol/server-everything/package.json"
+INSPECTOR_PACKAGE="$NPM_TOOLS/node_modules/@modelcontextprotocol/inspector/package.json"
 installed_everything="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$EVERYTHING_PACKAGE" 2>/dev/null || true)"
-if [[ "$installed_everything" != "$SERVER_EVERYTHING_VERSION" ]]; then
-    command -v npm >/dev/null 2>&1 || die "npm is needed for @modelcontextprotocol/server-everything (install Node.js 20 and npm)"
-    say "installing @modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION into $NPM_TOOLS"
+installed_inspector="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$INSPECTOR_PACKAGE" 2>/dev/null || true)"
+if [[ "$installed_everything" != "$SERVER_EVERYTHING_VERSION" || "$installed_inspector" != "$INSPECTOR_VERSION" ]]; then
+    command -v npm >/dev/null 2>&1 || die "npm is needed for the MCP test peers (install Node.js 20 and npm)"
+    say "installing @modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION and @modelcontextprotocol/inspector@$INSPECTOR_VERSION into $NPM_TOOLS"
     npm install --prefix "$NPM_TOOLS" --no-audit --no-fund --silent \
-        "@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION" ||
-        die "could not install @modelcontextprotocol/server-everything from npm"
+        "@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION" \
+        "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" ||
+        die "could not install the MCP test peers from npm"
 fi
 export CAPDEX_NPM_TOOLS="$NPM_TOOLS"
 say "CAPDEX_NPM_TOOLS=$CAPDEX_NPM_TOOLS"

@@ -4,8 +4,8 @@
 //! `[mcp] listen`), and the MCP Inspector's CLI mode where Node.js is present.
 //!
 //! The interpreter is `CAPDEX_PYTHON`, else `<crate>/.venv/bin/python`; it
-//! must import `mcp`. The Inspector is `.npm-tools/node_modules/.bin/mcp-inspector`
-//! (`npm install --prefix .npm-tools @modelcontextprotocol/inspector`), else skipped with a note.
+//! must import `mcp`. The Inspector is `node_modules/.bin/mcp-inspector` under `CAPDEX_NPM_TOOLS`
+//! (else `.npm-tools`; `scripts/test.sh` installs it, pinned); its test is skipped only without Node.js.
 
 use crate::cli::{capdex, examples_dir};
 use crate::support::nats_server::NatsServer;
@@ -269,14 +269,21 @@ async fn python_sdk_over_streamable_http() {
 
 #[test]
 fn mcp_inspector_cli_lists_and_calls_tools() {
-    let inspector = Path::new(env!("CARGO_MANIFEST_DIR")).join(".npm-tools/node_modules/.bin/mcp-inspector");
-    if !inspector.exists() {
-        eprintln!(
-            "skipped: no {} (npm install --prefix .npm-tools @modelcontextprotocol/inspector)",
-            inspector.display()
-        );
+    let tools = std::env::var_os("CAPDEX_NPM_TOOLS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".npm-tools"));
+    let inspector = tools.join("node_modules/.bin/mcp-inspector");
+    let has_node = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("node").is_file()));
+    if !has_node {
+        eprintln!("skipped: Node.js is not on PATH, so the MCP Inspector cannot run");
         return;
     }
+    assert!(
+        inspector.exists(),
+        "no {}: run scripts/test.sh, or npm install --prefix .npm-tools @modelcontextprotocol/inspector@2.12.0",
+        inspector.display()
+    );
     let data = tempfile::tempdir().unwrap();
     let inspect = |extra: &[&str]| {
         let output = Command::new(&inspector)
