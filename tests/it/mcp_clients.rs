@@ -273,8 +273,8 @@ fn mcp_inspector_cli_lists_and_calls_tools() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".npm-tools"));
     let inspector = tools.join("node_modules/.bin/mcp-inspector");
-    let has_node = std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("node").is_file()));
+    let has_node =
+        std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("node").is_file()));
     if !has_node {
         eprintln!("skipped: Node.js is not on PATH, so the MCP Inspector cannot run");
         return;
