@@ -200,6 +200,42 @@ pub fn page(total: usize, cursor: Option<&str>) -> Result<(std::ops::Range<usize
     Ok((start..end, (end < total).then(|| end.to_string())))
 }
 
+/// The error frame of a message over [`MAX_MESSAGE_BYTES`] (`-32600`, id null).
+pub fn oversized() -> Value {
+    rpc_error(Value::Null, -32600, format!("Invalid Request: the message is over {MAX_MESSAGE_BYTES} bytes"))
+}
+
+fn rpc_error(id: Value, code: i64, message: String) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// The largest JSON-RPC message the face reads from a client, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Checks one message a client sent before the SDK reads it, and answers the
+/// JSON-RPC error frame to send instead when the SDK would not answer it as
+/// the specification says: text that is not JSON (`-32700`, id null), a
+/// message over [`MAX_MESSAGE_BYTES`] (`-32600`), or a `tools/call` whose
+/// `arguments` is not an object (`-32602`, with the request's id).
+/// `None`: hand the message to the SDK.
+pub fn precheck(message: &str) -> Option<Value> {
+    if message.len() > MAX_MESSAGE_BYTES {
+        return Some(oversized());
+    }
+    let parsed: Value = match serde_json::from_str(message) {
+        Ok(parsed) => parsed,
+        Err(err) => return Some(rpc_error(Value::Null, -32700, format!("Parse error: {err}"))),
+    };
+    let is_call = parsed.get("method").and_then(Value::as_str) == Some("tools/call");
+    match parsed.pointer("/params/arguments") {
+        Some(arguments) if is_call && !arguments.is_object() && !arguments.is_null() => {
+            let id = parsed.get("id").cloned().unwrap_or(Value::Null);
+            Some(rpc_error(id, -32602, "Invalid params: tools/call arguments must be an object".into()))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +335,21 @@ mod tests {
             shuffled.reverse();
             prop_assert_eq!(direct_tools(&distinct), direct_tools(&shuffled));
         }
+    }
+
+    #[test]
+    fn precheck_answers_what_the_sdk_would_not() {
+        assert_eq!(precheck("{nope").map(|frame| frame["error"]["code"].clone()), Some(serde_json::json!(-32700)));
+        let bad = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":"str"}}"#;
+        let frame = precheck(bad).unwrap();
+        assert_eq!(
+            (frame["id"].clone(), frame["error"]["code"].clone()),
+            (serde_json::json!(7), serde_json::json!(-32602))
+        );
+        let good = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"x","arguments":{}}}"#;
+        assert_eq!(precheck(good), None);
+        assert_eq!(precheck(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
+        let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(MAX_MESSAGE_BYTES));
+        assert_eq!(precheck(&huge).unwrap()["error"]["code"], -32600);
     }
 }

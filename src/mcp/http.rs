@@ -86,9 +86,12 @@ impl HttpFace {
                     let mut service = service.clone();
                     let refusal = refuse(&request, &path, token.as_deref());
                     async move {
-                        match refusal {
-                            Some(response) => Ok::<_, std::convert::Infallible>(response),
-                            None => service.call(request).await,
+                        if let Some(response) = refusal {
+                            return Ok::<_, std::convert::Infallible>(response);
+                        }
+                        match checked(request).await {
+                            Ok(request) => service.call(request).await,
+                            Err(response) => Ok(response),
                         }
                     }
                 });
@@ -127,6 +130,41 @@ fn refuse<B>(request: &Request<B>, path: &str, token: Option<&str>) -> Option<Re
             Some(response)
         }
     }
+}
+
+/// A request the MCP service may read: a POST's body is read whole (at most
+/// `core::mcp_face::MAX_MESSAGE_BYTES`) and checked with
+/// `core::mcp_face::precheck`, so what the SDK would misanswer (text that is not
+/// JSON, an oversized message, `tools/call` arguments that are not an object)
+/// gets the JSON-RPC error the specification gives: 400 with an id-less error,
+/// or the error response of that request. Other methods pass as they are.
+async fn checked(
+    request: Request<hyper::body::Incoming>,
+) -> Result<Request<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>, Response<Body>> {
+    if request.method() != hyper::Method::POST {
+        return Ok(request.map(BodyExt::boxed));
+    }
+    let (parts, body) = request.into_parts();
+    let limit = crate::core::mcp_face::MAX_MESSAGE_BYTES;
+    let bytes = match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return Err(json_error(StatusCode::BAD_REQUEST, crate::core::mcp_face::oversized())),
+    };
+    if let Some(frame) = crate::core::mcp_face::precheck(&String::from_utf8_lossy(&bytes)) {
+        let status = if frame["id"].is_null() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+        return Err(json_error(status, frame));
+    }
+    let body = Full::new(bytes).map_err(|never| match never {}).boxed();
+    Ok(Request::from_parts(parts, body))
+}
+
+fn json_error(status: StatusCode, frame: serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(frame.to_string())).boxed());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response
 }
 
 /// Compares two byte strings in time that depends only on their lengths.

@@ -231,6 +231,19 @@ async fn python_sdk_over_streamable_http() {
     assert_eq!(unauthorised.status().as_u16(), 401, "no token, no MCP");
     let wrong = http.post(&url).bearer_auth("nope").json(&init).send().await.unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
+    // Text that is not JSON: 400 with the JSON-RPC parse error, as the specification gives it.
+    let garbled = http
+        .post(&url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body("this is not JSON")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(garbled.status().as_u16(), 400);
+    let frame: Value = garbled.json().await.unwrap();
+    assert_eq!((frame["id"].clone(), frame["error"]["code"].clone()), (Value::Null, json!(-32700)), "{frame}");
 
     // An outcome reported over MCP raises its scope's KPI event on NATS, as over NATS.
     let mut kpi_events = client.subscribe("capdex.v1.kpi.py").await.unwrap();
@@ -345,6 +358,13 @@ fn stdio_carries_only_json_rpc_frames_and_answers_bad_input() {
     for request in &requests {
         writeln!(stdin, "{request}").unwrap();
     }
+    // What the specification answers with an error frame: text that is not JSON (-32700),
+    // and tools/call arguments that are not an object (-32602).
+    writeln!(stdin, "this is not JSON").unwrap();
+    let bad_arguments = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "call_capability", "arguments": "not an object"}});
+    writeln!(stdin, "{bad_arguments}").unwrap();
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 8, "method": "ping"})).unwrap();
     let output = {
         // Closing stdin ends the session once every request is answered.
         std::thread::sleep(Duration::from_secs(3));
@@ -367,5 +387,11 @@ fn stdio_carries_only_json_rpc_frames_and_answers_bad_input() {
     // The same executionId twice: the stored result, the handler ran once.
     assert_eq!(by_id(5)["result"]["structuredContent"]["data"]["text"], "raw");
     assert_eq!(by_id(6)["result"]["structuredContent"], by_id(5)["result"]["structuredContent"]);
+    assert!(
+        frames.iter().any(|f| f["id"].is_null() && f["error"]["code"] == -32700),
+        "a parse error is answered: {stdout}"
+    );
+    assert_eq!(by_id(7)["error"]["code"], -32602, "{stdout}");
+    assert_eq!(by_id(8)["result"], json!({}), "the session goes on after bad input");
     assert!(String::from_utf8_lossy(&output.stderr).contains("capability folders indexed"), "logs go to stderr");
 }
