@@ -11,8 +11,18 @@ use std::collections::BTreeMap;
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../config/capdex.toml");
 
 /// Environment variables with the `CAPDEX_` prefix that are not settings.
-/// `CAPDEX_TEST_CRASH_AFTER_EXEC` is a test-only hook of the dispatcher (see `actors::dispatcher`).
-pub const RESERVED_ENV: &[&str] = &["CAPDEX_CONFIG", "CAPDEX_NATS_SERVER", "CAPDEX_TEST_CRASH_AFTER_EXEC"];
+/// `CAPDEX_TEST_CRASH_AFTER_EXEC` is a test-only hook of the dispatcher (see `actors::dispatcher`);
+/// the others name what the tests and benchmarks run beside capdex (`scripts/test.sh` exports them).
+pub const RESERVED_ENV: &[&str] = &[
+    "CAPDEX_CONFIG",
+    "CAPDEX_NATS_SERVER",
+    "CAPDEX_TEST_CRASH_AFTER_EXEC",
+    "CAPDEX_PYTHON",
+    "CAPDEX_NPM_TOOLS",
+    "CAPDEX_TEST_MODEL_DIR",
+    "CAPDEX_NEURAL_TESTS",
+    "CAPDEX_BENCH_SERVE_BIN",
+];
 
 /// The compiled-in defaults as a TOML value.
 pub(crate) fn defaults() -> Result<toml::Value, ConfigError> {
