@@ -195,13 +195,33 @@ pub struct Store {
     group_flush: Arc<group_flush::GroupFlush>,
 }
 
+/// Opens sled under `dir`. sled lets go of its file lock only when its own
+/// background threads have let go of the database, a little after the last
+/// handle of the previous opening dropped (in this process or one that just
+/// exited), so a held lock is tried again for up to two seconds before it is
+/// an error (another process really using the data dir).
+fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).open() {
+            Err(sled::Error::Io(err)) if err.to_string().contains("could not acquire lock") => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(sled::Error::Io(err));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Store {
     /// Opens (or creates) the store under `dir`.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         let open_err = |source| StoreError::Open { path: dir.to_path_buf(), source };
         // HighThroughput: capdex's steady load is small writes (one per outcome)
         // behind frequent flushes; benches/kpi.rs measured it faster than the default.
-        let db = sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).open().map_err(open_err)?;
+        let db = open_db(dir).map_err(open_err)?;
         let tree = |name: &'static str| db.open_tree(name).map_err(open_err);
         Ok(Store {
             descriptors: tree(DESCRIPTORS)?,
