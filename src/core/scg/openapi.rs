@@ -31,17 +31,24 @@ pub fn operation_name(method: &str, path: &str, operation: &Value) -> String {
         .unwrap_or_else(|| format!("{} {path}", method.to_ascii_uppercase()))
 }
 
-/// Maps a parsed OpenAPI or Swagger document.
-pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
+/// Checks the document's version: true for Swagger 2, false for OpenAPI 3.x, else a `MapError`
+/// (`core::sources::tools` reads documents with the same rule).
+pub fn is_swagger2(document: &Value) -> Result<bool, MapError> {
     let version = document
         .get("openapi")
         .or_else(|| document.get("swagger"))
         .and_then(Value::as_str)
         .ok_or_else(|| MapError::NotOpenApi("no `openapi` or `swagger` version string".into()))?;
-    let is_swagger2 = document.get("swagger").is_some();
-    if !(version.starts_with('3') || (is_swagger2 && version.starts_with('2'))) {
+    let swagger2 = document.get("swagger").is_some();
+    if !(version.starts_with('3') || (swagger2 && version.starts_with('2'))) {
         return Err(MapError::NotOpenApi(format!("unsupported version {version:?}")));
     }
+    Ok(swagger2)
+}
+
+/// Maps a parsed OpenAPI or Swagger document.
+pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
+    let is_swagger2 = is_swagger2(document)?;
     let resolver = Resolver::new(document);
     let title = document.pointer("/info/title").and_then(Value::as_str).unwrap_or(source_id);
     let mut builder = GraphBuilder::new(source_id, title);

@@ -125,15 +125,7 @@ fn sql_tools(text: &str) -> Result<Vec<SourceTool>, MapError> {
 }
 
 fn openapi_tools(document: &Value) -> Result<Vec<SourceTool>, MapError> {
-    let version = document
-        .get("openapi")
-        .or_else(|| document.get("swagger"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| MapError::NotOpenApi("no `openapi` or `swagger` version string".into()))?;
-    let is_swagger2 = document.get("swagger").is_some();
-    if !(version.starts_with('3') || (is_swagger2 && version.starts_with('2'))) {
-        return Err(MapError::NotOpenApi(format!("unsupported version {version:?}")));
-    }
+    let is_swagger2 = openapi::is_swagger2(document)?;
     let resolver = Resolver::new(document);
     let base_url = if is_swagger2 { swagger_base_url(document) } else { server_url(document) };
     let mut out = Vec::new();
