@@ -9,7 +9,13 @@
 //! 3. throughput to an in-process internal handler, 64 calls in flight;
 //! 4. the same over NATS: internal calls sent on `capdex.v1.exec.<slug>` to a
 //!    handler service (queue group) on a real nats-server, 64 in flight, and
-//!    one at a time (p50/p99).
+//!    one at a time (p50/p99);
+//! 5. the Dispatcher of part 2 with the cluster's shared state (JetStream
+//!    key-value buckets on the same nats-server, as `capdex serve` runs by
+//!    default): a call with no key and no limit (nothing asked of the
+//!    cluster), a rate-limited call (its window read and written back), and a
+//!    call with a re-drive key (claimed, then its result stored), one at a time
+//!    and 64 in flight.
 //!
 //! `cargo bench --bench dispatch` runs it in full (release); under `cargo test`
 //! (no `--bench` argument) it runs each part a few times as a smoke test.
@@ -198,4 +204,68 @@ fn main() {
     });
     let seconds = started.elapsed().as_secs_f64();
     println!("over NATS, 64 in flight: {n} dispatches in {:.3} s = {:.0} dispatches/s", seconds, n as f64 / seconds);
+
+    // 5. Shared state.
+    let dir = tempfile::tempdir().expect("a temporary data dir");
+    let store = Store::open(dir.path()).expect("the store opens");
+    let mut unlimited = record("plain", "noop");
+    unlimited.rate_limit = None;
+    store.put_capability_record(&unlimited).expect("stored");
+    store.put_capability_record(&record("limited", "noop")).expect("stored");
+    let noop: capdex::actors::dispatcher::InProcessHandler = Arc::new(|_| CallResult::ok(json!({"ok": true})));
+    let shared = system.block_on(async {
+        let gateway = capdex::gateway::service::Gateway::connect(&nats_settings.nats).await.expect("connects");
+        let buckets = capdex::gateway::kv::DispatchBuckets::open(
+            gateway.client(),
+            &nats_settings.jetstream,
+            nats_settings.dispatch.rate_window_ms,
+        )
+        .await
+        .expect("the buckets open (nats-server with JetStream)");
+        std::mem::forget(gateway);
+        let dispatcher =
+            Dispatcher::new(store, nats_settings.dispatch.clone()).expect("loads").with_handler("noop", noop).start();
+        dispatcher.send(capdex::actors::dispatcher::SetShared(Arc::new(buckets))).await.expect("set");
+        dispatcher
+    });
+    let keyed = |slug: &str, i: u64| {
+        let mut c = call(slug, i);
+        c.execution_id = Some(format!("bench-{}", std::process::id()));
+        c.step_id = Some(format!("s{i}"));
+        c
+    };
+    type MakeCall = Box<dyn Fn(u64) -> DispatchCall>;
+    let kinds: Vec<(&str, MakeCall)> = vec![
+        ("no key, no limit", Box::new(|i| call("plain", i))),
+        ("rate-limited (shared window)", Box::new(|i| call("limited", i))),
+        ("re-drive key (shared claim)", Box::new(move |i| keyed("plain", i))),
+    ];
+    for (round, (kind, make)) in kinds.iter().enumerate() {
+        let offset = (round as u64 + 1) * 10 * n;
+        let mut latencies = Vec::with_capacity(n as usize);
+        system.block_on(async {
+            for i in 0..n {
+                let started = Instant::now();
+                let result = shared.send(Dispatch { call: make(offset + i) }).await.expect("answers");
+                latencies.push(started.elapsed().as_secs_f64() * 1e6);
+                assert!(result.success, "{result:?}");
+            }
+        });
+        report(&format!("shared state, {kind}, one at a time"), latencies);
+        let started = Instant::now();
+        system.block_on(async {
+            for batch in (0..n).collect::<Vec<_>>().chunks(64) {
+                let sends = batch.iter().map(|&i| shared.send(Dispatch { call: make(offset + n + i) }));
+                for result in futures::future::join_all(sends).await {
+                    let result = result.expect("answers");
+                    assert!(result.success, "{result:?}");
+                }
+            }
+        });
+        let seconds = started.elapsed().as_secs_f64();
+        println!(
+            "shared state, {kind}, 64 in flight: {n} dispatches in {seconds:.3} s = {:.0} dispatches/s",
+            n as f64 / seconds
+        );
+    }
 }

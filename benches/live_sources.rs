@@ -93,6 +93,7 @@ fn main() {
                     query: "archive a shipment by its reference".into(),
                     filter: DiscoveryFilter { category: Some(id.clone()), ..DiscoveryFilter::default() },
                     config: None,
+                    explain: false,
                 })
                 .await
                 .expect("the discoverer answers")

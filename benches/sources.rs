@@ -65,7 +65,12 @@ fn main() {
             loop {
                 let result = actors
                     .discoverer
-                    .send(Discover { query: token.clone(), filter: DiscoveryFilter::default(), config: None })
+                    .send(Discover {
+                        query: token.clone(),
+                        filter: DiscoveryFilter::default(),
+                        config: None,
+                        explain: false,
+                    })
                     .await
                     .unwrap()
                     .unwrap();

@@ -22,6 +22,10 @@
 #    compiled twice). Done when no arguments are given, or when CAPDEX_NEURAL_TESTS=1;
 #    a CAPDEX_TEST_MODEL_DIR already set is used as is (nothing fetched).
 #
+# 7. Makes sure Debian's chromium and chromium-driver are installed (apt-get, as root or
+#    with sudo) for the operator console's browser tests (tests/it/console.rs), unless
+#    CAPDEX_CHROMIUM and CAPDEX_CHROMEDRIVER name binaries that exist.
+#
 # Extra arguments go to the first cargo test, e.g.:
 #   scripts/test.sh -- --nocapture
 #   scripts/test.sh --test it kv_
@@ -154,6 +158,24 @@ if [[ "$installed_everything" != "$SERVER_EVERYTHING_VERSION" || "$installed_ins
 fi
 export CAPDEX_NPM_TOOLS="$NPM_TOOLS"
 say "CAPDEX_NPM_TOOLS=$CAPDEX_NPM_TOOLS"
+
+# The console's browser tests: Debian's Chromium and its WebDriver.
+CHROMIUM="${CAPDEX_CHROMIUM:-/usr/bin/chromium}"
+CHROMEDRIVER="${CAPDEX_CHROMEDRIVER:-/usr/bin/chromedriver}"
+if [[ ! -x "$CHROMIUM" || ! -x "$CHROMEDRIVER" ]]; then
+    command -v apt-get >/dev/null 2>&1 || die "the console's browser tests need $CHROMIUM and $CHROMEDRIVER (Debian: apt-get install chromium chromium-driver)"
+    sudo_cmd=()
+    if [[ "$(id -u)" -ne 0 ]]; then
+        command -v sudo >/dev/null 2>&1 || die "installing chromium needs root or sudo"
+        sudo_cmd=(sudo)
+    fi
+    say "installing chromium and chromium-driver with apt-get"
+    "${sudo_cmd[@]}" apt-get update -qq || die "apt-get update failed"
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null ||
+        die "could not install chromium and chromium-driver"
+fi
+export CAPDEX_CHROMIUM="$CHROMIUM" CAPDEX_CHROMEDRIVER="$CHROMEDRIVER"
+say "CAPDEX_CHROMIUM=$CAPDEX_CHROMIUM ($("$CAPDEX_CHROMIUM" --version 2>/dev/null || echo 'version unknown'))"
 
 say "cargo test --all-targets --locked $*"
 cargo test --all-targets --locked "$@"

@@ -70,9 +70,19 @@ pub async fn scan(actors: &Actors) -> anyhow::Result<ScanOutcome> {
 
 /// Runs one discovery.
 pub async fn discover(actors: &Actors, query: &str, filter: DiscoveryFilter) -> anyhow::Result<DiscoveryResult> {
+    discover_explained(actors, query, filter, false).await
+}
+
+/// Runs one discovery, explaining each Tier 1 entry when `explain` is true.
+pub async fn discover_explained(
+    actors: &Actors,
+    query: &str,
+    filter: DiscoveryFilter,
+    explain: bool,
+) -> anyhow::Result<DiscoveryResult> {
     Ok(actors
         .discoverer
-        .send(Discover { query: query.to_string(), filter, config: None })
+        .send(Discover { query: query.to_string(), filter, config: None, explain })
         .await
         .context("discoverer stopped")??)
 }
@@ -211,7 +221,7 @@ impl ActorApi {
             let mut filter = request.filter()?;
             filter.sources = workspace_sources(&scg, &request).await?;
             let config = config?;
-            let discover = Discover { query: request.message, filter, config };
+            let discover = Discover { query: request.message, filter, config, explain: request.explain };
             let finish = move |result: Result<DiscoveryResult, crate::actors::discoverer::DiscovererError>,
                                catalog: &crate::core::catalog::Catalog| {
                 finish(result.map_err(|err| ApiError::internal(err.to_string()))?, catalog)
@@ -334,7 +344,7 @@ impl Api for ActorApi {
                 })
                 .await
                 .map_err(ApiError::unavailable)?;
-            let discover = Discover { query: request.message, filter, config };
+            let discover = Discover { query: request.message, filter, config, explain: request.explain };
             let discovered = with_retries(retries, || async {
                 match lanes.run(discover.clone(), Box::new(|result, _| result.map_err(|err| err.to_string()))).await {
                     Ok(result) => result,
@@ -467,6 +477,28 @@ impl Api for ActorApi {
     ) -> LocalBoxFuture<'static, Result<serde_json::Value, ApiError>> {
         crate::live::handle(self.live.clone(), request).boxed_local()
     }
+
+    fn kpi_overview(&self) -> LocalBoxFuture<'static, Result<crate::core::console::model::KpiOverview, ApiError>> {
+        let overview = self.actors.kpi.send(crate::actors::kpi::InspectOverview(epoch_ms()));
+        async move { overview.await.map_err(ApiError::unavailable) }.boxed_local()
+    }
+
+    fn catalog_overview(
+        &self,
+    ) -> LocalBoxFuture<'static, Result<crate::core::console::model::CatalogOverview, ApiError>> {
+        let catalog = self.actors.discoverer.send(crate::actors::discoverer::CurrentCatalog);
+        let figures = self.actors.dispatcher.send(crate::actors::dispatcher::InspectFigures);
+        let prior = self.actors.kpi.send(crate::actors::kpi::InspectPrior(epoch_ms()));
+        async move {
+            let (catalog, figures, prior) = futures::join!(catalog, figures, prior);
+            Ok(crate::core::console::model::CatalogOverview {
+                catalog: catalog.map_err(ApiError::unavailable)?,
+                figures: figures.map_err(ApiError::unavailable)?,
+                prior: prior.map_err(ApiError::unavailable)?,
+            })
+        }
+        .boxed_local()
+    }
 }
 
 /// The sources a request's workspace enabled (through the SCG, the rule `route` uses); `None` without one.
@@ -580,13 +612,17 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     };
     let _scg_events = gateway.forward_events(gateway.subjects().events_scg(), actors.scg.events.subscribe());
     let live = crate::live::start(settings, &store, &actors)?;
+    let shared = match settings.jetstream.enabled {
+        true => Some(crate::shared_state::start(settings, &gateway, &actors, &store, &live).await?),
+        false => None,
+    };
     let _source_events = gateway.forward_events(gateway.subjects().events_sources(), live.events.subscribe());
     let dispatch_events = gateway.dispatch_event_publisher();
     actors.dispatcher.do_send(crate::actors::dispatcher::SetTransport(std::sync::Arc::new(gateway.exec_transport())));
     actors.dispatcher.do_send(crate::actors::dispatcher::AddEventSink(std::sync::Arc::new(move |event| {
         let _ = dispatch_events.send(event.clone());
     })));
-    let api = actor_api(settings, actors, replication, Some(live));
+    let api = crate::shared_state::SharedApi::new(actor_api(settings, actors, replication, Some(live)), shared);
     let (mcp_stop, mcp_stopped) = tokio::sync::oneshot::channel::<()>();
     let mcp_task = match settings.mcp.listen {
         Some(addr) => {
@@ -601,10 +637,27 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
         }
         None => None,
     };
+    let console = match settings.console.listen {
+        Some(addr) => {
+            let (feed, _) = tokio::sync::broadcast::channel(256);
+            let _follow = gateway.follow_console_events(feed.clone()).await?;
+            let budgets = crate::core::console::pages::Budgets {
+                tier0: settings.discovery.tier0_token_budget,
+                tier1: settings.discovery.tier1_token_budget,
+                tier2: settings.discovery.tier2_token_budget,
+            };
+            let bridge = crate::mcp::bridge::Bridge::spawn(api.clone());
+            Some(crate::console::start(&settings.console, addr, bridge, feed, budgets)?)
+        }
+        None => None,
+    };
     let served = gateway.serve(api, events_rx, shutdown).await;
     let _ = mcp_stop.send(());
     if let Some(task) = mcp_task {
         let _ = task.await;
+    }
+    if let Some(console) = console {
+        console.stop().await;
     }
     served?;
     Ok(())
@@ -731,5 +784,40 @@ mod tests {
         };
         assert_eq!(with_retries(retries, failing).await, Err("embedder down".to_string()));
         assert_eq!(calls.get(), 2, "one try and one retry");
+    }
+
+    #[actix_rt::test]
+    async fn the_console_s_overviews_come_from_the_kpi_actor_the_dispatcher_and_the_catalog() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::load(None, &Default::default()).unwrap();
+        settings.data_dir = dir.path().join("data");
+        settings.capability_dirs = Vec::new();
+        let api = actor_api(&settings, start(&settings).await.unwrap(), None, None);
+        let report = OutcomeReport {
+            organization_id: Some("acme".into()),
+            status: Some(crate::core::kpi_window::OutcomeStatus::Success),
+            capabilities: vec!["tool:echo".into()],
+            ..Default::default()
+        };
+        api.outcome(report).await.unwrap();
+        let echo = serde_json::json!({"slug": "echo", "agentId": "a", "arguments": {"text": "hi"}});
+        assert_eq!(api.dispatch(echo).await.unwrap()["success"], true);
+        let refused = serde_json::json!({"slug": "echo", "agentId": "a", "arguments": {"text": 3}});
+        assert_eq!(api.dispatch(refused).await.unwrap()["success"], false);
+
+        let kpi = api.kpi_overview().await.unwrap();
+        assert_eq!((kpi.scopes.len(), kpi.outcomes), (1, 1));
+        let acme = &kpi.scopes[0];
+        assert_eq!((acme.kpi.scope_key.as_str(), acme.kpi.success_rate), ("acme", 1.0));
+        assert_eq!(acme.sparkline.len(), crate::core::console::model::SPARKLINE_SLICES);
+        assert_eq!(acme.sparkline.iter().flatten().collect::<Vec<_>>(), [&1.0], "{:?}", acme.sparkline);
+        assert!(kpi.recent_alerts.is_empty());
+
+        let catalog = api.catalog_overview().await.unwrap();
+        assert!(catalog.catalog.descriptors.contains_key("tool:echo"));
+        let echo = &catalog.figures["tool:echo"];
+        assert_eq!((echo.calls, echo.errors), (2, 1));
+        assert!(echo.p50_ms.is_some(), "{echo:?}");
+        assert!(catalog.prior.len() <= 1);
     }
 }

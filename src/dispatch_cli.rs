@@ -104,9 +104,9 @@ pub async fn admin(dispatcher: Addr<Dispatcher>, request: DispatchAdmin) -> Resu
                 .map_err(admin_error)?;
             Ok(json!({"approvals": to_json(&approvals)?}))
         }
-        DispatchAdmin::Decide { id, approve } => {
+        DispatchAdmin::Decide { id, approve, by } => {
             let approval =
-                dispatcher.send(DecideApproval { id, approve }).await.map_err(unavailable)?.map_err(admin_error)?;
+                dispatcher.send(DecideApproval { id, approve, by }).await.map_err(unavailable)?.map_err(admin_error)?;
             to_json(&approval)
         }
         DispatchAdmin::ListProvenance(body) => {

@@ -53,6 +53,10 @@ enum Command {
         /// Print the result as JSON (tier0, tier1, tier2, tokenEstimate, ...).
         #[arg(long)]
         json: bool,
+        /// Also show why each Tier 1 entry ranks where it does: its fused, lexical,
+        /// dense, graph and prior signals (`explanations` in --json).
+        #[arg(long)]
+        explain: bool,
     },
     /// Scan capability folders into the index (in data_dir) and report what changed.
     ///
@@ -365,9 +369,15 @@ enum ApprovalCommand {
     },
     Approve {
         id: String,
+        /// Who decides, recorded as the approval's decidedBy (at most 128 printable characters).
+        #[arg(long, default_value = "cli")]
+        by: String,
     },
     Reject {
         id: String,
+        /// Who decides, recorded as the approval's decidedBy (at most 128 printable characters).
+        #[arg(long, default_value = "cli")]
+        by: String,
     },
 }
 
@@ -489,13 +499,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let system = actix_rt::System::new();
     match cli.command {
-        Command::Discover { message, dirs, files, kind, json } => {
+        Command::Discover { message, dirs, files, kind, json, explain } => {
             if !dirs.is_empty() {
                 settings.capability_dirs = dirs;
             }
             let request = DiscoverRequest { message: message.clone(), kind, ..DiscoverRequest::default() };
             let filter: DiscoveryFilter = request.filter().map_err(|err| anyhow::anyhow!(err.message))?;
-            system.block_on(discover_once(&settings, &files, &message, filter, json))
+            system.block_on(discover_once(&settings, &files, &message, filter, json, explain))
         }
         Command::Index { dirs, files, json } => {
             if !dirs.is_empty() {
@@ -607,8 +617,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             use capdex::gateway::wire::DispatchAdmin;
             let request = match command {
                 ApprovalCommand::List { all } => DispatchAdmin::ListApprovals(serde_json::json!({"all": all})),
-                ApprovalCommand::Approve { id } => DispatchAdmin::Decide { id, approve: true },
-                ApprovalCommand::Reject { id } => DispatchAdmin::Decide { id, approve: false },
+                ApprovalCommand::Approve { id, by } => DispatchAdmin::Decide { id, approve: true, by },
+                ApprovalCommand::Reject { id, by } => DispatchAdmin::Decide { id, approve: false, by },
             };
             print_admin(system.block_on(capdex::dispatch_cli::run_admin(&settings, request))?)
         }
@@ -790,16 +800,47 @@ async fn discover_once(
     message: &str,
     filter: DiscoveryFilter,
     json: bool,
+    explain: bool,
 ) -> anyhow::Result<()> {
     let (actors, outcome) = start_and_index(settings, files).await?;
     print_scan_problems(&outcome);
-    let result = capdex::app::discover(&actors, message, filter).await?;
+    let result = capdex::app::discover_explained(&actors, message, filter, explain).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&result).context("failed to encode the result")?);
     } else {
         print!("{}", result.rendered);
+        if explain {
+            print_explanations(&result.explanations);
+        }
     }
     Ok(())
+}
+
+/// Prints one line per Tier 1 entry: its relevance and the signals that made it.
+fn print_explanations(explanations: &[capdex::core::discovery::Explanation]) {
+    if explanations.is_empty() {
+        return;
+    }
+    println!("\nWhy (relevance = (fused + graph) x (1 + prior); fused from lexical and dense on the part):");
+    println!(
+        "{:<40} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5}",
+        "id", "relevance", "fused", "lexical", "dense", "graph", "prior", "part"
+    );
+    for explanation in explanations {
+        let dense = explanation.dense.map_or_else(|| "-".to_string(), |dense| format!("{dense:.3}"));
+        let part = if explanation.exact { "exact".to_string() } else { explanation.part.to_string() };
+        println!(
+            "{:<40} {:>9.3} {:>7.3} {:>7.3} {:>7} {:>+7.3} {:>+7.3} {:>5}",
+            explanation.id,
+            explanation.relevance,
+            explanation.fused,
+            explanation.lexical,
+            dense,
+            explanation.graph,
+            explanation.prior,
+            part
+        );
+    }
 }
 
 fn run_bench(

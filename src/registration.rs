@@ -5,7 +5,7 @@
 //! (`app`) or read back from the JetStream index log (`replication`), and
 //! below both, so neither imports the other for it.
 
-use crate::actors::indexer::{Indexer, SyncCapabilities, SyncReport};
+use crate::actors::indexer::{Indexer, SyncBatch, SyncCapabilities, SyncReport};
 use crate::core::catalog::runtime_origin;
 use crate::core::registration::{normalise_registration, RegistrationPayload};
 use crate::gateway::wire::{runtime_id, ApiError, RegistrationReply, RemoveRequest};
@@ -29,15 +29,9 @@ pub(crate) async fn apply_upsert(
     indexer: actix::Addr<Indexer>,
     payload: RegistrationPayload,
 ) -> Result<RegistrationReply, ApiError> {
-    let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
-    let normalised = normalise_registration(&payload);
-    let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
-    if !payload.presets.is_empty() {
-        sync.presets = Some(normalised.presets);
-    }
+    let (sync, diagnostics) = upsert_sync(&payload)?;
     let report =
         indexer.send(sync).await.map_err(ApiError::unavailable)?.map_err(|err| ApiError::internal(err.to_string()))?;
-    let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
     Ok(registration_reply(report, diagnostics))
 }
 
@@ -46,11 +40,75 @@ pub(crate) async fn apply_remove(
     indexer: actix::Addr<Indexer>,
     request: RemoveRequest,
 ) -> Result<RegistrationReply, ApiError> {
-    let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref())?);
     let report = indexer
-        .send(SyncCapabilities::remove(&origin, request.ids))
+        .send(remove_sync(request)?)
         .await
         .map_err(ApiError::unavailable)?
         .map_err(|err| ApiError::internal(err.to_string()))?;
     Ok(registration_reply(report, Vec::new()))
+}
+
+/// The sync an upsert asks of the Indexer, and the diagnostics of its normalisation.
+fn upsert_sync(payload: &RegistrationPayload) -> Result<(SyncCapabilities, Vec<serde_json::Value>), ApiError> {
+    let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
+    let normalised = normalise_registration(payload);
+    let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
+    if !payload.presets.is_empty() {
+        sync.presets = Some(normalised.presets);
+    }
+    let diagnostics = normalised.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect();
+    Ok((sync, diagnostics))
+}
+
+/// The sync a removal asks of the Indexer.
+fn remove_sync(request: RemoveRequest) -> Result<SyncCapabilities, ApiError> {
+    let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref())?);
+    Ok(SyncCapabilities::remove(&origin, request.ids))
+}
+
+/// One registration mutation: an upsert or a removal.
+pub(crate) enum Mutation {
+    Upsert(RegistrationPayload),
+    Remove(RemoveRequest),
+}
+
+/// Applies mutations in order as one change of the index (`SyncBatch`: one
+/// index build for all of them) and answers each one's reply, in order; a
+/// mutation refused before it reaches the Indexer gets its error and changes nothing.
+pub(crate) async fn apply_batch(
+    indexer: actix::Addr<Indexer>,
+    mutations: Vec<Mutation>,
+) -> Vec<Result<RegistrationReply, ApiError>> {
+    let mut replies: Vec<Option<Result<RegistrationReply, ApiError>>> = Vec::with_capacity(mutations.len());
+    let mut syncs = Vec::new();
+    let mut diagnostics = Vec::new();
+    for mutation in mutations {
+        let sync = match mutation {
+            Mutation::Upsert(payload) => upsert_sync(&payload),
+            Mutation::Remove(request) => remove_sync(request).map(|sync| (sync, Vec::new())),
+        };
+        match sync {
+            Ok((sync, notes)) => {
+                syncs.push(sync);
+                diagnostics.push(notes);
+                replies.push(None);
+            }
+            Err(err) => replies.push(Some(Err(err))),
+        }
+    }
+    let reports = if syncs.is_empty() {
+        Ok(Vec::new())
+    } else {
+        match indexer.send(SyncBatch(syncs)).await {
+            Ok(Ok(reports)) => Ok(reports),
+            Ok(Err(err)) => Err(ApiError::internal(err.to_string())),
+            Err(err) => Err(ApiError::unavailable(err)),
+        }
+    };
+    let mut reports = match reports {
+        Ok(reports) => reports.into_iter().zip(diagnostics).map(|(r, d)| Ok(registration_reply(r, d))).collect(),
+        Err(err) => diagnostics.iter().map(|_| Err(err.clone())).collect::<Vec<_>>(),
+    }
+    .into_iter();
+    replies.into_iter().map(|reply| reply.unwrap_or_else(|| reports.next().expect("one report per sync"))).collect()
 }

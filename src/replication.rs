@@ -25,23 +25,35 @@
 //! (a redelivered id is skipped; should only the sample have landed, the KPI
 //! window's own `turnId` check refuses the repeat, and an outcome without a
 //! `turnId` is given its message id as one).
+//!
+//! Dispatch state (`jetstream.shared_dispatch`): the Dispatcher is given the
+//! key-value buckets (`gateway::kv::DispatchBuckets`) as its shared state, so
+//! re-drive claims, approvals and rate windows are decided in the cluster; this
+//! node follows the registry bucket (records and bindings published by any
+//! node) and the approvals bucket into its store, and has caught up with the
+//! registry before it serves. Records and bindings only this node's store held
+//! (a node that ran alone before) are offered to the cluster create-only.
 
+use crate::actors::dispatcher::{ApplyApproval, ApplyRegistryChange, SetShared};
 use crate::actors::kpi::{KpiError, KpiTelemetry, RecordStreamOutcome};
 use crate::actors::Actors;
 use crate::clock::epoch_ms;
 use crate::config::Settings;
+use crate::core::dispatch::shared::SharedDispatch;
 use crate::core::kpi_window::OutcomeReport;
 use crate::gateway::jetstream::{Disposition, IndexMutation, JetStream, StreamMessage};
+use crate::gateway::kv::{approval_change, registry_change, DispatchBuckets};
 use crate::gateway::service::Gateway;
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{ApiError, RegistrationReply};
-use crate::registration::{apply_remove, apply_upsert};
+use crate::registration::{apply_batch, Mutation};
 use crate::store::Store;
 use anyhow::Context as _;
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The longest a starting node waits to catch up with the index log before serving anyway.
@@ -132,19 +144,22 @@ pub async fn start(
         async move {
             replication
                 .jetstream
-                .follow_index(applied, |message| {
+                .follow_index(applied, |messages| {
                     let (replication, store, indexer) = (replication.clone(), store.clone(), indexer.clone());
                     let applied_tx = applied_tx.clone();
                     async move {
-                        let sequence = message.sequence;
-                        let reply = apply_mutation(&indexer, &message).await;
-                        if let Err(err) = &reply {
-                            tracing::warn!(sequence, code = %err.code(), message = %err.message, "index mutation not applied");
-                        }
+                        let sequence = messages.last().map_or(0, |message| message.sequence);
+                        let replies = apply_mutations(&indexer, &messages).await;
                         if let Err(err) = store.set_applied_index_sequence(sequence) {
                             tracing::error!(%err, sequence, "failed to store the applied index sequence");
                         }
-                        replication.resolve(message.message_id.as_deref(), reply);
+                        for (message, reply) in messages.iter().zip(replies) {
+                            if let Err(err) = &reply {
+                                let (code, sequence) = (err.code(), message.sequence);
+                                tracing::warn!(sequence, %code, message = %err.message, "index mutation not applied");
+                            }
+                            replication.resolve(message.message_id.as_deref(), reply);
+                        }
                         let _ = applied_tx.send(sequence);
                     }
                 })
@@ -171,19 +186,100 @@ pub async fn start(
     };
     tokio::task::spawn_local(consumer);
     tracing::info!(node = %node_name, applied = target.max(applied), "following the index log and the outcome stream");
+    if settings.jetstream.shared_dispatch {
+        share_dispatch(settings, gateway, actors, store).await?;
+    }
     Ok(replication)
 }
 
-async fn apply_mutation(
-    indexer: &actix::Addr<crate::actors::indexer::Indexer>,
-    message: &StreamMessage,
-) -> Result<RegistrationReply, ApiError> {
-    let mutation: IndexMutation = serde_json::from_slice(&message.payload)
-        .map_err(|err| ApiError::bad_request(format!("malformed index mutation: {err}")))?;
-    match mutation {
-        IndexMutation::Upsert { payload } => apply_upsert(indexer.clone(), payload).await,
-        IndexMutation::Remove { request } => apply_remove(indexer.clone(), request).await,
+/// Gives the Dispatcher the cluster's dispatch state and follows the registry
+/// and approvals buckets into this node; returns once the registry is caught up.
+async fn share_dispatch(settings: &Settings, gateway: &Gateway, actors: &Actors, store: &Store) -> anyhow::Result<()> {
+    let buckets = DispatchBuckets::open(gateway.client(), &settings.jetstream, settings.dispatch.rate_window_ms)
+        .await
+        .context("cannot open the key-value buckets of the dispatch state")?;
+    // A node that ran alone offers what only it knows, create-only: the cluster's copy wins.
+    let mut offered = Vec::new();
+    for record in store.capability_records()? {
+        offered.push(buckets.publish_record(&record, true).await.map(|_| ()));
     }
+    for binding in store.bindings()? {
+        offered.push(buckets.publish_binding(&binding, true).await.map(|_| ()));
+    }
+    for approval in store.approvals()? {
+        offered.push(buckets.put_approval(&approval, None).await.map(|_| ()));
+    }
+    if let Some(Err(err)) = offered.into_iter().find(Result::is_err) {
+        tracing::warn!(%err, "this node's dispatch state was not all offered to the cluster");
+    }
+    let shared: Arc<dyn SharedDispatch + Send + Sync> = Arc::new(buckets.clone());
+    actors.dispatcher.send(SetShared(shared)).await.context("the Dispatcher stopped")?;
+
+    let target = buckets.registry.last_revision().await?;
+    let (applied_tx, mut applied_rx) = tokio::sync::watch::channel(0u64);
+    let registry = buckets.registry.clone();
+    let dispatcher = actors.dispatcher.clone();
+    tokio::task::spawn_local(async move {
+        registry
+            .follow(|change| {
+                let dispatcher = dispatcher.clone();
+                let applied_tx = applied_tx.clone();
+                async move {
+                    if let Some(change) = registry_change(&change) {
+                        let _ = dispatcher.send(ApplyRegistryChange(change)).await;
+                    }
+                    let _ = applied_tx.send(change.revision);
+                }
+            })
+            .await
+    });
+    let approvals = buckets.approvals.clone();
+    let dispatcher = actors.dispatcher.clone();
+    tokio::task::spawn_local(async move {
+        approvals
+            .follow(|change| {
+                let dispatcher = dispatcher.clone();
+                async move {
+                    if let Some(approval) = approval_change(&change) {
+                        let _ = dispatcher.send(ApplyApproval(approval)).await;
+                    }
+                }
+            })
+            .await
+    });
+    if target > 0 {
+        let caught_up = tokio::time::timeout(CATCH_UP_LIMIT, applied_rx.wait_for(|revision| *revision >= target)).await;
+        if caught_up.is_err() {
+            tracing::warn!(target, "not caught up with the registry bucket within {CATCH_UP_LIMIT:?}; serving anyway");
+        }
+    }
+    tracing::info!(registry = target, "dispatch state shared through the key-value buckets");
+    Ok(())
+}
+
+/// Applies a batch of index log messages in order, as one change of the
+/// index; answers each one's reply (a malformed message gets its error).
+async fn apply_mutations(
+    indexer: &actix::Addr<crate::actors::indexer::Indexer>,
+    messages: &[StreamMessage],
+) -> Vec<Result<RegistrationReply, ApiError>> {
+    let mut decoded = Vec::with_capacity(messages.len());
+    let mut mutations = Vec::new();
+    for message in messages {
+        match serde_json::from_slice::<IndexMutation>(&message.payload) {
+            Ok(IndexMutation::Upsert { payload }) => {
+                mutations.push(Mutation::Upsert(payload));
+                decoded.push(None);
+            }
+            Ok(IndexMutation::Remove { request }) => {
+                mutations.push(Mutation::Remove(request));
+                decoded.push(None);
+            }
+            Err(err) => decoded.push(Some(Err(ApiError::bad_request(format!("malformed index mutation: {err}"))))),
+        }
+    }
+    let mut applied = apply_batch(indexer.clone(), mutations).await.into_iter();
+    decoded.into_iter().map(|reply| reply.unwrap_or_else(|| applied.next().expect("one reply per mutation"))).collect()
 }
 
 /// Records one outcome from the stream; see the module docs for why it is counted once.

@@ -17,18 +17,21 @@
 //! manager is given a [`SourceCatalog`] by the wiring that starts it. The
 //! catalog and the SCG are stored, the dispatch records are not:
 //! [`SourceCatalog::restore`] rebuilds them from the catalog on start.
+//! [`SourceCatalog::put_shared`] puts a source another node mapped
+//! (`shared_state`) into all three the same way.
 
 use crate::actors::discoverer::{CurrentCatalog, Discoverer};
 use crate::actors::dispatcher::{Dispatcher, RemoveSourceRecords, SetSourceRecords};
 use crate::actors::indexer::SyncCapabilities;
 use crate::actors::scg::{
-    Finalize, Introspect, MapRequest, RemoveSource, ScgActors, ScgError, SourceKinds, SourceText,
+    Finalize, Introspect, MapRequest, PutSource, RemoveSource, ScgActors, ScgError, SourceKinds, SourceOf, SourceText,
 };
 use crate::actors::Actors;
 use crate::core::catalog::source_origin;
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::scg::model::SourceKind;
 use crate::core::scg::pipeline::MapReport;
+use crate::core::scg::shared::{source_change, Apply, SharedSource};
 use crate::core::sources::records::{descriptor_of, record_of, tool_of_descriptor, SourceFacts};
 use crate::core::sources::tools::mcp_document;
 use crate::core::sources::{Invocation, SourceTool};
@@ -99,6 +102,8 @@ pub struct Published {
     pub report: MapReport,
     /// The capability ids now offered, in the mapper's order.
     pub capability_ids: Vec<String>,
+    /// The tools offered under those ids.
+    pub tools: Vec<SourceTool>,
 }
 
 /// Why a source was not published or withdrawn.
@@ -190,7 +195,39 @@ impl SourceCatalog {
             .send(SetSourceRecords { source_id: source_id.clone(), records })
             .await
             .map_err(|err| PublishError::Catalog { source_id, problem: format!("the dispatcher stopped: {err}") })?;
-        Ok(Published { report, capability_ids })
+        Ok(Published { report, capability_ids, tools })
+    }
+
+    /// Puts a source another node mapped (read from the shared copy) as it
+    /// is: its tools into the catalog, its stored graph into the SCG, its
+    /// records into the Dispatcher, as [`SourceCatalog::publish_source`] does
+    /// with the descriptors' default settings. Answers false, changing
+    /// nothing, when the SCG holds exactly this source already.
+    pub async fn put_shared(&self, shared: SharedSource) -> Result<bool, PublishError> {
+        let unavailable = |err: MailboxError| ScgError::Unavailable(err.to_string());
+        let SharedSource { stored, tools } = shared;
+        let source_id = stored.graph.source_id.clone();
+        let held = self.scg.graph.send(SourceOf { source_id: source_id.clone() }).await.map_err(unavailable)??;
+        let Apply::Put(stored) = source_change(held.as_ref(), Some(stored)) else { return Ok(false) };
+        let facts = SourceFacts { source_id: &source_id, category: None, tags: &[], loadable: false, timeout_ms: None };
+        let descriptors = tools.iter().map(|tool| descriptor_of(&facts, tool)).collect();
+        let records = tools.iter().map(|tool| record_of(&facts, tool)).collect();
+        let earlier = self.offered(&source_id).await?;
+        self.offer(&source_id, descriptors).await?;
+        match self.scg.graph.send(PutSource(stored)).await.map_err(unavailable) {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) | Err(err) => {
+                if let Err(undo) = self.offer(&source_id, earlier).await {
+                    tracing::warn!(%undo, "a failed shared publication could not be undone in the catalog");
+                }
+                return Err(err.into());
+            }
+        }
+        self.dispatcher
+            .send(SetSourceRecords { source_id: source_id.clone(), records })
+            .await
+            .map_err(|err| PublishError::Catalog { source_id, problem: format!("the dispatcher stopped: {err}") })?;
+        Ok(true)
     }
 
     /// Removes a source from the SCG, the catalog and the dispatch registry;

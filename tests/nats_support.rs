@@ -1,8 +1,10 @@
-//! Tests of the nats-server test helper (`tests/it/support/nats_server.rs`):
-//! it starts a real server, kills it, and restarts it on the same port with
-//! JetStream state intact. Speaks the NATS text protocol over a plain
+//! Tests of the nats-server test helpers (`tests/it/support/nats_server.rs`,
+//! `nats_cluster.rs`): they start a real server or cluster, kill a server, and
+//! restart it on the same ports with JetStream state intact. Speaks the NATS text protocol over a plain
 //! `TcpStream` so it does not depend on the crate under test.
 
+#[path = "it/support/nats_cluster.rs"]
+mod nats_cluster;
 #[path = "it/support/nats_server.rs"]
 mod nats_server;
 
@@ -10,7 +12,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use nats_cluster::NatsCluster;
 use nats_server::NatsServer;
+use std::time::Instant;
 
 /// Connects and returns the server's `INFO` JSON.
 fn server_info(port: u16) -> String {
@@ -23,30 +27,36 @@ fn server_info(port: u16) -> String {
 
 /// Sends one request with the raw NATS protocol and returns the reply payload.
 fn request(port: u16, subject: &str, payload: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to nats-server");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    try_request(port, subject, payload).unwrap_or_else(|e| panic!("request on {subject}: {e}"))
+}
+
+/// [`request`], or why there was no reply within 5 s.
+fn try_request(port: u16, subject: &str, payload: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         stream,
         "CONNECT {{\"verbose\":false,\"pedantic\":false}}\r\n\
          SUB _INBOX.helper 1\r\n\
          PUB {subject} _INBOX.helper {}\r\n{payload}\r\n",
         payload.len()
-    )
-    .unwrap();
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    )?;
+    let mut reader = BufReader::new(stream.try_clone()?);
     loop {
         let mut line = String::new();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "connection closed");
+        if reader.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other("connection closed"));
+        }
         if line.starts_with("PING") {
-            stream.write_all(b"PONG\r\n").unwrap();
+            stream.write_all(b"PONG\r\n")?;
         } else if let Some(rest) = line.strip_prefix("MSG ") {
             let len: usize = rest.split_whitespace().last().unwrap().parse().unwrap();
             let mut body = vec![0; len + 2]; // payload + CRLF
-            reader.read_exact(&mut body).unwrap();
+            reader.read_exact(&mut body)?;
             body.truncate(len);
-            return String::from_utf8(body).unwrap();
+            return Ok(String::from_utf8(body).unwrap());
         } else if line.starts_with("-ERR") {
-            panic!("server error: {line}");
+            return Err(std::io::Error::other(format!("server error: {line}")));
         }
         // INFO, +OK, PONG: skip.
     }
@@ -114,4 +124,87 @@ fn restart_waits_for_the_port_to_be_free() {
     assert_eq!(server.port(), port);
     assert!(server.is_running());
     assert!(server_info(port).contains("\"jetstream\":true"));
+}
+
+/// Retries `request` for up to 20 s until its reply passes `ok` (a JetStream
+/// request after a kill waits for a new stream leader); returns that reply.
+fn request_until(port: u16, subject: &str, payload: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = try_request(port, subject, payload);
+        match &reply {
+            Ok(reply) if ok(reply) => return reply.clone(),
+            _ if Instant::now() >= deadline => panic!("{subject} on port {port}: {reply:?}"),
+            _ => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn stream_messages(info: &str) -> u64 {
+    let info: serde_json::Value = serde_json::from_str(info).unwrap();
+    info["state"]["messages"].as_u64().unwrap_or_else(|| panic!("no state.messages: {info}"))
+}
+
+#[test]
+fn a_cluster_keeps_an_r3_stream_through_a_kill_9_and_a_restart() {
+    let mut cluster = NatsCluster::start(3);
+    assert_eq!(cluster.size(), 3);
+    let urls = cluster.urls_from(1);
+    assert_eq!(urls, format!("{},{},{}", cluster.url(1), cluster.url(0), cluster.url(2)));
+    for i in 0..3 {
+        let info = server_info(cluster.port(i));
+        assert!(info.contains("\"jetstream\":true") && info.contains(&format!("\"server_name\":\"n{i}\"")), "{info}");
+        assert!(info.contains(&format!("\"cluster\":\"{}\"", nats_cluster::CLUSTER_NAME)), "{info}");
+    }
+    let created = request(
+        cluster.port(0),
+        "$JS.API.STREAM.CREATE.CLUSTERED",
+        r#"{"name":"CLUSTERED","subjects":["clustered.>"],"storage":"file","num_replicas":3}"#,
+    );
+    assert!(!created.contains("\"error\""), "stream create: {created}");
+    let acked = |reply: &str| reply.contains("\"stream\":\"CLUSTERED\"") && !reply.contains("\"error\"");
+    for n in 0..5 {
+        request_until(cluster.port(n % 3), "clustered.a", "before", acked);
+    }
+
+    // Kill the server the stream lives on first; the two others keep it writable.
+    let pid = cluster.pid(0).unwrap();
+    cluster.kill_9(0);
+    assert!(!cluster.is_running(0) && cluster.pid(0).is_none());
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} still exists");
+    assert!(TcpStream::connect(("127.0.0.1", cluster.port(0))).is_err());
+    for n in 0..5 {
+        request_until(cluster.port(1 + n % 2), "clustered.a", "during", acked);
+    }
+    cluster.wait_healthy();
+
+    // Restarted on the same port and store, it catches up with what it missed.
+    let port = cluster.port(0);
+    cluster.restart(0);
+    assert_eq!(cluster.port(0), port);
+    assert!(cluster.is_running(0));
+    let info = request_until(port, "$JS.API.STREAM.INFO.CLUSTERED", "", |reply| reply.contains("\"state\""));
+    assert_eq!(stream_messages(&info), 10, "{info}");
+    // Whichever server is asked, the leader answers with ten messages and two replicas, both current:
+    // the restarted server caught up with what it missed.
+    for i in 0..3 {
+        // The restarted replica catches up a moment after its server is back: asked until it has.
+        let info = request_until(cluster.port(i), "$JS.API.STREAM.INFO.CLUSTERED", "", |reply| {
+            reply.contains("\"state\"") && !reply.contains("\"current\":false")
+        });
+        assert_eq!(stream_messages(&info), 10, "via n{i}: {info}");
+        let parsed: serde_json::Value = serde_json::from_str(&info).unwrap();
+        let replicas = parsed["cluster"]["replicas"].as_array().cloned().unwrap_or_default();
+        assert_eq!(replicas.len(), 2, "an R3 stream has a leader and two replicas: {info}");
+        assert!(replicas.iter().all(|replica| replica["current"] == true), "{info}");
+    }
+}
+
+#[test]
+fn a_one_server_cluster_is_a_plain_server_with_jetstream() {
+    let mut cluster = NatsCluster::start(1);
+    assert_eq!(cluster.urls(), vec![cluster.url(0)]);
+    assert!(server_info(cluster.port(0)).contains("\"jetstream\":true"));
+    cluster.restart(0);
+    assert!(server_info(cluster.port(0)).contains("\"jetstream\":true"));
 }

@@ -33,6 +33,8 @@ pub struct Discover {
     pub filter: DiscoveryFilter,
     /// Per-query settings; `None` uses the configured ones.
     pub config: Option<DiscoveryConfig>,
+    /// Explain each Tier 1 entry (`DiscoveryResult::explanations`).
+    pub explain: bool,
 }
 
 /// Asks for the catalog snapshot the Discoverer serves from.
@@ -122,7 +124,7 @@ pub fn run_discovery(
         graph: &snapshot.graph,
     };
     let prior = discover.filter.outcome_prior.unwrap_or(prior_enabled).then_some(&*snapshot.prior);
-    let mut result = discover_with_prior(&query, &indexes, config, &discover.filter, tier0, prior);
+    let mut result = discover_with_prior(&query, &indexes, config, &discover.filter, tier0, prior, discover.explain);
     result.diagnostics.timings.embed_us = embed_us;
     metrics::counter!("capdex_discover_requests_total").increment(1);
     metrics::histogram!("capdex_discover_duration_seconds").record(started.elapsed().as_secs_f64() + embed_us / 1e6);
@@ -231,7 +233,7 @@ mod tests {
     }
 
     fn discover(query: &str) -> Discover {
-        Discover { query: query.to_string(), filter: DiscoveryFilter::default(), config: None }
+        Discover { query: query.to_string(), filter: DiscoveryFilter::default(), config: None, explain: false }
     }
 
     #[actix::test]

@@ -279,7 +279,7 @@ mod tests {
     }
 
     fn discover(query: &str) -> Discover {
-        Discover { query: query.to_string(), filter: DiscoveryFilter::default(), config: None }
+        Discover { query: query.to_string(), filter: DiscoveryFilter::default(), config: None, explain: false }
     }
 
     fn keep() -> Finish<Result<DiscoveryResult, String>> {

@@ -26,7 +26,8 @@ use crate::core::graph::Preset;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
 use crate::core::reindex::{
-    apply_change, apply_retry, plan_vectors, restore, retry_targets, AppliedChange, AppliedRetry, KeptVector, Restored,
+    apply_change, apply_changes, apply_retry, plan_changes, plan_vectors, restore, retry_targets, AppliedChange,
+    AppliedRetry, BatchChange, KeptVector, Restored,
 };
 use crate::store::{Store, StoreError, StoredEmbedding};
 use actix::prelude::*;
@@ -129,6 +130,14 @@ impl SyncCapabilities {
         }
     }
 }
+
+/// Applies several syncs in order as one change of the index (one build, one
+/// publication, one graph): what a node catching up with the index log sends.
+/// Answers each sync's report, in order; the state it leaves is the state the
+/// syncs would leave one after the other.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Vec<SyncReport>, IndexerError>")]
+pub struct SyncBatch(pub Vec<SyncCapabilities>);
 
 /// A new catalog with its vector and lexical indexes (all of one version),
 /// published after every change.
@@ -283,20 +292,37 @@ impl Indexer {
 
     /// Takes a carried-out change as the current state: pending ids, the new
     /// catalog and indexes (published), the index event and the statistics.
-    fn adopt(&mut self, carried: Carried) -> SyncReport {
-        let Carried { origin, plan, refused, applied, reused, embedded, embedder_error } = carried;
-        let AppliedChange { next, added, updated, pending_added, pending_resolved, .. } = applied;
+    fn adopt(&mut self, mut carried: Change) -> SyncReport {
+        if let Some(next) = carried.applied.next.take() {
+            self.take_next(next);
+        }
+        self.report(carried)
+    }
+
+    /// Takes a carried-out batch: its one next catalog (published once), then
+    /// each change's pending ids, event and report, in order.
+    fn adopt_batch(&mut self, batch: CarriedBatch) -> Vec<SyncReport> {
+        if let Some(next) = batch.next {
+            self.take_next(next);
+        }
+        batch.changes.into_iter().map(|change| self.report(change)).collect()
+    }
+
+    fn take_next(&mut self, (catalog, index, lexical): (Catalog, VectorIndex, LexicalIndex)) {
+        self.lexical = Arc::new(lexical);
+        self.catalog = Arc::new(catalog);
+        self.index = Arc::new(index);
+        self.publish();
+    }
+
+    /// A change's pending ids, index event, statistics and report, once the catalog it made is held.
+    fn report(&mut self, change: Change) -> SyncReport {
+        let Change { origin, plan, refused, applied, reused, embedded, embedder_error } = change;
+        let AppliedChange { added, updated, pending_added, pending_resolved, changed, .. } = applied;
         for id in &pending_resolved {
             self.pending.remove(id);
         }
         self.pending.extend(pending_added);
-        let changed = next.is_some();
-        if let Some((catalog, index, lexical)) = next {
-            self.lexical = Arc::new(lexical);
-            self.catalog = Arc::new(catalog);
-            self.index = Arc::new(index);
-            self.publish();
-        }
         for conflict in &plan.conflicts {
             tracing::warn!(id = %conflict.id, problem = %conflict.problem, %origin, "capability offer not taken");
         }
@@ -363,10 +389,10 @@ impl Indexer {
 
     /// Asks the GraphBuilder for the graph of the current catalog when it has
     /// not built it yet; the returned future ends with `result` once it has answered.
-    fn build_graph(
+    fn build_graph<T: 'static>(
         &mut self,
-        result: Result<SyncReport, IndexerError>,
-    ) -> impl std::future::Future<Output = Result<SyncReport, IndexerError>> + 'static {
+        result: Result<T, IndexerError>,
+    ) -> impl std::future::Future<Output = Result<T, IndexerError>> + 'static {
         let build = (result.is_ok() && self.graph_version != self.catalog.version).then(|| {
             self.graph_version = self.catalog.version;
             self.graph_builder.send(BuildGraph { catalog: self.catalog.clone() })
@@ -381,7 +407,7 @@ impl Indexer {
 }
 
 /// A change as planned, and what carrying it out did.
-struct Carried {
+struct Change {
     origin: String,
     plan: ChangePlan,
     /// Offers refused before the change reached the index.
@@ -392,6 +418,74 @@ struct Carried {
     embedder_error: Option<String>,
 }
 
+/// A batch as carried out: each change, and the one next catalog they make.
+struct CarriedBatch {
+    changes: Vec<Change>,
+    next: Option<(Catalog, VectorIndex, LexicalIndex)>,
+}
+
+/// One planned change of a batch: origin, plan, presets, and its own refusals.
+type PlannedChange = (String, ChangePlan, Option<Vec<Preset>>, Vec<Refused>);
+
+/// Carries out a batch of planned changes in order on one copy of the base:
+/// the vectors of every upsert asked of the `embedder` at once, each change
+/// applied in turn, the indexes built once, every change written to the store.
+async fn carry_out_batch(
+    store: Store,
+    embedder: Recipient<EmbedTexts>,
+    (base_catalog, base_index): (Arc<Catalog>, Arc<VectorIndex>),
+    planned: Vec<PlannedChange>,
+) -> Result<CarriedBatch, IndexerError> {
+    let model_id = ask(embedder.clone(), Vec::new()).await?.model_id;
+    let upserts: Vec<CapabilityDescriptor> =
+        planned.iter().flat_map(|(_, plan, ..)| plan.upserts.iter().cloned()).collect();
+    let kept = upserts.iter().map(|descriptor| Ok(store.embedding(&descriptor.id)?.map(kept_vector)));
+    let mut vectors = plan_vectors(&model_id, &upserts, kept.collect::<Result<_, StoreError>>()?);
+    let mut embedded_at = vec![false; upserts.len()];
+    let mut embedder_error = None;
+    if !vectors.to_embed.is_empty() {
+        match vectors.fill(ask(embedder, vectors.texts_to_embed()).await?.vectors) {
+            Ok(filled) => {
+                for &position in &filled {
+                    let kept = vectors.kept(position).expect("filled positions have a vector");
+                    store.put_embedding(&upserts[position].id, &stored_embedding(&kept))?;
+                    embedded_at[position] = true;
+                }
+            }
+            Err(err) => embedder_error = Some(err.to_string()),
+        }
+    }
+    let reused_at: Vec<bool> = (0..upserts.len()).map(|position| !vectors.to_embed.contains(&position)).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut slots = vectors.vectors.into_iter();
+        let mut counts = Vec::with_capacity(planned.len());
+        let mut at = 0;
+        let batch = planned
+            .iter()
+            .map(|(origin, plan, presets, _)| {
+                let n = plan.upserts.len();
+                counts.push((
+                    reused_at[at..at + n].iter().filter(|&&r| r).count(),
+                    embedded_at[at..at + n].iter().filter(|&&e| e).count(),
+                ));
+                at += n;
+                BatchChange { origin, plan, vectors: slots.by_ref().take(n).collect(), presets: presets.clone() }
+            })
+            .collect();
+        let (applied, next) = apply_changes(&base_catalog, &base_index, batch);
+        let mut changes = Vec::with_capacity(planned.len());
+        for (((origin, plan, _, refused), applied), (reused, embedded)) in planned.into_iter().zip(applied).zip(counts)
+        {
+            write_change(&store, &origin, &plan, &applied)?;
+            let embedder_error = embedder_error.clone().filter(|_| !plan.upserts.is_empty());
+            changes.push(Change { origin, plan, refused, applied, reused, embedded, embedder_error });
+        }
+        Ok(CarriedBatch { changes, next })
+    })
+    .await
+    .map_err(|err| IndexerError::Apply(err.to_string()))?
+}
+
 /// Carries out `plan` by `origin` on copies of `base_catalog` and
 /// `base_index`: kept vectors reused, the others asked of the `embedder`, the
 /// new ones kept, the change written to the store.
@@ -400,7 +494,7 @@ async fn carry_out(
     embedder: Recipient<EmbedTexts>,
     (base_catalog, base_index): (Arc<Catalog>, Arc<VectorIndex>),
     (origin, plan, presets, refused): (String, ChangePlan, Option<Vec<Preset>>, Vec<Refused>),
-) -> Result<Carried, IndexerError> {
+) -> Result<Change, IndexerError> {
     // One round trip to learn the model id.
     let model_id = ask(embedder.clone(), Vec::new()).await?.model_id;
     let kept = plan.upserts.iter().map(|descriptor| Ok(store.embedding(&descriptor.id)?.map(kept_vector)));
@@ -427,7 +521,7 @@ async fn carry_out(
     })
     .await
     .map_err(|err| IndexerError::Apply(err.to_string()))??;
-    Ok(Carried { origin, plan, refused, applied, reused, embedded, embedder_error })
+    Ok(Change { origin, plan, refused, applied, reused, embedded, embedder_error })
 }
 
 /// Writes a change to the store: removals, then upserts, then the origin's presets if they changed.
@@ -497,6 +591,35 @@ impl Handler<SyncCapabilities> for Indexer {
             carry_out(self.store.clone(), self.embedder.clone(), base, change)
                 .into_actor(self)
                 .map(|carried, actor, _| Ok(actor.adopt(carried?)))
+                .then(|result, actor, _| actor.build_graph(result).into_actor(actor)),
+        ))
+    }
+}
+
+impl Handler<SyncBatch> for Indexer {
+    type Result = AtomicResponse<Self, Result<Vec<SyncReport>, IndexerError>>;
+
+    fn handle(&mut self, msg: SyncBatch, _: &mut Context<Self>) -> Self::Result {
+        let mut rest = Vec::with_capacity(msg.0.len());
+        let inputs = msg
+            .0
+            .into_iter()
+            .map(|sync| {
+                rest.push((sync.origin.clone(), sync.presets.clone(), sync.refused));
+                (sync.origin, sync.descriptors, sync.mode, sync.removals, sync.presets)
+            })
+            .collect();
+        let plans = plan_changes(&self.catalog, inputs);
+        let planned = rest
+            .into_iter()
+            .zip(plans)
+            .map(|((origin, presets, refused), plan)| (origin, plan, presets, refused))
+            .collect();
+        let base = (self.catalog.clone(), self.index.clone());
+        AtomicResponse::new(Box::pin(
+            carry_out_batch(self.store.clone(), self.embedder.clone(), base, planned)
+                .into_actor(self)
+                .map(|carried, actor, _| Ok(actor.adopt_batch(carried?)))
                 .then(|result, actor, _| actor.build_graph(result).into_actor(actor)),
         ))
     }
@@ -704,5 +827,56 @@ mod tests {
         let current = harness.cell.load();
         assert_eq!(current.catalog.presets["runtime:r"].len(), 1);
         assert!(current.catalog.get("tool:valve").is_none() && !current.index.contains("tool:valve"));
+    }
+
+    #[actix::test]
+    async fn a_batch_leaves_what_its_syncs_leave_in_turn_with_one_build() {
+        let changes = || {
+            let mut with_presets = SyncCapabilities::merge("runtime:b", vec![tool("pump", "Start the pump")]);
+            with_presets.presets = Some(vec![Preset { name: "p".into(), capability_ids: vec!["tool:gauge".into()] }]);
+            vec![
+                SyncCapabilities::merge(
+                    "runtime:a",
+                    vec![tool("gauge", "Read the gauge"), tool("valve", "Open a valve")],
+                ),
+                with_presets,
+                SyncCapabilities::merge("runtime:b", vec![tool("valve", "Taken by a already")]),
+                SyncCapabilities::remove("runtime:a", vec!["tool:valve".into()]),
+                SyncCapabilities::merge("runtime:a", vec![tool("gauge", "Read the gauge, changed")]),
+            ]
+        };
+        let one_dir = tempfile::tempdir().unwrap();
+        let mut one = start(&Store::open(one_dir.path()).unwrap());
+        let mut in_turn = Vec::new();
+        for change in changes() {
+            in_turn.push(sync(&one, change).await);
+        }
+        let batch_dir = tempfile::tempdir().unwrap();
+        let batch_store = Store::open(batch_dir.path()).unwrap();
+        let mut batched = start(&batch_store);
+        let reports = batched.indexer.send(SyncBatch(changes())).await.unwrap().unwrap();
+        assert_eq!(reports.len(), in_turn.len());
+        for (batch, single) in reports.iter().zip(&in_turn) {
+            assert_eq!(
+                (&batch.added, &batch.updated, &batch.removed_ids, batch.unchanged, &batch.conflicts),
+                (&single.added, &single.updated, &single.removed_ids, single.unchanged, &single.conflicts)
+            );
+        }
+        let (a, b) = (one.cell.load(), batched.cell.load());
+        assert_eq!(a.catalog.descriptors, b.catalog.descriptors);
+        assert_eq!(a.catalog.origins, b.catalog.origins);
+        assert_eq!(a.catalog.presets, b.catalog.presets);
+        assert_eq!((a.catalog.version, b.catalog.version), (4, 1), "one version and one build for the batch");
+        assert_eq!(b.graph_version, 1);
+        assert!(b.index.contains("tool:gauge") && b.index.contains("tool:pump") && !b.index.contains("tool:valve"));
+        // One event per sync, as in turn.
+        let count = |events: &mut UnboundedReceiver<IndexEvent>| std::iter::from_fn(|| events.try_recv().ok()).count();
+        assert_eq!(count(&mut batched.events), count(&mut one.events));
+        // What the batch wrote is what a restart loads.
+        drop(batched);
+        let reopened = start(&batch_store);
+        let restored = reopened.cell.load();
+        assert_eq!(restored.catalog.descriptors, a.catalog.descriptors);
+        assert_eq!(restored.catalog.presets, a.catalog.presets);
     }
 }

@@ -25,13 +25,14 @@
 
 use crate::actors::Inspect;
 use crate::config::KpiSettings;
+use crate::core::console::model::{KpiOverview, ScopeOverview, RECENT_ALERTS, SPARKLINE_SLICES};
 use crate::core::kpi_window::{
     check_capability_id, record, AlertEvent, Kpi, KpiWindow, OutcomeError, OutcomeReport, OutcomeStatus, ScopeMeta,
 };
 use crate::core::outcome_prior::{distinct_ids, Credited, OutcomePrior, OutcomeStats};
 use crate::store::{Durable, KpiOp, Store, StoreError};
 use actix::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -211,6 +212,9 @@ pub struct KpiTelemetry {
     prior_published_at: Option<Instant>,
     /// The newest observation time seen: "now" for the prior's decay.
     latest_ms: u64,
+    /// The newest alert and recovery events raised since the node started,
+    /// newest first, at most [`RECENT_ALERTS`].
+    recent_alerts: VecDeque<AlertEvent>,
 }
 
 impl KpiTelemetry {
@@ -239,6 +243,7 @@ impl KpiTelemetry {
             prior_dirty: true,
             prior_scheduled: false,
             prior_published_at: None,
+            recent_alerts: VecDeque::with_capacity(RECENT_ALERTS),
             settings,
         };
         for stored in stored.scopes {
@@ -345,6 +350,8 @@ impl KpiTelemetry {
         }
         if let Some(alert) = &recorded.alert {
             metrics::counter!("capdex_kpi_alerts_total", "severity" => alert.severity.clone()).increment(1);
+            self.recent_alerts.truncate(RECENT_ALERTS - 1);
+            self.recent_alerts.push_front(alert.clone());
         }
         if recorded.meta_changed || is_new {
             self.publish_gauges();
@@ -520,6 +527,45 @@ impl Handler<Inspect<KpiSnapshot>> for KpiTelemetry {
     }
 }
 
+/// Asks for every scope's KPI at `at_ms` with its alert state and sparkline,
+/// and the alerts raised recently (the console's overview).
+pub struct InspectOverview(pub u64);
+
+impl Message for InspectOverview {
+    type Result = KpiOverview;
+}
+
+impl Handler<InspectOverview> for KpiTelemetry {
+    type Result = MessageResult<InspectOverview>;
+
+    /// One pass over each scope's live samples for its KPI and one for its
+    /// sparkline, then a sort by scope key.
+    fn handle(&mut self, msg: InspectOverview, _: &mut Context<Self>) -> Self::Result {
+        let now_ms = msg.0;
+        let adaptive = &self.settings.adaptive;
+        let mut scopes: Vec<ScopeOverview> = self
+            .scopes
+            .values()
+            .map(|scope| {
+                let kpi = scope.window.kpi(&scope.key, now_ms);
+                ScopeOverview {
+                    alerting: scope.meta.alert.degraded,
+                    adaptive_degraded: adaptive.applies(&kpi, &scope.meta.adaptive),
+                    sparkline: scope.window.sparkline(now_ms, SPARKLINE_SLICES),
+                    kpi,
+                }
+            })
+            .collect();
+        scopes.sort_unstable_by(|a, b| a.kpi.scope_key.cmp(&b.kpi.scope_key));
+        MessageResult(KpiOverview {
+            scopes,
+            recent_alerts: self.recent_alerts.iter().cloned().collect(),
+            outcomes: self.outcomes,
+            at_ms: now_ms,
+        })
+    }
+}
+
 /// Asks for the prior as of `at_ms` from the current statistics (for tests and operators).
 pub struct InspectPrior(pub u64);
 
@@ -637,6 +683,83 @@ mod tests {
         drop(KpiTelemetry::load(store.clone(), small).unwrap());
         let scopes = store.kpi_scopes().unwrap();
         assert_eq!(scopes[0].samples.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), vec![15, 16, 17, 18, 19]);
+    }
+
+    /// Applies an outcome in memory only (its writes are dropped), for tests that need many.
+    fn apply_only(telemetry: &mut KpiTelemetry, report: &OutcomeReport, at_ms: u64) -> KpiUpdate {
+        let (update, _) = telemetry.apply(report, at_ms).unwrap();
+        telemetry.ops.clear();
+        update
+    }
+
+    #[actix::test]
+    async fn the_overview_has_every_scope_its_alert_state_and_the_newest_alerts_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut telemetry = KpiTelemetry::load(Store::open(dir.path()).unwrap(), settings()).unwrap();
+        // 60 organizations fail 8 times each: every one raises one alert, in order.
+        let mut raised = Vec::new();
+        for org in 0..60u64 {
+            for i in 0..8u64 {
+                let report =
+                    OutcomeReport { organization_id: Some(format!("org{org:02}")), ..failed(&format!("t{i}")) };
+                raised.extend(apply_only(&mut telemetry, &report, 1_000 + org * 10 + i).alert);
+            }
+        }
+        assert_eq!(raised.len(), 60);
+        let healthy = OutcomeReport {
+            organization_id: Some("fine".into()),
+            status: Some(OutcomeStatus::Success),
+            ..Default::default()
+        };
+        apply_only(&mut telemetry, &healthy, 5_000);
+        let kpi = telemetry.start();
+        let overview = kpi.send(InspectOverview(5_000)).await.unwrap();
+        assert_eq!((overview.scopes.len(), overview.outcomes, overview.at_ms), (61, 481, 5_000));
+        let keys: Vec<&str> = overview.scopes.iter().map(|s| s.kpi.scope_key.as_str()).collect();
+        assert!(keys.windows(2).all(|pair| pair[0] < pair[1]), "sorted by scope key");
+        let fine = overview.scopes.iter().find(|s| s.kpi.scope_key == "fine").unwrap();
+        assert!(!fine.alerting && !fine.adaptive_degraded);
+        assert_eq!(fine.sparkline.len(), SPARKLINE_SLICES);
+        assert_eq!(fine.sparkline.iter().flatten().collect::<Vec<_>>(), vec![&1.0]);
+        let failing = overview.scopes.iter().find(|s| s.kpi.scope_key == "org00").unwrap();
+        assert!(failing.alerting && failing.adaptive_degraded, "{failing:?}");
+        assert_eq!(failing.sparkline.iter().flatten().copied().collect::<Vec<f32>>(), vec![0.0]);
+        // The ring keeps the newest RECENT_ALERTS, newest first.
+        let newest: Vec<AlertEvent> = raised.iter().rev().take(RECENT_ALERTS).cloned().collect();
+        assert_eq!(overview.recent_alerts, newest);
+    }
+
+    /// The console asks for this on every page load: 1,000 scopes of full windows must stay cheap.
+    #[actix::test]
+    async fn the_overview_of_a_thousand_full_scopes_is_cheap() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = settings();
+        let capacity = settings.window.capacity() as u64;
+        let mut telemetry = KpiTelemetry::load(Store::open(dir.path()).unwrap(), settings).unwrap();
+        for org in 0..1_000u64 {
+            for i in 0..capacity {
+                let status = if (org + i) % 3 == 0 { OutcomeStatus::Failed } else { OutcomeStatus::Success };
+                let report = OutcomeReport {
+                    organization_id: Some(format!("org{org}")),
+                    status: Some(status),
+                    ..Default::default()
+                };
+                apply_only(&mut telemetry, &report, 1_000_000 + i * 1_000);
+            }
+        }
+        let kpi = telemetry.start();
+        let now_ms = 1_000_000 + capacity * 1_000;
+        let mut best = Duration::MAX;
+        for _ in 0..5 {
+            let started = Instant::now();
+            let overview = kpi.send(InspectOverview(now_ms)).await.unwrap();
+            best = best.min(started.elapsed());
+            assert_eq!(overview.scopes.len(), 1_000);
+            assert!(overview.scopes.iter().all(|s| s.kpi.sample_count == capacity as usize));
+        }
+        eprintln!("overview of 1000 scopes x {capacity} samples: {best:?}");
+        // Debug builds on a shared CI machine: generous, but an accidental quadratic would fail it.
+        assert!(best < Duration::from_millis(50), "{best:?}");
     }
 
     /// Collects the priors a KpiTelemetry publishes.

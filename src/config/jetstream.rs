@@ -29,6 +29,39 @@ pub struct JetStreamSettings {
     pub duplicate_window_ms: u64,
     pub apply_timeout_ms: u64,
     pub outcome_max_in_flight: usize,
+    /// Whether dispatch state (registry, bindings, approvals, re-drive claims,
+    /// rate windows) lives in the key-value buckets below, shared by every node.
+    pub shared_dispatch: bool,
+    /// Bucket of capability records and bindings.
+    pub registry_bucket: String,
+    /// Bucket of approvals.
+    pub approvals_bucket: String,
+    /// How long an approval is kept after its last change; 0 keeps it.
+    pub approvals_max_age_ms: u64,
+    /// Bucket of re-drive claims and stored results, one per (executionId, stepId).
+    pub redrive_bucket: String,
+    /// How long a re-drive record is kept after its last change; 0 keeps it.
+    pub redrive_max_age_ms: u64,
+    /// Bucket of rate windows, one per (capability, agent).
+    pub rates_bucket: String,
+    /// Bucket of SCG sources, cross-source links and memory notes.
+    pub scg_bucket: String,
+    /// Bucket of live source definitions.
+    pub sources_bucket: String,
+}
+
+impl JetStreamSettings {
+    /// The names of the key-value buckets, each with its setting's key.
+    pub fn buckets(&self) -> [(&'static str, &str); 6] {
+        [
+            ("jetstream.registry_bucket", &self.registry_bucket),
+            ("jetstream.approvals_bucket", &self.approvals_bucket),
+            ("jetstream.redrive_bucket", &self.redrive_bucket),
+            ("jetstream.rates_bucket", &self.rates_bucket),
+            ("jetstream.scg_bucket", &self.scg_bucket),
+            ("jetstream.sources_bucket", &self.sources_bucket),
+        ]
+    }
 }
 
 /// The longest a stream keeps its messages: ten years, in milliseconds.
@@ -43,11 +76,14 @@ impl JetStreamSettings {
     /// Checks the section: names are ADR-6 `restricted-term`s, the streams distinct, limits bounded.
     pub fn from_raw(raw: RawJetStream) -> Result<JetStreamSettings, InvalidSetting> {
         for (field, value) in [
-            ("jetstream.index_stream", &raw.index_stream),
+            ("jetstream.index_stream", raw.index_stream.as_str()),
             ("jetstream.outcome_stream", &raw.outcome_stream),
             ("jetstream.outcome_consumer", &raw.outcome_consumer),
             ("jetstream.events_stream", &raw.events_stream),
-        ] {
+        ]
+        .into_iter()
+        .chain(raw.buckets())
+        {
             if value.is_empty() || value.len() > 64 || !restricted(value) {
                 return Err(InvalidSetting::new(
                     field,
@@ -70,6 +106,12 @@ impl JetStreamSettings {
                 "must differ from the index and outcome streams",
             ));
         }
+        let buckets = raw.buckets();
+        for (at, (field, name)) in buckets.iter().enumerate() {
+            if buckets[..at].iter().any(|(_, other)| other == name) {
+                return Err(InvalidSetting::new(*field, InvalidKind::Conflict, "must differ from the other buckets"));
+            }
+        }
         if raw.node_name.len() > 64 || !restricted(&raw.node_name) {
             return Err(InvalidSetting::new(
                 "jetstream.node_name",
@@ -83,6 +125,8 @@ impl JetStreamSettings {
         in_range("jetstream.duplicate_window_ms", raw.duplicate_window_ms, 1_000..=86_400_000)?;
         in_range("jetstream.apply_timeout_ms", raw.apply_timeout_ms, 100..=600_000)?;
         in_range("jetstream.outcome_max_in_flight", raw.outcome_max_in_flight, 1..=65_536)?;
+        at_most("jetstream.approvals_max_age_ms", raw.approvals_max_age_ms, MAX_AGE_MS)?;
+        at_most("jetstream.redrive_max_age_ms", raw.redrive_max_age_ms, MAX_AGE_MS)?;
         Ok(raw)
     }
 }
@@ -123,6 +167,9 @@ mod tests {
             (Box::new(|r| r.duplicate_window_ms = 999), "jetstream.duplicate_window_ms", OutOfRange),
             (Box::new(|r| r.apply_timeout_ms = 99), "jetstream.apply_timeout_ms", OutOfRange),
             (Box::new(|r| r.outcome_max_in_flight = 65_537), "jetstream.outcome_max_in_flight", OutOfRange),
+            (Box::new(|r| r.rates_bucket = "R.S".into()), "jetstream.rates_bucket", Malformed),
+            (Box::new(|r| r.scg_bucket = "CAPDEX_REGISTRY".into()), "jetstream.scg_bucket", Conflict),
+            (Box::new(|r| r.redrive_max_age_ms = MAX_AGE_MS + 1), "jetstream.redrive_max_age_ms", OutOfRange),
         ];
         for (edit, field, kind) in cases {
             let err = check(edit).unwrap_err();

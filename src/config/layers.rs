@@ -22,6 +22,9 @@ pub const RESERVED_ENV: &[&str] = &[
     "CAPDEX_TEST_MODEL_DIR",
     "CAPDEX_NEURAL_TESTS",
     "CAPDEX_BENCH_SERVE_BIN",
+    "CAPDEX_CHROMIUM",
+    "CAPDEX_CHROMEDRIVER",
+    "CAPDEX_CONSOLE_SCREENSHOTS",
 ];
 
 /// The compiled-in defaults as a TOML value.

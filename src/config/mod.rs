@@ -7,10 +7,11 @@
 //! [`layers`] (defaults, file, environment overrides), [`environment`],
 //! [`data_dir`], [`scanning`] (capability folders), [`observability`] (logs,
 //! metrics), [`embedder`], [`discovery`], [`kpi`], [`planner`], [`nats`],
-//! [`jetstream`], [`scg`], [`dispatch`], [`sources`], [`mcp`]. [`Settings::from_raw`] only composes them.
+//! [`jetstream`], [`scg`], [`dispatch`], [`sources`], [`mcp`], [`console`]. [`Settings::from_raw`] only composes them.
 //! Nothing here reads the process environment: the binary builds the
 //! [`Environment`] once, tests build it from pairs.
 
+mod console;
 mod data_dir;
 mod discovery;
 mod dispatch;
@@ -28,6 +29,7 @@ mod scanning;
 mod scg;
 mod sources;
 
+pub use console::{ConsoleSettings, RawConsole};
 pub use discovery::{DiscoverySection, LexicalWeight, RawDiscovery, MAX_DISCOVERY_WORKERS};
 pub use dispatch::{DispatchSettings, RawDispatch};
 pub use embedder::{EmbedderBackend, EmbedderSettings, RawEmbedder};
@@ -75,6 +77,7 @@ pub struct RawSettings {
     #[serde(default)]
     pub sources: Vec<crate::core::sources::settings::SourceSettings>,
     pub mcp: RawMcp,
+    pub console: RawConsole,
 }
 
 /// Validated settings; each actor receives only its part.
@@ -109,6 +112,8 @@ pub struct Settings {
     pub sources: Vec<crate::core::sources::settings::SourceSettings>,
     /// The MCP face (`[mcp]`).
     pub mcp: McpSettings,
+    /// The operator console (`[console]`).
+    pub console: ConsoleSettings,
 }
 
 impl Settings {
@@ -173,6 +178,7 @@ impl Settings {
             dispatch: DispatchSettings::from_raw(raw.dispatch)?,
             sources: sources::sources_from_raw(raw.sources)?,
             mcp: McpSettings::from_raw(raw.mcp, env)?,
+            console: ConsoleSettings::from_raw(raw.console, env)?,
         })
     }
 }

@@ -1,5 +1,6 @@
-//! The `[nats]` section: the server, the subject prefix, the service name,
-//! payload and drain limits, authentication (one method at most) and TLS.
+//! The `[nats]` section: the servers (one URL, or a comma-separated list of a
+//! cluster's servers to fail over between), the subject prefix, the service
+//! name, payload and drain limits, authentication (one method at most) and TLS.
 
 use super::error::{in_range, InvalidKind, InvalidSetting};
 use serde::Deserialize;
@@ -30,7 +31,12 @@ pub struct RawNats {
 
 #[derive(Clone, Debug)]
 pub struct NatsSettings {
+    /// The setting as written (for logs and error messages).
     pub url: String,
+    /// Each server of `url`, trimmed, in the order given: the client tries
+    /// them in that order on connect and reconnect, so a node lists its
+    /// nearest server first.
+    pub servers: Vec<String>,
     pub subject_prefix: String,
     pub service_name: String,
     pub max_payload_bytes: usize,
@@ -97,13 +103,8 @@ impl NatsSettings {
     pub fn from_raw(raw: RawNats) -> Result<NatsSettings, InvalidSetting> {
         validate_prefix(&raw.subject_prefix)
             .map_err(|problem| InvalidSetting::new("nats.subject_prefix", InvalidKind::Malformed, problem))?;
-        if !(raw.url.starts_with("nats://") || raw.url.starts_with("tls://")) {
-            return Err(InvalidSetting::new(
-                "nats.url",
-                InvalidKind::Malformed,
-                format!("must start with nats:// or tls://, got {:?}", raw.url),
-            ));
-        }
+        let servers = server_list(&raw.url)
+            .map_err(|problem| InvalidSetting::new("nats.url", InvalidKind::Malformed, problem))?;
         if raw.service_name.is_empty()
             || !raw.service_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
@@ -118,6 +119,7 @@ impl NatsSettings {
         in_range("nats.max_payload_bytes", raw.max_payload_bytes, 1024..=64 * 1024 * 1024)?;
         Ok(NatsSettings {
             url: raw.url,
+            servers,
             subject_prefix: raw.subject_prefix,
             service_name: raw.service_name,
             max_payload_bytes: raw.max_payload_bytes,
@@ -126,6 +128,41 @@ impl NatsSettings {
             tls,
         })
     }
+}
+
+/// Splits `url` at commas into server URLs and checks each: `nats://` or
+/// `tls://`, an optional `user:password@`, a host, an optional numeric port,
+/// nothing after it. At most 32 servers, none listed twice.
+fn server_list(url: &str) -> Result<Vec<String>, String> {
+    const MAX_SERVERS: usize = 32;
+    let servers: Vec<String> = url.split(',').map(|server| server.trim().to_string()).collect();
+    if servers.len() > MAX_SERVERS {
+        return Err(format!("lists {} servers, at most {MAX_SERVERS} are allowed", servers.len()));
+    }
+    for (position, server) in servers.iter().enumerate() {
+        let bad = |problem: &str| format!("server {} of {:?} ({server:?}) {problem}", position + 1, url);
+        let Some(rest) = server.strip_prefix("nats://").or_else(|| server.strip_prefix("tls://")) else {
+            return Err(bad("must start with nats:// or tls://"));
+        };
+        let authority = rest.rsplit_once('@').map_or(rest, |(_, host_port)| host_port);
+        let (host, port) = match authority.rsplit_once(':') {
+            // An IPv6 literal without a port: `[::1]`.
+            Some((host, port)) if !port.ends_with(']') => (host, Some(port)),
+            _ => (authority, None),
+        };
+        if host.is_empty() || host.contains(['/', '?', '#', ' ']) {
+            return Err(bad("needs a host and nothing after the port"));
+        }
+        if let Some(port) = port {
+            if port.parse::<u16>().map_or(true, |port| port == 0) {
+                return Err(bad("has a port that is not a number from 1 to 65535"));
+            }
+        }
+        if servers[..position].contains(server) {
+            return Err(bad("is listed twice"));
+        }
+    }
+    Ok(servers)
 }
 
 /// Checks a subject prefix: dot-separated tokens of letters, digits, `-` and `_`.
@@ -199,7 +236,7 @@ fn nats_tls(raw: &RawNats) -> Result<NatsTls, InvalidSetting> {
     Ok(NatsTls {
         ca_file: some_path(&raw.tls_ca_file),
         client_cert,
-        required: raw.tls_required || raw.url.starts_with("tls://"),
+        required: raw.tls_required || raw.url.split(',').any(|server| server.trim().starts_with("tls://")),
     })
 }
 
@@ -218,6 +255,7 @@ mod tests {
     fn the_defaults_connect_in_plain_text_without_credentials() {
         let settings = check(|_| {}).unwrap();
         assert_eq!((settings.url.as_str(), settings.subject_prefix.as_str()), ("nats://127.0.0.1:4222", "capdex.v1"));
+        assert_eq!(settings.servers, ["nats://127.0.0.1:4222"]);
         assert_eq!((settings.auth, settings.tls), (NatsAuth::None, NatsTls::default()));
         let tls = check(|raw| {
             raw.tls_cert_file = "/c.pem".into();
@@ -238,6 +276,14 @@ mod tests {
         use InvalidKind::*;
         let cases: Vec<Case<RawNats>> = vec![
             (Box::new(|r| r.url = "http://h:4222".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = "nats://a:4222,".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = "nats://a:4222,http://b:4222".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = "nats://a:4222,nats://b:42x".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = "nats://a:4222,nats://:4222".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = "nats://a:0".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = "nats://a:4222/path".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = "nats://a:4222, nats://a:4222".into()), "nats.url", Malformed),
+            (Box::new(|r| r.url = vec!["nats://h:1"; 33].join(",")), "nats.url", Malformed),
             (Box::new(|r| r.subject_prefix = "capdex..v1".into()), "nats.subject_prefix", Malformed),
             (Box::new(|r| r.subject_prefix = "capdex.*".into()), "nats.subject_prefix", Malformed),
             (Box::new(|r| r.service_name = String::new()), "nats.service_name", Malformed),
@@ -267,6 +313,20 @@ mod tests {
             let err = check(edit).unwrap_err();
             assert_eq!((err.field.as_str(), err.kind), (field, kind), "{err}");
         }
+    }
+
+    #[test]
+    fn a_comma_separated_url_lists_the_servers_of_a_cluster_in_order() {
+        let settings =
+            check(|raw| raw.url = "nats://10.0.0.3:4222, nats://u:p@nats-1:4223,tls://[::1]:4224,nats://nats-2".into())
+                .unwrap();
+        assert_eq!(
+            settings.servers,
+            ["nats://10.0.0.3:4222", "nats://u:p@nats-1:4223", "tls://[::1]:4224", "nats://nats-2"]
+        );
+        assert!(settings.tls.required, "one tls:// server requires TLS for all");
+        let message = check(|raw| raw.url = "nats://a:4222,nats://b:99999".into()).unwrap_err().to_string();
+        assert!(message.contains("server 2 of") && message.contains("nats://b:99999"), "{message}");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 
 // The filter sits below retrieval, which applies it; discovery's callers name it from here.
 pub use crate::core::filter::DiscoveryFilter;
-use crate::core::retrieval::{rank_with, Fusion, Indexes, Query, RankedHit, LEXICAL_WEIGHT};
+use crate::core::retrieval::{
+    rank_explained, rank_with, Fusion, FusionSignals, Indexes, Query, RankedHit, LEXICAL_WEIGHT,
+};
 use crate::core::text::{detail_text, summary_line};
 use crate::core::tiers::{
     assemble_tier1, assemble_tier2, estimate_tokens, Candidate, Tier1Entry, Tier2Entry, TokenBudget, TokenEstimate,
@@ -187,6 +189,56 @@ pub struct DiscoveryResult {
     /// The three tiers as one prompt section; its estimate is at most `totalTokens`.
     pub rendered: String,
     pub diagnostics: DiscoveryDiagnostics,
+    /// Why each Tier 1 entry is there, one per entry in Tier 1's order; only
+    /// when the query asked for it (`explain`), and then computed from the
+    /// values the ranking used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub explanations: Vec<Explanation>,
+}
+
+/// The signals that ranked one Tier 1 entry (`"explain": true`), as the
+/// ranking used them. With the module docs of [`crate::core::retrieval`]:
+///
+/// ```text
+/// relevance = clamp((fused + graph) · (1 + prior), 0, 1)
+/// ```
+///
+/// up to float rounding. An entry Tier 1 took in as a dependency or preset
+/// partner of another, without retrieval returning it, has the values the
+/// ranking saw of it: `fused`, `lexical` 0 and `dense` `None` when retrieval
+/// did not return it (a graph pull-in has only its `graph`), and everything 0
+/// when the ranking never reached it (its relevance is then 0 too).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub id: String,
+    /// The entry's Tier 1 relevance.
+    pub relevance: f32,
+    /// `lex_p(d)`: the normalised BM25F score in [0, 1] that entered the
+    /// fusion, on the part of the message that set `fused` (`part`).
+    pub lexical: f32,
+    /// `cos_p(d)`: the cosine of that part's vector with the capability's
+    /// (the fusion counts a negative one as 0); `None` when the query or the
+    /// capability has no vector (then `fused` came from `lexical` alone), or
+    /// retrieval did not return it.
+    pub dense: Option<f32>,
+    /// What graph re-ranking added: the relevance after re-ranking (capped
+    /// at 1) minus `fused`; 0 with `useGraphReranking` off.
+    pub graph: f32,
+    /// The relative adjustment the outcome prior applied: the relevance was
+    /// multiplied by `1 + prior` (then clamped to [0, 1]); 0 when the prior
+    /// is off, knows nothing of the capability, or the hit is an exact name.
+    pub prior: f32,
+    /// The relevance hybrid retrieval gave: the fusion of the lexical and
+    /// dense signals over the message's parts, 1 for an exact name; 0 when
+    /// retrieval did not return it.
+    pub fused: f32,
+    /// The part of the message whose score set `fused`: 0 for the whole
+    /// message, `c ≥ 1` for its clause `c` (the ranking's `CLAUSE_WEIGHT`
+    /// times the clause's score, relative to its best, was higher).
+    pub part: usize,
+    /// The message is exactly this capability's id, name or display name.
+    pub exact: bool,
 }
 
 /// Runs one discovery: rank the admitted capabilities for `query` (hybrid
@@ -214,12 +266,15 @@ pub fn discover(
     filter: &DiscoveryFilter,
     tier0: String,
 ) -> DiscoveryResult {
-    discover_with_prior(query, indexes, config, filter, tier0, None)
+    discover_with_prior(query, indexes, config, filter, tier0, None, false)
 }
 
 /// [`discover`], with the outcome prior applied to the ranking after fusion
 /// and graph re-ranking and before Tier 1 is picked
 /// ([`crate::core::outcome_prior::OutcomePrior::apply`]); `None` is [`discover`].
+///
+/// With `explain`, the result carries one [`Explanation`] per Tier 1 entry;
+/// the rest of the result is the same as without it.
 pub fn discover_with_prior(
     query: &Query,
     indexes: &Indexes<'_>,
@@ -227,12 +282,20 @@ pub fn discover_with_prior(
     filter: &DiscoveryFilter,
     tier0: String,
     prior: Option<&crate::core::outcome_prior::OutcomePrior>,
+    explain: bool,
 ) -> DiscoveryResult {
     let started = std::time::Instant::now();
     let catalog = indexes.catalog;
     let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
     let fusion = Fusion { lexical: config.lexical_weight, ..Fusion::default() };
-    let mut ranking = rank_with(query, indexes, filter, config.tier1_top_k * 2, graph_boost, fusion);
+    let limit = config.tier1_top_k * 2;
+    let mut ranking = if explain {
+        rank_explained(query, indexes, filter, limit, graph_boost, fusion)
+    } else {
+        rank_with(query, indexes, filter, limit, graph_boost, fusion)
+    };
+    // The ranking before the prior, to tell the graph's part from the prior's.
+    let reranked: Vec<RankedHit> = if explain { ranking.hits.clone() } else { Vec::new() };
     if let Some(prior) = prior {
         prior.apply(&mut ranking.hits);
     }
@@ -297,7 +360,43 @@ pub fn discover_with_prior(
         },
     };
     debug_assert!(estimate_tokens(&rendered) <= token_estimate.total_tokens);
-    DiscoveryResult { tier0, tier1, tier2, token_estimate, rendered, diagnostics }
+    let explanations = if explain { explain_tier1(&tier1, &ranking.signals, &reranked, prior) } else { Vec::new() };
+    DiscoveryResult { tier0, tier1, tier2, token_estimate, rendered, diagnostics, explanations }
+}
+
+/// One [`Explanation`] per Tier 1 entry, from what retrieval saw (`signals`),
+/// the ranking after graph re-ranking and before the prior (`reranked`), and
+/// the prior discovery applied.
+fn explain_tier1(
+    tier1: &[Tier1Entry],
+    signals: &[FusionSignals],
+    reranked: &[RankedHit],
+    prior: Option<&crate::core::outcome_prior::OutcomePrior>,
+) -> Vec<Explanation> {
+    tier1
+        .iter()
+        .map(|entry| {
+            let seen = signals.iter().find(|signals| signals.id == entry.id);
+            let ranked = reranked.iter().find(|hit| hit.id == entry.id);
+            let fused = seen.map_or(0.0, |seen| seen.fused);
+            // `OutcomePrior::apply` adjusts every ranked hit but exact names.
+            let prior = match (prior, ranked) {
+                (Some(prior), Some(hit)) if hit.exact.is_none() => prior.adjustment(&hit.id),
+                _ => 0.0,
+            };
+            Explanation {
+                id: entry.id.clone(),
+                relevance: entry.relevance,
+                lexical: seen.map_or(0.0, |seen| seen.lexical),
+                dense: seen.and_then(|seen| seen.dense),
+                graph: ranked.map_or(0.0, |hit| hit.relevance - fused),
+                prior,
+                fused,
+                part: seen.map_or(0, |seen| seen.part),
+                exact: seen.is_some_and(|seen| seen.exact),
+            }
+        })
+        .collect()
 }
 
 /// Picks Tier 1 from `hits` by the rule in [`discover`]'s docs; returns ids with relevance.
@@ -345,8 +444,10 @@ mod tests {
     use crate::core::graph::{CapabilityGraph, Preset};
     use crate::core::index::VectorIndex;
     use crate::core::lexical::LexicalIndex;
-    use crate::core::retrieval::query_texts;
+    use crate::core::outcome_prior::{OutcomePrior, OutcomePriorSettings, OutcomeStats};
+    use crate::core::retrieval::{query_texts, retrieve_with};
     use crate::core::text::embedding_text;
+    use proptest::prelude::*;
 
     fn descriptor(id: &str, description: &str, category: &str, available: bool) -> CapabilityDescriptor {
         let (kind, name) = id.split_once(':').unwrap();
@@ -391,12 +492,30 @@ mod tests {
         }
 
         fn discover(&self, message: &str, config: &DiscoveryConfig, filter: &DiscoveryFilter) -> DiscoveryResult {
+            let tier0 = self.catalog.tier0(filter, TokenBudget::new(config.tier0_token_budget));
+            discover(&self.query(message), &self.indexes(), config, filter, tier0)
+        }
+
+        fn indexes(&self) -> Indexes<'_> {
+            Indexes { catalog: &self.catalog, vectors: &self.vectors, lexical: &self.lexical, graph: &self.graph }
+        }
+
+        fn query(&self, message: &str) -> Query {
             let texts = query_texts(message);
             let vectors = texts.iter().map(|text| self.embedder.embed(text)).collect();
-            let indexes =
-                Indexes { catalog: &self.catalog, vectors: &self.vectors, lexical: &self.lexical, graph: &self.graph };
+            Query::new(texts, vectors)
+        }
+
+        fn discover_explained(
+            &self,
+            query: &Query,
+            config: &DiscoveryConfig,
+            filter: &DiscoveryFilter,
+            prior: Option<&OutcomePrior>,
+            explain: bool,
+        ) -> DiscoveryResult {
             let tier0 = self.catalog.tier0(filter, TokenBudget::new(config.tier0_token_budget));
-            discover(&Query::new(texts, vectors), &indexes, config, filter, tier0)
+            discover_with_prior(query, &self.indexes(), config, filter, tier0, prior, explain)
         }
     }
 
@@ -515,6 +634,246 @@ mod tests {
         assert_eq!(tier1_ids(&ids), vec!["skill:github", "tool:slack-post"]);
         let one = DiscoveryConfig { tier1_top_k: 1, tier2_top_k: 1, ..DiscoveryConfig::default() };
         assert_eq!(tier1_ids(&fixture.discover(message, &one, &DiscoveryFilter::default())), vec!["skill:github"]);
+    }
+
+    /// Both fixtures' capabilities in one catalog, with the release preset.
+    fn explained_fixture() -> Fixture {
+        let mut github = descriptor("skill:github", "Manage GitHub issues and pull requests", "developer", true);
+        github.required_tools = vec!["cli-executor".into()];
+        let mut deploy = descriptor("skill:deploy", "Deploy the site to production", "developer", true);
+        deploy.required_tools = vec!["cli-executor".into()];
+        Fixture::new(
+            vec![
+                github,
+                deploy,
+                descriptor("tool:cli-executor", "Run shell commands", "system", true),
+                descriptor("tool:slack-post", "Post to a Slack channel", "communication", true),
+                descriptor("tool:notes", "Keep notes", "productivity", true),
+                descriptor("channel:telegram", "Send and receive messages in Telegram chats", "communication", true),
+                descriptor("channel:discord", "Send messages to Discord servers and channels", "communication", false),
+                descriptor("tool:weather", "Get the weather forecast for a city", "information", true),
+                descriptor("tool:web-search", "Search the web for current information", "information", true),
+            ],
+            &[Preset { name: "release".into(), capability_ids: vec!["skill:github".into(), "tool:slack-post".into()] }],
+        )
+    }
+
+    /// A prior that favours the weather tool and disfavours GitHub.
+    fn biased_prior() -> OutcomePrior {
+        let settings = OutcomePriorSettings::default();
+        let mut stats = OutcomeStats::default();
+        for at_ms in 0..20 {
+            stats.credit("tool:weather", 1.0, at_ms, settings.half_life_ms);
+            stats.credit("skill:github", 0.0, at_ms, settings.half_life_ms);
+            stats.credit("tool:notes", 0.5, at_ms, settings.half_life_ms);
+        }
+        stats.snapshot(&settings, 20)
+    }
+
+    fn without_timings(mut result: DiscoveryResult) -> DiscoveryResult {
+        result.diagnostics.timings = StageTimings::default();
+        result
+    }
+
+    const MESSAGES: &[&str] = &[
+        "open a github issue about the pull request",
+        "send a telegram message",
+        "what's the weather forecast. then post it to slack and keep notes",
+        "Web-Search",
+        "deploy the site then run a shell command",
+        "nothing here matches",
+    ];
+
+    #[test]
+    fn explaining_changes_nothing_but_the_explanations() {
+        let fixture = explained_fixture();
+        let prior = biased_prior();
+        let graph_off = DiscoveryConfig { use_graph_reranking: false, ..DiscoveryConfig::default() };
+        let low = DiscoveryConfig { tier1_min_relevance: 0.0, tier1_top_k: 8, ..DiscoveryConfig::default() };
+        for message in MESSAGES {
+            for config in [&DiscoveryConfig::default(), &graph_off, &low] {
+                for prior in [None, Some(&prior)] {
+                    for query in [fixture.query(message), Query::without_vectors(query_texts(message), "down")] {
+                        let filter = DiscoveryFilter::default();
+                        let plain = fixture.discover_explained(&query, config, &filter, prior, false);
+                        let explained = fixture.discover_explained(&query, config, &filter, prior, true);
+                        assert!(plain.explanations.is_empty());
+                        assert_eq!(explained.explanations.len(), explained.tier1.len(), "{message}");
+                        let bare = DiscoveryResult { explanations: Vec::new(), ..explained.clone() };
+                        assert_eq!(without_timings(bare.clone()), without_timings(plain.clone()), "{message}");
+                        // Serialized, the plain result has no `explanations` key, and the rest is the same bytes.
+                        let json = |result: DiscoveryResult| serde_json::to_string(&without_timings(result)).unwrap();
+                        assert!(!json(plain.clone()).contains("explanations"));
+                        assert_eq!(json(bare), json(plain));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn explanations_name_the_signals_in_camel_case() {
+        let fixture = explained_fixture();
+        let config = DiscoveryConfig::default();
+        let result = fixture.discover_explained(
+            &fixture.query("open a github issue about the pull request"),
+            &config,
+            &DiscoveryFilter::default(),
+            Some(&biased_prior()),
+            true,
+        );
+        let value = serde_json::to_value(&result).unwrap();
+        let first = &value["explanations"][0];
+        assert_eq!(first["id"], "skill:github", "{value}");
+        for key in ["relevance", "lexical", "dense", "graph", "prior", "fused", "part", "exact"] {
+            assert!(first.get(key).is_some(), "{key} missing: {first}");
+        }
+        assert!(first["prior"].as_f64().unwrap() < 0.0, "github does worse than the rest: {first}");
+        assert!(first["lexical"].as_f64().unwrap() > 0.0 && first["dense"].as_f64().unwrap() > 0.0, "{first}");
+        // The dependency came in under its dependent, below the minimum, pulled in by the graph alone:
+        // retrieval did not return it, so all it has is the graph's share.
+        let dependency = &result.explanations[1];
+        assert_eq!(dependency.id, "tool:cli-executor");
+        assert!(dependency.relevance < config.tier1_min_relevance);
+        assert_eq!((dependency.fused, dependency.lexical, dependency.dense), (0.0, 0.0, None));
+        assert!(dependency.graph > 0.0 && dependency.graph == dependency.relevance, "{dependency:?}");
+        // A many-part message: some entries owe their fused relevance to a clause.
+        let clauses = fixture.discover_explained(
+            &fixture.query("what's the weather forecast. then post it to slack and keep notes"),
+            &config,
+            &DiscoveryFilter::default(),
+            Some(&biased_prior()),
+            true,
+        );
+        let weather = clauses.explanations.iter().find(|explanation| explanation.id == "tool:weather").unwrap();
+        assert_eq!(weather.part, 1, "{weather:?}");
+        assert!(weather.prior > 0.0, "the weather tool does better than the rest: {weather:?}");
+        // Without vectors there is no cosine.
+        let lexical_only = fixture.discover_explained(
+            &Query::without_vectors(query_texts("send a telegram message"), "down"),
+            &config,
+            &DiscoveryFilter::default(),
+            None,
+            true,
+        );
+        assert_eq!(lexical_only.explanations[0].id, "channel:telegram");
+        assert!(lexical_only.explanations.iter().all(|explanation| explanation.dense.is_none()));
+        assert_eq!(lexical_only.explanations[0].fused, lexical_only.explanations[0].lexical);
+        // An exact name: fused 1, not adjusted by the prior.
+        let exact = fixture.discover_explained(
+            &fixture.query("Web-Search"),
+            &config,
+            &DiscoveryFilter::default(),
+            Some(&biased_prior()),
+            true,
+        );
+        let first = &exact.explanations[0];
+        assert_eq!((first.id.as_str(), first.fused, first.exact, first.prior), ("tool:web-search", 1.0, true, 0.0));
+    }
+
+    /// Checks `result`'s explanations against what the ranking computes on its own.
+    fn check_explanations(
+        fixture: &Fixture,
+        query: &Query,
+        config: &DiscoveryConfig,
+        prior: Option<&OutcomePrior>,
+        result: &DiscoveryResult,
+    ) -> Result<(), TestCaseError> {
+        let filter = DiscoveryFilter::default();
+        let ids: Vec<&str> = result.explanations.iter().map(|explanation| explanation.id.as_str()).collect();
+        prop_assert_eq!(ids, tier1_ids(result));
+        let limit = config.tier1_top_k * 2;
+        let fusion = Fusion { lexical: config.lexical_weight, ..Fusion::default() };
+        let retrieved = retrieve_with(query, &fixture.indexes(), &filter, limit, fusion);
+        let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
+        let mut ranked = rank_with(query, &fixture.indexes(), &filter, limit, graph_boost, fusion);
+        if let Some(prior) = prior {
+            prior.apply(&mut ranked.hits);
+        }
+        for (explanation, entry) in result.explanations.iter().zip(&result.tier1) {
+            prop_assert_eq!(explanation.relevance, entry.relevance);
+            // The fused value is retrieval's score, float for float, for every entry it ranked.
+            match retrieved.hits.iter().find(|hit| hit.id == explanation.id) {
+                Some(hit) => {
+                    prop_assert_eq!(explanation.fused, hit.relevance, "{:?}", explanation);
+                    prop_assert_eq!(explanation.exact, hit.exact.is_some());
+                }
+                None => {
+                    prop_assert_eq!(explanation.fused, 0.0);
+                    prop_assert_eq!(explanation.lexical, 0.0);
+                    prop_assert_eq!(explanation.dense, None);
+                }
+            }
+            // The final ranking's score is the entry's relevance.
+            if let Some(hit) = ranked.hits.iter().find(|hit| hit.id == explanation.id) {
+                prop_assert_eq!(hit.relevance, entry.relevance);
+            }
+            let rebuilt = ((explanation.fused + explanation.graph) * (1.0 + explanation.prior)).clamp(0.0, 1.0);
+            prop_assert!((rebuilt - entry.relevance).abs() < 1e-5, "{:?} rebuilds to {}", explanation, rebuilt);
+            if !config.use_graph_reranking {
+                prop_assert_eq!(explanation.graph, 0.0);
+            }
+            // lexical and dense are the part's own signals.
+            let part = &query.parts[explanation.part];
+            if explanation.fused > 0.0 {
+                let doc = fixture.lexical.doc(&explanation.id).unwrap();
+                let lexical = fixture.lexical.score(&part.text);
+                let expected = lexical.scores.iter().find(|(d, _)| *d == doc).map_or(0.0, |(_, score)| *score);
+                prop_assert_eq!(explanation.lexical, expected);
+                let cosine = fixture
+                    .vectors
+                    .scores(&part.vector)
+                    .zip(fixture.vectors.row(&explanation.id))
+                    .map(|(scores, row)| scores[row]);
+                prop_assert_eq!(explanation.dense, cosine);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Over random messages and settings, with and without vectors and a
+        /// prior: the explanations name Tier 1's ids in order, their fused
+        /// value is retrieval's score, and they rebuild each entry's relevance.
+        #[test]
+        fn explanations_are_the_rankings_own_numbers(
+            words in proptest::collection::vec(proptest::sample::select(vec![
+                "github", "issue", "pull", "request", "deploy", "site", "shell", "command", "slack", "post",
+                "notes", "telegram", "message", "discord", "weather", "forecast", "web", "search", "then", ".",
+                "Web-Search", "the", "a",
+            ]), 1..12),
+            top_k in 1usize..8,
+            min_relevance in proptest::sample::select(vec![0.0f32, 0.1, 0.3]),
+            graph in any::<bool>(),
+            lexical_weight in proptest::sample::select(vec![0.0f32, 0.4, 0.6, 1.0]),
+            with_prior in any::<bool>(),
+            without_vectors in proptest::bool::weighted(0.2),
+        ) {
+            let fixture = explained_fixture();
+            let message = words.join(" ").replace(" .", ".");
+            let config = DiscoveryConfig {
+                tier1_top_k: top_k,
+                tier2_top_k: top_k.min(2),
+                tier1_min_relevance: min_relevance,
+                use_graph_reranking: graph,
+                lexical_weight,
+                ..DiscoveryConfig::default()
+            };
+            let prior = biased_prior();
+            let prior = with_prior.then_some(&prior);
+            let query = if without_vectors {
+                Query::without_vectors(query_texts(&message), "down")
+            } else {
+                fixture.query(&message)
+            };
+            let explained = fixture.discover_explained(&query, &config, &DiscoveryFilter::default(), prior, true);
+            let plain = fixture.discover_explained(&query, &config, &DiscoveryFilter::default(), prior, false);
+            prop_assert_eq!(
+                without_timings(DiscoveryResult { explanations: Vec::new(), ..explained.clone() }),
+                without_timings(plain)
+            );
+            check_explanations(&fixture, &query, &config, prior, &explained)?;
+        }
     }
 
     #[test]

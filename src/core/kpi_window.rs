@@ -431,6 +431,50 @@ impl KpiWindow {
             updated_at_ms: live.last().map_or(0, |s| s.at_ms),
         }
     }
+
+    /// The window's recent history at `now_ms` in `slices` equal slices of
+    /// time, oldest first: each slice's mean per-sample score, `None` where a
+    /// slice holds no live sample.
+    ///
+    /// The per-sample score is the one `averageScore` and
+    /// `weightedSuccessRate` (the rate alerts and adaptive execution watch)
+    /// use: the reported score, or 1 for a success, 0.5 for a partial success
+    /// and 0 for a failure when only a status was given. So a slice's value is
+    /// that slice's `averageScore`, in [0, 1].
+    ///
+    /// The span sliced is the window's time span ending at `now_ms`: the
+    /// horizon (`[now - horizon, now]`) when there is one, else from the
+    /// oldest live sample to `now_ms`. The span's `now - start + 1`
+    /// milliseconds are cut into equal parts by age: a sample `age` ms old
+    /// (`now_ms - at_ms`) is in the slice `⌊age·slices / (now - start + 1)⌋`
+    /// back from the last, so a sample at `now_ms` is always in the last slice,
+    /// and so is one stamped after it (a clock step). No live samples give all
+    /// `None`; zero slices an empty vector. It reads every live sample once
+    /// and allocates only the result.
+    pub fn sparkline(&self, now_ms: u64, slices: usize) -> Vec<Option<f32>> {
+        let live = self.samples.range(self.first_live(now_ms)..);
+        let start = match (self.spec.horizon_ms, live.clone().next()) {
+            (_, None) => return vec![None; slices],
+            (0, Some(oldest)) => oldest.at_ms.min(now_ms),
+            (horizon_ms, Some(_)) => horizon_start_ms(now_ms, horizon_ms),
+        };
+        if slices == 0 {
+            return Vec::new();
+        }
+        let mut sums = vec![(0.0f64, 0u32); slices];
+        // `now_ms - start + 1` instants, cut into `slices` equal parts counted back from now.
+        let instants = u128::from(now_ms - start) + 1;
+        for sample in live {
+            let age = u128::from(now_ms - sample.at_ms.min(now_ms));
+            let back = ((age * slices as u128) / instants) as usize;
+            let (sum, count) = &mut sums[slices - 1 - back.min(slices - 1)];
+            *sum += f64::from(sample.score);
+            *count += 1;
+        }
+        sums.into_iter()
+            .map(|(sum, count)| (count > 0).then(|| (sum / f64::from(count)).clamp(0.0, 1.0) as f32))
+            .collect()
+    }
 }
 
 /// When a KPI raises an alert. Defaults are the design's.
@@ -800,7 +844,100 @@ mod tests {
         assert_eq!(alert.severity, "warning");
     }
 
+    #[test]
+    fn a_sparkline_slices_the_horizon_ending_now() {
+        // A horizon of 2.4 s in 24 slices: 100 ms each, the last one ending at now.
+        let mut window = KpiWindow::new(WindowSpec::new(100, 2_400).unwrap());
+        window.push(sample(OutcomeStatus::Failed, 1_000));
+        window.push(sample(OutcomeStatus::Success, 1_150));
+        window.push(sample(OutcomeStatus::Success, 1_160));
+        window.push(sample(OutcomeStatus::Failed, 1_170));
+        window.push(sample(OutcomeStatus::Partial, 3_399));
+        let line = window.sparkline(3_400, 24);
+        assert_eq!(line.len(), 24);
+        let mut expected = vec![None; 24];
+        expected[0] = Some(0.0);
+        expected[1] = Some(2.0 / 3.0);
+        expected[23] = Some(0.5);
+        assert_eq!(line, expected);
+        // Later, the oldest sample is stale and everything moves left.
+        let line = window.sparkline(3_500, 24);
+        assert_eq!((line[0], line[22], line[23]), (Some(2.0 / 3.0), Some(0.5), None));
+        // A reported score counts as itself, as in averageScore.
+        let mut window = KpiWindow::new(spec(10));
+        window.push(Sample::new(None, Some(0.9), 5).unwrap());
+        assert_eq!(window.sparkline(5, 4), vec![None, None, None, Some(0.9)]);
+    }
+
+    #[test]
+    fn a_sparkline_without_a_horizon_spans_the_oldest_sample_to_now() {
+        let mut window = KpiWindow::new(spec(10));
+        assert_eq!(window.sparkline(100, 3), vec![None, None, None], "empty");
+        window.push(sample(OutcomeStatus::Success, 10));
+        window.push(sample(OutcomeStatus::Failed, 20));
+        // Span 10..=99: 90 instants, 30 per slice.
+        assert_eq!(window.sparkline(99, 3), vec![Some(0.5), None, None]);
+        // One instant from the oldest to now: every live sample is in the last slice.
+        assert_eq!(window.sparkline(10, 2), vec![None, Some(0.5)]);
+        assert_eq!(window.sparkline(100, 0), Vec::<Option<f32>>::new());
+        // A sample stamped after now (a clock step) counts in the last slice.
+        assert_eq!(window.sparkline(15, 2), vec![Some(1.0), Some(0.0)]);
+    }
+
     proptest! {
+        /// A sparkline holds exactly the live samples, each in the slice of
+        /// `slices` equal parts of the span its age falls in, and one slice
+        /// is the KPI's average score.
+        #[test]
+        fn a_sparkline_is_the_mean_score_of_each_slice(
+            steps in proptest::collection::vec((0u64..400, 0.0f32..=1.0), 0..120),
+            capacity in 1usize..60,
+            horizon_ms in prop_oneof![Just(0u64), 1u64..5_000],
+            read_after in 0u64..3_000,
+            slices in 1usize..40,
+        ) {
+            let mut window = KpiWindow::new(WindowSpec::new(capacity, horizon_ms).unwrap());
+            let mut now = 0u64;
+            for (gap, score) in steps {
+                now += gap;
+                window.push(Sample::new(None, Some(score), now).unwrap());
+            }
+            let now = now + read_after;
+            let line = window.sparkline(now, slices);
+            prop_assert_eq!(line.len(), slices);
+            let live: Vec<&Sample> = window.samples().filter(|s| s.at_ms >= horizon_start_ms(now, horizon_ms)).collect();
+            let start = if horizon_ms == 0 { live.first().map_or(now, |s| s.at_ms) } else { horizon_start_ms(now, horizon_ms) };
+            let instants = now - start + 1;
+            for (i, value) in line.iter().enumerate() {
+                // The naive model: the j-th slice back from now holds the ages
+                // [j·instants/slices, (j+1)·instants/slices).
+                let j = (slices - 1 - i) as u64;
+                let inside: Vec<f64> = live
+                    .iter()
+                    .filter(|s| {
+                        let age = (now - s.at_ms) * slices as u64;
+                        j * instants <= age && age < (j + 1) * instants
+                    })
+                    .map(|s| f64::from(s.score))
+                    .collect();
+                match value {
+                    None => prop_assert!(inside.is_empty(), "slice {} holds {:?}", i, inside),
+                    Some(mean) => {
+                        prop_assert!(!inside.is_empty(), "slice {} is empty", i);
+                        let expected = inside.iter().sum::<f64>() / inside.len() as f64;
+                        prop_assert!((f64::from(*mean) - expected).abs() < 1e-5, "{} vs {}", mean, expected);
+                        prop_assert!((0.0..=1.0).contains(mean));
+                    }
+                }
+            }
+            let one = window.sparkline(now, 1);
+            let kpi = window.kpi("s", now);
+            match one[0] {
+                None => prop_assert_eq!(kpi.sample_count, 0),
+                Some(mean) => prop_assert!((mean - kpi.average_score).abs() < 1e-5),
+            }
+        }
+
         #[test]
         fn rates_stay_in_the_unit_interval(scores in proptest::collection::vec(0.0f32..=1.0, 0..300), capacity in 1usize..120) {
             let mut window = KpiWindow::new(spec(capacity));

@@ -6,6 +6,7 @@
 //! `tests/tidy.rs` enforces that.
 
 pub mod catalog;
+pub mod console;
 pub mod descriptor;
 pub mod discovery;
 pub mod dispatch;

@@ -15,7 +15,7 @@
 //! Nothing here reads or writes the store: the actor fetches the kept vectors
 //! and writes what these functions say changed.
 
-use crate::core::catalog::{Catalog, ChangePlan};
+use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan};
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::embedder::{text_hash, EmbedError, EmbedErrorCode};
 use crate::core::graph::Preset;
@@ -136,6 +136,8 @@ pub struct AppliedChange {
     pub pending_resolved: Vec<String>,
     /// The origin's presets to store, when they changed (empty: it has none any more).
     pub presets: Option<Vec<Preset>>,
+    /// Whether the change changed anything (a new catalog version follows).
+    pub changed: bool,
 }
 
 /// Carries out `plan` by `origin` on copies of `base_catalog` and
@@ -150,9 +152,85 @@ pub fn apply_change(
     vectors: Vec<Option<Vec<f32>>>,
     presets: Option<Vec<Preset>>,
 ) -> AppliedChange {
-    debug_assert_eq!(plan.upserts.len(), vectors.len(), "one vector slot per upsert");
     let mut catalog = base_catalog.clone();
     let mut index = base_index.clone();
+    let mut applied = apply_plan(&mut catalog, &mut index, origin, plan, vectors, presets);
+    if applied.changed {
+        applied.next = Some(finish(catalog, index, base_catalog.version));
+    }
+    applied
+}
+
+/// One change of a batch: its origin, plan, the vector of each upsert, and its presets.
+pub struct BatchChange<'a> {
+    pub origin: &'a str,
+    pub plan: &'a ChangePlan,
+    pub vectors: Vec<Option<Vec<f32>>>,
+    pub presets: Option<Vec<Preset>>,
+}
+
+/// Carries out several changes in order on one copy of `base_catalog` and
+/// `base_index`, as [`apply_change`] would one after the other, but builds the
+/// next catalog (one version up) and its lexical index once, at the end:
+/// returns what each change did (with no `next` of its own) and the next
+/// state, when any changed. A node catching up with many mutations pays for
+/// one index build, not one per mutation.
+pub fn apply_changes(
+    base_catalog: &Catalog,
+    base_index: &VectorIndex,
+    changes: Vec<BatchChange<'_>>,
+) -> (Vec<AppliedChange>, Option<(Catalog, VectorIndex, LexicalIndex)>) {
+    let mut catalog = base_catalog.clone();
+    let mut index = base_index.clone();
+    let applied: Vec<AppliedChange> = changes
+        .into_iter()
+        .map(|change| apply_plan(&mut catalog, &mut index, change.origin, change.plan, change.vectors, change.presets))
+        .collect();
+    let next = applied.iter().any(|change| change.changed).then(|| finish(catalog, index, base_catalog.version));
+    (applied, next)
+}
+
+/// A change to plan: origin, offered descriptors, mode, removals and presets.
+pub type ChangeInput = (String, Vec<CapabilityDescriptor>, ChangeMode, Vec<String>, Option<Vec<Preset>>);
+
+/// Plans several changes in order, each against the catalog the ones before it leave.
+pub fn plan_changes(catalog: &Catalog, changes: Vec<ChangeInput>) -> Vec<ChangePlan> {
+    if let [(origin, incoming, mode, removals, _)] = &changes[..] {
+        // One change: no copy to plan against.
+        return vec![plan_change(catalog, origin, incoming.clone(), *mode, removals)];
+    }
+    let mut scratch = catalog.clone();
+    // Planning needs descriptors and origins only; vectors go to a throwaway index.
+    let mut no_vectors = VectorIndex::default();
+    changes
+        .into_iter()
+        .map(|(origin, incoming, mode, removals, presets)| {
+            let plan = plan_change(&scratch, &origin, incoming, mode, &removals);
+            let none = vec![None; plan.upserts.len()];
+            apply_plan(&mut scratch, &mut no_vectors, &origin, &plan, none, presets);
+            plan
+        })
+        .collect()
+}
+
+/// The next catalog: one version up from `base_version`, with its lexical index.
+fn finish(mut catalog: Catalog, index: VectorIndex, base_version: u64) -> (Catalog, VectorIndex, LexicalIndex) {
+    catalog.version = base_version + 1;
+    // The lexical index has corpus-wide statistics (idf, average length), so it is rebuilt whole.
+    let lexical = LexicalIndex::build(catalog.descriptors.values());
+    (catalog, index, lexical)
+}
+
+/// Carries out `plan` on `catalog` and `index` in place (no version, no lexical index).
+fn apply_plan(
+    catalog: &mut Catalog,
+    index: &mut VectorIndex,
+    origin: &str,
+    plan: &ChangePlan,
+    vectors: Vec<Option<Vec<f32>>>,
+    presets: Option<Vec<Preset>>,
+) -> AppliedChange {
+    debug_assert_eq!(plan.upserts.len(), vectors.len(), "one vector slot per upsert");
     let mut applied = AppliedChange::default();
     for id in &plan.removals {
         catalog.descriptors.remove(id);
@@ -187,13 +265,7 @@ pub fn apply_change(
             applied.presets = Some(presets);
         }
     }
-    let changed = !plan.upserts.is_empty() || !plan.removals.is_empty() || applied.presets.is_some();
-    if changed {
-        catalog.version = base_catalog.version + 1;
-        // The lexical index has corpus-wide statistics (idf, average length), so it is rebuilt whole.
-        let lexical = LexicalIndex::build(catalog.descriptors.values());
-        applied.next = Some((catalog, index, lexical));
-    }
+    applied.changed = !plan.upserts.is_empty() || !plan.removals.is_empty() || applied.presets.is_some();
     applied
 }
 
@@ -393,6 +465,88 @@ mod tests {
         assert!(restored.index.contains("tool:a") && restored.index.len() == 1);
         assert_eq!(restored.pending.into_iter().collect::<Vec<_>>(), ["tool:b", "tool:c", "tool:d"]);
         assert_eq!(restore("m", 2, vec![], vec![]).catalog.version, 0);
+    }
+
+    proptest! {
+        /// A batch is the same as its changes one after the other: the same
+        /// plans, the same per-change reports, the same final catalog and vectors.
+        #[test]
+        fn a_batch_equals_its_changes_in_turn(
+            changes in proptest::collection::vec(
+                (0u8..3, proptest::collection::vec((0u8..6, 0u8..3, proptest::bool::ANY), 0..4), proptest::bool::ANY,
+                 proptest::collection::vec(0u8..6, 0..2)),
+                1..12,
+            ),
+        ) {
+            let changes: Vec<_> = changes
+                .into_iter()
+                .map(|(origin, offers, replace, removals)| {
+                    let descriptors = offers
+                        .iter()
+                        .map(|&(id, text, _)| tool(&format!("t{id}"), &format!("text {text}")))
+                        .collect::<Vec<_>>();
+                    let vectors: Vec<Option<Vec<f32>>> = offers
+                        .iter()
+                        .map(|&(id, _, known)| known.then(|| vec![1.0, f32::from(id)]))
+                        .collect();
+                    let mode = if replace { ChangeMode::Replace } else { ChangeMode::Merge };
+                    let removals = removals.iter().map(|id| format!("tool:t{id}")).collect::<Vec<_>>();
+                    (format!("runtime:r{origin}"), descriptors, mode, removals, vectors)
+                })
+                .collect();
+            // The vector of an upsert, by its position among the offers of its change.
+            let vectors_for = |plan: &ChangePlan, offered: &[CapabilityDescriptor], vectors: &[Option<Vec<f32>>]| {
+                plan.upserts
+                    .iter()
+                    .map(|up| offered.iter().position(|d| d.id == up.id).and_then(|at| vectors[at].clone()))
+                    .collect::<Vec<_>>()
+            };
+            let (mut catalog, mut index) = (Catalog::default(), VectorIndex::new(2));
+            let mut one_by_one = Vec::new();
+            for (origin, descriptors, mode, removals, vectors) in &changes {
+                let plan = plan_change(&catalog, origin, descriptors.clone(), *mode, removals);
+                let applied = apply_change(&catalog, &index, origin, &plan, vectors_for(&plan, descriptors, vectors), None);
+                one_by_one.push((plan, applied.added.clone(), applied.updated.clone(), applied.pending_added.clone()));
+                if let Some((next, next_index, _)) = applied.next {
+                    catalog = next;
+                    index = next_index;
+                }
+            }
+            let inputs = changes
+                .iter()
+                .map(|(origin, descriptors, mode, removals, _)| (origin.clone(), descriptors.clone(), *mode, removals.clone(), None))
+                .collect();
+            let plans = plan_changes(&Catalog::default(), inputs);
+            let batch = changes
+                .iter()
+                .zip(&plans)
+                .map(|((origin, descriptors, _, _, vectors), plan)| BatchChange {
+                    origin,
+                    plan,
+                    vectors: vectors_for(plan, descriptors, vectors),
+                    presets: None,
+                })
+                .collect();
+            let (applied, next) = apply_changes(&Catalog::default(), &VectorIndex::new(2), batch);
+            for ((plan, added, updated, pending), (batch_plan, batch_applied)) in one_by_one.iter().zip(plans.iter().zip(&applied)) {
+                prop_assert_eq!(plan, batch_plan);
+                prop_assert_eq!(added, &batch_applied.added);
+                prop_assert_eq!(updated, &batch_applied.updated);
+                prop_assert_eq!(pending, &batch_applied.pending_added);
+            }
+            match next {
+                Some((batch_catalog, batch_index, lexical)) => {
+                    prop_assert_eq!(&batch_catalog.descriptors, &catalog.descriptors);
+                    prop_assert_eq!(&batch_catalog.origins, &catalog.origins);
+                    prop_assert_eq!(batch_catalog.version, 1, "one version for the whole batch");
+                    prop_assert_eq!(lexical.len(), catalog.len());
+                    for id in catalog.descriptors.keys() {
+                        prop_assert_eq!(batch_index.contains(id), index.contains(id), "{}", id);
+                    }
+                }
+                None => prop_assert!(catalog.descriptors.is_empty() && catalog.version == 0),
+            }
+        }
     }
 
     proptest! {

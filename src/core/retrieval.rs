@@ -55,6 +55,11 @@
 //!
 //! [`rank`] adds the graph re-ranking ([`CapabilityGraph::rerank`]) and caps
 //! the result at 1; exact-name matches stay first.
+//!
+//! [`rank_explained`] ranks exactly as [`rank_with`] and also keeps, for each
+//! capability retrieval returned, the part that set its relevance and that
+//! part's `lex_p` and cosine ([`FusionSignals`]), for discovery's
+//! explanations; the other entries keep nothing and allocate nothing for it.
 
 use crate::core::catalog::Catalog;
 use crate::core::filter::DiscoveryFilter;
@@ -189,6 +194,31 @@ pub struct Ranking {
     pub candidates_scanned: usize,
     /// Where the time went.
     pub timings: RankTimings,
+    /// What the fusion saw of each capability retrieval returned, in
+    /// retrieval's order (the graph re-ranking keeps it as it was); only
+    /// when asked for ([`rank_explained`]), empty (never allocated) otherwise.
+    pub signals: Vec<FusionSignals>,
+}
+
+/// What the fusion of the module docs saw of one capability it returned:
+/// the inputs and the output of its relevance, before graph re-ranking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusionSignals {
+    pub id: String,
+    /// The part whose score set the relevance: 0 for the whole message, `c ≥ 1`
+    /// for clause `c` (`Query::parts[c]`), whose `CLAUSE_WEIGHT · top_whole · s_c / top_c`
+    /// was above `s_whole`. An exact name is the whole message's (part 0).
+    pub part: usize,
+    /// `lex_p(d)` of that part: the normalised BM25F score in [0, 1] that entered the fusion.
+    pub lexical: f32,
+    /// `cos_p(d)` of that part, as computed (the fusion counts a negative
+    /// cosine as 0); `None` when the part or the capability has no vector,
+    /// and the part's score was then `lex_p(d)` alone.
+    pub dense: Option<f32>,
+    /// The relevance retrieval gave it (`relevance(d)` of the module docs; 1 for an exact name).
+    pub fused: f32,
+    /// The message is exactly its id, name or display name.
+    pub exact: bool,
 }
 
 /// Microseconds spent per retrieval stage.
@@ -305,17 +335,29 @@ pub fn retrieve_with(
     limit: usize,
     fusion: Fusion,
 ) -> Ranking {
+    retrieve_fast(query, indexes, filter, limit, fusion, false)
+}
+
+/// [`retrieve_with`], keeping [`Ranking::signals`] when `explain` is true.
+fn retrieve_fast(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    fusion: Fusion,
+    explain: bool,
+) -> Ranking {
     let Some(whole) = query.parts.first() else { return Ranking::default() };
     if limit == 0 {
         return Ranking::default();
     }
     let lexical = indexes.lexical;
     if !indexes.one_publication() {
-        return retrieve_reference(query, indexes, filter, limit, fusion);
+        return retrieve_slow(query, indexes, filter, limit, fusion, explain);
     }
     let alignment = indexes.vectors.alignment(lexical);
     if alignment.unmatched_rows > 0 {
-        return retrieve_reference(query, indexes, filter, limit, fusion);
+        return retrieve_slow(query, indexes, filter, limit, fusion, explain);
     }
     let doc_filter = DocFilter::new(lexical, filter);
     let mut timings = RankTimings::default();
@@ -341,6 +383,7 @@ pub fn retrieve_with(
             limit,
             fusion,
             timings,
+            explain,
             &mut scratch,
         ),
         Err(_) => rank_candidates(
@@ -352,6 +395,7 @@ pub fn retrieve_with(
             limit,
             fusion,
             timings,
+            explain,
             &mut Scratch::default(),
         ),
     })
@@ -376,6 +420,26 @@ fn fuse_part(lexical_share: f32, signals: &[(f32, Option<f32>)], mut put: impl F
             None => lex,
         };
         put(i, score.clamp(0.0, 1.0));
+    }
+}
+
+/// The part that set a relevance of `scores[0].max(clause · max_c top_whole · scores[c] / top_c)`
+/// (module docs): the first clause of the largest term when `clause` times it
+/// is above the whole message's score, else 0 (the whole message).
+fn winning_part(scores: &[f32], part_tops: &[f32], clause: f32) -> usize {
+    let whole_top = part_tops.first().copied().unwrap_or(0.0);
+    let mut best = (0usize, 0.0f32);
+    for p in 1..scores.len().min(part_tops.len()) {
+        if part_tops[p] > 0.0 {
+            let term = whole_top * scores[p] / part_tops[p];
+            if term > best.1 {
+                best = (p, term);
+            }
+        }
+    }
+    match best {
+        (p, term) if p > 0 && clause * term > scores[0] => p,
+        _ => 0,
     }
 }
 
@@ -411,6 +475,7 @@ fn rank_candidates(
     limit: usize,
     fusion: Fusion,
     mut timings: RankTimings,
+    explain: bool,
     scratch: &mut Scratch,
 ) -> Ranking {
     let Candidates { lexical_scores, exact, docs: mut candidates } = found;
@@ -437,6 +502,9 @@ fn rank_candidates(
     // part_scores[i * n_parts + p]: candidate i's score s_p on part p.
     let mut part_scores = vec![0.0f32; candidates.len() * n_parts];
     let mut signals: Vec<(f32, Option<f32>)> = Vec::with_capacity(candidates.len());
+    // seen[i * n_parts + p]: candidate i's lexical score and cosine on part p, kept only to explain.
+    let mut seen: Vec<(f32, Option<f32>)> =
+        if explain { vec![(0.0, None); candidates.len() * n_parts] } else { Vec::new() };
     for (p, scores) in lexical_scores.iter().enumerate() {
         for &(doc, score) in &scores.scores {
             scratch.lexical[doc as usize] = score;
@@ -456,6 +524,11 @@ fn rank_candidates(
             (lex, cosine)
         }));
         fuse_part(fusion.lexical, &signals, |i, score| part_scores[i * n_parts + p] = score);
+        if explain {
+            for (i, &signal) in signals.iter().enumerate() {
+                seen[i * n_parts + p] = signal;
+            }
+        }
         for &(doc, _) in &scores.scores {
             scratch.lexical[doc as usize] = 0.0;
         }
@@ -488,12 +561,33 @@ fn rank_candidates(
         b.2.cmp(&a.2).then_with(|| b.1.total_cmp(&a.1)).then_with(|| lexical.id_rank(a.0).cmp(&lexical.id_rank(b.0)))
     });
     hits.truncate(limit);
+    let signals = if explain {
+        hits.iter()
+            .filter_map(|&(doc, relevance, exact)| {
+                // Candidates are sorted and distinct.
+                let i = candidates.binary_search(&doc).ok()?;
+                let scores = &part_scores[i * n_parts..(i + 1) * n_parts];
+                let part = if exact.is_some() { 0 } else { winning_part(scores, &part_tops, fusion.clause) };
+                let (lexical_score, dense) = seen[i * n_parts + part];
+                Some(FusionSignals {
+                    id: lexical.id(doc).to_string(),
+                    part,
+                    lexical: lexical_score,
+                    dense,
+                    fused: relevance,
+                    exact: exact.is_some(),
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let hits = hits
         .into_iter()
         .map(|(doc, relevance, exact)| RankedHit { id: lexical.id(doc).to_string(), relevance, exact })
         .collect();
     timings.fusion_us = micros(started);
-    Ranking { hits, candidates_scanned, timings }
+    Ranking { hits, candidates_scanned, timings, signals }
 }
 
 /// A [`DiscoveryFilter`] checked by lexical document, on the fields the
@@ -562,6 +656,18 @@ pub fn retrieve_reference(
     limit: usize,
     fusion: Fusion,
 ) -> Ranking {
+    retrieve_slow(query, indexes, filter, limit, fusion, false)
+}
+
+/// [`retrieve_reference`], keeping [`Ranking::signals`] when `explain` is true.
+fn retrieve_slow(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    fusion: Fusion,
+    explain: bool,
+) -> Ranking {
     let Some(whole) = query.parts.first() else { return Ranking::default() };
     if limit == 0 {
         return Ranking::default();
@@ -621,6 +727,8 @@ pub fn retrieve_reference(
         .collect();
     // part_scores[i][p]: candidate i's score s_p on part p.
     let mut part_scores: Vec<Vec<f32>> = vec![vec![0.0; n_parts]; candidates.len()];
+    // kept[p]: every candidate's lexical score and cosine on part p, kept only to explain.
+    let mut kept: Vec<Vec<(f32, Option<f32>)>> = Vec::new();
     for (p, (lexical_map, dense)) in lexical_maps.iter().zip(&dense_scores).enumerate() {
         let signals: Vec<(f32, Option<f32>)> = candidates
             .iter()
@@ -634,6 +742,9 @@ pub fn retrieve_reference(
             })
             .collect();
         fuse_part(fusion.lexical, &signals, |i, score| part_scores[i][p] = score);
+        if explain {
+            kept.push(signals);
+        }
     }
     let part_tops: Vec<f32> =
         (0..n_parts).map(|p| part_scores.iter().map(|scores| scores[p]).fold(0.0f32, f32::max)).collect();
@@ -659,8 +770,28 @@ pub fn retrieve_reference(
     hits.retain(|hit| hit.relevance > 0.0);
     sort_hits(&mut hits);
     hits.truncate(limit);
+    let signals = if explain {
+        hits.iter()
+            .filter_map(|hit| {
+                let i = *seen.get(hit.id.as_str())?;
+                let part =
+                    if hit.exact.is_some() { 0 } else { winning_part(&part_scores[i], &part_tops, fusion.clause) };
+                let (lexical_score, dense) = kept[part][i];
+                Some(FusionSignals {
+                    id: hit.id.clone(),
+                    part,
+                    lexical: lexical_score,
+                    dense,
+                    fused: hit.relevance,
+                    exact: hit.exact.is_some(),
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     timings.fusion_us = micros(started);
-    Ranking { hits, candidates_scanned, timings }
+    Ranking { hits, candidates_scanned, timings, signals }
 }
 
 /// Runs [`retrieve`] for `limit` hits and, when `graph_boost` is `Some`,
@@ -685,6 +816,20 @@ pub fn rank_with(
     fusion: Fusion,
 ) -> Ranking {
     let retrieved = retrieve_with(query, indexes, filter, limit, fusion);
+    rerank_retrieved(retrieved, indexes, filter, graph_boost)
+}
+
+/// [`rank_with`], and what the fusion saw of each capability retrieval
+/// returned ([`Ranking::signals`]); the hits are exactly [`rank_with`]'s.
+pub fn rank_explained(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    filter: &DiscoveryFilter,
+    limit: usize,
+    graph_boost: Option<f32>,
+    fusion: Fusion,
+) -> Ranking {
+    let retrieved = retrieve_fast(query, indexes, filter, limit, fusion, true);
     rerank_retrieved(retrieved, indexes, filter, graph_boost)
 }
 
@@ -735,7 +880,7 @@ fn rerank_retrieved(
         .collect();
     sort_hits(&mut hits);
     let timings = RankTimings { graph_us: micros(started), ..retrieved.timings };
-    Ranking { hits, candidates_scanned: retrieved.candidates_scanned, timings }
+    Ranking { hits, candidates_scanned: retrieved.candidates_scanned, timings, signals: retrieved.signals }
 }
 
 /// Exact matches first (id, then name, then display name), then relevance, then id.
@@ -767,6 +912,20 @@ mod tests {
         let mut silent = [f32::NAN; 2];
         fuse_part(0.4, &[(0.0, Some(0.0)), (0.0, None)], |i, score| silent[i] = score);
         assert_eq!(silent, [0.0, 0.0], "nothing matched: nothing is relevant");
+    }
+
+    /// The part that set a relevance is the whole message unless a clause's
+    /// weighted, normalised score is strictly above it.
+    #[test]
+    fn the_winning_part_is_the_one_the_relevance_came_from() {
+        // Whole 0.5 (best 0.8); clause 1: 0.2 of best 0.4 → 0.9 · 0.8 · 0.5 = 0.36 < 0.5.
+        assert_eq!(winning_part(&[0.5, 0.2], &[0.8, 0.4], CLAUSE_WEIGHT), 0);
+        // Clause 2 is its part's best: 0.9 · 0.8 = 0.72 > 0.3.
+        assert_eq!(winning_part(&[0.3, 0.1, 0.6], &[0.8, 0.4, 0.6], CLAUSE_WEIGHT), 2);
+        // Clause fusion off, a clause with a zero best, and no clauses: the whole message.
+        assert_eq!(winning_part(&[0.3, 0.1, 0.6], &[0.8, 0.4, 0.6], 0.0), 0);
+        assert_eq!(winning_part(&[0.3, 0.0], &[0.8, 0.0], CLAUSE_WEIGHT), 0);
+        assert_eq!(winning_part(&[0.3], &[0.8], CLAUSE_WEIGHT), 0);
     }
     use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
     use crate::core::embedder::{Embed, HashingEmbedder};
@@ -1061,6 +1220,24 @@ mod tests {
                 let fast = rank_with(&query, &fixture.indexes(), &filter, limit, Some(0.15), fusion);
                 let reference = rank_reference(&query, &fixture.indexes(), &filter, limit, Some(0.15), fusion);
                 prop_assert_eq!(&fast.hits, &reference.hits);
+                prop_assert!(fast.signals.is_empty() && reference.signals.is_empty());
+                // Explained: the same hits, and the same signals on both paths, one per retrieved hit.
+                let explained = retrieve_fast(&query, &fixture.indexes(), &filter, limit, fusion, true);
+                let explained_reference = retrieve_slow(&query, &fixture.indexes(), &filter, limit, fusion, true);
+                let retrieved = retrieve_with(&query, &fixture.indexes(), &filter, limit, fusion);
+                prop_assert_eq!(&explained.hits, &retrieved.hits);
+                prop_assert_eq!(&explained.signals, &explained_reference.signals);
+                let signal_ids: Vec<&str> = explained.signals.iter().map(|signals| signals.id.as_str()).collect();
+                let hit_ids: Vec<&str> = retrieved.hits.iter().map(|hit| hit.id.as_str()).collect();
+                prop_assert_eq!(signal_ids, hit_ids);
+                for (signals, hit) in explained.signals.iter().zip(&retrieved.hits) {
+                    prop_assert_eq!(signals.fused, hit.relevance);
+                    prop_assert_eq!(signals.exact, hit.exact.is_some());
+                    prop_assert!(signals.part < query.parts.len());
+                }
+                let ranked = rank_explained(&query, &fixture.indexes(), &filter, limit, Some(0.15), fusion);
+                prop_assert_eq!(&ranked.hits, &fast.hits);
+                prop_assert_eq!(&ranked.signals, &explained.signals);
             }
         }
     }

@@ -1,6 +1,12 @@
 //! NATS connection options from `[nats]`: credentials (user and password,
 //! token, nkey seed or creds file), TLS (CA file, optional client certificate),
-//! and connection-event logging.
+//! connection-event logging, and the order of the servers.
+//!
+//! With several servers (`[nats] url` a comma-separated list) the client
+//! connects to the first that answers, in the order given, and on losing its
+//! server reconnects to the next one that answers (and to the servers the
+//! cluster announces); requests in flight on the lost connection time out and
+//! may be sent again.
 //!
 //! Secret files are read here, at connect time, and their contents go straight
 //! to the client: no secret is ever logged or put in an error message (errors
@@ -35,6 +41,10 @@ pub async fn connect_options(settings: &NatsSettings) -> Result<ConnectOptions, 
             problem: format!("{}: {err}", path.display()),
         })?,
     };
+    if settings.servers.len() > 1 {
+        // Each node lists its nearest server first; the default would shuffle them.
+        options = options.retain_servers_order();
+    }
     let tls = &settings.tls;
     if let Some(ca_file) = &tls.ca_file {
         require_file("nats.tls_ca_file", ca_file)?;

@@ -25,6 +25,10 @@ use std::time::Duration;
 /// The header that carries a message's id (JetStream deduplicates on it).
 pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";
 
+/// How many times a stream is opened before a node gives up starting.
+const OPEN_ATTEMPTS: u32 = 6;
+/// The most index mutations applied as one batch (one index build).
+pub const INDEX_BATCH: usize = 512;
 /// How long to wait before following a stream again after its subscription failed.
 const RESUBSCRIBE_BACKOFF: Duration = Duration::from_millis(500);
 /// How long the server waits for an outcome's ack before delivering it again.
@@ -158,14 +162,26 @@ impl JetStream {
         self.create_stream(config).await
     }
 
-    /// Creates the stream `config` describes unless it exists (an existing one is used as it is).
+    /// Creates the stream `config` describes unless it exists (an existing one
+    /// is used as it is); tried again while a cluster places a replicated
+    /// stream that other nodes are creating at the same time (such a request
+    /// may time out), up to [`OPEN_ATTEMPTS`] times.
     async fn create_stream(&self, config: stream::Config) -> Result<(), JetStreamError> {
         let name = config.name.clone();
-        self.context
-            .get_or_create_stream(config)
-            .await
-            .map(|_| ())
-            .map_err(|err| JetStreamError::Stream { stream: name, message: err.to_string() })
+        let mut attempt = 0;
+        loop {
+            match self.context.get_or_create_stream(config.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(err) => {
+                    attempt += 1;
+                    if attempt >= OPEN_ATTEMPTS {
+                        return Err(JetStreamError::Stream { stream: name, message: err.to_string() });
+                    }
+                    tracing::debug!(%err, stream = %name, "opening a stream again");
+                    tokio::time::sleep(RESUBSCRIBE_BACKOFF * attempt).await;
+                }
+            }
+        }
     }
 
     /// The subject outcomes are published on.
@@ -211,32 +227,45 @@ impl JetStream {
     }
 
     /// Follows the index log from the message after `after_sequence`, in
-    /// order, calling `apply` on each message and waiting for it before the
-    /// next. Runs until the connection is gone for good; a broken
-    /// subscription is resumed after the last message given to `apply`.
+    /// order, calling `apply` on each batch of messages (those already
+    /// delivered, at most [`INDEX_BATCH`]: one while the log is quiet, many
+    /// while a node catches up) and waiting for it before the next. Runs until
+    /// the connection is gone for good; a broken subscription is resumed after
+    /// the last message given to `apply`.
     pub async fn follow_index<F, Fut>(&self, after_sequence: u64, mut apply: F)
     where
-        F: FnMut(StreamMessage) -> Fut,
+        F: FnMut(Vec<StreamMessage>) -> Fut,
         Fut: Future<Output = ()>,
     {
         let mut last = after_sequence;
         loop {
             match self.index_messages(last).await {
-                Ok(mut messages) => {
-                    while let Some(next) = messages.next().await {
-                        match next {
-                            Ok(message) => {
-                                let Some(read) = stream_message(&message) else { continue };
-                                if read.sequence <= last {
-                                    continue;
+                Ok(messages) => {
+                    let mut batches = messages.ready_chunks(INDEX_BATCH);
+                    'read: while let Some(batch) = batches.next().await {
+                        let mut read = Vec::with_capacity(batch.len());
+                        let mut failed = None;
+                        for next in batch {
+                            match next {
+                                Ok(message) => {
+                                    let Some(message) = stream_message(&message) else { continue };
+                                    if message.sequence > last {
+                                        last = message.sequence;
+                                        read.push(message);
+                                    }
                                 }
-                                last = read.sequence;
-                                apply(read).await;
+                                Err(err) => {
+                                    failed = Some(err);
+                                    break;
+                                }
                             }
-                            Err(err) => {
-                                tracing::warn!(%err, stream = %self.settings.index_stream, "index log read failed");
-                                break;
-                            }
+                        }
+                        if !read.is_empty() {
+                            apply(read).await;
+                        }
+                        if let Some(err) = failed {
+                            tracing::warn!(%err, stream = %self.settings.index_stream, "index log read failed");
+                            break 'read;
                         }
                     }
                 }

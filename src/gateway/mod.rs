@@ -6,11 +6,13 @@
 //! - `service`: the NATS micro service's endpoints, shutdown, and event publishing;
 //! - `micro`: the micro-service protocol (`$SRV.PING`, `$SRV.INFO`, `$SRV.STATS`);
 //! - `connect`: connection options (credentials, TLS) from `[nats]`;
-//! - `jetstream`: the index mutation log and the outcome stream shared by several nodes.
+//! - `jetstream`: the index mutation log and the outcome stream shared by several nodes;
+//! - `kv`: key-value buckets, the other state several nodes share (registry, approvals, claims, ...).
 
 pub mod connect;
 pub mod errors;
 pub mod jetstream;
+pub mod kv;
 pub mod micro;
 pub mod service;
 pub mod subjects;

@@ -114,6 +114,16 @@ pub trait Api: 'static {
         let _ = request;
         Box::pin(async { Err(ApiError::not_implemented("dispatch administration is not served here")) })
     }
+    /// Every KPI scope with its alert state and sparkline, and the recent alerts (for the console).
+    fn kpi_overview(&self) -> LocalBoxFuture<'static, Result<crate::core::console::model::KpiOverview, ApiError>> {
+        Box::pin(async { Err(ApiError::not_implemented("the KPI overview is not served here")) })
+    }
+    /// The catalog with each capability's dispatch figures and outcome prior (for the console).
+    fn catalog_overview(
+        &self,
+    ) -> LocalBoxFuture<'static, Result<crate::core::console::model::CatalogOverview, ApiError>> {
+        Box::pin(async { Err(ApiError::not_implemented("the catalog overview is not served here")) })
+    }
     /// Live sources: add, remove, list, load.
     fn sources(
         &self,
@@ -137,11 +147,12 @@ pub struct Gateway {
 pub const NODE_HEADER: &str = "Capdex-Node";
 
 impl Gateway {
-    /// Connects to the configured NATS server.
+    /// Connects to the configured NATS server, or to the first of the
+    /// configured servers that answers (see [`crate::gateway::connect`]).
     pub async fn connect(settings: &NatsSettings) -> Result<Gateway, GatewayError> {
         let client = crate::gateway::connect::connect_options(settings)
             .await?
-            .connect(&settings.url)
+            .connect(settings.servers.as_slice())
             .await
             .map_err(|source| GatewayError::Connect { url: settings.url.clone(), source })?;
         Ok(Gateway {
@@ -403,6 +414,35 @@ impl Gateway {
         })
     }
 
+    /// Follows the events the operator console shows (KPIs, alerts, dispatch,
+    /// sources, index changes, approval decisions: `core::console::model::feed_subjects`)
+    /// with plain subscriptions, so every node's console sees every node's
+    /// events, and sends each on `feed` until the connection closes.
+    pub async fn follow_console_events(
+        &self,
+        feed: tokio::sync::broadcast::Sender<crate::core::console::model::FeedEvent>,
+    ) -> Result<tokio::task::JoinHandle<()>, GatewayError> {
+        use crate::core::console::model::{feed_subjects, topic_of, FeedEvent};
+        let prefix = self.subjects.prefix().to_string();
+        let mut subscriptions = Vec::new();
+        for subject in feed_subjects(&prefix) {
+            let subscriber = self.client.subscribe(subject.clone()).await.map_err(|err| GatewayError::Request {
+                subject: subject.clone(),
+                problem: format!("cannot subscribe for the console: {err}"),
+            })?;
+            subscriptions.push(subscriber);
+        }
+        let mut all = futures::stream::select_all(subscriptions);
+        Ok(tokio::task::spawn_local(async move {
+            while let Some(message) = all.next().await {
+                if let Some(topic) = topic_of(&prefix, message.subject.as_str()) {
+                    // No browser listening is fine: the send fails and the event is dropped.
+                    let _ = feed.send(FeedEvent { topic, subject: message.subject.to_string() });
+                }
+            }
+        }))
+    }
+
     /// Sends one JSON request to a capdex endpoint and returns its JSON
     /// answer; an error reply (`{code, message}`) is [`GatewayError::Refused`].
     pub async fn request_json(
@@ -611,8 +651,11 @@ async fn handle<A: Api>(
                     AdminOp::SetBinding => DispatchAdmin::SetBinding(body),
                     AdminOp::ListBindings => DispatchAdmin::ListBindings(body),
                     AdminOp::ListApprovals => DispatchAdmin::ListApprovals(body),
-                    AdminOp::Approve => DispatchAdmin::Decide { id: approval_id(), approve: true },
-                    AdminOp::Reject => DispatchAdmin::Decide { id: approval_id(), approve: false },
+                    AdminOp::Approve | AdminOp::Reject => DispatchAdmin::Decide {
+                        id: approval_id(),
+                        approve: matches!(op, AdminOp::Approve),
+                        by: crate::gateway::wire::DecideRequest::decider(body)?,
+                    },
                     AdminOp::ListProvenance => DispatchAdmin::ListProvenance(body),
                 };
                 codec.encode(&api.dispatch_admin(admin).await?)

@@ -41,6 +41,10 @@ pub struct DiscoverRequest {
     /// of no source always pass. `None`: every source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// Explain each Tier 1 entry: the reply gains `explanations`, the signals
+    /// that ranked it (`core::discovery::Explanation`). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explain: bool,
 }
 
 /// The turn-planning part of a request: the turn's scope and its overrides.
@@ -146,6 +150,7 @@ impl PlanRequest {
             outcome_prior: self.outcome_prior,
             config: self.config,
             workspace: self.workspace,
+            explain: false,
         };
         request.filter()?;
         request.workspace()?;
@@ -620,6 +625,24 @@ mod tests {
     }
 
     #[test]
+    fn a_decision_names_who_decides_or_is_the_nats_api_s() {
+        use serde_json::json;
+        assert_eq!(DecideRequest::decider(json!({})).unwrap(), NATS_DECIDER);
+        assert_eq!(DecideRequest::decider(json!({"by": null})).unwrap(), NATS_DECIDER);
+        assert_eq!(DecideRequest::decider(json!({"by": "alice@ops"})).unwrap(), "alice@ops");
+        for bad in [
+            json!({"by": "a\tb"}),
+            json!({"by": "x".repeat(129)}),
+            json!({"by": ""}),
+            json!({"by": 3}),
+            json!({"who": "a"}),
+        ] {
+            let err = DecideRequest::decider(bad.clone()).unwrap_err();
+            assert_eq!((err.status(), err.code()), (400, "bad_request"), "{bad}");
+        }
+    }
+
+    #[test]
     fn error_bodies_are_code_then_message() {
         /// The body as it was written before kinds: two string fields, in this order.
         #[derive(Serialize)]
@@ -665,10 +688,40 @@ pub enum DispatchAdmin {
     ListBindings(serde_json::Value),
     /// `approval.list`: `{all?: bool}`.
     ListApprovals(serde_json::Value),
-    /// `approval.<id>.approve` / `approval.<id>.reject`.
-    Decide { id: String, approve: bool },
+    /// `approval.<id>.approve` / `approval.<id>.reject`; `by` is who decides
+    /// (the body's `by`, else `nats`; `cli` or `--by` from the CLI, `mcp` from the MCP face).
+    Decide { id: String, approve: bool, by: String },
     /// `provenance.list`: `{limit?}`.
     ListProvenance(serde_json::Value),
+}
+
+/// The optional body of `approval.<id>.approve|reject`: `{"by": "..."}`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DecideRequest {
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
+/// Who decides an approval over NATS when the request does not say.
+pub const NATS_DECIDER: &str = "nats";
+
+impl DecideRequest {
+    /// Reads the body (an empty body is `{}`) and returns who decides: its
+    /// `by`, checked (`core::dispatch::approval::check_decider`: not blank, at
+    /// most 128 characters, printable), else [`NATS_DECIDER`].
+    pub fn decider(body: serde_json::Value) -> Result<String, ApiError> {
+        let request: DecideRequest = serde_json::from_value(body)
+            .map_err(|err| ApiError::bad_request(format!("malformed approval decision: {err}")))?;
+        match request.by {
+            None => Ok(NATS_DECIDER.to_string()),
+            Some(by) => {
+                crate::core::dispatch::approval::check_decider(&by)
+                    .map_err(|problem| ApiError::bad_request(problem.to_string()))?;
+                Ok(by)
+            }
+        }
+    }
 }
 
 /// A live-sources request, its body as JSON (the settings are checked by `core::sources`).

@@ -226,7 +226,7 @@ impl Session {
         };
         let approved = answer.action == ElicitationAction::Accept
             && answer.content.as_ref().and_then(|c| c.get("approve")).and_then(Value::as_bool) != Some(false);
-        let decided = DispatchAdmin::Decide { id: approval_id.clone(), approve: approved };
+        let decided = DispatchAdmin::Decide { id: approval_id.clone(), approve: approved, by: "mcp".to_string() };
         match answer.action {
             ElicitationAction::Cancel => return tools::call_result(&result, &self.options.how_to_approve),
             _ => {

@@ -225,4 +225,46 @@ mod tests {
         let newest: Vec<u64> = store.provenance(2).unwrap().iter().map(|r| r.at_ms).collect();
         assert_eq!(newest, vec![1, 2]);
     }
+
+    #[test]
+    fn an_approval_stored_by_an_older_version_decodes_and_a_new_one_keeps_its_arguments() {
+        /// An approval as versions before `arguments` and `decidedBy` stored it.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct OldApproval {
+            id: &'static str,
+            slug: &'static str,
+            agent_id: &'static str,
+            args_digest: &'static str,
+            policy_version: u64,
+            created_at_ms: u64,
+            expires_at_ms: u64,
+            status: &'static str,
+            decided_at_ms: Option<u64>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let old = OldApproval {
+            id: "old1",
+            slug: "refund",
+            agent_id: "a",
+            args_digest: "00",
+            policy_version: 2,
+            created_at_ms: 1,
+            expires_at_ms: 5,
+            status: "approved",
+            decided_at_ms: Some(3),
+        };
+        put(&store.dispatch.approvals, APPROVALS, "old1", &old).unwrap();
+        let decoded = store.approval("old1").unwrap().unwrap();
+        assert_eq!((decoded.arguments, decoded.decided_by, decoded.decided_at_ms), (None, None, Some(3)));
+        assert_eq!(decoded.status, crate::core::dispatch::approval::ApprovalStatus::Approved);
+        // Arguments of any JSON shape survive msgpack.
+        let mut new = pending("new1".into(), "refund", "a", &json!({}), 1, 0, 10);
+        new.arguments =
+            Some(json!({"n": 1, "x": 2.5, "list": [true, null, "s"], "neg": -3, "o": {"k": "[redacted:k]"}}));
+        new.decided_by = Some("alice".into());
+        store.put_approval(&new).unwrap();
+        assert_eq!(store.approval("new1").unwrap(), Some(new));
+    }
 }

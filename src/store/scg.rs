@@ -112,6 +112,15 @@ impl ScgStore {
         put(&self.memory, SCG_MEMORY, &note.id, note)
     }
 
+    /// Removes a memory note; returns whether it was there.
+    pub fn remove_note(&self, id: &str) -> Result<bool, StoreError> {
+        self.memory.remove(id).map(|old| old.is_some()).map_err(|source| StoreError::Sled {
+            action: "remove",
+            tree: SCG_MEMORY,
+            source,
+        })
+    }
+
     /// Flushes to disk.
     pub fn flush(&self) -> Result<(), StoreError> {
         self.store.flush()
@@ -156,7 +165,10 @@ mod tests {
         let note = crate::core::scg::memory::merge(None, &deposit, &["db#a".into()], 5);
         scg.put_note(&note).unwrap();
         assert_eq!(scg.note(&note.id).unwrap(), Some(note.clone()));
-        assert_eq!(scg.notes().unwrap(), [note]);
+        assert_eq!(scg.notes().unwrap(), std::slice::from_ref(&note));
+        assert!(scg.remove_note(&note.id).unwrap());
+        assert!(!scg.remove_note(&note.id).unwrap(), "already gone");
+        assert_eq!(scg.notes().unwrap(), []);
         assert!(!scg.links().unwrap().unwrap().is_current(&scg.sources().unwrap()));
     }
 }

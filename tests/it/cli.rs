@@ -68,6 +68,27 @@ fn discover_prints_budgeted_tiers_for_the_examples() {
     let rendered = String::from_utf8(text.stdout).unwrap();
     assert!(rendered.contains("Relevant capabilities:\n1. "), "{rendered}");
     assert!(rendered.chars().count().div_ceil(4) <= 3000);
+    assert!(!rendered.contains("Why (relevance"), "only with --explain: {rendered}");
+    assert!(result.get("explanations").is_none(), "only with --explain: {result}");
+
+    // --explain: one explanation per Tier 1 entry, in JSON and as a table after the tiers.
+    let explained = json(&run(capdex()
+        .args(["discover", "search the web for AI news and summarize it", "--json", "--explain", "--dir"])
+        .arg(examples_dir())
+        .arg("--data-dir")
+        .arg(data.path())));
+    let ids = |result: &serde_json::Value, key: &str| -> Vec<String> {
+        result[key].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(ids(&explained, "explanations"), ids(&explained, "tier1"), "{explained}");
+    assert_eq!(explained["tier1"], result["tier1"]);
+    let table = run(capdex()
+        .args(["discover", "search the web for AI news", "--explain", "--dir"])
+        .arg(examples_dir())
+        .arg("--data-dir")
+        .arg(data.path()));
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.starts_with(&rendered) && table.contains("Why (relevance"), "{table}");
 }
 
 #[test]

@@ -246,3 +246,142 @@ fn the_dockerfile_build_stage_copies_everything_the_build_compiles_in() {
     let runtime_only = format!("{without}COPY assets ./assets\n");
     assert_eq!(not_copied(&runtime_only, &includes).len(), 2, "{runtime_only}");
 }
+
+/// The compose file as JSON.
+fn compose() -> serde_json::Value {
+    let text = std::fs::read_to_string(root().join("docker-compose.yml")).unwrap();
+    serde_norway::from_str(&text).expect("docker-compose.yml is YAML")
+}
+
+/// The `host:port` of each entry of the `routes: [...]` list of a nats-server config.
+fn routes(conf: &str) -> Vec<String> {
+    let start = conf.find("routes: [").expect("a routes list") + "routes: [".len();
+    let end = start + conf[start..].find(']').expect("the routes list ends");
+    conf[start..end]
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|route| !route.is_empty())
+        .map(|route| {
+            route.strip_prefix("nats://").unwrap_or_else(|| panic!("route {route} is not nats://")).to_string()
+        })
+        .collect()
+}
+
+/// The `accounts { ... }` block of a nats-server config, from its line to the end of the file.
+fn accounts_block(conf: &str) -> &str {
+    &conf[conf.find("\naccounts {").expect("an accounts block")..]
+}
+
+#[test]
+fn the_cluster_profile_runs_three_nats_servers_and_two_capdex_replicas() {
+    let compose = compose();
+    let services = compose["services"].as_object().expect("services");
+    let in_profile: BTreeSet<&str> = services
+        .iter()
+        .filter(|(_, service)| service["profiles"].as_array().is_some_and(|p| p.iter().any(|p| p == "cluster")))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(in_profile, BTreeSet::from(["nats-1", "nats-2", "nats-3", "capdex-1", "capdex-2"]));
+    for name in ["nats", "capdex", "prometheus"] {
+        assert!(services[name]["profiles"].is_null(), "{name} stays in the default stack");
+    }
+    let conf = std::fs::read_to_string(root().join("config/nats-cluster.conf")).unwrap();
+    let nats_names = ["nats-1", "nats-2", "nats-3"];
+    let cluster_port = conf
+        .split("cluster {")
+        .nth(1)
+        .and_then(|block| block.lines().find_map(|line| line.trim().strip_prefix("port: ")))
+        .expect("the cluster block has a port");
+    // The routes name the three servers on the cluster port: every server has routes to the two others.
+    let mut expected_routes: Vec<String> = nats_names.iter().map(|name| format!("{name}:{cluster_port}")).collect();
+    expected_routes.sort();
+    let mut found_routes = routes(&conf);
+    found_routes.sort();
+    assert_eq!(found_routes, expected_routes);
+    assert!(conf.contains("server_name: $NATS_SERVER_NAME"), "each server names itself from its environment");
+    assert!(conf.contains("jetstream {"), "JetStream is on");
+    // The same accounts and permissions as the single server.
+    let single = std::fs::read_to_string(root().join("config/nats-server.conf")).unwrap();
+    assert_eq!(accounts_block(&conf), accounts_block(&single), "config/nats-cluster.conf's accounts drifted");
+
+    let mut ports = BTreeSet::new();
+    for name in nats_names {
+        let service = &services[name];
+        assert!(
+            service["command"].to_string().contains("/etc/nats/nats-cluster.conf"),
+            "{name}: {}",
+            service["command"]
+        );
+        let mount = "./config/nats-cluster.conf:/etc/nats/nats-cluster.conf:ro";
+        assert!(service["volumes"].as_array().unwrap().iter().any(|v| v == mount), "{name} mounts the cluster config");
+        assert_eq!(service["environment"]["NATS_SERVER_NAME"], name);
+        for variable in ["NATS_CAPDEX_PASSWORD", "NATS_RUNTIME_PASSWORD", "NATS_OPS_PASSWORD"] {
+            assert!(service["environment"][variable].is_string(), "compose sets {variable} for {name}");
+        }
+        for port in service["ports"].as_array().unwrap() {
+            assert!(ports.insert(port.as_str().unwrap().split(':').next().unwrap().to_string()), "{name}: {port}");
+        }
+    }
+
+    let known: BTreeSet<String> = capdex::config::env_names().into_iter().map(|(name, _)| name).collect();
+    let mut node_names = BTreeSet::new();
+    for (i, name) in ["capdex-1", "capdex-2"].into_iter().enumerate() {
+        let environment = services[name]["environment"].as_object().expect("a map of settings");
+        for variable in environment.keys() {
+            assert!(known.contains(variable), "{name} sets {variable}, which is not a capdex setting");
+        }
+        assert_eq!(environment["CAPDEX_JETSTREAM_REPLICAS"], "3", "{name}");
+        assert!(
+            node_names.insert(environment["CAPDEX_JETSTREAM_NODE_NAME"].as_str().unwrap()),
+            "{name}: a unique name"
+        );
+        // The URL list names every server once, this replica's own first, and capdex accepts it.
+        let url = environment["CAPDEX_NATS_URL"].as_str().unwrap();
+        let servers: Vec<&str> = url.split(',').collect();
+        assert_eq!(servers[0], format!("nats://{}:4222", nats_names[i]), "{name}: {url}");
+        let mut hosts: Vec<&str> =
+            servers.iter().map(|s| s.strip_prefix("nats://").unwrap().strip_suffix(":4222").unwrap()).collect();
+        hosts.sort();
+        assert_eq!(hosts, nats_names, "{name}: {url}");
+        let settings: std::collections::BTreeMap<String, String> =
+            environment.iter().map(|(key, value)| (key.clone(), value.as_str().unwrap().to_string())).collect();
+        let loaded = capdex::config::Settings::load(None, &settings.into()).expect("the replica's settings load");
+        assert_eq!(loaded.nats.servers.len(), 3, "{name}");
+        assert_eq!(loaded.jetstream.replicas, 3, "{name}");
+        for port in services[name]["ports"].as_array().unwrap() {
+            assert!(ports.insert(port.as_str().unwrap().split(':').next().unwrap().to_string()), "{name}: {port}");
+        }
+        let data = services[name]["volumes"][0].as_str().unwrap();
+        assert!(data.starts_with(&format!("{name}-data:")), "{name} keeps its own data: {data}");
+    }
+    for volume in ["nats-1-data", "nats-2-data", "nats-3-data", "capdex-1-data", "capdex-2-data"] {
+        assert!(compose["volumes"].as_object().unwrap().contains_key(volume), "volume {volume} is declared");
+    }
+}
+
+#[test]
+fn the_cluster_config_parses_with_nats_server_for_each_server() {
+    let binary = crate::support::nats_server::find_binary();
+    let conf = root().join("config/nats-cluster.conf");
+    let check = |server_name: Option<&str>| {
+        let mut command = std::process::Command::new(&binary);
+        command
+            .args(["-t", "-c"])
+            .arg(&conf)
+            .env("NATS_CAPDEX_PASSWORD", "a")
+            .env("NATS_RUNTIME_PASSWORD", "b")
+            .env("NATS_OPS_PASSWORD", "c")
+            .env_remove("NATS_SERVER_NAME");
+        if let Some(name) = server_name {
+            command.env("NATS_SERVER_NAME", name);
+        }
+        command.output().expect("nats-server -t runs")
+    };
+    for name in ["nats-1", "nats-2", "nats-3"] {
+        let output = check(Some(name));
+        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    // The check can fail: without its name the file does not load.
+    let output = check(None);
+    assert!(!output.status.success(), "a server without NATS_SERVER_NAME must not start");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("NATS_SERVER_NAME"));
+}

@@ -90,7 +90,7 @@ async fn bind(client: &async_nats::Client, binding: Value) -> Value {
 
 /// A handler service for `slug` in queue group `handlers`: counts calls, waits
 /// `delay`, and answers `{success: true, data: {n, arguments, email?}}`.
-async fn handler(client: &async_nats::Client, slug: &str, count: Arc<AtomicU64>, delay: Duration) {
+pub(crate) async fn handler(client: &async_nats::Client, slug: &str, count: Arc<AtomicU64>, delay: Duration) {
     let mut requests =
         client.queue_subscribe(format!("capdex.v1.exec.{slug}"), "handlers".into()).await.expect("subscribe");
     client.flush().await.unwrap();
@@ -316,6 +316,61 @@ async fn approvals_run_exactly_the_approved_call_once() {
     let unknown = ask(&client, "capdex.v1.approval.nope.approve", json!({})).await;
     assert_eq!(unknown["code"], "unknown_approval");
     assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn approvals_list_their_redacted_arguments_and_who_decided() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (_serving, client) = serve(&nats, data.path(), &[]).await;
+    let redaction = json!({"requiresApproval": true, "redaction": {"redactKeys": ["apiKey"]}});
+    register(&client, record("refund", redaction)).await;
+    let secret = "sk-live-secret-7781";
+    let arguments = json!({"q": "o-1", "apiKey": secret, "note": "mail bob@corp.io, Authorization: Bearer tok-abc123"});
+    let asked = call(&client, json!({"slug": "refund", "agentId": "a", "arguments": arguments})).await;
+    assert_eq!(code(&asked), "requires_approval", "{asked}");
+    let id = asked["metadata"]["approvalId"].as_str().unwrap().to_string();
+
+    let pending = ask(&client, "capdex.v1.approval.list", json!({})).await;
+    let listed = &pending["approvals"][0];
+    assert_eq!((listed["id"].as_str(), listed["status"].as_str()), (Some(id.as_str()), Some("pending")), "{pending}");
+    assert_eq!(listed["arguments"]["q"], "o-1", "a pending approval shows what it is for: {listed}");
+    assert_eq!(listed["arguments"]["apiKey"], "[redacted:apiKey]", "{listed}");
+    assert_eq!(listed["decidedBy"], Value::Null, "{listed}");
+    let shown = pending.to_string();
+    for leak in [secret, "bob@corp.io", "tok-abc123"] {
+        assert!(!shown.contains(leak), "{leak} is shown: {shown}");
+    }
+
+    // `by` is checked: printable, at most 128 characters, and nothing else in the body.
+    let approve = format!("capdex.v1.approval.{id}.approve");
+    for bad in [json!({"by": "ops\u{7}"}), json!({"by": "x".repeat(129)}), json!({"by": " "}), json!({"who": "ops"})] {
+        let refused = ask(&client, &approve, bad.clone()).await;
+        assert_eq!(refused["code"], "bad_request", "{bad}: {refused}");
+    }
+    let approved = ask(&client, &approve, json!({"by": "alice@ops"})).await;
+    assert_eq!((approved["status"].as_str(), approved["decidedBy"].as_str()), (Some("approved"), Some("alice@ops")));
+
+    // Without a body, the decision is recorded as the NATS API's.
+    let other = call(&client, json!({"slug": "refund", "agentId": "a", "arguments": {"q": "o-2"}})).await;
+    let other_id = other["metadata"]["approvalId"].as_str().unwrap().to_string();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(15),
+        client.request(format!("capdex.v1.approval.{other_id}.reject"), Vec::new().into()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let rejected: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!((rejected["status"].as_str(), rejected["decidedBy"].as_str()), (Some("rejected"), Some("nats")));
+
+    let all = ask(&client, "capdex.v1.approval.list", json!({"all": true})).await;
+    let decided_by = |wanted: &str| {
+        let found = all["approvals"].as_array().unwrap().iter().find(|a| a["id"] == wanted).unwrap();
+        (found["decidedBy"].as_str().map(str::to_string), found["arguments"].clone())
+    };
+    assert_eq!(decided_by(&id), (Some("alice@ops".into()), listed["arguments"].clone()));
+    assert_eq!(decided_by(&other_id), (Some("nats".into()), json!({"q": "o-2"})));
 }
 
 #[tokio::test]

@@ -2,7 +2,9 @@
 //! test, real sled files in temp dirs, the real `capdex` binary).
 
 mod cli;
+mod cluster;
 mod compose_and_config;
+mod console;
 mod dispatch;
 mod embedder_http;
 mod eval;
@@ -23,4 +25,6 @@ mod scg_over_nats;
 mod scg_real_specs;
 mod security;
 mod serve_over_nats;
+mod shared_dispatch;
+mod shared_scg;
 mod support;

@@ -141,6 +141,11 @@ fn python_sdk_over_stdio() {
     for status in ["used", "rejected", "pending"] {
         assert!(statuses.contains(&("mcp:py-tour", status)), "{status}: {statuses:?}");
     }
+    // The elicited decisions are the MCP face's; the pending one is undecided.
+    for approval in &approvals {
+        let by = if approval["status"] == "pending" { Value::Null } else { Value::from("mcp") };
+        assert_eq!(approval["decidedBy"], by, "{approval}");
+    }
 }
 
 #[test]
@@ -158,11 +163,13 @@ fn python_sdk_over_stdio_approval_without_elicitation() {
     assert_eq!(early["call"]["structured"]["error"]["code"], "approval_invalid", "still pending: {early}");
 
     let approve = capdex()
-        .args(["approval", "approve", &approval_id])
+        .args(["approval", "approve", &approval_id, "--by", "desk lead"])
         .env("CAPDEX_DATA_DIR", data.path().join("state"))
         .output()
         .unwrap();
     assert!(approve.status.success(), "{}", String::from_utf8_lossy(&approve.stderr));
+    let approved: Value = serde_json::from_slice(&approve.stdout).unwrap();
+    assert_eq!((approved["status"].as_str(), approved["decidedBy"].as_str()), (Some("approved"), Some("desk lead")));
     let other_agent =
         run_client(&stdio_args("no-elicitation", &state, &["--agent-id", "other", "--approval-id", &approval_id]));
     assert_eq!(

@@ -89,16 +89,16 @@ async fn responders(client: &async_nats::Client) -> BTreeSet<String> {
 }
 
 /// Waits until exactly `count` capdex nodes answer pings.
-async fn wait_for_nodes(client: &async_nats::Client, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+pub(crate) async fn wait_for_nodes(client: &async_nats::Client, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
     while responders(client).await.len() != count {
-        assert!(Instant::now() < deadline, "{count} capdex nodes did not come up within 30 s");
+        assert!(Instant::now() < deadline, "{count} capdex nodes did not come up within 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// Sends a request; returns the name of the node that answered and the JSON body.
-async fn ask(client: &async_nats::Client, subject: &str, payload: Value) -> (String, Value) {
+pub(crate) async fn ask(client: &async_nats::Client, subject: &str, payload: Value) -> (String, Value) {
     let reply =
         tokio::time::timeout(Duration::from_secs(10), client.request(subject.to_string(), payload.to_string().into()))
             .await

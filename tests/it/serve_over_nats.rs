@@ -106,6 +106,81 @@ async fn discover_answers_and_bad_input_gets_an_error_reply() {
     assert_eq!(discover["num_requests"].as_u64(), Some(10), "{stats}");
 }
 
+/// Checks a discover reply's `explanations` against its Tier 1 (JSON or msgpack alike).
+fn check_explanations(result: &Value) {
+    let tier1 = result["tier1"].as_array().unwrap_or_else(|| panic!("no tier1: {result}"));
+    let explanations = result["explanations"].as_array().unwrap_or_else(|| panic!("no explanations: {result}"));
+    assert!(!tier1.is_empty(), "{result}");
+    assert_eq!(explanations.len(), tier1.len(), "{result}");
+    for (explanation, entry) in explanations.iter().zip(tier1) {
+        assert_eq!(explanation["id"], entry["id"], "{result}");
+        assert_eq!(explanation["relevance"], entry["relevance"], "{result}");
+        for key in ["lexical", "graph", "prior", "fused"] {
+            assert!(explanation[key].is_number(), "{key}: {explanation}");
+        }
+        assert!(explanation["dense"].is_number() || explanation["dense"].is_null(), "{explanation}");
+        assert!(explanation["part"].is_u64() && explanation["exact"].is_boolean(), "{explanation}");
+        let number = |key: &str| explanation[key].as_f64().unwrap();
+        let rebuilt = ((number("fused") + number("graph")) * (1.0 + number("prior"))).clamp(0.0, 1.0);
+        assert!((rebuilt - number("relevance")).abs() < 1e-4, "{explanation} rebuilds to {rebuilt}");
+    }
+    let first = &explanations[0];
+    assert!(first["fused"].as_f64().unwrap() > 0.0 && first["lexical"].as_f64().unwrap() > 0.0, "{first}");
+    assert!(first["dense"].as_f64().is_some(), "the built-in embedder gives a cosine: {first}");
+}
+
+#[tokio::test]
+async fn discover_explains_its_ranking_when_asked() {
+    let nats = NatsServer::start();
+    let (_served, client) = serve(&nats).await;
+    let message = "send a message on telegram";
+
+    let plain =
+        body(&request(&client, "capdex.v1.discover", json!({"message": message}).to_string().into_bytes()).await);
+    assert!(plain.get("explanations").is_none(), "only when asked: {plain}");
+    let off = json!({"message": message, "explain": false}).to_string().into_bytes();
+    assert!(body(&request(&client, "capdex.v1.discover", off).await).get("explanations").is_none());
+
+    let asked = json!({"message": message, "explain": true}).to_string().into_bytes();
+    let explained = body(&request(&client, "capdex.v1.discover", asked).await);
+    assert_eq!(explained["tier1"][0]["id"], "channel:telegram", "{explained}");
+    check_explanations(&explained);
+    // Apart from the explanations (and the timings), the reply is the plain one.
+    let without = |mut result: Value| {
+        let object = result.as_object_mut().unwrap();
+        object.remove("explanations");
+        object.get_mut("diagnostics").unwrap().as_object_mut().unwrap().remove("timings");
+        result
+    };
+    assert_eq!(without(explained.clone()), without(plain.clone()));
+
+    // msgpack: the same explanations.
+    let packed = request_msgpack(&client, "capdex.v1.discover", &json!({"message": message, "explain": true})).await;
+    assert_eq!(packed.headers.as_ref().unwrap().get("Content-Type").unwrap().as_str(), "application/msgpack");
+    let packed: Value = rmp_serde::from_slice(&packed.payload).unwrap();
+    check_explanations(&packed);
+    // msgpack keeps each f32 as is, JSON its shortest decimal: equal as f32.
+    let as_f32 = |value: &Value| value.as_f64().map(|number| number as f32);
+    for (packed, json) in
+        packed["explanations"].as_array().unwrap().iter().zip(explained["explanations"].as_array().unwrap())
+    {
+        assert_eq!(packed["id"], json["id"]);
+        for key in ["relevance", "lexical", "dense", "graph", "prior", "fused"] {
+            assert_eq!(as_f32(&packed[key]), as_f32(&json[key]), "{key}: {packed} {json}");
+        }
+    }
+
+    // With the turn plan in the same request, the discovery is explained too.
+    let with_plan = json!({"message": message, "explain": true, "plan": {}}).to_string().into_bytes();
+    let planned = body(&request(&client, "capdex.v1.discover", with_plan).await);
+    assert!(planned["plan"].is_object(), "{planned}");
+    check_explanations(&planned);
+
+    // `explain` must be a bool.
+    let bad = request(&client, "capdex.v1.discover", br#"{"message":"x","explain":"yes"}"#.to_vec()).await;
+    assert_eq!(body(&bad)["code"], "bad_request");
+}
+
 #[tokio::test]
 async fn outcomes_publish_kpis_and_alerts() {
     let nats = NatsServer::start();

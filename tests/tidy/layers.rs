@@ -20,6 +20,8 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("gateway", &["core", "config"]),
     // The MCP face: like the gateway, it calls capdex through the gateway's `Api`.
     ("mcp", &["core", "config", "gateway"]),
+    // The operator console: web pages over the same `Api`, through the MCP face's `Send` bridge.
+    ("console", &["core", "config", "gateway", "mcp", "clock"]),
     ("folders", &["core"]),
     ("embedders", &["core", "config", "tls"]),
     ("config", &["core"]),
@@ -36,6 +38,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("dispatch_cli", &["core", "actors", "gateway", "store", "config"]),
     ("source_catalog", &["core", "actors", "gateway", "config", "store"]),
     ("live", &["core", "actors", "gateway", "config", "store", "upstream", "source_catalog", "clock"]),
+    ("shared_state", &["core", "actors", "gateway", "config", "store", "source_catalog", "live"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
     ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app", "gateway", "mcp"]),
     (
@@ -54,10 +57,12 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "dispatch_cli",
             "source_catalog",
             "live",
+            "shared_state",
             "upstream",
             "clock",
             "tls",
             "mcp",
+            "console",
         ],
     ),
     (
@@ -76,6 +81,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "dispatch_cli",
             "source_catalog",
             "live",
+            "shared_state",
             "upstream",
             "eval",
             "bench",
@@ -111,6 +117,8 @@ pub const EXTERNAL_RULES: &[(&[&str], Allowed)] = &[
     (&["rustls"], Allowed::Only(&["tls"])),
     // Only the upstream adapter (client) and the MCP face (server) speak MCP.
     (&["rmcp"], Allowed::Only(&["upstream", "mcp"])),
+    // Only the console serves web pages.
+    (&["actix_web"], Allowed::Only(&["console"])),
     (&["std", "fs"], Allowed::NotIn(&["core"])),
     (&["std", "net"], Allowed::NotIn(&["core"])),
     (&["std", "process"], Allowed::NotIn(&["core"])),

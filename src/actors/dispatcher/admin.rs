@@ -3,9 +3,10 @@
 //! and reading provenance. The checks are `core::dispatch` functions; these
 //! handlers read and write the store and keep the pipeline in step.
 
-use super::{builtin_records, wall_ms, Dispatcher};
+use super::{builtin_records, wall_ms, ApplyRegistryChange, Dispatcher};
 use crate::core::dispatch::approval::{self, Approval};
 use crate::core::dispatch::registry::{self, Binding, CapabilityRecord};
+use crate::core::dispatch::shared::{RegistryChange, SharedError};
 use crate::core::dispatch::ProvenanceRecord;
 use crate::gateway::errors::ErrorKind;
 use crate::store::StoreError;
@@ -67,12 +68,13 @@ pub struct ListBindings {
     pub agent_id: Option<String>,
 }
 
-/// Approves or rejects a pending approval.
+/// Approves or rejects a pending approval on behalf of `by` (recorded as its `decidedBy`).
 #[derive(Message, Debug)]
 #[rtype(result = "Result<Approval, AdminError>")]
 pub struct DecideApproval {
     pub id: String,
     pub approve: bool,
+    pub by: String,
 }
 
 /// Lists approvals (only pending, unexpired ones when `pending_only`).
@@ -90,25 +92,40 @@ pub struct ListProvenance {
 }
 
 impl Handler<RegisterCapability> for Dispatcher {
-    type Result = ResponseFuture<Result<CapabilityRecord, AdminError>>;
+    type Result = ResponseActFuture<Self, Result<CapabilityRecord, AdminError>>;
 
     fn handle(&mut self, msg: RegisterCapability, _: &mut Context<Self>) -> Self::Result {
-        // The reply waits for discovery to offer the change.
-        match self.register(msg) {
-            Ok(record) => {
-                let synced = self.sync_catalog();
-                Box::pin(async move {
-                    synced.await;
-                    Ok(record)
-                })
+        let record = match self.prepare_record(msg) {
+            Ok(record) => record,
+            Err(err) => return Box::pin(fut::ready(Err(err))),
+        };
+        let Some(shared) = self.shared.clone() else {
+            return Box::pin(self.apply_record(record).into_actor(self));
+        };
+        // The cluster first: a new slug is created there only once.
+        let create_only = record.policy_version == 1;
+        let published = async move {
+            let published = shared.publish_record(&record, create_only).await;
+            (record, published)
+        };
+        Box::pin(published.into_actor(self).then(|(record, published), act, _| -> Self::Result {
+            match published {
+                Ok(true) => Box::pin(act.apply_record(record).into_actor(act)),
+                Ok(false) => Box::pin(fut::ready(Err(already_registered(&record.slug)))),
+                Err(err) => Box::pin(fut::ready(Err(AdminError::new(ErrorKind::Unavailable, err.to_string())))),
             }
-            Err(err) => Box::pin(async move { Err(err) }),
-        }
+        }))
     }
 }
 
+fn already_registered(slug: &str) -> AdminError {
+    AdminError::new(ErrorKind::Conflict("already_registered"), format!("{slug} is registered; update it"))
+}
+
 impl Dispatcher {
-    fn register(&mut self, msg: RegisterCapability) -> Result<CapabilityRecord, AdminError> {
+    /// The record a registration stores, checked against the registry: its
+    /// policy version is 1 when new, one more than the stored one on update.
+    fn prepare_record(&self, msg: RegisterCapability) -> Result<CapabilityRecord, AdminError> {
         let mut record = msg.record;
         if builtin_records().iter().any(|b| b.slug == record.slug) {
             return Err(AdminError::new(
@@ -120,12 +137,7 @@ impl Dispatcher {
             .map_err(|err| AdminError::new(ErrorKind::Invalid(err.code()), err.to_string()))?;
         let existing = self.store.capability_record(&record.slug)?;
         record.policy_version = match (&existing, msg.update) {
-            (Some(_), false) => {
-                return Err(AdminError::new(
-                    ErrorKind::Conflict("already_registered"),
-                    format!("{} is registered; update it", record.slug),
-                ))
-            }
+            (Some(_), false) => return Err(already_registered(&record.slug)),
             (None, true) => {
                 return Err(AdminError::new(
                     ErrorKind::NotFound("unknown_capability"),
@@ -135,11 +147,58 @@ impl Dispatcher {
             (None, false) => 1,
             (Some(old), true) => old.policy_version + 1,
         };
-        self.store.put_capability_record(&record)?;
-        self.store.flush()?;
-        // A registry reload: rate windows stay.
-        self.pipeline.load_registry(Dispatcher::registry_of(&self.store)?);
         Ok(record)
+    }
+
+    /// Stores a record, reloads the registry (rate windows stay) and offers
+    /// it to discovery; resolves once discovery has it.
+    fn apply_record(
+        &mut self,
+        record: CapabilityRecord,
+    ) -> impl std::future::Future<Output = Result<CapabilityRecord, AdminError>> + 'static {
+        let stored = (|| {
+            self.store.put_capability_record(&record)?;
+            self.store.flush()?;
+            self.pipeline.load_registry(Dispatcher::registry_of(&self.store)?);
+            Ok::<(), AdminError>(())
+        })();
+        let synced = self.sync_catalog();
+        async move {
+            stored?;
+            synced.await;
+            Ok(record)
+        }
+    }
+}
+
+impl Handler<ApplyRegistryChange> for Dispatcher {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: ApplyRegistryChange, _: &mut Context<Self>) -> Self::Result {
+        match msg.0 {
+            RegistryChange::Record(record) => {
+                let known = self.store.capability_record(&record.slug).ok().flatten();
+                if known.as_ref() == Some(&*record) || builtin_records().iter().any(|b| b.slug == record.slug) {
+                    return Box::pin(async {});
+                }
+                let applied = self.apply_record(*record);
+                Box::pin(async move {
+                    if let Err(err) = applied.await {
+                        tracing::warn!(%err, "a capability record of the cluster was not applied");
+                    }
+                })
+            }
+            RegistryChange::Binding(binding) => {
+                let known = self.store.bindings().unwrap_or_default();
+                if !known.contains(&binding) {
+                    if let Err(err) = self.store.put_binding(&binding) {
+                        tracing::warn!(%err, "a binding of the cluster was not applied");
+                    }
+                    self.pipeline.set_binding(binding);
+                }
+                Box::pin(async {})
+            }
+        }
     }
 }
 
@@ -174,23 +233,38 @@ impl Handler<ReloadRegistry> for Dispatcher {
 }
 
 impl Handler<SetBinding> for Dispatcher {
-    type Result = Result<Vec<String>, AdminError>;
+    type Result = ResponseActFuture<Self, Result<Vec<String>, AdminError>>;
 
     fn handle(&mut self, msg: SetBinding, _: &mut Context<Self>) -> Self::Result {
         let binding = msg.0;
         let env = self.env.clone();
-        let missing = registry::validate_binding(&binding, &|name| env(name))
-            .map_err(|err| AdminError::new(ErrorKind::Invalid("invalid_binding"), err.to_string()))?;
-        if self.pipeline.record(&binding.slug).is_none() {
-            return Err(AdminError::new(
-                ErrorKind::NotFound("unknown_capability"),
-                format!("no capability {} is registered", binding.slug),
-            ));
-        }
-        self.store.put_binding(&binding)?;
-        self.store.flush()?;
-        self.pipeline.set_binding(binding);
-        Ok(missing)
+        let checked = registry::validate_binding(&binding, &|name| env(name))
+            .map_err(|err| AdminError::new(ErrorKind::Invalid("invalid_binding"), err.to_string()))
+            .and_then(|missing| match self.pipeline.record(&binding.slug) {
+                Some(_) => Ok(missing),
+                None => Err(AdminError::new(
+                    ErrorKind::NotFound("unknown_capability"),
+                    format!("no capability {} is registered", binding.slug),
+                )),
+            });
+        let missing = match checked {
+            Ok(missing) => missing,
+            Err(err) => return Box::pin(fut::ready(Err(err))),
+        };
+        let published = match self.shared.clone() {
+            Some(shared) => {
+                let binding = binding.clone();
+                futures::future::Either::Left(async move { shared.publish_binding(&binding, false).await.map(|_| ()) })
+            }
+            None => futures::future::Either::Right(std::future::ready(Ok(()))),
+        };
+        Box::pin(published.into_actor(self).map(move |published, act, _| {
+            published.map_err(|err| AdminError::new(ErrorKind::Unavailable, err.to_string()))?;
+            act.store.put_binding(&binding)?;
+            act.store.flush()?;
+            act.pipeline.set_binding(binding);
+            Ok(missing)
+        }))
     }
 }
 
@@ -211,15 +285,32 @@ impl Handler<DecideApproval> for Dispatcher {
 
     fn handle(&mut self, msg: DecideApproval, _: &mut Context<Self>) -> Self::Result {
         let store = self.store.clone();
+        let shared = self.shared.clone();
         Box::pin(async move {
-            let mut found = store.approval(&msg.id)?.ok_or_else(|| {
-                AdminError::new(ErrorKind::NotFound("unknown_approval"), format!("approval {} is unknown", msg.id))
-            })?;
-            approval::decide(&mut found, msg.approve, wall_ms())
-                .map_err(|problem| AdminError::new(ErrorKind::Conflict("approval_invalid"), problem.to_string()))?;
-            store.put_approval(&found)?;
-            store.durable().await?;
-            Ok(found)
+            let unknown =
+                || AdminError::new(ErrorKind::NotFound("unknown_approval"), format!("approval {} is unknown", msg.id));
+            let invalid = |problem: approval::ApprovalProblem| {
+                AdminError::new(ErrorKind::Conflict("approval_invalid"), problem.to_string())
+            };
+            approval::check_decider(&msg.by)
+                .map_err(|problem| AdminError::new(ErrorKind::BadRequest, problem.to_string()))?;
+            let Some(shared) = shared else {
+                let mut found = store.approval(&msg.id)?.ok_or_else(unknown)?;
+                approval::decide(&mut found, msg.approve, wall_ms(), &msg.by).map_err(invalid)?;
+                store.put_approval(&found)?;
+                store.durable().await?;
+                return Ok(found);
+            };
+            // The cluster's copy is the truth: decided once, whichever node is asked.
+            let unavailable = |err: SharedError| AdminError::new(ErrorKind::Unavailable, err.to_string());
+            let found = shared.approval(&msg.id).await.map_err(unavailable)?.ok_or_else(unknown)?;
+            let mut decided = found.value;
+            approval::decide(&mut decided, msg.approve, wall_ms(), &msg.by).map_err(invalid)?;
+            if !shared.put_approval(&decided, Some(found.revision)).await.map_err(unavailable)? {
+                return Err(invalid(approval::ApprovalProblem::AlreadyDecided(msg.id)));
+            }
+            store.put_approval(&decided)?;
+            Ok(decided)
         })
     }
 }

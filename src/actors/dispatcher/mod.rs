@@ -46,12 +46,16 @@ use crate::actors::Inspect;
 use crate::config::DispatchSettings;
 use crate::core::catalog::DISPATCH_ORIGIN;
 use crate::core::dispatch::approval::{self, Approval};
+use crate::core::dispatch::figures::{CallSeen, Counted, DispatchFigures};
 use crate::core::dispatch::pipeline::{
-    self, AdmissionDecision, CallFacts, DispatchCall, ExecutionKey, Pipeline, Tally,
+    self, AdmissionDecision, CallFacts, DispatchCall, ExecutionKey, Pipeline, RateGate, Tally,
 };
 use crate::core::dispatch::plan::{self, Executor, Plan, PlanFacts, Runners};
+use crate::core::dispatch::rate_limit::RateRefusal;
+use crate::core::dispatch::redrive::Claim;
 use crate::core::dispatch::redrive::{self, CacheEntry, Completion, InFlight, KeyState, Verdict};
 use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
+use crate::core::dispatch::shared::{self, RegistryChange, Settled, SharedDispatch, SharedError, Versioned};
 use crate::core::dispatch::ssrf;
 use crate::core::dispatch::{CallResult, DispatchEvent, ErrorCode, ExecFailure, ExecRequest, ExecTransport};
 use crate::core::dispatch_rules::Builtin;
@@ -108,6 +112,22 @@ pub struct SetSourceRecords {
 pub struct RemoveSourceRecords {
     pub source_id: String,
 }
+
+/// The state several nodes share (JetStream key-value buckets): from now on
+/// re-drive claims, approvals, rate windows and registry changes go through it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetShared(pub Arc<dyn SharedDispatch + Send + Sync>);
+
+/// A registry change another node published: applied to this node's store and pipeline.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ApplyRegistryChange(pub RegistryChange);
+
+/// An approval as the cluster holds it: kept in this node's store, so it is listed here.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ApplyApproval(pub Approval);
 
 /// Sets the catalog the discoverable registry is synced into (origin
 /// `dispatch`), and syncs it; answers once the Indexer has applied it.
@@ -169,6 +189,8 @@ pub struct Dispatcher {
     handlers: HashMap<String, InProcessHandler>,
     transport: Option<Arc<dyn ExecTransport + Send + Sync>>,
     source_calls: Option<Arc<dyn SourceCalls + Send + Sync>>,
+    /// The cluster's shared state; `None` on one node alone.
+    shared: Option<Arc<dyn SharedDispatch + Send + Sync>>,
     /// Where the discoverable registry is synced (origin `dispatch`).
     catalog: Option<Recipient<SyncCapabilities>>,
     sinks: Vec<EventSink>,
@@ -179,6 +201,8 @@ pub struct Dispatcher {
     epoch: Instant,
     crash_after_exec: bool,
     stats: DispatcherStats,
+    /// Calls, errors and latencies per capability since the node started.
+    figures: DispatchFigures,
 }
 
 pub(super) fn wall_ms() -> u64 {
@@ -214,6 +238,7 @@ impl Dispatcher {
             handlers: HashMap::from([(ECHO_HANDLER.to_string(), echo)]),
             transport: None,
             source_calls: None,
+            shared: None,
             catalog: None,
             sinks: Vec::new(),
             env: Arc::new(|name: &str| std::env::var(name).ok()),
@@ -222,6 +247,7 @@ impl Dispatcher {
             epoch: Instant::now(),
             crash_after_exec: std::env::var("CAPDEX_TEST_CRASH_AFTER_EXEC").is_ok_and(|v| v == "1"),
             stats: DispatcherStats::default(),
+            figures: DispatchFigures::default(),
         })
     }
 
@@ -326,6 +352,68 @@ struct Work {
     approval_used: Option<String>,
     /// Resolved `${env:VAR}` values, scrubbed from everything recorded.
     secrets: Vec<String>,
+    /// An approval to write to the shared state before the job runs: a new
+    /// one (create-only, no revision) or a used one (expecting the revision it
+    /// was read at, so only one node can use it).
+    shared_approval: Option<(Approval, Option<u64>)>,
+}
+
+/// What a call learnt from the shared state before its admission.
+#[derive(Default)]
+struct Prelude {
+    /// Its re-drive key's state in the cluster, and the entry it claimed it with.
+    key: Option<(KeyState, CacheEntry)>,
+    /// The approval it names, with its revision.
+    approval: Option<Result<Option<Versioned<Approval>>, SharedError>>,
+    /// The shared rate window's decision.
+    rate: Option<Result<Result<(), RateRefusal>, SharedError>>,
+}
+
+/// How many more times (a second apart) a result is written to the cluster after its write failed.
+const COMPLETE_RETRIES: usize = 60;
+
+/// Where a claimed re-drive key is settled: this node's store, or the cluster's shared state.
+#[derive(Clone)]
+enum Keys {
+    Local(Store),
+    Shared(Arc<dyn SharedDispatch + Send + Sync>),
+}
+
+impl Keys {
+    async fn complete(&self, storage: &[u8], done: &CacheEntry) -> Result<(), String> {
+        match self {
+            Keys::Local(store) => match store.complete_execution(storage, done) {
+                Ok(()) => store.durable().await.map_err(|err| err.to_string()),
+                Err(err) => Err(err.to_string()),
+            },
+            Keys::Shared(shared) => match shared.complete(storage, done).await {
+                Ok(()) => Ok(()),
+                Err(err) => {
+                    // The handler ran: its result must reach the cluster, or every
+                    // duplicate waits and is answered "outcome unknown". Keep trying
+                    // in the background; the call itself is answered now.
+                    let (shared, storage, done) = (shared.clone(), storage.to_vec(), done.clone());
+                    actix_rt::spawn(async move {
+                        for _ in 0..COMPLETE_RETRIES {
+                            actix_rt::time::sleep(Duration::from_secs(1)).await;
+                            if shared.complete(&storage, &done).await.is_ok() {
+                                return;
+                            }
+                        }
+                        tracing::error!("a stored result never reached the cluster; its duplicates will be refused");
+                    });
+                    Err(err.to_string())
+                }
+            },
+        }
+    }
+
+    async fn release(&self, storage: &[u8]) -> Result<(), String> {
+        match self {
+            Keys::Local(store) => store.release_execution(storage).map_err(|err| err.to_string()),
+            Keys::Shared(shared) => shared.release(storage).await.map_err(|err| err.to_string()),
+        }
+    }
 }
 
 /// What a run's answer records besides the call, fixed before it runs.
@@ -338,7 +426,7 @@ struct Trail {
 
 impl Work {
     fn of(job: Job) -> Work {
-        Work { job, durable_first: false, approval_used: None, secrets: Vec::new() }
+        Work { job, durable_first: false, approval_used: None, secrets: Vec::new(), shared_approval: None }
     }
 
     fn done(result: CallResult) -> Work {
@@ -394,17 +482,13 @@ fn run_in_process(handler: &InProcessHandler, request: &ExecRequest) -> CallResu
         .unwrap_or_else(|_| CallResult::fail(ErrorCode::ExecutionError, "the in-process handler panicked"))
 }
 
-/// Leaves a claimed key's [`Completion`] in the store: a success stored
-/// durably (then the test-only crash), a failure released.
-async fn settle(store: &Store, claimed: &(Vec<u8>, CacheEntry), result: &CallResult, crash_after_exec: bool) {
+/// Leaves a claimed key's [`Completion`] where it was claimed: a success
+/// stored durably (then the test-only crash), a failure released.
+async fn settle(keys: &Keys, claimed: &(Vec<u8>, CacheEntry), result: &CallResult, crash_after_exec: bool) {
     let (storage, entry) = claimed;
     match redrive::completion(entry, result) {
         Completion::Store(done) => {
-            let stored = match store.complete_execution(storage, &done) {
-                Ok(()) => store.durable().await,
-                Err(err) => Err(err),
-            };
-            if let Err(err) = stored {
+            if let Err(err) = keys.complete(storage, &done).await {
                 tracing::warn!(%err, "failed to store a result in the re-drive cache");
             } else if crash_after_exec {
                 tracing::error!("CAPDEX_TEST_CRASH_AFTER_EXEC=1: aborting after storing the result");
@@ -412,18 +496,83 @@ async fn settle(store: &Store, claimed: &(Vec<u8>, CacheEntry), result: &CallRes
             }
         }
         Completion::Release => {
-            if let Err(err) = store.release_execution(storage) {
+            if let Err(err) = keys.release(storage).await {
                 tracing::warn!(%err, "failed to release a re-drive key");
             }
         }
     }
 }
 
+/// A re-drive key's state in the cluster: claimed by this call, or what holds
+/// it. A duplicate running on another node (or not yet settled here) is waited
+/// for, until `wait_ms` after that call started; a key freed meanwhile is claimed again.
+async fn shared_key_state(
+    shared: Arc<dyn SharedDispatch + Send + Sync>,
+    storage: Vec<u8>,
+    ours: CacheEntry,
+    wait_ms: u64,
+) -> KeyState {
+    const ATTEMPTS: usize = 3;
+    for _ in 0..ATTEMPTS {
+        let found = match shared.claim(&storage, &ours).await {
+            Ok(Claim::Claimed) => return KeyState::Claim(Claim::Claimed),
+            Ok(Claim::Existing(found)) => found,
+            Err(err) => return KeyState::Unavailable(err.0),
+        };
+        if found.result.is_some() || !redrive::same_call(&found, &ours) {
+            return KeyState::Claim(Claim::Existing(found));
+        }
+        // Waited for from when its first call started, not from now: a retry
+        // after the first call's node died is answered once that call's time is up.
+        let remaining = found.started_at_ms.saturating_add(wait_ms).saturating_sub(wall_ms());
+        match shared.settle(&storage, remaining).await {
+            Ok(Settled::Entry(entry)) | Ok(Settled::StillRunning(entry)) => {
+                return KeyState::Claim(Claim::Existing(entry))
+            }
+            Ok(Settled::Released) => continue,
+            Err(err) => return KeyState::Unavailable(err.0),
+        }
+    }
+    KeyState::Unavailable(format!("the step was claimed and freed {ATTEMPTS} times while this call waited"))
+}
+
+/// Takes a slot of the shared rate window of (slug, agent), or says when to retry.
+async fn shared_rate(
+    shared: Arc<dyn SharedDispatch + Send + Sync>,
+    slug: String,
+    agent: String,
+    limit: u32,
+    window_ms: u64,
+) -> Result<Result<(), RateRefusal>, SharedError> {
+    for _ in 0..shared::RATE_ATTEMPTS {
+        let (slots, revision) = match shared.rate_window(&slug, &agent).await? {
+            Some(window) => (window.value, Some(window.revision)),
+            None => (Vec::new(), None),
+        };
+        match shared::admit_slots(&slots, limit, window_ms, wall_ms()) {
+            Err(refusal) => return Ok(Err(refusal)),
+            Ok(next) => {
+                if shared.put_rate_window(&slug, &agent, &next, revision).await? {
+                    return Ok(Ok(()));
+                }
+            }
+        }
+    }
+    Err(SharedError(format!(
+        "the rate window of {slug} for {agent} changed {} times while this call was admitted",
+        shared::RATE_ATTEMPTS
+    )))
+}
+
 impl Dispatcher {
     /// Records provenance, sends the event and counts; returns the answer.
     fn finish(&mut self, facts: CallFacts<'_>, result: CallResult) -> CallResult {
-        let ran = facts.record.is_some() && !facts.replayed;
+        let known = facts.record.is_some();
+        let ran = known && !facts.replayed;
         let finished = pipeline::finish(facts, result);
+        if known {
+            self.count_figures(&finished.event);
+        }
         if let Err(err) = self.store.append_provenance(&finished.provenance) {
             tracing::warn!(%err, slug = %finished.event.slug, "failed to record provenance");
         }
@@ -439,6 +588,20 @@ impl Dispatcher {
         let code = finished.event.error_code.unwrap_or_else(|| "success".into());
         metrics::counter!("capdex_dispatch_total", "code" => code).increment(1);
         finished.result
+    }
+
+    /// Counts a call of a known capability in its figures (a call naming no
+    /// record is not counted: anyone can name anything). When the table is
+    /// full, the capabilities the registry no longer holds make room first.
+    fn count_figures(&mut self, event: &DispatchEvent) {
+        let seen = CallSeen { error: !event.success, completed: event.handler_ran, latency_us: event.latency_us };
+        if self.figures.record(&event.capability_id, seen) == Counted::Full {
+            let pipeline = &self.pipeline;
+            self.figures.retain(|id| pipeline.resolve(id).is_some());
+            if self.figures.record(&event.capability_id, seen) == Counted::Full {
+                self.figures.count_untracked();
+            }
+        }
     }
 
     /// Answers a call that ran nothing (or waited), now.
@@ -530,14 +693,19 @@ impl Dispatcher {
         plan::plan(decision, &facts, || approval::approval_id(&unpredictable_seed()))
     }
 
-    /// Does the plan's store writes; returns what is left to run.
-    fn perform(&mut self, plan: Plan) -> Work {
+    /// Does the plan's store writes; returns what is left to run. With shared
+    /// state, a new or used approval is also written there before the job runs
+    /// (a used one expecting `approval_revision`, the revision it was read at).
+    fn perform(&mut self, plan: Plan, approval_revision: Option<u64>) -> Work {
+        let shared = self.shared.is_some();
         match plan {
             Plan::Answer(result) => Work::done(result),
             Plan::RequestApproval(approval) => match self.store.put_approval(&approval) {
                 Ok(()) => {
                     self.stats.approvals_requested += 1;
-                    Work { durable_first: true, ..Work::done(plan::approval_requested(&approval)) }
+                    let result = plan::approval_requested(&approval);
+                    let shared_approval = shared.then_some((approval, None));
+                    Work { durable_first: true, shared_approval, ..Work::done(result) }
                 }
                 Err(err) => Work::done(CallResult::fail(
                     ErrorCode::ExecutionError,
@@ -552,7 +720,10 @@ impl Dispatcher {
                         return Work::done(CallResult::fail(ErrorCode::ExecutionError, message));
                     }
                     work.durable_first = true;
-                    work.approval_used = Some(used.id);
+                    work.approval_used = Some(used.id.clone());
+                    if shared {
+                        work.shared_approval = Some((used, approval_revision));
+                    }
                 }
                 work
             }
@@ -591,7 +762,8 @@ impl Dispatcher {
     }
 
     /// Runs the work (after the durability barrier when a claim or an approval
-    /// was written), settles the claimed key, answers its waiters and the call.
+    /// was written, and the shared approval write), settles the claimed key,
+    /// answers its waiters and the call.
     fn run(
         &mut self,
         call: DispatchCall,
@@ -599,11 +771,17 @@ impl Dispatcher {
         work: Work,
         started: Instant,
     ) -> ResponseActFuture<Self, CallResult> {
-        let durable_first = work.durable_first || claimed.is_some();
-        let Work { job, approval_used, secrets, .. } = work;
+        let keys = match &self.shared {
+            Some(shared) => Keys::Shared(shared.clone()),
+            None => Keys::Local(self.store.clone()),
+        };
+        // With shared state the claim and the approval are durable in the
+        // cluster; this node's store only caches the approval.
+        let local_barrier = (work.durable_first || claimed.is_some()) && self.shared.is_none();
+        let Work { job, approval_used, secrets, shared_approval, .. } = work;
         let trail = Trail { record: self.pipeline.record(&call.slug).cloned(), approval_used, secrets };
         // Fast path: nothing to wait for (no claim, no approval written, no I/O to run).
-        let job = if durable_first {
+        let job = if local_barrier || claimed.is_some() || shared_approval.is_some() {
             job
         } else {
             match job.run_now() {
@@ -612,21 +790,42 @@ impl Dispatcher {
             }
         };
         let store = self.store.clone();
+        let shared = self.shared.clone();
         let crash_after_exec = self.crash_after_exec;
         let claim = claimed.as_ref().map(|c| (c.storage.clone(), c.entry.clone()));
         let run = async move {
-            if durable_first {
-                // The claim and a new or used approval are durable before the handler runs.
-                if let Err(err) = store.durable().await {
-                    if let Some((storage, _)) = &claim {
-                        let _ = store.release_execution(storage);
+            let refused =
+                match (local_barrier, &shared, &shared_approval) {
+                    // The claim and a new or used approval are durable before the handler runs.
+                    (true, _, _) => store.durable().await.err().map(|err| {
+                        CallResult::fail(ErrorCode::ExecutionError, format!("the store is not durable: {err}"))
+                    }),
+                    (false, Some(shared), Some((approval, revision))) => {
+                        match shared.put_approval(approval, *revision).await {
+                            Ok(true) => None,
+                            Ok(false) => Some(CallResult::fail(
+                                ErrorCode::ApprovalInvalid,
+                                match revision {
+                                    Some(_) => approval::ApprovalProblem::Used(approval.id.clone()).to_string(),
+                                    None => format!("approval {} already exists in the cluster", approval.id),
+                                },
+                            )),
+                            Err(err) => Some(CallResult::fail(ErrorCode::Unavailable, err.to_string())),
+                        }
                     }
-                    return CallResult::fail(ErrorCode::ExecutionError, format!("the store is not durable: {err}"));
+                    _ => None,
+                };
+            if let Some(refused) = refused {
+                if let Some((storage, _)) = &claim {
+                    if let Err(err) = keys.release(storage).await {
+                        tracing::warn!(%err, "failed to release a re-drive key");
+                    }
                 }
+                return refused;
             }
             let result = job.run().await;
             if let Some(claim) = &claim {
-                settle(&store, claim, &result, crash_after_exec).await;
+                settle(&keys, claim, &result, crash_after_exec).await;
             }
             result
         };
@@ -681,11 +880,86 @@ impl Handler<Dispatch> for Dispatcher {
                 call.slug = slug.to_string();
             }
         }
+        let cached = redrive::cached_key(key, self.pipeline.record(&call.slug).map(|r| &**r));
+        match self.prelude(&call, cached.as_ref()) {
+            None => self.admit(call, cached, started, Prelude::default()),
+            Some(prelude) => Box::pin(
+                prelude.into_actor(self).then(move |prelude, act, _| act.admit(call, cached, started, prelude)),
+            ),
+        }
+    }
+}
+
+impl Dispatcher {
+    /// What a call must ask the shared state before its admission: its
+    /// re-drive claim first (a call answered by its key takes no rate slot),
+    /// then its rate window, then its approval. `None` when there is nothing
+    /// to ask (one node alone, or a call with no key, limit or approval).
+    fn prelude(
+        &self,
+        call: &DispatchCall,
+        cached: Option<&ExecutionKey>,
+    ) -> Option<futures::future::LocalBoxFuture<'static, Prelude>> {
+        let shared = self.shared.clone()?;
+        let rate_limit = self.pipeline.rate_limit_of(call);
+        // A duplicate of a call running here waits for it (in `admit`, right
+        // after this) without asking the cluster, and takes no rate slot.
+        if cached.is_some_and(|key| self.in_flight.contains(&key.storage_key())) {
+            return None;
+        }
+        if cached.is_none() && rate_limit.is_none() && call.approval_id.is_none() {
+            return None;
+        }
+        let claim = cached.map(|key| (key.storage_key(), redrive::claim_entry(call, &self.boot_id, wall_ms())));
+        let wait_ms = shared::settle_wait_ms(self.timeout_of(&call.slug));
+        let window_ms = self.settings.rate_window_ms;
+        let (slug, agent, approval_id) = (call.slug.clone(), call.agent_id.clone(), call.approval_id.clone());
+        Some(Box::pin(async move {
+            let mut prelude = Prelude::default();
+            if let Some((storage, entry)) = claim {
+                let state = shared_key_state(shared.clone(), storage, entry.clone(), wait_ms).await;
+                let runs = state == KeyState::Claim(Claim::Claimed);
+                prelude.key = Some((state, entry));
+                if !runs {
+                    return prelude;
+                }
+            }
+            if let Some(limit) = rate_limit {
+                prelude.rate = Some(shared_rate(shared.clone(), slug, agent, limit, window_ms).await);
+            }
+            if let Some(id) = approval_id {
+                prelude.approval = Some(shared.approval(&id).await);
+            }
+            prelude
+        }))
+    }
+
+    /// The longest a call of `slug` may run.
+    fn timeout_of(&self, slug: &str) -> u64 {
+        self.pipeline.record(slug).and_then(|record| record.timeout_ms).unwrap_or(self.settings.default_timeout_ms)
+    }
+
+    /// Admits a call (its key, the pipeline, the plan) and runs it; `prelude`
+    /// holds what the shared state said, if it was asked.
+    fn admit(
+        &mut self,
+        call: DispatchCall,
+        cached: Option<ExecutionKey>,
+        started: Instant,
+        prelude: Prelude,
+    ) -> ResponseActFuture<Self, CallResult> {
         // The re-drive cache wraps the pipeline, as in the design: a stored result is returned first.
         let mut claimed = None;
-        if let Some(key) = redrive::cached_key(key, self.pipeline.record(&call.slug).map(|r| &**r)) {
-            let (storage, entry) = (key.storage_key(), redrive::claim_entry(&call, &self.boot_id, wall_ms()));
-            match redrive::verdict(&key, &entry, self.key_state(&storage, &entry)) {
+        if let Some(key) = cached {
+            let storage = key.storage_key();
+            let (state, entry) = match prelude.key {
+                Some((state, entry)) => (state, entry),
+                None => {
+                    let entry = redrive::claim_entry(&call, &self.boot_id, wall_ms());
+                    (self.key_state(&storage, &entry), entry)
+                }
+            };
+            match redrive::verdict(&key, &entry, state) {
                 Verdict::Run => claimed = Some(Claimed { key, storage, entry }),
                 Verdict::Wait => return self.wait_for_first(call, key, &storage, started),
                 Verdict::Answer(answered) => {
@@ -697,10 +971,27 @@ impl Handler<Dispatch> for Dispatcher {
         if let Some(claimed) = &claimed {
             self.in_flight.start(claimed.storage.clone());
         }
-        let stored_approval = self.stored_approval(&call);
-        let decision = self.pipeline.admit(&call, stored_approval.as_ref(), self.mono_ms(), wall_ms());
+        let unavailable = |err: SharedError| Work::done(CallResult::fail(ErrorCode::Unavailable, err.to_string()));
+        let rate = match prelude.rate {
+            None => RateGate::Local { mono_ms: self.mono_ms() },
+            Some(Ok(decided)) => RateGate::Decided(decided),
+            Some(Err(err)) => return self.run(call, claimed, unavailable(err), started),
+        };
+        let (stored_approval, approval_revision) = match prelude.approval {
+            None => (self.stored_approval(&call), None),
+            Some(Ok(Some(found))) => {
+                // Cached here, so this node lists it too.
+                if let Err(err) = self.store.put_approval(&found.value) {
+                    tracing::warn!(%err, "failed to keep an approval of the cluster");
+                }
+                (Some(found.value), Some(found.revision))
+            }
+            Some(Ok(None)) => (None, None),
+            Some(Err(err)) => return self.run(call, claimed, unavailable(err), started),
+        };
+        let decision = self.pipeline.admit_with(&call, stored_approval.as_ref(), rate, wall_ms());
         let plan = self.plan(decision, &call, stored_approval.as_ref());
-        let work = self.perform(plan);
+        let work = self.perform(plan, approval_revision);
         self.run(call, claimed, work, started)
     }
 }
@@ -759,5 +1050,42 @@ impl Handler<Inspect<DispatcherStats>> for Dispatcher {
 
     fn handle(&mut self, _: Inspect<DispatcherStats>, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stats.clone())
+    }
+}
+
+/// Asks for the calls, errors and latency percentiles of every capability
+/// called since the node started, by capability id (`tool:<slug>`, or a
+/// source capability's id).
+#[derive(Message, Debug, Default)]
+#[rtype(result = "HashMap<String, crate::core::console::model::CapabilityFigures>")]
+pub struct InspectFigures;
+
+impl Handler<InspectFigures> for Dispatcher {
+    type Result = MessageResult<InspectFigures>;
+
+    fn handle(&mut self, _: InspectFigures, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.figures.summaries())
+    }
+}
+
+impl Handler<SetShared> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetShared, _: &mut Context<Self>) {
+        self.shared = Some(msg.0);
+    }
+}
+
+impl Handler<ApplyApproval> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: ApplyApproval, _: &mut Context<Self>) {
+        let approval = msg.0;
+        let known = self.store.approval(&approval.id).ok().flatten();
+        if known.as_ref() != Some(&approval) {
+            if let Err(err) = self.store.put_approval(&approval) {
+                tracing::warn!(%err, id = %approval.id, "failed to keep an approval of the cluster");
+            }
+        }
     }
 }

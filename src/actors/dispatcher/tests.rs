@@ -178,8 +178,15 @@ async fn an_approval_is_asked_for_then_approved_and_runs_the_call_once() {
     let id = asked.metadata.unwrap()["approvalId"].as_str().unwrap().to_string();
     let pending = dispatcher.send(ListApprovals { pending_only: true }).await.unwrap().unwrap();
     assert_eq!(pending.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
-    let approved = dispatcher.send(DecideApproval { id: id.clone(), approve: true }).await.unwrap().unwrap();
+    assert_eq!(pending[0].arguments, Some(json!({"q": "o-1"})), "a pending approval shows what it is for");
+    let decide = |by: &str| DecideApproval { id: id.clone(), approve: true, by: by.to_string() };
+    let refused = dispatcher.send(decide("a\u{1b}[31m")).await.unwrap().unwrap_err();
+    assert_eq!(refused.code(), "bad_request", "{refused:?}");
+    let approved = dispatcher.send(decide("alice")).await.unwrap().unwrap();
     assert_eq!(approved.status, approval::ApprovalStatus::Approved);
+    assert_eq!(approved.decided_by.as_deref(), Some("alice"));
+    let listed = dispatcher.send(ListApprovals { pending_only: false }).await.unwrap().unwrap();
+    assert_eq!(listed[0].decided_by.as_deref(), Some("alice"), "stored with who decided");
     assert!(dispatcher.send(ListApprovals { pending_only: true }).await.unwrap().unwrap().is_empty());
     let with_approval = |q: &str| {
         let mut dispatch = call("refund", q, None);
@@ -331,4 +338,24 @@ async fn a_call_names_its_record_by_slug_or_discovery_id_and_events_carry_the_di
     assert_eq!(seen, [("lookup", "tool:lookup"), ("lookup", "tool:lookup"), ("tool:nope", "tool:nope")]);
     let provenance = dispatcher.send(ListProvenance { limit: 10 }).await.unwrap().unwrap();
     assert!(provenance.iter().filter(|row| row.success).all(|row| row.slug == "lookup"), "{provenance:?}");
+}
+
+#[actix::test]
+async fn figures_count_each_known_capability_s_calls_errors_and_latencies() {
+    let (_dir, store, runs, events) = fixture();
+    let dispatcher = start(&store, &runs, &events);
+    register(&dispatcher, record("lookup")).await;
+    for q in ["a", "b", "c"] {
+        assert!(dispatcher.send(call("lookup", q, None)).await.unwrap().success);
+    }
+    let mut bad_args = call("lookup", "x", None);
+    bad_args.call.arguments = json!({"q": 3});
+    assert_eq!(dispatcher.send(bad_args).await.unwrap().code(), Some("invalid_args"));
+    assert_eq!(dispatcher.send(call("missing", "x", None)).await.unwrap().code(), Some("unknown_capability"));
+    let figures = dispatcher.send(InspectFigures).await.unwrap();
+    assert_eq!(figures.keys().collect::<Vec<_>>(), ["tool:lookup"], "an unknown name is not tracked");
+    let lookup = &figures["tool:lookup"];
+    assert_eq!((lookup.calls, lookup.errors), (4, 1));
+    let (p50, p99) = (lookup.p50_ms.unwrap(), lookup.p99_ms.unwrap());
+    assert!(p50 >= 0.0 && p50 <= p99 && p99 < 5_000.0, "{lookup:?}");
 }

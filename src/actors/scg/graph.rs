@@ -2,6 +2,8 @@
 //! last two phases of mapping a source (link, finalize) on what the ScgMapper
 //! (`mapper.rs`) parsed, is the only writer of the SCG trees, and answers
 //! [`Route`], [`ObserveNode`] and [`DepositNote`] from its cached [`RouteIndex`].
+//! [`SourceOf`], [`PutSource`] and [`PutNote`] read and apply the shared copy of
+//! sources and notes other nodes mapped and deposited (`shared_state`).
 //!
 //! It runs on the System's arbiter, like the Indexer, because it holds the
 //! store: a `SyncArbiter` thread is never joined at exit and would keep sled
@@ -19,6 +21,7 @@ use crate::core::scg::model::{replace_source, Replaced};
 use crate::core::scg::model::{EdgeKind, SourceGraph};
 use crate::core::scg::pipeline::{kind_counts, LinkCounts, MapReport, Phase, ScgEvent};
 use crate::core::scg::route::{MemoryView, Observation, RouteAnswer, RouteIndex, Scope};
+use crate::core::scg::shared::{self, Apply};
 use crate::store::scg::{ScgStore, StoredLinks, StoredSource};
 use actix::prelude::*;
 use std::sync::Arc;
@@ -223,6 +226,96 @@ impl Handler<RemoveSource> for ScgGraph {
     }
 }
 
+/// One stored source as this node holds it (`None`: not mapped here).
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<Option<StoredSource>, ScgError>")]
+pub struct SourceOf {
+    pub source_id: String,
+}
+
+impl Handler<SourceOf> for ScgGraph {
+    type Result = Result<Option<StoredSource>, ScgError>;
+
+    fn handle(&mut self, request: SourceOf, _: &mut Context<Self>) -> Self::Result {
+        let loaded = self.loaded()?;
+        Ok(loaded.sources.iter().find(|source| source.graph.source_id == request.source_id).cloned())
+    }
+}
+
+/// Puts a stored source as it is (another node's map, read from the shared
+/// copy), relinking and re-indexing; answers whether anything changed.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<bool, ScgError>")]
+pub struct PutSource(pub StoredSource);
+
+impl Handler<PutSource> for ScgGraph {
+    type Result = Result<bool, ScgError>;
+
+    fn handle(&mut self, PutSource(source): PutSource, _: &mut Context<Self>) -> Self::Result {
+        let stored = self.loaded()?.sources.clone();
+        let held = stored.iter().find(|held| held.graph.source_id == source.graph.source_id);
+        let Apply::Put(source) = shared::source_change(held, Some(source)) else { return Ok(false) };
+        let sources = shared::put_source(stored, source.clone());
+        let links = link(&sources);
+        self.store.put_source(&source)?;
+        self.store.put_links(&stored_links(&sources, &links))?;
+        self.store.flush()?;
+        let index = self.build_index(&sources, &links);
+        let (notes, note_vectors) =
+            self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
+        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
+        Ok(true)
+    }
+}
+
+/// Puts a memory note as it is (the shared copy's, already merged), or removes
+/// it (`note: None`); answers whether anything changed.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<bool, ScgError>")]
+pub struct PutNote {
+    pub id: String,
+    pub note: Option<Note>,
+}
+
+impl Handler<PutNote> for ScgGraph {
+    type Result = Result<bool, ScgError>;
+
+    fn handle(&mut self, PutNote { id, note }: PutNote, _: &mut Context<Self>) -> Self::Result {
+        let (store, embedder) = (self.store.clone(), self.embedder);
+        let loaded = self.loaded()?;
+        let at = loaded.notes.binary_search_by(|held| held.id.cmp(&id));
+        let held = at.ok().map(|at| &loaded.notes[at]);
+        match shared::note_change(held, note.filter(|note| note.id == id)) {
+            Apply::Nothing => Ok(false),
+            Apply::Put(note) => {
+                store.put_note(&note)?;
+                store.flush()?;
+                let vector = RouteIndex::note_vector(&note, &embedder);
+                match at {
+                    Ok(at) => {
+                        loaded.notes[at] = note;
+                        loaded.note_vectors[at] = vector;
+                    }
+                    Err(at) => {
+                        loaded.notes.insert(at, note);
+                        loaded.note_vectors.insert(at, vector);
+                    }
+                }
+                Ok(true)
+            }
+            Apply::Remove => {
+                store.remove_note(&id)?;
+                store.flush()?;
+                if let Ok(at) = at {
+                    loaded.notes.remove(at);
+                    loaded.note_vectors.remove(at);
+                }
+                Ok(true)
+            }
+        }
+    }
+}
+
 /// The kind of every stored source, by source id.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "Result<std::collections::BTreeMap<String, crate::core::scg::model::SourceKind>, ScgError>")]
@@ -389,6 +482,49 @@ mod tests {
         let (events, _) = broadcast::channel(64);
         let embedder = HashingEmbedder::new(64).unwrap();
         ScgGraph::new(ScgStore::open(store).unwrap(), embedder, 86_400_000, events).start()
+    }
+
+    #[actix::test]
+    async fn it_puts_shared_sources_and_notes_as_given_and_ignores_repeats() {
+        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let store_b = Store::open(dir_b.path()).unwrap();
+        let (a, b) = (start(&Store::open(dir_a.path()).unwrap()), start(&store_b));
+        a.send(Finalize(parsed("ws1"))).await.unwrap().unwrap();
+        let stored = a.send(SourceOf { source_id: "pets".into() }).await.unwrap().unwrap().expect("mapped on a");
+        assert_eq!(b.send(SourceOf { source_id: "pets".into() }).await.unwrap().unwrap(), None);
+        assert!(b.send(PutSource(stored.clone())).await.unwrap().unwrap(), "b takes a's map");
+        assert!(!b.send(PutSource(stored.clone())).await.unwrap().unwrap(), "the same map again changes nothing");
+        assert_eq!(b.send(SourceOf { source_id: "pets".into() }).await.unwrap().unwrap(), Some(stored.clone()));
+        let route = Route { query: "show pet by id".into(), k: 3, workspace: Some("ws1".into()) };
+        let on_a = a.send(route.clone()).await.unwrap().unwrap();
+        let on_b = b.send(route.clone()).await.unwrap().unwrap();
+        assert_eq!(on_a.recipes, on_b.recipes, "b routes as a does");
+
+        let deposit = Deposit {
+            content: "tag is often empty".into(),
+            polarity: Polarity::DeadEnd,
+            anchors: vec!["pets#Pet.tag".into()],
+            label: "ws:ws1".into(),
+        };
+        let note = a.send(DepositNote { deposit, workspace: None }).await.unwrap().unwrap().note;
+        let put = PutNote { id: note.id.clone(), note: Some(note.clone()) };
+        assert!(b.send(put.clone()).await.unwrap().unwrap());
+        assert!(!b.send(put).await.unwrap().unwrap(), "the same note again changes nothing");
+        assert_eq!(
+            b.send(route.clone()).await.unwrap().unwrap().recipes,
+            a.send(route).await.unwrap().unwrap().recipes
+        );
+        let wrong = PutNote { id: "other".into(), note: Some(note.clone()) };
+        assert!(!b.send(wrong).await.unwrap().unwrap(), "a note under another id is not taken");
+        assert_eq!(b.send(Inspect::<ScgGraphStats>::new()).await.unwrap().notes, 1);
+        assert!(b.send(PutNote { id: note.id.clone(), note: None }).await.unwrap().unwrap(), "removed");
+        assert!(!b.send(PutNote { id: note.id.clone(), note: None }).await.unwrap().unwrap(), "already gone");
+        drop(b);
+        let restarted = start(&store_b);
+        let held = restarted.send(SourceOf { source_id: "pets".into() }).await.unwrap().unwrap();
+        assert_eq!(held, Some(stored), "what b took is stored");
+        let stats = restarted.send(Inspect::<ScgGraphStats>::new()).await.unwrap();
+        assert_eq!((stats.sources, stats.notes), (1, 0), "what b took and removed is stored");
     }
 
     #[actix::test]

@@ -14,7 +14,8 @@ pub mod mapper;
 pub mod progress;
 
 pub use graph::{
-    DepositNote, Finalize, ObserveNode, RemoveSource, Route, ScgGraph, ScgGraphStats, SourceKinds, SourcesOf,
+    DepositNote, Finalize, ObserveNode, PutNote, PutSource, RemoveSource, Route, ScgGraph, ScgGraphStats, SourceKinds,
+    SourceOf, SourcesOf,
 };
 pub use mapper::{Introspect, MapRequest, Parsed, ScgMapper, ScgMapperStats, SourceText};
 pub use progress::ScgError;

@@ -4,9 +4,15 @@
 //! once; an approved approval runs exactly that call, once.
 //!
 //! The bookkeeping is here too: [`request`] makes the approval a call asks
-//! for, [`consumed`] is an approval once its call runs, [`decide`] approves
-//! or rejects, and [`is_open`] says what is still waiting for a decision.
+//! for (with the call's arguments as provenance would show them, so a person
+//! sees what they approve), [`consumed`] is an approval once its call runs,
+//! [`decide`] approves or rejects and records who did ([`check_decider`]),
+//! and [`is_open`] says what is still waiting for a decision.
+//!
+//! `arguments` and `decidedBy` were added later: both default to `None`, so
+//! an approval stored before (sled, the approvals bucket) still decodes.
 
+use crate::core::dispatch::redact;
 use crate::core::dispatch::registry::CapabilityRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -37,7 +43,22 @@ pub struct Approval {
     pub status: ApprovalStatus,
     #[serde(default)]
     pub decided_at_ms: Option<u64>,
+    /// The call's arguments, redacted as provenance redacts them
+    /// ([`redact::redact_arguments`]); `None` for an approval stored by an
+    /// older version. Larger than [`MAX_SHOWN_ARGUMENT_BYTES`] as JSON, they
+    /// are replaced by a string saying so.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    /// Who approved or rejected it (see [`check_decider`]); `None` while pending
+    /// and for an approval decided by an older version.
+    #[serde(default)]
+    pub decided_by: Option<String>,
 }
+
+/// The most bytes of redacted arguments (as JSON) an approval keeps.
+pub const MAX_SHOWN_ARGUMENT_BYTES: usize = 16 * 1024;
+/// The longest `by` of a decision, in characters.
+pub const MAX_DECIDER_CHARS: usize = 128;
 
 /// Why an approval does not permit a call, or cannot be decided.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +77,42 @@ pub enum ApprovalProblem {
     AlreadyDecided(String),
     #[error("approval {id} was given for other {what}")]
     Mismatch { id: String, what: &'static str },
+}
+
+/// Why a decision's `by` was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeciderProblem {
+    #[error("by must not be blank")]
+    Blank,
+    #[error("by is longer than {MAX_DECIDER_CHARS} characters")]
+    TooLong,
+    #[error("by must be printable (no control characters)")]
+    NotPrintable,
+}
+
+/// Checks who a decision names: not blank, at most [`MAX_DECIDER_CHARS`]
+/// characters, no control characters.
+pub fn check_decider(by: &str) -> Result<(), DeciderProblem> {
+    if by.trim().is_empty() {
+        Err(DeciderProblem::Blank)
+    } else if by.chars().count() > MAX_DECIDER_CHARS {
+        Err(DeciderProblem::TooLong)
+    } else if by.chars().any(char::is_control) {
+        Err(DeciderProblem::NotPrintable)
+    } else {
+        Ok(())
+    }
+}
+
+/// What an approval shows of its call's arguments: redacted under `record`'s
+/// rule exactly as provenance is, and bounded to [`MAX_SHOWN_ARGUMENT_BYTES`].
+pub fn shown_arguments(record: &CapabilityRecord, args: &Value) -> Value {
+    let shown = redact::redact_arguments(record.redaction.as_ref(), args);
+    let bytes = serde_json::to_vec(&shown).map_or(usize::MAX, |json| json.len());
+    if bytes > MAX_SHOWN_ARGUMENT_BYTES {
+        return Value::String(format!("[omitted: {bytes} bytes of arguments]"));
+    }
+    shown
 }
 
 /// SHA-256 (hex) of the arguments in canonical JSON (object keys sorted at every depth).
@@ -124,6 +181,8 @@ pub fn pending(
         expires_at_ms: now_ms.saturating_add(ttl_ms),
         status: ApprovalStatus::Pending,
         decided_at_ms: None,
+        arguments: None,
+        decided_by: None,
     }
 }
 
@@ -138,7 +197,8 @@ pub fn request(
     default_ttl_ms: u64,
 ) -> Approval {
     let ttl_ms = record.approval_timeout_ms.unwrap_or(default_ttl_ms);
-    pending(id, &record.slug, agent_id, args, record.policy_version, now_ms, ttl_ms)
+    let asked = pending(id, &record.slug, agent_id, args, record.policy_version, now_ms, ttl_ms);
+    Approval { arguments: Some(shown_arguments(record, args)), ..asked }
 }
 
 /// The approval once the call it permits runs: it permits nothing more.
@@ -151,8 +211,9 @@ pub fn is_open(approval: &Approval, now_ms: u64) -> bool {
     approval.status == ApprovalStatus::Pending && now_ms < approval.expires_at_ms
 }
 
-/// Approves or rejects a pending, unexpired approval.
-pub fn decide(approval: &mut Approval, approve: bool, now_ms: u64) -> Result<(), ApprovalProblem> {
+/// Approves or rejects a pending, unexpired approval on behalf of `by`
+/// (checked by the caller with [`check_decider`]).
+pub fn decide(approval: &mut Approval, approve: bool, now_ms: u64, by: &str) -> Result<(), ApprovalProblem> {
     if approval.status != ApprovalStatus::Pending {
         return Err(ApprovalProblem::AlreadyDecided(approval.id.clone()));
     }
@@ -161,6 +222,7 @@ pub fn decide(approval: &mut Approval, approve: bool, now_ms: u64) -> Result<(),
     }
     approval.status = if approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
     approval.decided_at_ms = Some(now_ms);
+    approval.decided_by = Some(by.to_string());
     Ok(())
 }
 
@@ -209,8 +271,9 @@ mod tests {
         let args = json!({"amount": 5, "order": "o-1"});
         let mut approval = pending("id1".into(), "refund", "agent", &args, 3, 1_000, 500);
         assert_eq!(permits(&approval, "refund", "agent", &args, 3, 1_100), Err(ApprovalProblem::Pending("id1".into())));
-        decide(&mut approval, true, 1_100).unwrap();
-        assert_eq!(decide(&mut approval, false, 1_100), Err(ApprovalProblem::AlreadyDecided("id1".into())));
+        decide(&mut approval, true, 1_100, "ops").unwrap();
+        assert_eq!(approval.decided_by.as_deref(), Some("ops"));
+        assert_eq!(decide(&mut approval, false, 1_100, "other"), Err(ApprovalProblem::AlreadyDecided("id1".into())));
         // Key order does not change the digest.
         assert_eq!(permits(&approval, "refund", "agent", &json!({"order": "o-1", "amount": 5}), 3, 1_200), Ok(()));
         let refused = |slug, agent, args: &Value, version, now| permits(&approval, slug, agent, args, version, now);
@@ -234,7 +297,7 @@ mod tests {
         approval.status = ApprovalStatus::Used;
         assert_eq!(permits(&approval, "refund", "agent", &args, 3, 1_200), Err(ApprovalProblem::Used("id1".into())));
         let mut late = pending("id2".into(), "refund", "agent", &args, 3, 0, 10);
-        assert_eq!(decide(&mut late, true, 10), Err(ApprovalProblem::Expired("id2".into())));
+        assert_eq!(decide(&mut late, true, 10, "ops"), Err(ApprovalProblem::Expired("id2".into())));
         assert_eq!(approval_id(b"seed").len(), 32);
     }
 
@@ -245,16 +308,60 @@ mod tests {
         let mut gated = record("refund");
         gated.policy_version = 4;
         let asked = request("id1".into(), &gated, "agent", &args, 1_000, 500);
-        assert_eq!(asked, pending("id1".into(), "refund", "agent", &args, 4, 1_000, 500));
+        let expected = pending("id1".into(), "refund", "agent", &args, 4, 1_000, 500);
+        assert_eq!(asked, Approval { arguments: Some(args.clone()), ..expected });
         gated.approval_timeout_ms = Some(20);
         let mut quick = request("id2".into(), &gated, "agent", &args, 1_000, 500);
         assert_eq!(quick.expires_at_ms, 1_020);
         assert!(is_open(&quick, 1_019) && !is_open(&quick, 1_020));
-        decide(&mut quick, true, 1_010).unwrap();
+        decide(&mut quick, true, 1_010, "ops").unwrap();
         assert!(!is_open(&quick, 1_011), "decided");
         assert_eq!(permits(&quick, "refund", "agent", &args, 4, 1_011), Ok(()));
         let used = consumed(&quick);
         assert_eq!(used.status, ApprovalStatus::Used);
         assert_eq!(permits(&used, "refund", "agent", &args, 4, 1_011), Err(ApprovalProblem::Used("id2".into())));
+    }
+
+    #[test]
+    fn an_approval_shows_its_arguments_redacted_as_provenance_does() {
+        use crate::core::dispatch::registry::{tests::record, RedactionRule};
+        let mut gated = record("refund");
+        gated.redaction = Some(RedactionRule { redact_keys: vec!["apiKey".into()], ..Default::default() });
+        let args = json!({"apiKey": "sk-live-123", "note": "mail bob@corp.io, Authorization: Bearer tok-9", "n": 2});
+        let asked = request("id1".into(), &gated, "agent", &args, 1_000, 500);
+        let shown = asked.arguments.clone().unwrap();
+        let text = shown.to_string();
+        assert!(!text.contains("sk-live-123") && !text.contains("bob@corp.io") && !text.contains("tok-9"), "{text}");
+        assert_eq!(shown["apiKey"], "[redacted:apiKey]");
+        assert_eq!(shown["n"], 2);
+        assert_eq!(shown, redact::redact_for_provenance(gated.redaction.as_ref(), &args, &Value::Null, &[]).0);
+        // The digest is still of the arguments as given, so the approval permits exactly that call.
+        assert_eq!(asked.args_digest, args_digest(&args));
+        let huge = json!({"blob": "x".repeat(MAX_SHOWN_ARGUMENT_BYTES)});
+        let big = request("id2".into(), &gated, "agent", &huge, 1_000, 500);
+        assert!(big.arguments.unwrap().as_str().unwrap().starts_with("[omitted: "));
+    }
+
+    #[test]
+    fn an_approval_stored_by_an_older_version_still_decodes() {
+        // As an earlier version wrote it into the approvals bucket (JSON), without arguments or decidedBy.
+        let old = r#"{"id":"ab12","slug":"refund","agentId":"agent","argsDigest":"00","policyVersion":1,
+            "createdAtMs":1,"expiresAtMs":2,"status":"approved","decidedAtMs":1}"#;
+        let approval: Approval = serde_json::from_str(old).unwrap();
+        assert_eq!((approval.arguments, approval.decided_by), (None, None));
+        assert_eq!((approval.status, approval.decided_at_ms), (ApprovalStatus::Approved, Some(1)));
+        let written = serde_json::to_value(pending("id".into(), "s", "a", &json!({}), 1, 0, 1)).unwrap();
+        assert!(written.get("decidedBy").is_some() && written.get("arguments").is_some(), "{written}");
+    }
+
+    #[test]
+    fn deciders_are_checked() {
+        assert_eq!(check_decider("alice@ops"), Ok(()));
+        assert_eq!(check_decider("nats"), Ok(()));
+        assert_eq!(check_decider(&"é".repeat(MAX_DECIDER_CHARS)), Ok(()));
+        assert_eq!(check_decider(&"é".repeat(MAX_DECIDER_CHARS + 1)), Err(DeciderProblem::TooLong));
+        assert_eq!(check_decider("  "), Err(DeciderProblem::Blank));
+        assert_eq!(check_decider("a\nb"), Err(DeciderProblem::NotPrintable));
+        assert_eq!(check_decider("a\u{7f}"), Err(DeciderProblem::NotPrintable));
     }
 }

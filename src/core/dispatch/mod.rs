@@ -1,6 +1,7 @@
 //! The capability-call pipeline, pure: registry records and bindings
 //! (`registry`), the decision steps in the design's order (`pipeline`),
 //! sliding-window rate limits (`rate_limit`), approvals (`approval`),
+//! per-capability call figures and latency percentiles (`figures`),
 //! what the shell does with a decision and which executor runs a call
 //! (`plan`), the re-drive state machine (`redrive`), `${env:VAR}` templates
 //! (`env_template`), the SSRF guard on resolved addresses (`ssrf`) and PII
@@ -11,12 +12,14 @@
 
 pub mod approval;
 pub mod env_template;
+pub mod figures;
 pub mod pipeline;
 pub mod plan;
 pub mod rate_limit;
 pub mod redact;
 pub mod redrive;
 pub mod registry;
+pub mod shared;
 pub mod ssrf;
 
 use serde::{Deserialize, Serialize};

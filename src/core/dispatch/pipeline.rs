@@ -6,7 +6,7 @@
 //! which records provenance and an event with [`finish`].
 
 use crate::core::dispatch::approval::{self, Approval};
-use crate::core::dispatch::rate_limit::RateLimiter;
+use crate::core::dispatch::rate_limit::{RateLimiter, RateRefusal};
 use crate::core::dispatch::redact;
 use crate::core::dispatch::registry::{valid_id, Binding, CapabilityRecord, HttpConfig, MAX_ID_BYTES};
 use crate::core::dispatch::{env_template, CallResult, DispatchEvent, ErrorCode, ProvenanceRecord};
@@ -104,6 +104,15 @@ pub enum BindingMode {
     Open,
     /// No binding: `capability_disabled_for_agent`.
     Strict,
+}
+
+/// How the rate step of an admission is decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateGate {
+    /// By this node's own sliding windows, at `mono_ms` (a monotonic clock).
+    Local { mono_ms: u64 },
+    /// Already, by the cluster's shared window (see `shared::admit_shared`).
+    Decided(Result<(), RateRefusal>),
 }
 
 /// What the pipeline decided.
@@ -244,6 +253,36 @@ impl Pipeline {
         mono_ms: u64,
         wall_ms: u64,
     ) -> AdmissionDecision {
+        self.admit_with(call, approval, RateGate::Local { mono_ms }, wall_ms)
+    }
+
+    /// The rate limit a call is held to at the rate step (`customRateLimit ??
+    /// rateLimit` of its agent), or `None` when it has none or is refused
+    /// before that step (unknown, inactive, disabled for its agent): a shared
+    /// window is asked only for the calls that reach it.
+    pub fn rate_limit_of(&self, call: &DispatchCall) -> Option<u32> {
+        let record = self.registry.get(&call.slug)?;
+        if !record.is_active {
+            return None;
+        }
+        let binding = self.binding(&call.agent_id, &call.slug);
+        match binding {
+            Some(b) if !b.is_enabled => return None,
+            None if self.mode == BindingMode::Strict => return None,
+            _ => {}
+        }
+        binding.and_then(|b| b.custom_rate_limit).or(record.rate_limit).filter(|&n| n > 0)
+    }
+
+    /// [`Pipeline::admit`], with the rate step decided by `rate`: this node's
+    /// limiter, or a shared window already asked ([`Pipeline::rate_limit_of`]).
+    pub fn admit_with(
+        &mut self,
+        call: &DispatchCall,
+        approval: Option<&Approval>,
+        rate: RateGate,
+        wall_ms: u64,
+    ) -> AdmissionDecision {
         let refuse = |code: ErrorCode, message: String| AdmissionDecision::Refused(CallResult::fail(code, message));
         let slug = &call.slug;
         let Some(record) = self.registry.get(slug).cloned() else {
@@ -269,7 +308,11 @@ impl Pipeline {
             _ => {}
         }
         let limit = binding.as_ref().and_then(|b| b.custom_rate_limit).or(record.rate_limit);
-        if let Err(refusal) = self.limiter.admit(slug, &call.agent_id, limit, mono_ms) {
+        let rate = match rate {
+            RateGate::Local { mono_ms } => self.limiter.admit(slug, &call.agent_id, limit, mono_ms),
+            RateGate::Decided(decided) => decided,
+        };
+        if let Err(refusal) = rate {
             let mut result = CallResult::fail(
                 ErrorCode::RateLimited,
                 format!("Rate limit exceeded for capability {slug} ({}/min)", refusal.limit),

@@ -289,7 +289,7 @@ mod tests {
         assert_eq!(answer.code(), Some("requires_approval"));
         assert!(answer.error.unwrap().message.contains("approval.ap1.approve"));
         let mut approved = asked.clone();
-        approval::decide(&mut approved, true, 1_100).unwrap();
+        approval::decide(&mut approved, true, 1_100, "ops").unwrap();
         let retry = call("refund", Some("ap1"));
         let decision = pipeline.admit(&retry, Some(&approved), 0, 1_200);
         match plan(decision, &facts(&retry, Some(&approved)), || panic!("no new approval on the approved retry")) {

@@ -40,16 +40,7 @@ impl RateLimiter {
             self.windows.retain(|_, log| log.back().is_some_and(|&last| last + window > now_ms));
         }
         let key = (slug.to_string(), agent.to_string());
-        let log = self.windows.entry(key).or_default();
-        while log.front().is_some_and(|&t| t + self.window_ms <= now_ms) {
-            log.pop_front();
-        }
-        if log.len() >= limit as usize {
-            let oldest = log.front().copied().unwrap_or(now_ms);
-            return Err(RateRefusal { limit, retry_after_ms: (oldest + self.window_ms).saturating_sub(now_ms) });
-        }
-        log.push_back(now_ms);
-        Ok(())
+        admit_window(self.windows.entry(key).or_default(), limit, self.window_ms, now_ms)
     }
 
     /// How many keys hold a window.
@@ -60,6 +51,22 @@ impl RateLimiter {
     pub fn is_empty(&self) -> bool {
         self.windows.is_empty()
     }
+}
+
+/// The one admission rule, on one window's log of admitted times (oldest
+/// first): drops the times that left the window ending at `now_ms`, then admits
+/// the call (appending `now_ms`) unless `limit` calls remain in it.
+pub fn admit_window(log: &mut VecDeque<u64>, limit: u32, window_ms: u64, now_ms: u64) -> Result<(), RateRefusal> {
+    let window_ms = window_ms.max(1);
+    while log.front().is_some_and(|&t| t + window_ms <= now_ms) {
+        log.pop_front();
+    }
+    if log.len() >= limit as usize {
+        let oldest = log.front().copied().unwrap_or(now_ms);
+        return Err(RateRefusal { limit, retry_after_ms: (oldest + window_ms).saturating_sub(now_ms) });
+    }
+    log.push_back(now_ms);
+    Ok(())
 }
 
 #[cfg(test)]

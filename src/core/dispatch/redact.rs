@@ -223,6 +223,13 @@ pub fn redact_for_provenance(
     (args, preview)
 }
 
+/// What may be shown of a call's arguments beside its approval: exactly the
+/// arguments provenance keeps ([`redact_for_provenance`] with no resolved
+/// secrets, since none are resolved before a call runs).
+pub fn redact_arguments(rule: Option<&RedactionRule>, args: &Value) -> Value {
+    redact_for_provenance(rule, args, &Value::Null, &[]).0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

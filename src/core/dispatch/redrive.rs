@@ -49,6 +49,8 @@ pub enum KeyState {
     Claim(Claim),
     /// The store could not be asked.
     Unreadable(String),
+    /// The cluster's shared state could not be asked: a client may retry.
+    Unavailable(String),
 }
 
 /// What happens to a call with a re-drive key.
@@ -100,6 +102,12 @@ pub fn cached_key(key: Option<ExecutionKey>, record: Option<&CapabilityRecord>) 
     key.filter(|_| record.is_some_and(|r| !r.is_idempotent))
 }
 
+/// Whether a key found in progress was claimed by this very call elsewhere
+/// (same capability, agent and arguments): a duplicate that may wait for it.
+pub fn same_call(found: &CacheEntry, ours: &CacheEntry) -> bool {
+    found.slug == ours.slug && found.agent_id == ours.agent_id && found.args_digest == ours.args_digest
+}
+
 /// The in-progress entry a call claims its key with.
 pub fn claim_entry(call: &DispatchCall, owner: &str, now_ms: u64) -> CacheEntry {
     CacheEntry {
@@ -123,9 +131,15 @@ pub fn verdict(key: &ExecutionKey, ours: &CacheEntry, state: KeyState) -> Verdic
                 format!("the re-drive cache failed: {problem}"),
             ))))
         }
+        KeyState::Unavailable(problem) => {
+            return Verdict::Answer(Box::new(Answered::CacheFailed(CallResult::fail(
+                ErrorCode::Unavailable,
+                format!("the re-drive record could not be claimed: {problem}"),
+            ))))
+        }
         KeyState::Claim(Claim::Existing(found)) => *found,
     };
-    if found.slug != ours.slug || found.agent_id != ours.agent_id || found.args_digest != ours.args_digest {
+    if !same_call(&found, ours) {
         return Verdict::Answer(Box::new(Answered::Conflict(CallResult::fail(
             ErrorCode::InvalidRequest,
             format!("step {key} already belongs to another call (capability, agent or arguments differ)"),

@@ -7,7 +7,8 @@
 //! - [`align`]: field-name normalisation, TypeAligner (RESOLVES_TO) and CONSUMES edges across sources;
 //! - [`route`]: ranked RouteRecipes for a query, and a node's typed neighbourhood;
 //! - [`pipeline`]: the map pipeline's phases, progress events, connector check and report;
-//! - [`memory`]: deposited notes (positive or dead end) that bias routing, with time decay.
+//! - [`memory`]: deposited notes (positive or dead end) that bias routing, with time decay;
+//! - [`shared`]: what the shared (JetStream) copy of mapped sources and notes means to each node.
 //!
 //! Everything here is pure: the caller reads files and stores graphs. No
 //! credentials or record values enter the graph, only schema and tool names
@@ -21,6 +22,7 @@ pub mod openapi;
 pub mod pipeline;
 pub mod route;
 pub mod schema;
+pub mod shared;
 pub mod sql;
 
 use model::{SourceGraph, SourceKind};

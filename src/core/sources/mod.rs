@@ -12,6 +12,7 @@
 pub mod records;
 pub mod request;
 pub mod settings;
+pub mod shared;
 pub mod tools;
 
 use crate::core::dispatch::CallResult;

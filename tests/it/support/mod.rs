@@ -1,10 +1,14 @@
-//! Shared helpers for the integration tests: a real nats-server, `capdex serve`
+//! Shared helpers for the integration tests: a real nats-server or a cluster
+//! of them (`nats_cluster`), `capdex serve` nodes under load (`cluster_load`), `capdex serve`
 //! children killed on drop, the real MCP servers the live-source tests start
 //! (`upstreams`), and the fixtures below `tests/fixtures`.
 
+pub mod cluster_load;
+pub mod nats_cluster;
 pub mod nats_server;
 pub mod serving;
 pub mod upstreams;
+pub mod webdriver;
 
 use std::path::PathBuf;
 

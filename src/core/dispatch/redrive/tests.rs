@@ -52,6 +52,7 @@ fn verdicts() {
     check(KeyState::InFlight, "wait");
     check(KeyState::Claim(Claim::Claimed), "run");
     check(KeyState::Unreadable("disk".into()), "cache_failed");
+    check(KeyState::Unavailable("no quorum".into()), "cache_failed");
     check(stored(0, Some(CallResult::ok(json!(1)))), "replay");
     check(stored(0, None), "interrupted");
     check(stored(1, Some(CallResult::ok(json!(1)))), "conflict");
@@ -71,6 +72,8 @@ fn answers_say_whether_they_replay() {
     assert_eq!(replay, (CallResult::ok(json!({"n": 1})), true));
     let failed = answered(KeyState::Unreadable("disk".into()));
     assert_eq!((failed.0.code(), failed.1), (Some("execution_error"), false));
+    let unavailable = answered(KeyState::Unavailable("no quorum".into()));
+    assert_eq!((unavailable.0.code(), unavailable.1), (Some("unavailable"), false), "a client may retry it");
     let interrupted = answered(KeyState::Claim(Claim::Existing(Box::new(ours.clone()))));
     assert!(interrupted.1 && interrupted.0.error.unwrap().message.contains("outcome is unknown"));
 }

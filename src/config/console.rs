@@ -1,0 +1,141 @@
+//! The `[console]` section: the operator console's web pages, served by
+//! `capdex serve` when `listen` is set (off by default).
+
+use super::environment::Environment;
+use super::error::{InvalidKind, InvalidSetting};
+use super::nats::Secret;
+use crate::core::dispatch::env_template;
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// `[console]` as written; documented in `config/capdex.toml`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConsole {
+    pub listen: String,
+    pub token: String,
+    pub operator: String,
+}
+
+/// The console's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsoleSettings {
+    /// Where `capdex serve` serves the console; `None` serves none.
+    pub listen: Option<SocketAddr>,
+    /// The token an operator signs in with, `${env:VAR}` resolved; `None`: loopback only, no sign-in.
+    pub token: Option<Secret>,
+    /// The name the console's decisions are recorded under (an approval's `decidedBy`).
+    pub operator: String,
+}
+
+impl ConsoleSettings {
+    /// Checks the address and the token; `${env:VAR}` in the token is read from `env`.
+    pub fn from_raw(raw: RawConsole, env: &Environment) -> Result<ConsoleSettings, InvalidSetting> {
+        let listen = match raw.listen.trim() {
+            "" => None,
+            text => Some(text.parse::<SocketAddr>().map_err(|err| {
+                InvalidSetting::new(
+                    "console.listen",
+                    InvalidKind::Malformed,
+                    format!("{text:?} is not host:port ({err})"),
+                )
+            })?),
+        };
+        let token = match raw.token.trim() {
+            "" => None,
+            text => {
+                let lookup = |name: &str| env.get(name).map(str::to_string);
+                let resolved = env_template::resolve(text, &lookup, &mut Vec::new()).map_err(|missing| {
+                    InvalidSetting::new("console.token", InvalidKind::Incomplete, missing.to_string())
+                })?;
+                if resolved.len() < 16 || resolved.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(InvalidSetting::new(
+                        "console.token",
+                        InvalidKind::Malformed,
+                        "the token must be at least 16 characters, without spaces",
+                    ));
+                }
+                Some(Secret::new(resolved))
+            }
+        };
+        if let Some(addr) = listen {
+            if token.is_none() && !addr.ip().is_loopback() {
+                return Err(InvalidSetting::new(
+                    "console.listen",
+                    InvalidKind::Conflict,
+                    format!(
+                        "{addr} is not a loopback address: set console.token to serve the console beyond this machine"
+                    ),
+                ));
+            }
+        }
+        let operator = raw.operator.trim();
+        if operator.is_empty() || operator.len() > 128 || operator.chars().any(char::is_control) {
+            return Err(InvalidSetting::new(
+                "console.operator",
+                InvalidKind::Malformed,
+                "1 to 128 characters, no control characters",
+            ));
+        }
+        Ok(ConsoleSettings { listen, token, operator: operator.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::{defaults, load, Case};
+
+    fn raw() -> RawConsole {
+        defaults().console
+    }
+
+    #[test]
+    fn the_defaults_serve_no_console() {
+        let settings = ConsoleSettings::from_raw(raw(), &Environment::default()).unwrap();
+        assert_eq!((settings.listen, settings.token), (None, None));
+        assert_eq!(settings.operator, "console");
+    }
+
+    #[test]
+    fn a_token_is_read_from_the_environment_and_never_shown() {
+        let env: Environment = [("CONSOLE_TOKEN", "0123456789abcdef-xyz")].into_iter().collect();
+        let mut given = raw();
+        given.token = "${env:CONSOLE_TOKEN}".into();
+        given.listen = "0.0.0.0:7700".into();
+        let settings = ConsoleSettings::from_raw(given.clone(), &env).unwrap();
+        assert_eq!(settings.token.as_ref().unwrap().expose(), "0123456789abcdef-xyz");
+        assert!(!format!("{settings:?}").contains("0123456789abcdef"));
+        let err = ConsoleSettings::from_raw(given, &Environment::default()).unwrap_err();
+        assert_eq!((err.field.as_str(), err.kind), ("console.token", InvalidKind::Incomplete));
+    }
+
+    #[test]
+    fn a_loopback_address_needs_no_token() {
+        let mut given = raw();
+        given.listen = "127.0.0.1:0".into();
+        let settings = ConsoleSettings::from_raw(given, &Environment::default()).unwrap();
+        assert!(settings.listen.unwrap().ip().is_loopback());
+        let env = [("CAPDEX_CONSOLE_LISTEN", "[::1]:7700")];
+        assert!(load(&env).unwrap().console.listen.unwrap().ip().is_loopback());
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let cases: Vec<Case<RawConsole>> = vec![
+            (Box::new(|r| r.listen = "0.0.0.0:7700".into()), "console.listen", InvalidKind::Conflict),
+            (Box::new(|r| r.listen = "10.1.2.3:7700".into()), "console.listen", InvalidKind::Conflict),
+            (Box::new(|r| r.listen = "localhost".into()), "console.listen", InvalidKind::Malformed),
+            (Box::new(|r| r.token = "short".into()), "console.token", InvalidKind::Malformed),
+            (Box::new(|r| r.token = "with a space in the token".into()), "console.token", InvalidKind::Malformed),
+            (Box::new(|r| r.operator = "".into()), "console.operator", InvalidKind::Malformed),
+            (Box::new(|r| r.operator = "a\nb".into()), "console.operator", InvalidKind::Malformed),
+        ];
+        for (change, field, kind) in cases {
+            let mut given = raw();
+            change(&mut given);
+            let err = ConsoleSettings::from_raw(given, &Environment::default()).unwrap_err();
+            assert_eq!((err.field.as_str(), err.kind), (field, kind));
+        }
+    }
+}
