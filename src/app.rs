@@ -283,21 +283,40 @@ impl Api for ActorApi {
                         .ok_or_else(|| ApiError::bad_request(format!("unknown kind {text:?}")))?,
                 ),
             };
+            let limit = request.page_size()?;
             let catalog = discoverer
                 .send(crate::actors::discoverer::CurrentCatalog)
                 .await
                 .map_err(ApiError::unavailable)?;
-            let capabilities: Vec<serde_json::Value> = catalog
+            // The catalog is ordered by id: a page is the matches after `after`, `limit` of them.
+            let lower = match request.after.as_deref() {
+                Some(after) => std::ops::Bound::Excluded(after),
+                None => std::ops::Bound::Unbounded,
+            };
+            let mut matches = catalog
                 .descriptors
-                .values()
+                .range::<str, _>((lower, std::ops::Bound::Unbounded))
+                .map(|(_, d)| d)
                 .filter(|d| kind.is_none_or(|k| d.kind == k))
-                .filter(|d| request.origin.as_deref().is_none_or(|o| catalog.origin(&d.id) == o))
+                .filter(|d| request.origin.as_deref().is_none_or(|o| catalog.origin(&d.id) == o));
+            let page: Vec<&crate::core::descriptor::CapabilityDescriptor> = matches.by_ref().take(limit).collect();
+            let next = match (matches.next(), page.last()) {
+                (Some(_), Some(last)) => Some(last.id.clone()),
+                _ => None,
+            };
+            let capabilities: Vec<serde_json::Value> = page
+                .iter()
                 .map(|d| {
                     serde_json::json!({"id": d.id, "kind": d.kind, "name": d.name, "category": d.category,
                         "available": d.available, "origin": catalog.origin(&d.id)})
                 })
                 .collect();
-            Ok(serde_json::json!({"version": catalog.version, "totalIndexed": catalog.len(), "capabilities": capabilities}))
+            let mut reply =
+                serde_json::json!({"version": catalog.version, "totalIndexed": catalog.len(), "capabilities": capabilities});
+            if let Some(next) = next {
+                reply["next"] = serde_json::Value::String(next);
+            }
+            Ok(reply)
         }
         .boxed_local()
     }

@@ -14,7 +14,7 @@ use crate::config::NatsSettings;
 use crate::core::discovery::DiscoveryResult;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::registration::RegistrationPayload;
-use crate::gateway::errors::GatewayError;
+use crate::gateway::errors::{ErrorKind, GatewayError};
 use crate::gateway::micro::{Endpoint, EndpointStats, MicroService, ServiceConfig};
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{
@@ -722,6 +722,21 @@ async fn respond(
     if let Some(node_name) = &shared.node_name {
         headers.insert(NODE_HEADER, node_name.as_str());
     }
+    // A reply over the server's payload limit would never arrive (the requester
+    // would only time out): it becomes an error that says so.
+    let limit = match shared.client.server_info().max_payload {
+        0 => usize::MAX, // no INFO seen yet: nothing to go by
+        limit => limit,
+    };
+    let result = result.and_then(|body| match body.len() {
+        len if len > limit.saturating_sub(REPLY_HEADROOM) => Err(ApiError::new(
+            ErrorKind::TooLarge("reply_too_large"),
+            format!(
+                "the reply is {len} bytes, over the server's payload limit of {limit}: ask for less (a page, a filter)"
+            ),
+        )),
+        _ => Ok(body),
+    });
     let (body, error) = match result {
         Ok(body) => (body, None),
         Err(err) => {
@@ -742,6 +757,9 @@ async fn respond(
         tracing::warn!(%err, "failed to send a reply");
     }
 }
+
+/// Bytes of a reply's payload limit kept for its headers.
+const REPLY_HEADROOM: usize = 4 * 1024;
 
 /// The header naming an error reply's problem (ADR-32).
 pub const NATS_SERVICE_ERROR: &str = "Nats-Service-Error";

@@ -397,6 +397,29 @@ pub struct ListRequest {
     pub kind: Option<String>,
     #[serde(default)]
     pub origin: Option<String>,
+    /// Only capabilities whose id sorts after this one (the previous page's `next`).
+    #[serde(default)]
+    pub after: Option<String>,
+    /// At most this many capabilities ([`LIST_PAGE_DEFAULT`] when absent, at most [`LIST_PAGE_MAX`]).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// The page size of `capabilities.list` when the request names none: small
+/// enough that a page stays far under NATS's default 1 MiB payload limit.
+pub const LIST_PAGE_DEFAULT: usize = 1_000;
+/// The largest page `capabilities.list` answers.
+pub const LIST_PAGE_MAX: usize = 5_000;
+
+impl ListRequest {
+    /// The page size asked for, checked.
+    pub fn page_size(&self) -> Result<usize, ApiError> {
+        match self.limit {
+            None => Ok(LIST_PAGE_DEFAULT),
+            Some(limit) if (1..=LIST_PAGE_MAX).contains(&limit) => Ok(limit),
+            Some(limit) => Err(ApiError::bad_request(format!("limit {limit} must be 1 to {LIST_PAGE_MAX}"))),
+        }
+    }
 }
 
 /// The runtime id a registration belongs to: `default` when none is given.

@@ -353,6 +353,28 @@ async fn runtimes_register_list_and_remove_capabilities() {
         body(&request(&client, "capdex.v1.capabilities.list", br#"{"origin": "runtime:agent-1"}"#.to_vec()).await);
     let ids: Vec<&str> = listed["capabilities"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), 4, "{listed}");
+    assert!(listed.get("next").is_none(), "one page holds them all: {listed}");
+    // Page by page (`limit`, then `after` the previous page's `next`): the same ids, in order, once each.
+    let mut paged = Vec::new();
+    let mut after = serde_json::Value::Null;
+    for _ in 0..10 {
+        let ask = json!({"origin": "runtime:agent-1", "limit": 3, "after": after});
+        let page = body(&request(&client, "capdex.v1.capabilities.list", ask.to_string().into_bytes()).await);
+        let items = page["capabilities"].as_array().unwrap();
+        assert!(!items.is_empty() && items.len() <= 3, "{page}");
+        paged.extend(items.iter().map(|c| c["id"].as_str().unwrap().to_string()));
+        match page.get("next") {
+            Some(next) => after = next.clone(),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ids, "pages of 3");
+    for limit in [0, 5_001] {
+        let refused = body(
+            &request(&client, "capdex.v1.capabilities.list", json!({"limit": limit}).to_string().into_bytes()).await,
+        );
+        assert_eq!(refused["code"], "bad_request", "{refused}");
+    }
 
     // Another runtime cannot remove agent-1's capabilities; agent-1 can, in msgpack.
     let foreign = body(
@@ -382,6 +404,44 @@ async fn runtimes_register_list_and_remove_capabilities() {
 
     let bad = request(&client, "capdex.v1.capabilities.upsert", br#"{"tools": [], "unknown": 1}"#.to_vec()).await;
     assert_eq!(body(&bad)["code"], "bad_request");
+}
+
+#[tokio::test]
+async fn a_reply_over_the_payload_limit_is_an_error_not_a_silence() {
+    // A server that takes 64 KiB messages, and more capabilities than one such reply lists.
+    let nats = NatsServer::start_with_config("max_payload: 65536\n");
+    let (_served, client) = serve(&nats).await;
+    for batch in 0..4 {
+        let tools: Vec<Value> = (0..200)
+            .map(|i| {
+                json!({"name": format!("bulk-tool-with-a-rather-long-name-{batch}-{i:03}"),
+                            "description": "lists nothing in particular"})
+            })
+            .collect();
+        let added = body(
+            &request(
+                &client,
+                "capdex.v1.capabilities.upsert",
+                json!({"runtimeId": "bulk", "tools": tools}).to_string().into_bytes(),
+            )
+            .await,
+        );
+        assert_eq!(added["added"].as_array().map(Vec::len), Some(200), "{added}");
+    }
+    // All 800 in one page would be over 64 KiB: the requester hears why at once, not a timeout.
+    let whole = request(&client, "capdex.v1.capabilities.list", br#"{"origin": "runtime:bulk"}"#.to_vec()).await;
+    let refused = body(&whole);
+    assert_eq!(refused["code"], "reply_too_large", "{refused}");
+    assert_eq!(
+        whole.headers.unwrap().get("Nats-Service-Error-Code").map(|v| v.as_str().to_string()).as_deref(),
+        Some("413")
+    );
+    // Smaller pages arrive.
+    let page = body(
+        &request(&client, "capdex.v1.capabilities.list", br#"{"origin": "runtime:bulk", "limit": 100}"#.to_vec()).await,
+    );
+    assert_eq!(page["capabilities"].as_array().map(Vec::len), Some(100), "{page}");
+    assert!(page["next"].is_string(), "{page}");
 }
 
 #[tokio::test]

@@ -39,6 +39,8 @@ pub struct NatsServer {
     /// Declared last so it is removed after the process is gone.
     dir: tempfile::TempDir,
     launches: u32,
+    /// Extra server configuration (a config file's text), given with `-c`.
+    config: Option<String>,
 }
 
 /// Why one launch of the server did not come up.
@@ -54,10 +56,20 @@ impl NatsServer {
     /// Panics if no nats-server binary is found or it does not come up
     /// within about 10 s (with the server's stderr in the message).
     pub fn start() -> NatsServer {
+        NatsServer::start_configured(None)
+    }
+
+    /// As [`NatsServer::start`], with `config` (a nats-server config file's
+    /// text, e.g. `max_payload: 65536`) given with `-c`.
+    pub fn start_with_config(config: &str) -> NatsServer {
+        NatsServer::start_configured(Some(config.to_string()))
+    }
+
+    fn start_configured(config: Option<String>) -> NatsServer {
         let binary = find_binary();
         let dir =
             tempfile::Builder::new().prefix("capdex-nats-").tempdir().expect("create temporary dir for nats-server");
-        let mut server = NatsServer { child: None, port: 0, binary, dir, launches: 0 };
+        let mut server = NatsServer { child: None, port: 0, binary, dir, launches: 0, config };
         let mut attempt = 1;
         loop {
             server.port = free_port();
@@ -135,12 +147,13 @@ impl NatsServer {
         let store = self.store_dir();
         let port = self.port.to_string();
         let mut command = Command::new(&self.binary);
-        command
-            .args(["-a", "127.0.0.1", "-p", &port, "-js", "--store_dir"])
-            .arg(&store)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone log file handle"))
-            .stderr(log);
+        command.args(["-a", "127.0.0.1", "-p", &port, "-js", "--store_dir"]).arg(&store);
+        if let Some(config) = &self.config {
+            let path = self.dir.path().join("nats-server.conf");
+            fs::write(&path, config).expect("write the nats-server config");
+            command.arg("-c").arg(path);
+        }
+        command.stdin(Stdio::null()).stdout(log.try_clone().expect("clone log file handle")).stderr(log);
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("could not run nats-server {}: {e}\n{}", self.binary.display(), install_hint()));
