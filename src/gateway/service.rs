@@ -724,18 +724,15 @@ async fn respond(
     }
     // A reply over the server's payload limit would never arrive (the requester
     // would only time out): it becomes an error that says so.
-    let limit = match shared.client.server_info().max_payload {
-        0 => usize::MAX, // no INFO seen yet: nothing to go by
-        limit => limit,
-    };
-    let result = result.and_then(|body| match body.len() {
-        len if len > limit.saturating_sub(REPLY_HEADROOM) => Err(ApiError::new(
+    let result = result.and_then(|body| match reply_limit(&shared.client, body.len()) {
+        Some(limit) => Err(ApiError::new(
             ErrorKind::TooLarge("reply_too_large"),
             format!(
-                "the reply is {len} bytes, over the server's payload limit of {limit}: ask for less (a page, a filter)"
+                "the reply is {} bytes, over the server's payload limit of {limit}: ask for less (a page, a filter)",
+                body.len()
             ),
         )),
-        _ => Ok(body),
+        None => Ok(body),
     });
     let (body, error) = match result {
         Ok(body) => (body, None),
@@ -760,6 +757,19 @@ async fn respond(
 
 /// Bytes of a reply's payload limit kept for its headers.
 const REPLY_HEADROOM: usize = 4 * 1024;
+
+/// The server's payload limit when a reply of `len` bytes (and its headers)
+/// would be over it. Replies of a few KiB, most of them, never ask (the
+/// server's INFO is a clone).
+fn reply_limit(client: &async_nats::Client, len: usize) -> Option<usize> {
+    if len <= REPLY_HEADROOM {
+        return None;
+    }
+    match client.server_info().max_payload {
+        0 => None, // no INFO seen yet: nothing to go by
+        limit => (len > limit.saturating_sub(REPLY_HEADROOM)).then_some(limit),
+    }
+}
 
 /// The header naming an error reply's problem (ADR-32).
 pub const NATS_SERVICE_ERROR: &str = "Nats-Service-Error";

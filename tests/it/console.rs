@@ -61,7 +61,8 @@ async fn an_operator_approves_watches_searches_and_asks_in_a_real_browser() {
         record(
             "refund",
             json!({"name": "Refund an order", "description": "Refunds a customer's order by its number",
-                   "requiresApproval": true, "approvalTimeoutMs": 600000}),
+                   "requiresApproval": true, "approvalTimeoutMs": 600000,
+                   "processesPii": true, "redaction": {"redactKeys": ["cardNumber"]}}),
         ),
     )
     .await;
@@ -84,7 +85,8 @@ async fn an_operator_approves_watches_searches_and_asks_in_a_real_browser() {
     browser.wait_for_text("#pending", LIVE, |text| text.contains("No call is waiting")).await;
     browser.wait_for("#live.on", LIVE).await;
     mark(&browser).await;
-    let asked = call(&client, json!({"slug": "refund", "agentId": "agent-7", "arguments": {"q": "order 1001"}})).await;
+    let arguments = json!({"q": "order 1001", "cardNumber": "4111 1111 1111 1111"});
+    let asked = call(&client, json!({"slug": "refund", "agentId": "agent-7", "arguments": arguments})).await;
     assert_eq!(code(&asked), "requires_approval", "{asked}");
     let id = asked["metadata"]["approvalId"].as_str().unwrap().to_string();
     let row = format!("#approval-{id}");
@@ -93,13 +95,16 @@ async fn an_operator_approves_watches_searches_and_asks_in_a_real_browser() {
     browser
         .wait_for_text(&row, LIVE, |t| t.contains("refund") && t.contains("agent-7") && t.contains("order 1001"))
         .await;
+    // The arguments are shown redacted as provenance redacts them: the card number never reaches the page.
+    let page = browser.source().await;
+    assert!(page.contains("[redacted:cardNumber]") && !page.contains("4111"), "{page}");
     if let Some(dir) = &shots {
         browser.screenshot(&dir.join("approvals.png")).await;
     }
     browser.click(&format!("{row} button.approve"), LIVE).await;
     let decided = browser.wait_for_text(&format!("{row}.approved"), LIVE, |t| t.contains("approved")).await;
     assert!(decided.contains("console"), "decided by the console's operator: {decided}");
-    let approved = json!({"slug": "refund", "agentId": "agent-7", "arguments": {"q": "order 1001"}, "approvalId": id});
+    let approved = json!({"slug": "refund", "agentId": "agent-7", "arguments": arguments, "approvalId": id});
     let ran = call(&client, approved.clone()).await;
     assert_eq!(ran["success"], true, "{ran}");
     assert_eq!(code(&call(&client, approved).await), "approval_invalid", "an approval runs one call");
