@@ -759,16 +759,10 @@ async fn respond(
 const REPLY_HEADROOM: usize = 4 * 1024;
 
 /// The server's payload limit when a reply of `len` bytes (and its headers)
-/// would be over it. Replies of a few KiB, most of them, never ask (the
-/// server's INFO is a clone).
+/// would be over it.
 fn reply_limit(client: &async_nats::Client, len: usize) -> Option<usize> {
-    if len <= REPLY_HEADROOM {
-        return None;
-    }
-    match client.server_info().max_payload {
-        0 => None, // no INFO seen yet: nothing to go by
-        limit => (len > limit.saturating_sub(REPLY_HEADROOM)).then_some(limit),
-    }
+    let limit = client.max_payload(); // an atomic the client keeps from the server's INFO
+    (len > limit.saturating_sub(REPLY_HEADROOM)).then_some(limit)
 }
 
 /// The header naming an error reply's problem (ADR-32).
