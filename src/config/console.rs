@@ -3,8 +3,8 @@
 
 use super::environment::Environment;
 use super::error::{InvalidKind, InvalidSetting};
+use super::listener::{listener, Listener};
 use super::nats::Secret;
-use crate::core::dispatch::env_template;
 use serde::Deserialize;
 use std::net::SocketAddr;
 
@@ -31,44 +31,7 @@ pub struct ConsoleSettings {
 impl ConsoleSettings {
     /// Checks the address and the token; `${env:VAR}` in the token is read from `env`.
     pub fn from_raw(raw: RawConsole, env: &Environment) -> Result<ConsoleSettings, InvalidSetting> {
-        let listen = match raw.listen.trim() {
-            "" => None,
-            text => Some(text.parse::<SocketAddr>().map_err(|err| {
-                InvalidSetting::new(
-                    "console.listen",
-                    InvalidKind::Malformed,
-                    format!("{text:?} is not host:port ({err})"),
-                )
-            })?),
-        };
-        let token = match raw.token.trim() {
-            "" => None,
-            text => {
-                let lookup = |name: &str| env.get(name).map(str::to_string);
-                let resolved = env_template::resolve(text, &lookup, &mut Vec::new()).map_err(|missing| {
-                    InvalidSetting::new("console.token", InvalidKind::Incomplete, missing.to_string())
-                })?;
-                if resolved.len() < 16 || resolved.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return Err(InvalidSetting::new(
-                        "console.token",
-                        InvalidKind::Malformed,
-                        "the token must be at least 16 characters, without spaces",
-                    ));
-                }
-                Some(Secret::new(resolved))
-            }
-        };
-        if let Some(addr) = listen {
-            if token.is_none() && !addr.ip().is_loopback() {
-                return Err(InvalidSetting::new(
-                    "console.listen",
-                    InvalidKind::Conflict,
-                    format!(
-                        "{addr} is not a loopback address: set console.token to serve the console beyond this machine"
-                    ),
-                ));
-            }
-        }
+        let Listener { listen, token } = listener("console", &raw.listen, &raw.token, env)?;
         let operator = raw.operator.trim();
         if operator.is_empty() || operator.len() > 128 || operator.chars().any(char::is_control) {
             return Err(InvalidSetting::new(

@@ -4,8 +4,8 @@
 
 use super::environment::Environment;
 use super::error::{in_range, InvalidKind, InvalidSetting};
+use super::listener::{listener, Listener};
 use super::nats::Secret;
-use crate::core::dispatch::env_template;
 use serde::Deserialize;
 use std::net::SocketAddr;
 
@@ -47,44 +47,13 @@ pub const MAX_DIRECT_TOOLS: u64 = 64;
 impl McpSettings {
     /// Checks the address, the path, the ids and the token; `${env:VAR}` in the token is read from `env`.
     pub fn from_raw(raw: RawMcp, env: &Environment) -> Result<McpSettings, InvalidSetting> {
-        let listen = match raw.listen.trim() {
-            "" => None,
-            text => Some(text.parse::<SocketAddr>().map_err(|err| {
-                InvalidSetting::new("mcp.listen", InvalidKind::Malformed, format!("{text:?} is not host:port ({err})"))
-            })?),
-        };
+        let Listener { listen, token } = listener("mcp", &raw.listen, &raw.token, env)?;
         if !raw.path.starts_with('/') || raw.path.chars().any(|c| c.is_whitespace() || c == '?' || c == '#') {
             return Err(InvalidSetting::new(
                 "mcp.path",
                 InvalidKind::Malformed,
                 format!("{:?} must start with / and hold no spaces, ? or #", raw.path),
             ));
-        }
-        let token = match raw.token.trim() {
-            "" => None,
-            text => {
-                let lookup = |name: &str| env.get(name).map(str::to_string);
-                let resolved = env_template::resolve(text, &lookup, &mut Vec::new()).map_err(|missing| {
-                    InvalidSetting::new("mcp.token", InvalidKind::Incomplete, missing.to_string())
-                })?;
-                if resolved.len() < 16 || resolved.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return Err(InvalidSetting::new(
-                        "mcp.token",
-                        InvalidKind::Malformed,
-                        "the token must be at least 16 characters, without spaces",
-                    ));
-                }
-                Some(Secret::new(resolved))
-            }
-        };
-        if let Some(addr) = listen {
-            if token.is_none() && !addr.ip().is_loopback() {
-                return Err(InvalidSetting::new(
-                    "mcp.listen",
-                    InvalidKind::Conflict,
-                    format!("{addr} is not a loopback address: set mcp.token to serve beyond this machine"),
-                ));
-            }
         }
         let agent = |key: &str, text: &str| -> Result<Option<String>, InvalidSetting> {
             match text.trim() {

@@ -21,6 +21,7 @@ mod error;
 mod jetstream;
 mod kpi;
 mod layers;
+mod listener;
 mod mcp;
 mod nats;
 mod observability;
