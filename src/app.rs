@@ -12,7 +12,7 @@ use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
-use crate::actors::scg::{DepositNote, ObserveNode, Route as ScgRoute, ScgError, SourceText, SourcesOf};
+use crate::actors::scg::{DepositNote, ObserveNode, Route as ScgRoute, ScgError, SourcesOf};
 use crate::actors::{spawn_all, Actors};
 use crate::clock::epoch_ms;
 use crate::config::Settings;
@@ -418,16 +418,10 @@ impl Api for ActorApi {
         // Mapped operations become discoverable and dispatchable under the id `route` returns.
         let catalog = SourceCatalog::of(&self.actors);
         async move {
-            let (kind, text) = request.source()?;
-            let text = match text {
-                Ok(document) => SourceText::Inline(document),
-                Err(path) => SourceText::Path(path.into()),
-            };
-            let mut publication = Publication::text(&request.source_id, kind, text);
-            publication.workspaces = request.workspaces;
-            publication.connection = request.connection;
-            let published =
-                catalog.publish_source(publication).await.map_err(|err| ApiError::new(err.kind(), err.to_string()))?;
+            let published = catalog
+                .publish_source(Publication::of_map(request)?)
+                .await
+                .map_err(|err| ApiError::new(err.kind(), err.to_string()))?;
             Ok(published.report)
         }
         .boxed_local()

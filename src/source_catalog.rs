@@ -85,6 +85,19 @@ impl Publication {
         }
     }
 
+    /// What a `capdex.v1.scg.map` request asks to publish.
+    pub fn of_map(request: crate::gateway::wire::ScgMapRequest) -> Result<Publication, crate::gateway::wire::ApiError> {
+        let (kind, text) = request.source()?;
+        let text = match text {
+            Ok(document) => SourceText::Inline(document),
+            Err(path) => SourceText::Path(path.into()),
+        };
+        let mut publication = Publication::text(&request.source_id, kind, text);
+        publication.workspaces = request.workspaces;
+        publication.connection = request.connection;
+        Ok(publication)
+    }
+
     /// Tools already known (a live MCP server's `tools/list`).
     pub fn tools(source_id: &str, tools: Vec<SourceTool>) -> Publication {
         Publication {

@@ -3,7 +3,7 @@
 //! records (the key layout is in `shared_state/mod.rs`).
 
 use super::{not_shared, write_folded, ValueCodec};
-use crate::actors::scg::{DepositNote, PutNote, ScgError, ScgGraph, SourceOf, SourceText};
+use crate::actors::scg::{DepositNote, PutNote, ScgError, ScgGraph, SourceOf};
 use crate::actors::Actors;
 use crate::core::scg::memory::{Deposited, Note};
 use crate::core::scg::pipeline::MapReport;
@@ -67,16 +67,11 @@ impl ScgShare {
     /// `map`: publishes the source here, folds it into the bucket, and puts
     /// the folded value (the workspaces other nodes enabled too) here.
     pub(super) async fn map(self, request: ScgMapRequest) -> Result<MapReport, ApiError> {
-        let (kind, text) = request.source()?;
-        let text = match text {
-            Ok(document) => SourceText::Inline(document),
-            Err(path) => SourceText::Path(path.into()),
-        };
-        let mut publication = Publication::text(&request.source_id, kind, text);
-        publication.workspaces = request.workspaces;
-        publication.connection = request.connection;
-        let published =
-            self.catalog.publish_source(publication).await.map_err(|err| ApiError::new(err.kind(), err.to_string()))?;
+        let published = self
+            .catalog
+            .publish_source(Publication::of_map(request)?)
+            .await
+            .map_err(|err| ApiError::new(err.kind(), err.to_string()))?;
         let mut report = published.report;
         let source_id = report.source_id.clone();
         let held = self.graph.send(SourceOf { source_id: source_id.clone() }).await.map_err(ApiError::unavailable)?;
