@@ -245,6 +245,21 @@ impl Built {
     }
 }
 
+/// A step of [`build`], reported to its `mark` callback when done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuildStep {
+    /// Repeated ids dropped.
+    Deduplicated,
+    /// Every descriptor embedded into the vector index.
+    Vectors,
+    /// The lexical index built.
+    Lexical,
+    /// The capability graph built.
+    Graph,
+    /// The descriptors moved into the catalog's map by id.
+    Catalog,
+}
+
 /// Embeds `descriptors` (first of each id wins) in batches and builds every index.
 pub fn build(
     descriptors: Vec<CapabilityDescriptor>,
@@ -252,10 +267,22 @@ pub fn build(
     embedder: &dyn Embed,
     batch_size: usize,
 ) -> Result<Built, EmbedError> {
+    build_marked(descriptors, presets, embedder, batch_size, &mut |_| {})
+}
+
+/// [`build`], calling `mark` after each step.
+fn build_marked(
+    descriptors: Vec<CapabilityDescriptor>,
+    presets: Vec<Preset>,
+    embedder: &dyn Embed,
+    batch_size: usize,
+    mark: &mut dyn FnMut(BuildStep),
+) -> Result<Built, EmbedError> {
     let mut seen = std::collections::HashSet::with_capacity(descriptors.len());
     let descriptors: Vec<CapabilityDescriptor> =
         descriptors.into_iter().filter(|descriptor| seen.insert(descriptor.id.clone())).collect();
     drop(seen);
+    mark(BuildStep::Deduplicated);
     // One batch at a time, straight into the index: the vectors are never
     // all held twice (as rows and as columns), which would double the peak.
     let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
@@ -266,14 +293,18 @@ pub fn build(
             let _ = vectors.upsert(&descriptor.id, &vector);
         }
     }
+    mark(BuildStep::Vectors);
     let lexical = LexicalIndex::build(&descriptors);
+    mark(BuildStep::Lexical);
     let graph = CapabilityGraph::build(&descriptors, &presets);
+    mark(BuildStep::Graph);
     // The catalog takes the descriptors over, as the Indexer holds them: one copy.
     let catalog = Catalog {
         version: 1,
         descriptors: descriptors.into_iter().map(|descriptor| (descriptor.id.clone(), descriptor)).collect(),
         ..Catalog::default()
     };
+    mark(BuildStep::Catalog);
     Ok(Built { catalog, vectors, lexical, graph })
 }
 
@@ -360,6 +391,112 @@ pub fn run_with(
         graph_mean_us: per_query(stages[3]),
         tiers_mean_us: per_query(stages[4]),
     })
+}
+
+/// One structure's share of the memory account.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryPart {
+    pub structure: &'static str,
+    /// Heap bytes its construction left allocated.
+    pub bytes: i64,
+    pub bytes_per_capability: f64,
+}
+
+/// `capdex bench --memory`: where the bytes of a built catalog go.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryAccount {
+    pub n: usize,
+    pub model_id: String,
+    /// The heap bytes of each structure, measured by the allocator (what
+    /// building it left allocated, net of what it freed).
+    pub parts: Vec<MemoryPart>,
+    /// Their sum.
+    pub live_bytes: i64,
+    /// Resident bytes before the catalog existed (code, runtime, the embedder's tables).
+    pub baseline_rss_bytes: u64,
+    /// Resident bytes after the build and the queries.
+    pub rss_bytes: u64,
+    /// Resident bytes neither in the baseline nor live on the heap: the
+    /// allocator's free and partly used pages, fragmentation.
+    pub allocator_overhead_bytes: i64,
+    /// The process's high-water mark (transient build and query memory included).
+    pub peak_rss_bytes: u64,
+    /// Queries run after the build (their caches count in `rssBytes`).
+    pub queries: usize,
+}
+
+/// Builds every index over `descriptors` as [`build`] does, measuring the heap
+/// bytes each structure holds with the binary's counting allocator
+/// ([`crate::allocations`]); `None` when the process's allocator does not count.
+/// `make` creates the descriptors, so that they are measured too.
+pub fn memory_account(
+    make: impl FnOnce() -> (Vec<CapabilityDescriptor>, Vec<Preset>),
+    queries: &[String],
+    embedder: &dyn Embed,
+    batch_size: usize,
+    config: &DiscoveryConfig,
+) -> Result<Option<MemoryAccount>, EmbedError> {
+    use crate::allocations::{self, Meter};
+    if !allocations::start() {
+        return Ok(None);
+    }
+    let baseline_rss_bytes = current_rss_bytes();
+    let meter = Meter::now();
+    let (descriptors, presets) = make();
+    let all_descriptors = meter.grown();
+    // The schemas' share: a copy of them weighs what they do.
+    let meter = Meter::now();
+    let schemas: Vec<Option<serde_json::Value>> = descriptors.iter().map(|d| d.full_schema.clone()).collect();
+    let schema_bytes = meter.grown() - (schemas.capacity() * std::mem::size_of::<Option<serde_json::Value>>()) as isize;
+    drop(schemas);
+
+    let n = descriptors.len();
+    let mut parts =
+        vec![("descriptors (ids, names, texts, tags)", all_descriptors - schema_bytes), ("schemas", schema_bytes)];
+    let mut meter = Meter::now();
+    let built = build_marked(descriptors, presets, embedder, batch_size, &mut |step| {
+        let structure = match step {
+            BuildStep::Deduplicated => "repeated ids dropped",
+            BuildStep::Vectors => "vectors",
+            BuildStep::Lexical => "lexical index (postings, terms)",
+            BuildStep::Graph => "capability graph",
+            BuildStep::Catalog => "catalog map (id keys, tree nodes)",
+        };
+        parts.push((structure, meter.grown()));
+        meter = Meter::now();
+    })?;
+    let meter = Meter::now();
+    let filter = DiscoveryFilter::default();
+    let tier0 = built.catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
+    parts.push(("tier 0 text", meter.grown()));
+    for message in queries {
+        discover_message(message, &built, embedder, batch_size, config, tier0.clone())?;
+    }
+    let live_bytes: i64 = parts.iter().map(|(_, bytes)| *bytes as i64).sum();
+    let rss_bytes = current_rss_bytes();
+    let account = MemoryAccount {
+        n: built.catalog.len(),
+        model_id: embedder.model_id(),
+        parts: parts
+            .into_iter()
+            .filter(|(structure, bytes)| *bytes != 0 || !structure.starts_with("repeated"))
+            .map(|(structure, bytes)| MemoryPart {
+                structure,
+                bytes: bytes as i64,
+                bytes_per_capability: bytes as f64 / n.max(1) as f64,
+            })
+            .collect(),
+        live_bytes,
+        baseline_rss_bytes,
+        rss_bytes,
+        allocator_overhead_bytes: rss_bytes as i64 - baseline_rss_bytes as i64 - live_bytes,
+        peak_rss_bytes: peak_rss_bytes(),
+        queries: queries.len(),
+    };
+    drop(built);
+    Ok(Some(account))
 }
 
 fn read_text(path: &Path) -> Result<String, BenchError> {
@@ -534,12 +671,46 @@ fn percentile(sorted: &[f64], fraction: f64) -> f64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// A size as a person writes it: bytes, or a number with `KB`, `MB`, `GB`
+/// (powers of 1,000) or `KiB`, `MiB`, `GiB` (powers of 1,024); `60MB`, `1.5 GiB`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("{text:?} is not a size (e.g. 60MB, 1.5GiB, 1048576)"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?}: use B, KB, MB, GB, KiB, MiB or GiB")),
+    };
+    let bytes = number * scale;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("{text:?} is not a size of at least one byte"));
+    }
+    Ok(bytes as u64)
+}
+
 /// Returns the peak resident set size from `/proc/self/status`, or 0.
-fn peak_rss_bytes() -> u64 {
+pub fn peak_rss_bytes() -> u64 {
+    proc_status_bytes("VmHWM:")
+}
+
+/// The resident set size now; 0 where the platform does not say.
+pub fn current_rss_bytes() -> u64 {
+    proc_status_bytes("VmRSS:")
+}
+
+/// A `/proc/self/status` line in kB, as bytes.
+fn proc_status_bytes(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
-            let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+            let line = status.lines().find(|line| line.starts_with(key))?;
             let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
             Some(kib * 1024)
         })
@@ -549,6 +720,26 @@ fn peak_rss_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(parse_size("60MB"), Ok(60_000_000));
+        assert_eq!(parse_size("1.5 GiB"), Ok(1_610_612_736));
+        assert_eq!(parse_size("1048576"), Ok(1_048_576));
+        assert_eq!(parse_size("512kib"), Ok(524_288));
+        for bad in ["", "MB", "-5MB", "0", "12 parsecs", "1e9", "NaN"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_memory_account_needs_a_counting_allocator() {
+        // Test binaries run on the system allocator: the account says it cannot count.
+        let embedder = HashingEmbedder::default();
+        let config = DiscoveryConfig::default();
+        let account = memory_account(|| (synthetic_catalog(50), Vec::new()), &[], &embedder, 16, &config).unwrap();
+        assert!(account.is_none());
+    }
 
     #[test]
     fn synthetic_data_is_deterministic_and_varied() {

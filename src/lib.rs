@@ -21,6 +21,7 @@
 //! - [`dispatch_cli`]: the dispatch admin requests and the `capdex dispatch`, `capability`, `binding`, `approval` commands.
 
 pub mod actors;
+pub mod allocations;
 pub mod app;
 pub mod bench;
 pub mod clock;

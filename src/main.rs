@@ -15,8 +15,11 @@ mod scg_cli;
 /// frees on another (request bytes on the System's thread, replies on the
 /// discovery workers), and glibc takes the owning arena's lock for each such
 /// free; under load those locks were most of the node's futex calls.
+///
+/// Wrapped to count live bytes for `capdex bench --memory` only: until that
+/// starts counting, the wrapper reads one flag per allocation and writes nothing.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: capdex::allocations::Counting<mimalloc::MiMalloc> = capdex::allocations::Counting(mimalloc::MiMalloc);
 
 /// capdex tells AI agents which of their capabilities matter for the turn at
 /// hand, within a token budget, and runs the capability calls they make.
@@ -123,6 +126,15 @@ enum Command {
         /// Report prompt sizes per tier against the budgets and a dump of every schema, not timings.
         #[arg(long, requires = "sources")]
         prompt_size: bool,
+        /// Report where the memory goes: heap bytes per structure (descriptors, schemas,
+        /// vectors, lexical index, graph, catalog map, tier 0), per capability, and the
+        /// allocator's overhead, not timings.
+        #[arg(long, conflicts_with = "prompt_size")]
+        memory: bool,
+        /// Fail (exit code 1) when the peak resident set size is over SIZE (e.g. 60MB, 1GiB):
+        /// a memory budget for CI.
+        #[arg(long, value_name = "SIZE", value_parser = capdex::bench::parse_size)]
+        max_rss: Option<u64>,
         #[command(flatten)]
         embedder: EmbedderFlags,
         /// Print the report as JSON (keys n, buildMs, p50Us, p99Us, rssBytes, embedP50Us, ...).
@@ -494,8 +506,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }
-    if let Command::Bench { synthetic, sources, queries, prompt_size, embedder, json } = cli.command {
-        return run_bench(&settings, synthetic, sources, queries, prompt_size, &embedder, json);
+    if let Command::Bench { synthetic, sources, queries, prompt_size, memory, max_rss, embedder, json } = cli.command {
+        let mode = match (prompt_size, memory) {
+            (true, _) => BenchMode::PromptSize,
+            (_, true) => BenchMode::Memory,
+            _ => BenchMode::Timings,
+        };
+        return run_bench(&settings, synthetic, sources, queries, mode, max_rss, &embedder, json);
     }
     let system = actix_rt::System::new();
     match cli.command {
@@ -843,12 +860,44 @@ fn print_explanations(explanations: &[capdex::core::discovery::Explanation]) {
     }
 }
 
+/// What `capdex bench` reports.
+enum BenchMode {
+    Timings,
+    PromptSize,
+    Memory,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_bench(
     settings: &Settings,
     synthetic: Option<usize>,
     sources: Option<PathBuf>,
     queries: Option<String>,
-    prompt_size: bool,
+    mode: BenchMode,
+    max_rss: Option<u64>,
+    flags: &EmbedderFlags,
+    json: bool,
+) -> anyhow::Result<()> {
+    bench_report(settings, synthetic, sources, queries, mode, flags, json)?;
+    let peak = capdex::bench::peak_rss_bytes();
+    match max_rss {
+        Some(budget) if peak == 0 => anyhow::bail!(
+            "--max-rss {:.1} MB: this platform does not report the peak resident set size",
+            budget as f64 / 1e6
+        ),
+        Some(budget) if peak > budget => {
+            anyhow::bail!("peak RSS {:.1} MB is over --max-rss {:.1} MB", peak as f64 / 1e6, budget as f64 / 1e6)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn bench_report(
+    settings: &Settings,
+    synthetic: Option<usize>,
+    sources: Option<PathBuf>,
+    queries: Option<String>,
+    mode: BenchMode,
     flags: &EmbedderFlags,
     json: bool,
 ) -> anyhow::Result<()> {
@@ -860,6 +909,23 @@ fn run_bench(
         lexical_weight: settings.lexical_weight.resolve(embedder_settings.backend),
         ..settings.discovery.clone()
     };
+    if let (BenchMode::Memory, Some(n)) = (&mode, synthetic) {
+        // The descriptors are made inside the account, so that they are measured too.
+        let count = match queries.as_deref() {
+            None => 100,
+            Some(text) => text.parse().context("with --synthetic, --queries is a number of queries")?,
+        };
+        let messages = bench::synthetic_queries(count);
+        let account = bench::memory_account(
+            || (bench::synthetic_catalog(n), Vec::new()),
+            &messages,
+            embedder.as_ref(),
+            batch_size,
+            &discovery,
+        )?
+        .context("this build's allocator does not count allocations (the capdex binary's does)")?;
+        return print_memory_account(&account, json);
+    }
     let (descriptors, presets, messages) = match (synthetic, sources) {
         (Some(n), _) => {
             let count = match queries.as_deref() {
@@ -875,7 +941,13 @@ fn run_bench(
         }
         (None, None) => anyhow::bail!("give --synthetic N or --sources FILE --queries FILE"),
     };
-    if prompt_size {
+    if let BenchMode::Memory = mode {
+        let account =
+            bench::memory_account(|| (descriptors, presets), &messages, embedder.as_ref(), batch_size, &discovery)?
+                .context("this build's allocator does not count allocations (the capdex binary's does)")?;
+        return print_memory_account(&account, json);
+    }
+    if let BenchMode::PromptSize = mode {
         let report = bench::prompt_size(descriptors, presets, &messages, embedder.as_ref(), batch_size, &discovery)?;
         if json {
             println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
@@ -917,6 +989,35 @@ fn run_bench(
             report.rss_bytes as f64 / 1e6
         );
     }
+    Ok(())
+}
+
+fn print_memory_account(account: &capdex::bench::MemoryAccount, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(account).context("failed to encode the account")?);
+        return Ok(());
+    }
+    let mb = |bytes: i64| bytes as f64 / 1e6;
+    let per = |bytes: i64| bytes as f64 / account.n.max(1) as f64;
+    println!("memory account: {} capabilities, embedder {}", account.n, account.model_id);
+    println!("{:<40} {:>10} {:>16}", "structure", "MB", "bytes/capability");
+    for part in &account.parts {
+        println!("{:<40} {:>10.2} {:>16.0}", part.structure, mb(part.bytes), part.bytes_per_capability);
+    }
+    let rows = [
+        ("heap, all structures", account.live_bytes),
+        ("allocator overhead (RSS - baseline - heap)", account.allocator_overhead_bytes),
+        ("baseline before the catalog (code, runtime)", account.baseline_rss_bytes as i64),
+    ];
+    for (name, bytes) in rows {
+        println!("{name:<40} {:>10.2} {:>16.0}", mb(bytes), per(bytes));
+    }
+    println!(
+        "RSS after the build and {} queries {:.1} MB; peak RSS {:.1} MB",
+        account.queries,
+        mb(account.rss_bytes as i64),
+        mb(account.peak_rss_bytes as i64)
+    );
     Ok(())
 }
 

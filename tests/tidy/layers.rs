@@ -28,6 +28,8 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("telemetry", &["config"]),
     // The TLS provider: a leaf every HTTPS client may call.
     ("tls", &[]),
+    // The binary's allocator, counting for `capdex bench --memory`.
+    ("allocations", &[]),
     // Live sources' outside ends: MCP client sessions, OpenAPI documents, HTTP calls.
     ("upstream", &["core", "tls"]),
     // The actors drive the core through the adapters.
@@ -40,7 +42,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("live", &["core", "actors", "gateway", "config", "store", "upstream", "source_catalog", "clock"]),
     ("shared_state", &["core", "actors", "gateway", "config", "store", "source_catalog", "live"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
-    ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app", "gateway", "mcp"]),
+    ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app", "gateway", "mcp", "allocations"]),
     (
         "app",
         &[
@@ -85,6 +87,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "upstream",
             "eval",
             "bench",
+            "allocations",
             "app",
             "clock",
             "tls",
