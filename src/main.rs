@@ -1000,9 +1000,9 @@ fn print_memory_account(account: &capdex::bench::MemoryAccount, json: bool) -> a
     let mb = |bytes: i64| bytes as f64 / 1e6;
     let per = |bytes: i64| bytes as f64 / account.n.max(1) as f64;
     println!("memory account: {} capabilities, embedder {}", account.n, account.model_id);
-    println!("{:<40} {:>10} {:>16}", "structure", "MB", "bytes/capability");
+    println!("{:<44} {:>10} {:>16}", "structure", "MB", "bytes/capability");
     for part in &account.parts {
-        println!("{:<40} {:>10.2} {:>16.0}", part.structure, mb(part.bytes), part.bytes_per_capability);
+        println!("{:<44} {:>10.2} {:>16.0}", part.structure, mb(part.bytes), part.bytes_per_capability);
     }
     let rows = [
         ("heap, all structures", account.live_bytes),
@@ -1010,7 +1010,7 @@ fn print_memory_account(account: &capdex::bench::MemoryAccount, json: bool) -> a
         ("baseline before the catalog (code, runtime)", account.baseline_rss_bytes as i64),
     ];
     for (name, bytes) in rows {
-        println!("{name:<40} {:>10.2} {:>16.0}", mb(bytes), per(bytes));
+        println!("{name:<44} {:>10.2} {:>16.0}", mb(bytes), per(bytes));
     }
     println!(
         "RSS after the build and {} queries {:.1} MB; peak RSS {:.1} MB",

@@ -173,3 +173,51 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The memory budget of 10,000 synthetic capabilities that CI holds the build
+/// to (`capdex bench --max-rss`). Today's figure is about 116 MB (debug build;
+/// 114 MB release, `docs/performance.md`); tighten it as the structures get leaner.
+const MEMORY_BUDGET_10K: &str = "130MB";
+
+#[test]
+fn the_10k_catalog_stays_within_its_memory_budget() {
+    let within = capdex()
+        .args(["bench", "--synthetic", "10000", "--queries", "20", "--json", "--max-rss", MEMORY_BUDGET_10K])
+        .output()
+        .expect("capdex runs");
+    assert!(within.status.success(), "over the memory budget: {}", String::from_utf8_lossy(&within.stderr));
+    // The guard can fail: the same run against a budget it cannot meet.
+    let over =
+        capdex().args(["bench", "--synthetic", "10000", "--queries", "20", "--max-rss", "20MB"]).output().unwrap();
+    assert_eq!(over.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&over.stderr);
+    assert!(stderr.contains("is over --max-rss 20.0 MB"), "{stderr}");
+    let refused = capdex().args(["bench", "--synthetic", "100", "--max-rss", "12 parsecs"]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("unknown unit"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+#[test]
+fn the_memory_account_attributes_the_heap_to_each_structure() {
+    let output = run(capdex().args(["bench", "--synthetic", "2000", "--queries", "10", "--memory", "--json"]));
+    let account = json(&output);
+    assert_eq!(account["n"], 2000, "{account}");
+    let bytes = |structure: &str| -> i64 {
+        let parts = account["parts"].as_array().unwrap();
+        let part = parts.iter().find(|part| part["structure"].as_str().unwrap().starts_with(structure));
+        part.unwrap_or_else(|| panic!("no {structure} in {account}"))["bytes"].as_i64().unwrap()
+    };
+    // The built-in embedder's vectors are 512 floats: at least 2 KiB each, and not wildly more.
+    let vectors = bytes("vectors");
+    assert!((2000 * 2048..2000 * 4096).contains(&vectors), "{vectors}");
+    for structure in ["descriptors", "schemas", "lexical index", "capability graph", "catalog map"] {
+        assert!(bytes(structure) > 0, "{structure}: {account}");
+    }
+    let sum: i64 = account["parts"].as_array().unwrap().iter().map(|part| part["bytes"].as_i64().unwrap()).sum();
+    assert_eq!(account["liveBytes"].as_i64(), Some(sum));
+    assert!(account["peakRssBytes"].as_u64().unwrap() >= account["baselineRssBytes"].as_u64().unwrap());
+}
