@@ -11,6 +11,7 @@ use crate::core::dispatch::rate_limit::{RateLimiter, RateRefusal};
 use crate::core::dispatch::redact;
 use crate::core::dispatch::registry::{valid_id, Binding, CapabilityRecord, HttpConfig, MAX_ID_BYTES};
 use crate::core::dispatch::{CallResult, DispatchEvent, ErrorCode, ProvenanceRecord};
+use crate::core::subject_token;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -77,8 +78,16 @@ impl DispatchCall {
         if self.slug.is_empty() || self.slug.len() > MAX_CAPABILITY_ID_BYTES {
             return bad(format!("slug must be 1-{MAX_CAPABILITY_ID_BYTES} bytes"));
         }
-        if !valid_id(&self.agent_id) {
-            return bad(format!("agentId must be 1-{MAX_ID_BYTES} bytes without control characters"));
+        // The slug may name a source capability (`<source_id>#<Name>`): its source id is the token.
+        let slug_token = self.slug.split_once('#').map_or(self.slug.as_str(), |(source, _)| source);
+        if let Err(err) = subject_token::check("slug", slug_token) {
+            return bad(err.to_string());
+        }
+        if let Err(err) = subject_token::check("agentId", &self.agent_id) {
+            return bad(err.to_string());
+        }
+        if let Some(Err(err)) = self.approval_id.as_deref().map(|id| subject_token::check("approvalId", id)) {
+            return bad(err.to_string());
         }
         if self.arguments.is_null() {
             self.arguments = json!({});

@@ -292,8 +292,8 @@ pub fn validate_binding(
     binding: &Binding,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<String>, RegistrationError> {
-    if !valid_id(&binding.agent_id) {
-        return Err(refuse("agentId", format!("must be 1-{MAX_ID_BYTES} bytes without control characters")));
+    if let Err(err) = crate::core::subject_token::check("agentId", &binding.agent_id) {
+        return Err(refuse("agentId", crate::core::subject_token::problem_text(&err)));
     }
     let source_capability = binding.slug.len() <= MAX_ID_BYTES
         && !binding.slug.chars().any(char::is_control)
