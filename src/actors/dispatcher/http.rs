@@ -3,7 +3,8 @@
 //! every address against the SSRF guard (`core::dispatch::ssrf`), then POST
 //! only to the checked addresses, within the capability's timeout. No proxy
 //! from the environment is used (a proxy would connect on the guard's behalf),
-//! and no redirect is followed: a 3xx answer is `target_refused`. The target's `${env:VAR}` templates were resolved at call time by
+//! and no redirect is followed: a 3xx answer is `target_refused`. The
+//! target's `${env:VAR}` templates were resolved at call time by
 //! `core::dispatch::plan::choose_executor`; their values never leave here but
 //! in the request.
 
