@@ -1,8 +1,8 @@
 //! The `[dispatch]` section: call timeouts, approvals, bindings, rate windows
-//! and the SSRF allowlist.
+//! the SSRF allowlist and the `${env:VAR}` allowlist.
 
 use super::error::{in_range, InvalidKind, InvalidSetting};
-use crate::core::dispatch::{pipeline::BindingMode, registry, ssrf::Cidr};
+use crate::core::dispatch::{env_template::EnvAllow, pipeline::BindingMode, registry, ssrf::Cidr};
 use serde::Deserialize;
 
 /// `[dispatch]` as written; every key is documented in `config/capdex.toml`.
@@ -14,6 +14,7 @@ pub struct RawDispatch {
     pub binding_mode: String,
     pub rate_window_ms: u64,
     pub ssrf_allowlist: Vec<String>,
+    pub env_allow: Vec<String>,
 }
 
 /// Dispatch settings (`[dispatch]` in config/capdex.toml).
@@ -24,6 +25,8 @@ pub struct DispatchSettings {
     pub binding_mode: BindingMode,
     pub rate_window_ms: u64,
     pub ssrf_allowlist: Vec<Cidr>,
+    /// The variables a client's `${env:VAR}` may read (`env_allow`).
+    pub env_allow: EnvAllow,
 }
 
 impl DispatchSettings {
@@ -51,12 +54,15 @@ impl DispatchSettings {
                     .map_err(|problem| InvalidSetting::new("dispatch.ssrf_allowlist", InvalidKind::Malformed, problem))
             })
             .collect::<Result<_, _>>()?;
+        let env_allow = EnvAllow::parse(&raw.env_allow)
+            .map_err(|problem| InvalidSetting::new("dispatch.env_allow", InvalidKind::Malformed, problem))?;
         Ok(DispatchSettings {
             default_timeout_ms: raw.default_timeout_ms,
             approval_ttl_ms: raw.approval_ttl_ms,
             binding_mode,
             rate_window_ms: raw.rate_window_ms,
             ssrf_allowlist,
+            env_allow,
         })
     }
 }
@@ -77,6 +83,8 @@ mod tests {
         let settings = check(|_| {}).unwrap();
         assert_eq!(settings.binding_mode, BindingMode::Open);
         assert!(settings.ssrf_allowlist.is_empty());
+        assert_eq!(settings.env_allow, EnvAllow::default(), "CAPDEX_SECRET_* only");
+        assert!(!settings.env_allow.allows("HOME"));
         assert_eq!((settings.default_timeout_ms, settings.rate_window_ms), (10_000, 60_000));
         let strict = check(|raw| {
             raw.binding_mode = "strict".into();
@@ -100,6 +108,7 @@ mod tests {
             (Box::new(|r| r.rate_window_ms = 999), "dispatch.rate_window_ms", OutOfRange),
             (Box::new(|r| r.binding_mode = "closed".into()), "dispatch.binding_mode", UnknownChoice),
             (Box::new(|r| r.ssrf_allowlist = vec!["10.0.0.0/33".into()]), "dispatch.ssrf_allowlist", Malformed),
+            (Box::new(|r| r.env_allow = vec!["home".into()]), "dispatch.env_allow", Malformed),
         ];
         for (edit, field, kind) in cases {
             let err = check(edit).unwrap_err();
@@ -114,5 +123,13 @@ mod tests {
                 .unwrap();
         assert_eq!(settings.dispatch.ssrf_allowlist.len(), 1);
         assert_eq!(settings.dispatch.binding_mode, BindingMode::Strict);
+        let settings = load(&[
+            ("CAPDEX_DISPATCH_ENV_ALLOW", "CAPDEX_SECRET_*, STRIPE_*"),
+            ("CAPDEX_SECRET_STRIPE", "not a setting, and not refused as one"),
+        ])
+        .unwrap();
+        assert_eq!(settings.dispatch.env_allow.patterns(), ["CAPDEX_SECRET_*", "STRIPE_*"], "comma-separated");
+        let err = load(&[("CAPDEX_DISPATCH_ENV_ALLOW", "lower")]).unwrap_err();
+        assert!(err.to_string().contains("dispatch.env_allow"), "{err}");
     }
 }

@@ -27,6 +27,13 @@ pub const RESERVED_ENV: &[&str] = &[
     "CAPDEX_CONSOLE_SCREENSHOTS",
 ];
 
+/// The prefix of the variables `${env:VAR}` templates read by default
+/// (`[dispatch] env_allow`): secrets, not settings, so never refused as unknown.
+pub const SECRET_ENV_PREFIX: &str = "CAPDEX_SECRET_";
+
+/// Settings whose variable is a comma-separated list rather than a colon-separated one.
+const COMMA_LISTS: &[&str] = &["CAPDEX_DISPATCH_ENV_ALLOW"];
+
 /// The compiled-in defaults as a TOML value.
 pub(crate) fn defaults() -> Result<toml::Value, ConfigError> {
     parse_toml("(built-in defaults)", DEFAULT_CONFIG_TOML)
@@ -78,12 +85,14 @@ pub(crate) fn merge(base: &mut toml::Value, overlay: toml::Value) {
 }
 
 /// Writes every `CAPDEX_*` variable of `env` (except [`RESERVED_ENV`]) into
-/// `value`, typed like the default it replaces; a list is colon-separated, and
-/// `CAPDEX_CAPABILITY_DIRS` adds to the configured folders instead of replacing them.
+/// `value`, typed like the default it replaces; a list is colon-separated
+/// (comma-separated for [`COMMA_LISTS`]), and `CAPDEX_CAPABILITY_DIRS` adds to
+/// the configured folders instead of replacing them. `CAPDEX_SECRET_*`
+/// variables are skipped: they are values for `${env:VAR}`, not settings.
 pub(crate) fn apply_env(value: &mut toml::Value, env: &Environment) -> Result<(), ConfigError> {
     let names: BTreeMap<String, String> = env_names().into_iter().collect();
     for (name, text) in env.with_prefix("CAPDEX_") {
-        if RESERVED_ENV.contains(&name) {
+        if RESERVED_ENV.contains(&name) || name.starts_with(SECRET_ENV_PREFIX) {
             continue;
         }
         let key = names.get(name).ok_or_else(|| ConfigError::UnknownEnv { name: name.to_string() })?;
@@ -113,6 +122,13 @@ pub(crate) fn apply_env(value: &mut toml::Value, env: &Environment) -> Result<()
                 "false" | "0" | "no" => false,
                 _ => return Err(bad("expected true or false")),
             }),
+            Some(toml::Value::Array(_)) if COMMA_LISTS.contains(&name) => toml::Value::Array(
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|part| !part.is_empty())
+                    .map(|part| toml::Value::String(part.to_string()))
+                    .collect(),
+            ),
             Some(toml::Value::Array(current)) => {
                 // A pure split of the given text (no environment is read).
                 let given = std::env::split_paths(text)
@@ -150,6 +166,7 @@ mod tests {
                 ("CAPDEX_SCG_MAP_PATH_ROOTS", "/a::/b"),
                 ("CAPDEX_CAPABILITY_DIRS", "x"),
                 ("CAPDEX_CONFIG", "/reserved/is/skipped"),
+                ("CAPDEX_SECRET_API_KEY", "a secret, not a setting"),
                 ("HOME", "/not/a/setting"),
             ]),
         )

@@ -36,7 +36,9 @@ pub(super) fn listener(
         "" => None,
         text => {
             let lookup = |name: &str| env.get(name).map(str::to_string);
-            let resolved = env_template::resolve(text, &lookup, &mut Vec::new()).map_err(|missing| {
+            // The operator wrote this template, so it may read any variable.
+            let any = env_template::EnvAllow::any();
+            let resolved = env_template::resolve(text, &any, &lookup, &mut Vec::new()).map_err(|missing| {
                 InvalidSetting::new(format!("{section}.token"), InvalidKind::Incomplete, missing.to_string())
             })?;
             if resolved.len() < 16 || resolved.chars().any(|c| c.is_whitespace() || c.is_control()) {

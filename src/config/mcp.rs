@@ -58,10 +58,12 @@ impl McpSettings {
         let agent = |key: &str, text: &str| -> Result<Option<String>, InvalidSetting> {
             match text.trim() {
                 "" => Ok(None),
-                id if id.len() <= 128 && !id.chars().any(char::is_control) => Ok(Some(id.to_string())),
-                _ => {
-                    Err(InvalidSetting::new(key, InvalidKind::Malformed, "1 to 128 characters, no control characters"))
-                }
+                id if crate::core::subject_token::is_token(id) => Ok(Some(id.to_string())),
+                _ => Err(InvalidSetting::new(
+                    key,
+                    InvalidKind::Malformed,
+                    "1 to 128 bytes, no '.', '*', '>', whitespace or control characters (an agent id is a subject token)",
+                )),
             }
         };
         let token_agent_id = agent("mcp.token_agent_id", &raw.token_agent_id)?;

@@ -210,6 +210,12 @@ impl OutcomeReport {
         check_id("turnId", self.turn_id.as_deref())?;
         check_id("organizationId", self.organization_id.as_deref())?;
         check_id("personaId", self.persona_id.as_deref())?;
+        // Both become the `kpi.<scope>` subject's token.
+        for (field, id) in [("organizationId", &self.organization_id), ("personaId", &self.persona_id)] {
+            if let Some(Err(err)) = id.as_deref().map(|id| crate::core::subject_token::check(field, id)) {
+                return Err(OutcomeError::BadId { field, problem: crate::core::subject_token::problem_text(&err) });
+            }
+        }
         if self.capabilities.len() > MAX_CAPABILITIES {
             return Err(OutcomeError::TooManyCapabilities(self.capabilities.len()));
         }

@@ -28,6 +28,7 @@ pub mod retrieval;
 pub mod scg;
 pub mod sources;
 pub mod static_embedder;
+pub mod subject_token;
 pub mod text;
 pub mod tiers;
 pub mod top_keys;

@@ -426,11 +426,14 @@ impl ListRequest {
 pub fn runtime_id(given: Option<&str>) -> Result<String, ApiError> {
     match given.map(str::trim) {
         None | Some("") => Ok("default".to_string()),
-        Some(id) if id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) => {
+        Some(id)
+            if crate::core::subject_token::is_token(id)
+                && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) =>
+        {
             Ok(id.to_string())
         }
         Some(id) => {
-            Err(ApiError::bad_request(format!("runtimeId {id:?} must be 1 to 128 letters, digits, '-', '_' or '.'")))
+            Err(ApiError::bad_request(format!("runtimeId {id:?} must be 1 to 128 letters, digits, '-' or '_'")))
         }
     }
 }
@@ -621,6 +624,10 @@ mod tests {
         assert_eq!(request.message, "hi");
         assert_eq!(runtime_id(None).unwrap(), "default");
         assert!(runtime_id(Some("a b")).is_err());
+        for bad in ["a.b", "a*", ">", &"r".repeat(129)] {
+            let err = runtime_id(Some(bad)).unwrap_err();
+            assert!(err.message.contains("runtimeId"), "{}", err.message);
+        }
         let with_plan: DiscoverRequest = decode(
             br#"{"message":"x","plan":{"organizationId":"acme","toolFailureMode":"fail_closed","taskOutcome":0.4,"capabilityDiscoveryKind":"skill"}}"#,
             1024,

@@ -8,11 +8,12 @@
 
 use crate::actors::sources::{Connected, Connector, Link, ProgressSink, Synced};
 use crate::config::Settings;
+use crate::core::dispatch::env_template::EnvAllow;
 use crate::core::dispatch::ssrf::Cidr;
 use crate::core::dispatch::{CallResult, ErrorCode};
 use crate::core::scg::model::SourceKind as ScgKind;
 use crate::core::sources::request::build_request;
-use crate::core::sources::settings::{Connection, DocumentLocation, SourceSettings};
+use crate::core::sources::settings::{Connection, DocumentLocation, SettingsErrorKind, SourceSettings};
 use crate::core::sources::tools::{mcp_document, tools_of};
 use crate::core::sources::{HttpOperation, Invocation};
 use crate::upstream::http::{HttpExecutor, DEFAULT_MAX_RESPONSE_BYTES};
@@ -38,6 +39,10 @@ fn env(name: &str) -> Option<String> {
 pub struct UpstreamConnector {
     allowlist: Vec<Cidr>,
     roots: Vec<PathBuf>,
+    /// What a client's source may read through `${env:VAR}` (`[dispatch] env_allow`).
+    env_allow: EnvAllow,
+    /// The operator's `[[sources]]`, as written: exactly these may read any variable.
+    declared: Vec<SourceSettings>,
 }
 
 impl UpstreamConnector {
@@ -45,6 +50,19 @@ impl UpstreamConnector {
         UpstreamConnector {
             allowlist: settings.dispatch.ssrf_allowlist.clone(),
             roots: settings.scg.map_path_roots.clone(),
+            env_allow: settings.dispatch.env_allow.clone(),
+            declared: settings.sources.clone(),
+        }
+    }
+
+    /// What `settings` may read: any variable when the operator's config file
+    /// declares exactly these settings, else `[dispatch] env_allow` (a client's
+    /// `sources.add`, even one reusing a declared id with other values).
+    fn env_allow_for(&self, settings: &SourceSettings) -> EnvAllow {
+        if self.declared.iter().any(|declared| declared == settings) {
+            EnvAllow::any()
+        } else {
+            self.env_allow.clone()
         }
     }
 }
@@ -52,8 +70,9 @@ impl UpstreamConnector {
 impl Connector for UpstreamConnector {
     fn connect(&self, settings: &SourceSettings) -> LocalBoxFuture<'static, Result<Connected, String>> {
         let (settings, allowlist, roots) = (settings.clone(), self.allowlist.clone(), self.roots.clone());
+        let env_allow = self.env_allow_for(&settings);
         async move {
-            let resolved = settings.resolve(&env).map_err(|err| err.to_string())?;
+            let resolved = settings.resolve(&env_allow, &env).map_err(|err| err.to_string())?;
             match resolved.connection {
                 Connection::Mcp(connection) => {
                     let options = ConnectOptions { allowlist, ..ConnectOptions::default() };
@@ -84,6 +103,7 @@ impl Connector for UpstreamConnector {
                         HttpExecutor::new(allowlist, DEFAULT_MAX_RESPONSE_BYTES).map_err(|err| err.to_string())?;
                     let openapi = OpenApiLink {
                         settings,
+                        env_allow,
                         url,
                         base_url,
                         fetcher,
@@ -175,6 +195,8 @@ struct OpenApiState {
 /// An OpenAPI source: its operations, called over one pooled client.
 struct OpenApiLink {
     settings: SourceSettings,
+    /// What its auth's `${env:VAR}` may read, checked again at every call.
+    env_allow: EnvAllow,
     /// The document's URL (relative server URLs resolve against it); `None` for a file.
     url: Option<String>,
     /// The `baseUrl` setting, which replaces the document's servers.
@@ -228,13 +250,17 @@ impl Link for OpenApiLink {
             return futures::future::ready(CallResult::fail(ErrorCode::UnknownCapability, message)).boxed();
         };
         // The auth's `${env:VAR}` values are read now, at call time.
-        let auth = match self.settings.resolve(&env) {
+        let auth = match self.settings.resolve(&self.env_allow, &env) {
             Ok(resolved) => match resolved.connection {
                 Connection::Openapi { auth, .. } => auth,
                 _ => None,
             },
             Err(err) => {
-                return futures::future::ready(CallResult::fail(ErrorCode::InvalidBinding, err.to_string())).boxed()
+                let code = match err.kind {
+                    SettingsErrorKind::EnvNotAllowed => ErrorCode::EnvNotAllowed,
+                    _ => ErrorCode::InvalidBinding,
+                };
+                return futures::future::ready(CallResult::fail(code, err.to_string())).boxed();
             }
         };
         let plan = match build_request(&operation, &arguments, auth.as_ref()) {
@@ -279,6 +305,7 @@ impl OpenApiLink {
     fn clone_shallow(&self) -> OpenApiLink {
         OpenApiLink {
             settings: self.settings.clone(),
+            env_allow: self.env_allow.clone(),
             url: self.url.clone(),
             base_url: self.base_url.clone(),
             fetcher: self.fetcher.clone(),

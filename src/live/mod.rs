@@ -79,6 +79,16 @@ impl Publisher for CatalogPublisher {
 pub struct LiveSources {
     pub manager: Addr<SourceManager>,
     pub events: tokio::sync::broadcast::Sender<SourceEvent>,
+    /// The variables a client's source may read (`[dispatch] env_allow`).
+    pub env_allow: crate::core::dispatch::env_template::EnvAllow,
+}
+
+/// Refuses a client's source whose `${env:VAR}` reads a variable outside
+/// `[dispatch] env_allow` (`env_not_allowed`, naming the field and the variable).
+pub fn check_client_env(settings: &SourceSettings, live: &LiveSources) -> Result<(), ApiError> {
+    settings
+        .check_env(&live.env_allow)
+        .map_err(|err| ApiError::new(ErrorKind::Invalid("env_not_allowed"), format!("{}: {}", err.field, err.problem)))
 }
 
 /// Starts the SourceManager, gives the Dispatcher its calls, and adds the
@@ -100,7 +110,7 @@ pub fn start(settings: &Settings, store: &Store, actors: &Actors) -> Result<Live
     for source in &settings.sources {
         manager.do_send(AddSource { settings: source.clone(), persist: true });
     }
-    Ok(LiveSources { manager, events })
+    Ok(LiveSources { manager, events, env_allow: settings.dispatch.env_allow.clone() })
 }
 
 fn api_error(err: SourcesError) -> ApiError {
@@ -129,6 +139,7 @@ pub async fn handle(live: Option<LiveSources>, request: SourcesRequest) -> Resul
             let settings: SourceSettings = serde_json::from_value(body).map_err(|err| {
                 ApiError::new(ErrorKind::Invalid("invalid_source"), format!("source settings: {err}"))
             })?;
+            check_client_env(&settings, &live)?;
             let status = live.manager.send(AddSource { settings, persist: true }).await.map_err(gone)?;
             Ok(serde_json::json!({ "source": status.map_err(api_error)? }))
         }

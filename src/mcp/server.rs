@@ -75,11 +75,20 @@ impl FaceOptions {
         if let Some(agent) = &self.agent_id {
             return agent.clone();
         }
-        let name: String = client_name.chars().filter(|c| !c.is_control()).take(120).collect();
-        if name.trim().is_empty() {
+        // An agent id is a subject token: the client's name with `.`, `*`, `>`
+        // and whitespace as `_`, control characters dropped, within 128 bytes.
+        let mut name = String::new();
+        for c in client_name.trim().chars().filter(|c| !c.is_control()) {
+            let c = if crate::core::subject_token::forbidden(c) { '_' } else { c };
+            if "mcp:".len() + name.len() + c.len_utf8() > crate::core::subject_token::MAX_TOKEN_BYTES {
+                break;
+            }
+            name.push(c);
+        }
+        if name.is_empty() {
             "mcp".to_string()
         } else {
-            format!("mcp:{}", name.trim())
+            format!("mcp:{name}")
         }
     }
 }
@@ -463,6 +472,9 @@ mod tests {
         assert_eq!(options.agent_for(Some("0123456789abcdef"), "claude"), "desk");
         assert_eq!(options.agent_for(Some("wrong"), "claude"), "mcp:claude");
         assert_eq!(options.agent_for(None, " \n"), "mcp");
+        assert_eq!(options.agent_for(None, "My Client v1.2 *"), "mcp:My_Client_v1_2__");
+        let long = options.agent_for(None, &"é".repeat(200));
+        assert!(crate::core::subject_token::is_token(&long), "{long}");
         let fixed = FaceOptions { agent_id: Some("ci".into()), ..options };
         assert_eq!(fixed.agent_for(None, "claude"), "ci");
         assert_eq!(fixed.agent_for(Some("0123456789abcdef"), "claude"), "desk");

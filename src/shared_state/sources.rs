@@ -38,6 +38,7 @@ pub(super) struct SourcesShare {
     declared: Rc<BTreeSet<String>>,
     /// The definitions this node serves, as given (not the config's).
     held: Rc<RefCell<BTreeMap<String, SourceSettings>>>,
+    live: LiveSources,
 }
 
 fn invalid(message: String) -> ApiError {
@@ -64,6 +65,7 @@ impl SourcesShare {
             manager: live.manager.clone(),
             declared: Rc::new(declared),
             held: Rc::new(RefCell::new(held)),
+            live: live.clone(),
         })
     }
 
@@ -76,6 +78,7 @@ impl SourcesShare {
         let settings: SourceSettings =
             serde_json::from_value(body.clone()).map_err(|err| invalid(format!("source settings: {err}")))?;
         settings.validate().map_err(|err| invalid(format!("{}: {}", err.field, err.problem)))?;
+        crate::live::check_client_env(&settings, &self.live)?;
         let bytes = ValueCodec::Json.encode(&settings).map_err(ApiError::internal)?;
         // Held before the write, so this node's follower takes its own write as known.
         let earlier = self.held.borrow_mut().insert(settings.id.clone(), settings.clone());

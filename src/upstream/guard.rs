@@ -42,10 +42,9 @@ impl SsrfGuard {
         let Some(host) = url.host_str().filter(|host| !host.is_empty()) else {
             return Err(UpstreamError::new(UpstreamErrorKind::InvalidTarget, "the URL has no host"));
         };
-        // The URL parser already normalised IPv4 spellings (`0x7f.1`, `2130706433`).
-        if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            ssrf::check_addresses(&[ip], &self.allowlist).map_err(refused)?;
-        }
+        // The URL parser normalised IPv4 spellings (`0x7f.1`, `2130706433`); the
+        // core reads every spelling again, and refuses metadata names.
+        ssrf::check_host(host, &self.allowlist).map_err(refused)?;
         Ok(())
     }
 
@@ -91,6 +90,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let allowlist = self.guard.allowlist.clone();
         let host = name.as_str().to_string();
         Box::pin(async move {
+            ssrf::check_host(&host, &allowlist)?;
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
             ssrf::check_addresses(&ips, &allowlist)?;
@@ -157,6 +157,10 @@ mod tests {
         assert_eq!(kind(&loopback, "http://127.0.0.1:8080/x"), None);
         assert_eq!(kind(&loopback, "http://0x7f.1/x"), None, "normalised to 127.0.0.1");
         assert_eq!(kind(&loopback, "http://127.0.0.2/"), Some(UpstreamErrorKind::TargetRefused));
+        for url in ["http://metadata.google.internal/computeMetadata/v1/", "http://[fd00:ec2::254]/", "http://0177.1/"]
+        {
+            assert_eq!(kind(&open, url), Some(UpstreamErrorKind::TargetRefused), "{url}");
+        }
         // Names are left to the resolver; public literals pass.
         assert_eq!(kind(&open, "https://api.example.com/v1"), None);
         assert_eq!(kind(&open, "https://93.184.216.34/"), None);

@@ -334,14 +334,17 @@ async fn an_openapi_url_is_mapped_called_with_auth_and_refreshed() {
     let api = PetApi::start();
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let (_served, client) =
-        serve(&nats, data.path(), &[("CAPDEX_DISPATCH_SSRF_ALLOWLIST", "127.0.0.1/32"), ("PET_TOKEN", "tok-123")])
-            .await;
+    let (_served, client) = serve(
+        &nats,
+        data.path(),
+        &[("CAPDEX_DISPATCH_SSRF_ALLOWLIST", "127.0.0.1/32"), ("CAPDEX_SECRET_PET_TOKEN", "tok-123")],
+    )
+    .await;
     let added = ok(
         &client,
         "capdex.v1.sources.add",
         json!({"id": "pets", "kind": "openapi", "url": format!("http://127.0.0.1:{}/openapi.json", api.port),
-               "auth": {"type": "bearer", "token": "${env:PET_TOKEN}"}, "refreshIntervalMs": 1000}),
+               "auth": {"type": "bearer", "token": "${env:CAPDEX_SECRET_PET_TOKEN}"}, "refreshIntervalMs": 1000}),
     )
     .await;
     assert_eq!(added["source"]["toolCount"], 2, "{added}");

@@ -18,6 +18,7 @@ mod mcp_sources;
 mod multinode;
 mod one_catalog;
 mod openapi_sources;
+mod outbound;
 mod python_clients;
 mod robustness;
 mod scg_cli;

@@ -373,7 +373,11 @@ async fn a_stdio_server_gets_only_the_declared_environment_and_its_cwd() {
     }))
     .unwrap();
     settings.validate().unwrap();
-    let resolved = settings.resolve(&|name| (name == "EVERYTHING_TOKEN").then(|| "s3cr3t".to_string())).unwrap();
+    let resolved = settings
+        .resolve(&capdex::core::dispatch::env_template::EnvAllow::any(), &|name| {
+            (name == "EVERYTHING_TOKEN").then(|| "s3cr3t".to_string())
+        })
+        .unwrap();
     assert_eq!(resolved.secrets, vec!["s3cr3t"]);
     let Connection::Mcp(McpConnection::Stdio { command, args, env, cwd: Some(cwd) }) = resolved.connection else {
         panic!("a stdio connection with a cwd")

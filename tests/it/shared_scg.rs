@@ -52,7 +52,7 @@ impl Node {
             .env("CAPDEX_JETSTREAM_NODE_NAME", self.name)
             .env("CAPDEX_METRICS_LISTEN_ADDR", "")
             .env("PATH", path)
-            .env("SHARED_TEST_SECRET", SECRET)
+            .env("CAPDEX_SECRET_SHARED_TEST", SECRET)
             .stdout(Stdio::null())
             .spawn()
             .expect("capdex serve starts");
@@ -262,7 +262,7 @@ async fn a_live_source_added_on_one_node_is_served_by_every_node() {
 
     // Added through one node (templates stay templates), served by both: listed, discovered, called.
     let time = json!({"id": "time", "kind": "mcp", "command": "mcp-server-time", "args": ["--local-timezone", "UTC"],
-                      "env": {"TIME_TOKEN": "${env:SHARED_TEST_SECRET}"}});
+                      "env": {"TIME_TOKEN": "${env:CAPDEX_SECRET_SHARED_TEST}"}});
     let added = ok(&client, "capdex.v1.sources.add", time.clone()).await;
     assert_eq!(added.body["source"]["state"], "connected", "{}", added.body);
     let connected = |list: &Value| source_state(list, "time").as_deref() == Some("connected");
@@ -282,7 +282,7 @@ async fn a_live_source_added_on_one_node_is_served_by_every_node() {
     let bucket = async_nats::jetstream::new(client.clone()).get_key_value("CAPDEX_SOURCES").await.unwrap();
     let stored = bucket.get("source.time").await.unwrap().expect("the definition is shared");
     let stored = String::from_utf8(stored.to_vec()).unwrap();
-    assert!(stored.contains("${env:SHARED_TEST_SECRET}") && !stored.contains(SECRET), "{stored}");
+    assert!(stored.contains("${env:CAPDEX_SECRET_SHARED_TEST}") && !stored.contains(SECRET), "{stored}");
 
     // A few more adds, timed until another node's catalog offers the source's tools.
     let mut samples = Vec::new();

@@ -135,6 +135,8 @@ impl Dispatcher {
         }
         registry::validate_record(&record)
             .map_err(|err| AdminError::new(ErrorKind::Invalid(err.code()), err.to_string()))?;
+        registry::check_record_env(&record, &self.settings.env_allow)
+            .map_err(|err| AdminError::new(ErrorKind::Invalid(err.code()), err.to_string()))?;
         let existing = self.store.capability_record(&record.slug)?;
         record.policy_version = match (&existing, msg.update) {
             (Some(_), false) => return Err(already_registered(&record.slug)),
@@ -240,6 +242,11 @@ impl Handler<SetBinding> for Dispatcher {
         let env = self.env.clone();
         let checked = registry::validate_binding(&binding, &|name| env(name))
             .map_err(|err| AdminError::new(ErrorKind::Invalid("invalid_binding"), err.to_string()))
+            .and_then(|missing| {
+                registry::check_binding_env(&binding, &self.settings.env_allow)
+                    .map(|()| missing)
+                    .map_err(|err| AdminError::new(ErrorKind::Invalid(err.code()), err.to_string()))
+            })
             .and_then(|missing| match self.pipeline.record(&binding.slug) {
                 Some(_) => Ok(missing),
                 None => Err(AdminError::new(

@@ -1,7 +1,10 @@
-//! The HTTP executor of `api` and `webhook` capabilities: resolve the host,
-//! check every address against the SSRF guard (`core::dispatch::ssrf`), then
-//! POST only to the checked addresses (no redirects), within the capability's
-//! timeout. The target's `${env:VAR}` templates were resolved at call time by
+//! The HTTP executor of `api` and `webhook` capabilities: check the host as
+//! written (an IP literal in any spelling, a metadata name), resolve it, check
+//! every address against the SSRF guard (`core::dispatch::ssrf`), then POST
+//! only to the checked addresses, within the capability's timeout. No proxy
+//! from the environment is used (a proxy would connect on the guard's behalf),
+//! and no redirect is followed: a 3xx answer is `target_refused`. The
+//! target's `${env:VAR}` templates were resolved at call time by
 //! `core::dispatch::plan::choose_executor`; their values never leave here but
 //! in the request.
 
@@ -49,6 +52,10 @@ async fn http_call(
     let (Some(host), Some(port)) = (url.host_str().map(str::to_string), url.port_or_known_default()) else {
         return invalid("the target URL has no host");
     };
+    // The host as written first: a literal in any spelling, or a metadata name, never reaches DNS.
+    if let Err(refusal) = ssrf::check_host(&host, &allowlist) {
+        return CallResult::fail(ErrorCode::TargetRefused, refusal.to_string());
+    }
     let lookup_host = host.trim_start_matches('[').trim_end_matches(']').to_string();
     let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((lookup_host.as_str(), port)).await {
         Ok(addrs) => addrs.collect(),
@@ -62,6 +69,7 @@ async fn http_call(
     }
     crate::tls::install_provider();
     let client = match reqwest::Client::builder()
+        .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
         .resolve_to_addrs(&lookup_host, &addrs)
@@ -77,6 +85,9 @@ async fn http_call(
     if webhook {
         actix_rt::spawn(async move {
             match request.send().await {
+                Ok(response) if response.status().is_redirection() => {
+                    tracing::warn!(status = %response.status(), "a webhook answered a redirect, which is not followed")
+                }
                 Ok(response) if !response.status().is_success() => {
                     tracing::warn!(status = %response.status(), "a webhook answered with an error status")
                 }
@@ -93,6 +104,12 @@ async fn http_call(
         }
     };
     let status = response.status();
+    if status.is_redirection() {
+        return CallResult::fail(
+            ErrorCode::TargetRefused,
+            format!("the endpoint answered a redirect (HTTP {}); redirects are not followed", status.as_u16()),
+        );
+    }
     let bytes = match read_limited(response).await {
         Ok(bytes) => bytes,
         Err(problem) => return CallResult::fail(ErrorCode::ExecutionError, problem),

@@ -687,6 +687,7 @@ impl Dispatcher {
                 has_handler: &|name| handlers.contains_key(name),
                 has_transport: self.transport.is_some(),
                 env: &|name| env(name),
+                env_allow: &self.settings.env_allow,
                 default_timeout_ms: self.settings.default_timeout_ms,
             },
         };

@@ -16,6 +16,7 @@ fn settings() -> DispatchSettings {
         binding_mode: BindingMode::Open,
         rate_window_ms: 60_000,
         ssrf_allowlist: Vec::new(),
+        env_allow: crate::core::dispatch::env_template::EnvAllow::default(),
     }
 }
 

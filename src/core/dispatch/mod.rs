@@ -45,6 +45,8 @@ pub enum ErrorCode {
     InvalidRequest,
     /// The capability's source is not connected (down, failed, or still starting); nothing ran.
     Unavailable,
+    /// A `${env:VAR}` of the binding names a variable outside `[dispatch] env_allow`.
+    EnvNotAllowed,
 }
 
 impl ErrorCode {
@@ -62,11 +64,12 @@ impl ErrorCode {
             ErrorCode::TargetRefused => "target_refused",
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::EnvNotAllowed => "env_not_allowed",
         }
     }
 
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::UnknownCapability,
         ErrorCode::CapabilityInactive,
         ErrorCode::CapabilityDisabledForAgent,
@@ -79,6 +82,7 @@ impl ErrorCode {
         ErrorCode::TargetRefused,
         ErrorCode::InvalidRequest,
         ErrorCode::Unavailable,
+        ErrorCode::EnvNotAllowed,
     ];
 
     /// Reads a wire code; `None` for a code of a handler service's own.
@@ -102,17 +106,23 @@ impl ErrorCode {
                 | ErrorCode::InvalidBinding
                 | ErrorCode::TargetRefused
                 | ErrorCode::InvalidRequest
-                | ErrorCode::Unavailable,
+                | ErrorCode::Unavailable
+                | ErrorCode::EnvNotAllowed,
             ) => true,
         }
     }
 
     /// True for the codes the execution step answers (`execution_error`,
-    /// `invalid_binding`, `target_refused`), the others come before it.
+    /// `invalid_binding`, `target_refused`, `env_not_allowed`), the others come before it.
     pub fn is_from_execution(code: &str) -> bool {
         matches!(
             ErrorCode::parse(code),
-            Some(ErrorCode::ExecutionError | ErrorCode::InvalidBinding | ErrorCode::TargetRefused)
+            Some(
+                ErrorCode::ExecutionError
+                    | ErrorCode::InvalidBinding
+                    | ErrorCode::TargetRefused
+                    | ErrorCode::EnvNotAllowed
+            )
         )
     }
 }
@@ -279,7 +289,7 @@ mod tests {
         assert_eq!(names.len(), ErrorCode::ALL.len(), "codes are distinct");
         let from_execution: Vec<&str> =
             ErrorCode::ALL.iter().map(|code| code.as_str()).filter(|code| ErrorCode::is_from_execution(code)).collect();
-        assert_eq!(from_execution, ["execution_error", "invalid_binding", "target_refused"]);
+        assert_eq!(from_execution, ["execution_error", "invalid_binding", "target_refused", "env_not_allowed"]);
         assert_eq!(ErrorCode::parse("out_of_stock"), None);
         assert!(!ErrorCode::is_refusal("out_of_stock"), "a handler's own code is not a refusal");
     }

@@ -6,10 +6,12 @@
 //! which records provenance and an event with [`finish`].
 
 use crate::core::dispatch::approval::{self, Approval};
+use crate::core::dispatch::env_template::{self, EnvAllow, EnvRefusal};
 use crate::core::dispatch::rate_limit::{RateLimiter, RateRefusal};
 use crate::core::dispatch::redact;
 use crate::core::dispatch::registry::{valid_id, Binding, CapabilityRecord, HttpConfig, MAX_ID_BYTES};
-use crate::core::dispatch::{env_template, CallResult, DispatchEvent, ErrorCode, ProvenanceRecord};
+use crate::core::dispatch::{CallResult, DispatchEvent, ErrorCode, ProvenanceRecord};
+use crate::core::subject_token;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -76,8 +78,16 @@ impl DispatchCall {
         if self.slug.is_empty() || self.slug.len() > MAX_CAPABILITY_ID_BYTES {
             return bad(format!("slug must be 1-{MAX_CAPABILITY_ID_BYTES} bytes"));
         }
-        if !valid_id(&self.agent_id) {
-            return bad(format!("agentId must be 1-{MAX_ID_BYTES} bytes without control characters"));
+        // The slug may name a source capability (`<source_id>#<Name>`): its source id is the token.
+        let slug_token = self.slug.split_once('#').map_or(self.slug.as_str(), |(source, _)| source);
+        if let Err(err) = subject_token::check("slug", slug_token) {
+            return bad(err.to_string());
+        }
+        if let Err(err) = subject_token::check("agentId", &self.agent_id) {
+            return bad(err.to_string());
+        }
+        if let Some(Err(err)) = self.approval_id.as_deref().map(|id| subject_token::check("approvalId", id)) {
+            return bad(err.to_string());
         }
         if self.arguments.is_null() {
             self.arguments = json!({});
@@ -406,23 +416,32 @@ pub struct HttpTarget {
 
 /// Resolves the target of an `api`/`webhook` call at call time: the binding's
 /// `url` (else the capability's handler) and `headers`; a missing variable or a
-/// malformed config is `invalid_binding` (fail closed).
+/// malformed config is `invalid_binding`, a variable outside `allow`
+/// `env_not_allowed` (fail closed, and the refused variable is never read).
 pub fn http_target(
     record: &CapabilityRecord,
     binding: Option<&Binding>,
+    allow: &EnvAllow,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<HttpTarget, Box<CallResult>> {
     let invalid = |message: String| Box::new(CallResult::fail(ErrorCode::InvalidBinding, message));
+    let refused = |refusal: EnvRefusal, place: String| {
+        let code = match refusal {
+            EnvRefusal::NotAllowed(_) => ErrorCode::EnvNotAllowed,
+            EnvRefusal::Missing(_) => ErrorCode::InvalidBinding,
+        };
+        Box::new(CallResult::fail(code, format!("{refusal} ({place})")))
+    };
     let config = HttpConfig::parse(binding.map_or(&Value::Null, |b| &b.custom_config))
         .map_err(|problem| invalid(format!("customConfig of {}: {problem}", record.slug)))?;
     let mut secrets = Vec::new();
     let url_template = config.url.as_deref().unwrap_or(&record.handler);
-    let url = env_template::resolve(url_template, lookup, &mut secrets)
-        .map_err(|missing| invalid(format!("{missing} (binding of {})", record.slug)))?;
+    let url = env_template::resolve(url_template, allow, lookup, &mut secrets)
+        .map_err(|refusal| refused(refusal, format!("url of {}", record.slug)))?;
     let mut headers = Vec::with_capacity(config.headers.len());
     for (name, value) in &config.headers {
-        let value = env_template::resolve(value, lookup, &mut secrets)
-            .map_err(|missing| invalid(format!("{missing} (header {name} of {})", record.slug)))?;
+        let value = env_template::resolve(value, allow, lookup, &mut secrets)
+            .map_err(|refusal| refused(refusal, format!("header {name} of {}", record.slug)))?;
         headers.push((name.clone(), value));
     }
     Ok(HttpTarget { url, headers, secrets })
@@ -666,11 +685,23 @@ mod tests {
             custom_config: json!({"headers": {"Authorization": "Bearer ${env:API_TOKEN}"}}),
         };
         let set = |name: &str| (name == "API_TOKEN").then(|| "tok-123".to_string());
-        let target = http_target(&api, Some(&binding), &set).unwrap();
+        let allow = EnvAllow::parse(&["API_*"]).unwrap();
+        let target = http_target(&api, Some(&binding), &allow, &set).unwrap();
         assert_eq!(target.headers, vec![("Authorization".to_string(), "Bearer tok-123".to_string())]);
         assert_eq!(target.secrets, vec!["tok-123"]);
         let unset = |_: &str| None;
-        assert_eq!(http_target(&api, Some(&binding), &unset).unwrap_err().code(), Some("invalid_binding"));
+        assert_eq!(http_target(&api, Some(&binding), &allow, &unset).unwrap_err().code(), Some("invalid_binding"));
+        let refused = http_target(&api, Some(&binding), &EnvAllow::default(), &set).unwrap_err();
+        assert_eq!(refused.code(), Some("env_not_allowed"));
+        let message = &refused.error.as_ref().unwrap().message;
+        assert!(
+            message.contains("API_TOKEN") && message.contains("env_allow") && !message.contains("tok-123"),
+            "{message}"
+        );
+        let mut templated = api.clone();
+        templated.handler = "https://${env:HOME}/x".into();
+        let refused = http_target(&templated, None, &allow, &set).unwrap_err();
+        assert_eq!(refused.code(), Some("env_not_allowed"), "the capability's own URL is checked too");
     }
 
     #[test]

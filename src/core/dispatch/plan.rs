@@ -8,6 +8,7 @@
 //! durability barrier, the handler or the network.
 
 use crate::core::dispatch::approval::{self, Approval};
+use crate::core::dispatch::env_template::EnvAllow;
 use crate::core::dispatch::pipeline::{self, AdmissionDecision, Admitted, DispatchCall, HttpTarget};
 use crate::core::dispatch::registry::{Binding, ExecutionType};
 use crate::core::dispatch::{CallResult, ErrorCode, ExecRequest};
@@ -36,6 +37,8 @@ pub struct Runners<'a> {
     pub has_transport: bool,
     /// Reads a variable for `${env:VAR}`.
     pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// The variables `${env:VAR}` may read (`[dispatch] env_allow`).
+    pub env_allow: &'a EnvAllow,
     /// The timeout of a capability that sets none, in ms.
     pub default_timeout_ms: u64,
 }
@@ -109,7 +112,7 @@ pub fn choose_executor(call: &DispatchCall, admitted: &Admitted, runners: &Runne
             format!("no transport to handler services; {} cannot run here", record.slug),
         )),
         ExecutionType::Api | ExecutionType::Webhook => {
-            match pipeline::http_target(record, admitted.binding.as_ref(), runners.env) {
+            match pipeline::http_target(record, admitted.binding.as_ref(), runners.env_allow, runners.env) {
                 Ok(target) => Executor::Http {
                     target,
                     body: call.arguments.clone(),
@@ -200,7 +203,7 @@ mod tests {
         rec.execution_type = execution_type;
         rec.handler = match execution_type {
             ExecutionType::Internal => "svc".into(),
-            ExecutionType::Api | ExecutionType::Webhook => "https://example.com/${env:PATH_PART}".into(),
+            ExecutionType::Api | ExecutionType::Webhook => "https://example.com/${env:CAPDEX_SECRET_PATH_PART}".into(),
             ExecutionType::Source => "pets".into(),
         };
         if execution_type == ExecutionType::Source {
@@ -209,9 +212,14 @@ mod tests {
                 Some(if handler { Invocation::NotCallable } else { Invocation::Mcp { tool: "showPet".into() } });
         }
         let has_handler = move |name: &str| handler && name == "svc";
-        let env = |name: &str| (name == "PATH_PART").then(|| "x".to_string());
-        let runners =
-            Runners { has_handler: &has_handler, has_transport: transport, env: &env, default_timeout_ms: 50 };
+        let env = |name: &str| (name == "CAPDEX_SECRET_PATH_PART").then(|| "x".to_string());
+        let runners = Runners {
+            has_handler: &has_handler,
+            has_transport: transport,
+            env: &env,
+            env_allow: &EnvAllow::default(),
+            default_timeout_ms: 50,
+        };
         let chosen = match choose_executor(&call("lookup", None), &admitted(rec, json!({})), &runners) {
             Executor::InProcess { .. } => "in_process".to_string(),
             Executor::Transport { timeout_ms, .. } => format!("transport {timeout_ms}"),
@@ -241,10 +249,21 @@ mod tests {
         api.handler = "https://example.com".into();
         let none = |_: &str| None;
         let no_handler = |_: &str| false;
-        let runners = Runners { has_handler: &no_handler, has_transport: true, env: &none, default_timeout_ms: 50 };
-        let unset = admitted(api.clone(), json!({"headers": {"X-Key": "${env:UNSET}"}}));
+        let runners = Runners {
+            has_handler: &no_handler,
+            has_transport: true,
+            env: &none,
+            env_allow: &EnvAllow::default(),
+            default_timeout_ms: 50,
+        };
+        let unset = admitted(api.clone(), json!({"headers": {"X-Key": "${env:CAPDEX_SECRET_UNSET}"}}));
         match choose_executor(&call("api", None), &unset, &runners) {
             Executor::Unavailable(result) => assert_eq!(result.code(), Some("invalid_binding")),
+            other => panic!("{other:?}"),
+        }
+        let outside = admitted(api.clone(), json!({"headers": {"X-Key": "${env:HOME}"}}));
+        match choose_executor(&call("api", None), &outside, &runners) {
+            Executor::Unavailable(result) => assert_eq!(result.code(), Some("env_not_allowed")),
             other => panic!("{other:?}"),
         }
         api.timeout_ms = Some(9);
@@ -262,13 +281,24 @@ mod tests {
         None
     }
 
+    fn default_allow() -> &'static EnvAllow {
+        static ALLOW: std::sync::OnceLock<EnvAllow> = std::sync::OnceLock::new();
+        ALLOW.get_or_init(EnvAllow::default)
+    }
+
     fn facts<'a>(call: &'a DispatchCall, stored_approval: Option<&'a Approval>) -> PlanFacts<'a> {
         PlanFacts {
             call,
             stored_approval,
             now_ms: 1_000,
             default_approval_ttl_ms: 500,
-            runners: Runners { has_handler: &only_svc, has_transport: false, env: &no_env, default_timeout_ms: 50 },
+            runners: Runners {
+                has_handler: &only_svc,
+                has_transport: false,
+                env: &no_env,
+                env_allow: default_allow(),
+                default_timeout_ms: 50,
+            },
         }
     }
 

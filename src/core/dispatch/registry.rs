@@ -4,7 +4,7 @@
 //! PII-processing capability without a redaction rule.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
-use crate::core::dispatch::env_template;
+use crate::core::dispatch::env_template::{self, EnvAllow, EnvRefusal};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -292,8 +292,8 @@ pub fn validate_binding(
     binding: &Binding,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<String>, RegistrationError> {
-    if !valid_id(&binding.agent_id) {
-        return Err(refuse("agentId", format!("must be 1-{MAX_ID_BYTES} bytes without control characters")));
+    if let Err(err) = crate::core::subject_token::check("agentId", &binding.agent_id) {
+        return Err(refuse("agentId", crate::core::subject_token::problem_text(&err)));
     }
     let source_capability = binding.slug.len() <= MAX_ID_BYTES
         && !binding.slug.chars().any(char::is_control)
@@ -314,6 +314,51 @@ pub fn validate_binding(
     missing.sort();
     missing.dedup();
     Ok(missing)
+}
+
+/// A `${env:VAR}` outside `[dispatch] env_allow`, and the field holding it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {refusal}")]
+pub struct EnvNotAllowed {
+    pub field: String,
+    pub refusal: EnvRefusal,
+}
+
+impl EnvNotAllowed {
+    /// The stable code, `env_not_allowed`.
+    pub fn code(&self) -> &'static str {
+        self.refusal.code()
+    }
+}
+
+/// Refuses a record whose `handler` (an `api`/`webhook` URL) reads a
+/// variable `allow` does not permit; the call would be refused anyway.
+pub fn check_record_env(record: &CapabilityRecord, allow: &EnvAllow) -> Result<(), EnvNotAllowed> {
+    match record.execution_type {
+        ExecutionType::Api | ExecutionType::Webhook => match allow.refused_in(&record.handler) {
+            Some(refusal) => Err(EnvNotAllowed { field: "handler".into(), refusal }),
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a binding whose `customConfig` `url` or header values read a
+/// variable `allow` does not permit (a config that does not parse is
+/// [`validate_binding`]'s to refuse).
+pub fn check_binding_env(binding: &Binding, allow: &EnvAllow) -> Result<(), EnvNotAllowed> {
+    let Ok(config) = HttpConfig::parse(&binding.custom_config) else { return Ok(()) };
+    let fields = config
+        .url
+        .iter()
+        .map(|url| ("customConfig.url".to_string(), url.as_str()))
+        .chain(config.headers.iter().map(|(name, value)| (format!("customConfig.headers.{name}"), value.as_str())));
+    for (field, text) in fields {
+        if let Some(refusal) = allow.refused_in(text) {
+            return Err(EnvNotAllowed { field, refusal });
+        }
+    }
+    Ok(())
 }
 
 /// The part of a binding's `customConfig` the HTTP executors read.
@@ -454,5 +499,34 @@ pub(crate) mod tests {
         assert_eq!(validate_binding(&bad, &lookup).unwrap_err().field, "customConfig");
         bad.custom_config = json!(3);
         assert!(validate_binding(&bad, &lookup).is_err());
+    }
+
+    #[test]
+    fn templates_outside_the_allowlist_are_refused_at_registration() {
+        let allow = EnvAllow::default();
+        let mut binding = Binding {
+            agent_id: "a".into(),
+            slug: "x".into(),
+            is_enabled: true,
+            custom_rate_limit: None,
+            custom_config: json!({"url": "https://h/${env:CAPDEX_SECRET_PATH}", "headers": {"X-Key": "${env:HOME}"}}),
+        };
+        let err = check_binding_env(&binding, &allow).unwrap_err();
+        assert_eq!((err.field.as_str(), err.code()), ("customConfig.headers.X-Key", "env_not_allowed"));
+        assert!(err.to_string().contains("HOME") && err.to_string().contains("env_allow"), "{err}");
+        binding.custom_config = json!({"url": "https://${env:AWS_SECRET_ACCESS_KEY}/"});
+        assert_eq!(check_binding_env(&binding, &allow).unwrap_err().field, "customConfig.url");
+        binding.custom_config = json!({"headers": {"Authorization": "Bearer ${env:CAPDEX_SECRET_X}"}});
+        assert_eq!(check_binding_env(&binding, &allow), Ok(()));
+        assert_eq!(
+            check_binding_env(&binding, &EnvAllow::parse::<&str>(&[]).unwrap()).unwrap_err().field,
+            "customConfig.headers.Authorization"
+        );
+        let mut api = record("api");
+        api.execution_type = ExecutionType::Api;
+        api.handler = "https://${env:HOME}/x".into();
+        assert_eq!(check_record_env(&api, &allow).unwrap_err().field, "handler");
+        api.handler = "https://${env:CAPDEX_SECRET_HOST}/x".into();
+        assert_eq!(check_record_env(&api, &allow), Ok(()));
     }
 }

@@ -10,7 +10,7 @@
 //! Paths are checked lexically here (relative, never climbing out with `..`);
 //! the shell checks them again against its allowed roots on disk.
 
-use crate::core::dispatch::env_template::{self, MissingEnv};
+use crate::core::dispatch::env_template::{self, EnvAllow, EnvRefusal};
 use crate::core::sources::{Invocation, SourceTool};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -195,14 +195,17 @@ pub enum SettingsErrorKind {
     Invalid,
     /// A `${env:VAR}` names a variable that is unset or empty (`resolve`).
     MissingEnv,
+    /// A `${env:VAR}` names a variable outside `[dispatch] env_allow` (`check_env`, `resolve`).
+    EnvNotAllowed,
 }
 
 impl SettingsErrorKind {
-    /// The wire code: `invalid_settings` or `missing_env`.
+    /// The wire code: `invalid_settings`, `missing_env` or `env_not_allowed`.
     pub fn as_str(self) -> &'static str {
         match self {
             SettingsErrorKind::Invalid => "invalid_settings",
             SettingsErrorKind::MissingEnv => "missing_env",
+            SettingsErrorKind::EnvNotAllowed => "env_not_allowed",
         }
     }
 }
@@ -412,15 +415,54 @@ impl SourceSettings {
         Ok(())
     }
 
+    /// Every field that may hold `${env:VAR}` templates, with its text.
+    fn templates(&self) -> Vec<(String, &str)> {
+        let mut templates: Vec<(String, &str)> = Vec::new();
+        templates.extend(self.env.iter().map(|(name, value)| (format!("env.{name}"), value.as_str())));
+        templates.extend(self.headers.iter().map(|(name, value)| (format!("headers.{name}"), value.as_str())));
+        match &self.auth {
+            None => {}
+            Some(AuthSettings::Bearer { token }) => templates.push(("auth.token".into(), token)),
+            Some(AuthSettings::Header { value, .. } | AuthSettings::Query { value, .. }) => {
+                templates.push(("auth.value".into(), value))
+            }
+        }
+        templates
+    }
+
+    /// Refuses a `${env:VAR}` (env, header and auth values) that `allow`
+    /// does not permit, naming its field: checked when a client adds a source,
+    /// so it is refused at once rather than at connect time.
+    pub fn check_env(&self, allow: &EnvAllow) -> Result<(), SettingsError> {
+        for (field, text) in self.templates() {
+            if let Some(refusal) = allow.refused_in(text) {
+                return Err(SettingsError {
+                    kind: SettingsErrorKind::EnvNotAllowed,
+                    field,
+                    problem: refusal.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Resolves every `${env:VAR}` (env and header values, auth values) with
-    /// `lookup`. Call [`SourceSettings::validate`] first.
-    pub fn resolve(&self, lookup: &dyn Fn(&str) -> Option<String>) -> Result<ResolvedSource, SettingsError> {
+    /// `lookup`, reading only the names `allow` permits (the operator's
+    /// `[[sources]]` pass [`EnvAllow::any`]). Call [`SourceSettings::validate`] first.
+    pub fn resolve(
+        &self,
+        allow: &EnvAllow,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ResolvedSource, SettingsError> {
         let mut secrets = Vec::new();
         let mut resolve = |field: String, text: &str| {
-            env_template::resolve(text, lookup, &mut secrets).map_err(|MissingEnv(var)| SettingsError {
-                kind: SettingsErrorKind::MissingEnv,
+            env_template::resolve(text, allow, lookup, &mut secrets).map_err(|refusal| SettingsError {
+                kind: match refusal {
+                    EnvRefusal::Missing(_) => SettingsErrorKind::MissingEnv,
+                    EnvRefusal::NotAllowed(_) => SettingsErrorKind::EnvNotAllowed,
+                },
                 field,
-                problem: format!("environment variable {var} is not set"),
+                problem: refusal.to_string(),
             })
         };
         let connection = match self.kind {
@@ -773,7 +815,7 @@ mod tests {
         let stdio = parse(
             r#"{"id":"a","kind":"mcp","command":"srv","args":["${env:TOKEN}"],"env":{"A":"x-${env:TOKEN}","B":"plain"}}"#,
         );
-        let resolved = stdio.resolve(&lookup).unwrap();
+        let resolved = stdio.resolve(&EnvAllow::any(), &lookup).unwrap();
         assert_eq!(
             resolved.connection,
             Connection::Mcp(McpConnection::Stdio {
@@ -790,7 +832,7 @@ mod tests {
         let api = parse(
             r#"{"id":"a","kind":"openapi","url":"http://h/o","auth":{"type":"header","name":"X-Key","value":"${env:KEY}"}}"#,
         );
-        let resolved = api.resolve(&lookup).unwrap();
+        let resolved = api.resolve(&EnvAllow::any(), &lookup).unwrap();
         let Connection::Openapi { auth: Some(auth), document, .. } = &resolved.connection else { panic!() };
         assert_eq!(auth, &ResolvedAuth::Header { name: "X-Key".into(), value: "k3y".into() });
         assert_eq!(document, &DocumentLocation::Url("http://h/o".into()));
@@ -798,9 +840,43 @@ mod tests {
 
         let missing =
             parse(r#"{"id":"a","kind":"mcp","url":"http://h/","headers":{"Authorization":"Bearer ${env:NOPE}"}}"#);
-        let err = missing.resolve(&lookup).unwrap_err();
+        let err = missing.resolve(&EnvAllow::any(), &lookup).unwrap_err();
         assert_eq!((err.kind, err.field.as_str()), (SettingsErrorKind::MissingEnv, "headers.Authorization"));
         assert!(err.to_string().contains("NOPE"), "{err}");
+    }
+
+    #[test]
+    fn client_templates_read_only_allowlisted_names() {
+        let lookup = |_: &str| Some("v".to_string());
+        let allow = EnvAllow::default();
+        for (text, field) in [
+            (
+                r#"{"id":"a","kind":"mcp","command":"srv","env":{"A":"${env:CAPDEX_SECRET_A}","B":"${env:HOME}"}}"#,
+                "env.B",
+            ),
+            (
+                r#"{"id":"a","kind":"mcp","url":"http://h/","headers":{"X":"${env:AWS_SECRET_ACCESS_KEY}"}}"#,
+                "headers.X",
+            ),
+            (
+                r#"{"id":"a","kind":"openapi","url":"http://h/o","auth":{"type":"bearer","token":"${env:PATH}"}}"#,
+                "auth.token",
+            ),
+            (
+                r#"{"id":"a","kind":"openapi","url":"http://h/o","auth":{"type":"query","name":"k","value":"${env:USER}"}}"#,
+                "auth.value",
+            ),
+        ] {
+            let settings = parse(text);
+            let err = settings.check_env(&allow).unwrap_err();
+            assert_eq!((err.kind, err.field.as_str()), (SettingsErrorKind::EnvNotAllowed, field), "{text}");
+            assert!(err.to_string().contains("env_allow"), "{err}");
+            let err = settings.resolve(&allow, &lookup).unwrap_err();
+            assert_eq!((err.kind.as_str(), err.field.as_str()), ("env_not_allowed", field), "at call time too");
+            assert!(settings.resolve(&EnvAllow::any(), &lookup).is_ok(), "the operator's config reads any name");
+        }
+        let fine = parse(r#"{"id":"a","kind":"mcp","command":"srv","env":{"A":"${env:CAPDEX_SECRET_A}"}}"#);
+        assert_eq!(fine.check_env(&allow), Ok(()));
     }
 
     #[test]
@@ -867,7 +943,7 @@ mod tests {
             if let Err(err) = settings.validate() {
                 prop_assert!(!err.field.is_empty());
             } else {
-                let _ = settings.resolve(&|_| Some("v".to_string()));
+                let _ = settings.resolve(&EnvAllow::any(), &|_| Some("v".to_string()));
             }
         }
 
