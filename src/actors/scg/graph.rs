@@ -23,6 +23,7 @@ use crate::core::scg::pipeline::{kind_counts, LinkCounts, MapReport, Phase, ScgE
 use crate::core::scg::route::{MemoryView, Observation, RouteAnswer, RouteIndex, Scope};
 use crate::core::scg::shared::{self, Apply};
 use crate::store::scg::{ScgStore, StoredLinks, StoredSource};
+use crate::store::StoreError;
 use actix::prelude::*;
 use std::sync::Arc;
 use tokio::sync::broadcast;
@@ -190,10 +191,33 @@ impl Handler<Finalize> for ScgGraph {
             connection,
             phase_ms,
         };
+        self.install(sources, index);
+        Ok(report)
+    }
+}
+
+impl ScgGraph {
+    /// Links `sources` anew after `change` to the store, stores the links,
+    /// and installs them with a new index (the memory notes stay).
+    fn relink(
+        &mut self,
+        sources: Vec<StoredSource>,
+        change: impl FnOnce(&ScgStore) -> Result<(), StoreError>,
+    ) -> Result<(), ScgError> {
+        let links = link(&sources);
+        change(&self.store)?;
+        self.store.put_links(&stored_links(&sources, &links))?;
+        self.store.flush()?;
+        let index = self.build_index(&sources, &links);
+        self.install(sources, index);
+        Ok(())
+    }
+
+    /// Makes `sources` and their `index` what the graph answers from; the memory notes stay.
+    fn install(&mut self, sources: Vec<StoredSource>, index: RouteIndex) {
         let (notes, note_vectors) =
             self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
         self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
-        Ok(report)
     }
 }
 
@@ -214,14 +238,7 @@ impl Handler<RemoveSource> for ScgGraph {
         }
         let sources: Vec<StoredSource> =
             stored.into_iter().filter(|source| source.graph.source_id != request.source_id).collect();
-        let links = link(&sources);
-        self.store.remove_source(&request.source_id)?;
-        self.store.put_links(&stored_links(&sources, &links))?;
-        self.store.flush()?;
-        let index = self.build_index(&sources, &links);
-        let (notes, note_vectors) =
-            self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
-        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
+        self.relink(sources, |store| store.remove_source(&request.source_id).map(drop))?;
         Ok(true)
     }
 }
@@ -256,14 +273,7 @@ impl Handler<PutSource> for ScgGraph {
         let held = stored.iter().find(|held| held.graph.source_id == source.graph.source_id);
         let Apply::Put(source) = shared::source_change(held, Some(source)) else { return Ok(false) };
         let sources = shared::put_source(stored, source.clone());
-        let links = link(&sources);
-        self.store.put_source(&source)?;
-        self.store.put_links(&stored_links(&sources, &links))?;
-        self.store.flush()?;
-        let index = self.build_index(&sources, &links);
-        let (notes, note_vectors) =
-            self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
-        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
+        self.relink(sources, |store| store.put_source(&source))?;
         Ok(true)
     }
 }
