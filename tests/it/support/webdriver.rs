@@ -28,6 +28,40 @@ pub struct Browser {
     _profile: tempfile::TempDir,
 }
 
+impl Drop for Browser {
+    /// Ends the session, which makes chromedriver quit Chromium, before the
+    /// driver is killed: killing only the driver would leave Chromium running,
+    /// orphaned. Whatever still runs on this profile is then killed.
+    fn drop(&mut self) {
+        use std::io::{Read, Write};
+        if let Some((authority, path)) = self.base.strip_prefix("http://").and_then(|rest| rest.split_once('/')) {
+            if let Ok(mut stream) = std::net::TcpStream::connect(authority) {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(15)));
+                let request = format!(
+                    "DELETE /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                if stream.write_all(request.as_bytes()).is_ok() {
+                    let _ = stream.read_to_end(&mut Vec::new());
+                }
+            }
+        }
+        kill_processes_using(self._profile.path());
+    }
+}
+
+/// SIGKILLs every process whose command line names `profile` (Linux: `/proc`).
+fn kill_processes_using(profile: &Path) {
+    let needle = format!("--user-data-dir={}", profile.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if cmdline.split(|byte| *byte == 0).any(|arg| arg == needle.as_bytes()) {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    }
+}
+
 /// One element found on the page.
 pub struct Element<'a> {
     browser: &'a Browser,
