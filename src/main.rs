@@ -445,6 +445,7 @@ struct SourceFiles {
 }
 
 fn main() -> ExitCode {
+    capdex::allocations::tune_mimalloc(|variable| std::env::var_os(variable).is_some());
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

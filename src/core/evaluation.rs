@@ -90,7 +90,7 @@ impl ToolRecord {
             available: true,
             has_side_effects: None,
             full_schema: (!self.params.is_empty())
-                .then(|| json!({"type": "object", "properties": properties, "required": required})),
+                .then(|| json!({"type": "object", "properties": properties, "required": required}).into()),
             full_content: None,
             definition_ref: DefinitionRef::Builtin,
         }
@@ -274,7 +274,7 @@ mod tests {
         assert_eq!(descriptor.id, "getWeather");
         assert_eq!(descriptor.kind, CapabilityKind::Tool);
         assert_eq!(descriptor.parameter_names(), vec!["city", "days"]);
-        assert_eq!(descriptor.full_schema.unwrap()["required"], json!(["city"]));
+        assert_eq!(descriptor.full_schema.unwrap().value()["required"], json!(["city"]));
         let bare: ToolRecord = serde_json::from_str(r#"{"id": "x", "name": "x", "description": "d"}"#).unwrap();
         assert!(bare.to_descriptor().full_schema.is_none());
     }

@@ -411,12 +411,10 @@ impl LexicalScores {
 
 /// Returns the descriptions of the top-level parameters of the input schema, joined.
 fn parameter_descriptions(descriptor: &CapabilityDescriptor) -> String {
-    let Some(properties) = descriptor
-        .full_schema
-        .as_ref()
-        .and_then(|schema| schema.get("properties"))
-        .and_then(|properties| properties.as_object())
-    else {
+    let Some(schema) = descriptor.full_schema.as_ref().map(|schema| schema.value()) else {
+        return String::new();
+    };
+    let Some(properties) = schema.get("properties").and_then(|properties| properties.as_object()) else {
         return String::new();
     };
     let descriptions: Vec<&str> =
@@ -449,7 +447,9 @@ mod tests {
             required_tools: vec![],
             available: true,
             has_side_effects: None,
-            full_schema: Some(serde_json::json!({"type": "object", "properties": {"cityName": {"type": "string"}}})),
+            full_schema: Some(
+                serde_json::json!({"type": "object", "properties": {"cityName": {"type": "string"}}}).into(),
+            ),
             full_content: None,
             definition_ref: DefinitionRef::Builtin,
         }
