@@ -19,10 +19,11 @@
 //! an [`Alignment`] between the two: computed once per pair of index versions
 //! and cached here, it turns "which row is document `d`" into an array read.
 
+use crate::core::id_table::IdTable;
 use crate::core::lexical::LexicalIndex;
 use crate::core::top_keys::{key_rank, quality_key, TopKeys};
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::{Arc, RwLock};
 
 /// One search hit.
@@ -43,12 +44,13 @@ pub enum IndexError {
 #[derive(Debug, Default)]
 pub struct VectorIndex {
     dimensions: usize,
-    ids: Vec<String>,
+    ids: Vec<Box<str>>,
     /// `columns[d][row]`: dimension `d` of the vector of `ids[row]`, quantised.
     columns: Vec<Vec<i8>>,
     /// `scales[row]`: what one step of `ids[row]`'s quantised entries is worth.
     scales: Vec<f32>,
-    rows: HashMap<String, usize>,
+    /// The row of each id (read through `ids`).
+    rows: IdTable,
     /// The last [`Alignment`] asked for; cleared by every change.
     alignment: RwLock<Option<Arc<Alignment>>>,
 }
@@ -102,7 +104,7 @@ impl VectorIndex {
             ids: Vec::with_capacity(capacity),
             columns: (0..dimensions).map(|_| Vec::with_capacity(capacity)).collect(),
             scales: Vec::with_capacity(capacity),
-            rows: HashMap::with_capacity(capacity),
+            rows: IdTable::with_capacity(capacity),
             alignment: RwLock::new(None),
         }
     }
@@ -120,7 +122,7 @@ impl VectorIndex {
     }
 
     pub fn contains(&self, id: &str) -> bool {
-        self.rows.contains_key(id)
+        self.rows.get(&self.ids, id).is_some()
     }
 
     /// Returns the id of `row`.
@@ -200,16 +202,17 @@ impl VectorIndex {
         self.forget_alignment();
         let scale = quantisation_scale(vector);
         let code = |value: f32| quantise(value, scale);
-        match self.rows.get(id) {
-            Some(&row) => {
+        match self.rows.get(&self.ids, id) {
+            Some(row) => {
+                let row = row as usize;
                 for (column, value) in self.columns.iter_mut().zip(vector) {
                     column[row] = code(*value);
                 }
                 self.scales[row] = scale;
             }
             None => {
-                self.rows.insert(id.to_string(), self.ids.len());
-                self.ids.push(id.to_string());
+                self.ids.push(id.into());
+                self.rows.insert(&self.ids, id, self.ids.len() as u32 - 1);
                 for (column, value) in self.columns.iter_mut().zip(vector) {
                     column.push(code(*value));
                 }
@@ -224,21 +227,32 @@ impl VectorIndex {
     /// The vector of `id` as the index holds it (each entry within half a
     /// step of what was inserted), if indexed.
     pub fn stored_vector(&self, id: &str) -> Option<Vec<f32>> {
-        let row = *self.rows.get(id)?;
+        let row = self.rows.get(&self.ids, id)? as usize;
         Some(self.columns.iter().map(|column| f32::from(column[row]) * self.scales[row]).collect())
+    }
+
+    /// Gives back the room a load by single upserts left over (columns grow
+    /// by doubling).
+    pub fn shrink_to_fit(&mut self) {
+        for column in &mut self.columns {
+            column.shrink_to_fit();
+        }
+        self.scales.shrink_to_fit();
+        self.ids.shrink_to_fit();
     }
 
     /// Removes `id`; returns whether it was present. The last row moves into its place.
     pub fn remove(&mut self, id: &str) -> bool {
-        let Some(row) = self.rows.remove(id) else { return false };
+        let Some(row) = self.rows.remove(&self.ids, id) else { return false };
+        let (row, last) = (row as usize, self.ids.len() - 1);
         self.forget_alignment();
         for column in &mut self.columns {
             column.swap_remove(row);
         }
         self.scales.swap_remove(row);
         self.ids.swap_remove(row);
-        if row < self.ids.len() {
-            self.rows.insert(self.ids[row].clone(), row);
+        if row < last {
+            self.rows.moved(&self.ids[row], last as u32, row as u32);
         }
         true
     }
@@ -248,7 +262,7 @@ impl VectorIndex {
         if query.len() != self.dimensions {
             return None;
         }
-        let row = *self.rows.get(id)?;
+        let row = self.rows.get(&self.ids, id)? as usize;
         let mut sum = 0.0f32;
         for (value, column) in query.iter().zip(&self.columns) {
             if *value != 0.0 {
@@ -260,7 +274,7 @@ impl VectorIndex {
 
     /// Returns the row of `id`, if indexed (rows index [`VectorIndex::scores`]).
     pub fn row(&self, id: &str) -> Option<usize> {
-        self.rows.get(id).copied()
+        self.rows.get(&self.ids, id).map(|row| row as usize)
     }
 
     /// Returns the cosine of `query` with every row, in row order, or `None`
@@ -347,7 +361,7 @@ impl VectorIndex {
     pub fn top(&self, scores: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
         self.top_rows(scores, k, |row| keep(&self.ids[row]))
             .into_iter()
-            .map(|(row, score)| Hit { id: self.ids[row].clone(), score })
+            .map(|(row, score)| Hit { id: self.ids[row].to_string(), score })
             .collect()
     }
 
@@ -365,7 +379,7 @@ impl VectorIndex {
                 if let Some(worst) = heap.peek() {
                     match worst.score.total_cmp(&score) {
                         Ordering::Greater => continue,
-                        Ordering::Equal if id.as_str() > worst.id => continue,
+                        Ordering::Equal if &**id > worst.id => continue,
                         _ => {}
                     }
                 }
@@ -374,7 +388,7 @@ impl VectorIndex {
             if !keep(row) {
                 continue;
             }
-            heap.push(Scored { score, id, row });
+            heap.push(Scored { score, id: &**id, row });
             if heap.len() > k {
                 heap.pop();
             }

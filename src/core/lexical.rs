@@ -39,6 +39,7 @@
 //! discovery renders a capability's texts once per version, not per query.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
+use crate::core::id_table::IdTable;
 use crate::core::text::{for_each_index_term, index_terms};
 use crate::core::top_keys::{key_rank, key_score, quality_key, TopKeys};
 use foldhash::{HashMap, HashMapExt};
@@ -82,15 +83,16 @@ type Postings = Vec<(u32, f32)>;
 /// An immutable BM25F index over descriptors; rebuilt as a whole on change.
 #[derive(Clone, Debug, Default)]
 pub struct LexicalIndex {
-    ids: Vec<String>,
-    docs: HashMap<String, u32>,
+    ids: Vec<Box<str>>,
+    /// The document of each id (read through `ids`).
+    docs: IdTable,
     terms: HashMap<String, u32>,
     postings: Vec<Postings>,
     idf: Vec<f32>,
     /// `k1·(1 − b + b·len/avglen)` per document.
     length_norms: Vec<f32>,
     /// Loose spelling of each id, name and display name → documents, best match kind first.
-    exact: HashMap<String, Vec<(u32, ExactMatch)>>,
+    exact: HashMap<Box<str>, Box<[(u32, ExactMatch)]>>,
     /// What the discovery filters read of each document.
     attributes: Vec<DocAttributes>,
     /// The distinct categories, as spelled; [`DocAttributes::category`] indexes them.
@@ -110,8 +112,8 @@ pub struct LexicalIndex {
 /// A document's Tier 1 summary line and Tier 2 detail text, each made once, on first use.
 #[derive(Clone, Debug, Default)]
 struct DocTexts {
-    summary: OnceLock<String>,
-    detail: OnceLock<String>,
+    summary: OnceLock<Box<str>>,
+    detail: OnceLock<Box<str>>,
 }
 
 /// What the discovery filters read of one document (see
@@ -168,14 +170,15 @@ impl LexicalIndex {
         let mut lengths: Vec<f32> = Vec::new();
         let mut doc_terms: HashMap<u32, f32> = HashMap::new();
         let mut category_ids: HashMap<String, u32> = HashMap::new();
+        let mut exact: HashMap<Box<str>, Vec<(u32, ExactMatch)>> = HashMap::new();
         let mut source_ids: HashMap<String, u32> = HashMap::new();
         for descriptor in descriptors {
-            if index.docs.contains_key(&descriptor.id) {
+            if index.docs.get(&index.ids, &descriptor.id).is_some() {
                 continue;
             }
             let doc = index.ids.len() as u32;
-            index.ids.push(descriptor.id.clone());
-            index.docs.insert(descriptor.id.clone(), doc);
+            index.ids.push(descriptor.id.as_str().into());
+            index.docs.insert(&index.ids, &descriptor.id, doc);
             let next_category = index.categories.len() as u32;
             let category = *category_ids.entry(descriptor.category.clone()).or_insert_with(|| {
                 index.categories.push(descriptor.category.clone());
@@ -240,7 +243,7 @@ impl LexicalIndex {
                 if key.is_empty() {
                     continue;
                 }
-                let slot = index.exact.entry(key).or_default();
+                let slot = exact.entry(key.into_boxed_str()).or_default();
                 match slot.iter_mut().find(|(existing, _)| *existing == doc) {
                     Some(entry) => entry.1 = entry.1.max(kind),
                     None => slot.push((doc, kind)),
@@ -260,8 +263,16 @@ impl LexicalIndex {
         let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f32>() / n_docs };
         let average = if average > 0.0 { average } else { 1.0 };
         index.length_norms = lengths.iter().map(|length| K1 * (1.0 - B + B * length / average)).collect();
-        for matches in index.exact.values_mut() {
-            matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        index.exact = exact
+            .into_iter()
+            .map(|(key, mut matches)| {
+                matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                (key, matches.into_boxed_slice())
+            })
+            .collect();
+        // Postings grew by doubling; what they hold is all they will hold.
+        for postings in &mut index.postings {
+            postings.shrink_to_fit();
         }
         let mut by_id: Vec<u32> = (0..index.ids.len() as u32).collect();
         by_id.sort_unstable_by(|&a, &b| index.ids[a as usize].cmp(&index.ids[b as usize]));
@@ -293,7 +304,7 @@ impl LexicalIndex {
 
     /// Returns the document of `id`.
     pub fn doc(&self, id: &str) -> Option<u32> {
-        self.docs.get(id).copied()
+        self.docs.get(&self.ids, id)
     }
 
     /// Returns [`crate::core::text::summary_line`] of `descriptor`, which must
@@ -302,7 +313,9 @@ impl LexicalIndex {
     /// descriptor whose id the index lacks gets a fresh line.
     pub fn summary_line<'a>(&'a self, descriptor: &CapabilityDescriptor) -> Cow<'a, str> {
         match self.doc(&descriptor.id).and_then(|doc| self.texts.get(doc as usize)) {
-            Some(texts) => Cow::Borrowed(texts.summary.get_or_init(|| crate::core::text::summary_line(descriptor))),
+            Some(texts) => {
+                Cow::Borrowed(texts.summary.get_or_init(|| crate::core::text::summary_line(descriptor).into()))
+            }
             None => Cow::Owned(crate::core::text::summary_line(descriptor)),
         }
     }
@@ -311,7 +324,9 @@ impl LexicalIndex {
     /// [`LexicalIndex::summary_line`] keeps the summary.
     pub fn detail_text<'a>(&'a self, descriptor: &CapabilityDescriptor) -> Cow<'a, str> {
         match self.doc(&descriptor.id).and_then(|doc| self.texts.get(doc as usize)) {
-            Some(texts) => Cow::Borrowed(texts.detail.get_or_init(|| crate::core::text::detail_text(descriptor))),
+            Some(texts) => {
+                Cow::Borrowed(texts.detail.get_or_init(|| crate::core::text::detail_text(descriptor).into()))
+            }
             None => Cow::Owned(crate::core::text::detail_text(descriptor)),
         }
     }
@@ -390,7 +405,7 @@ impl LexicalIndex {
     /// Returns the documents whose id, name or display name is `query`, once
     /// case, spaces and punctuation are ignored; the strongest match first.
     pub fn exact_matches(&self, query: &str) -> &[(u32, ExactMatch)] {
-        self.exact.get(&loose_key(query)).map(Vec::as_slice).unwrap_or(&[])
+        self.exact.get(loose_key(query).as_str()).map(|matches| &**matches).unwrap_or(&[])
     }
 }
 

@@ -16,6 +16,7 @@ pub mod embedder;
 pub mod evaluation;
 pub mod filter;
 pub mod graph;
+pub mod id_table;
 pub mod index;
 pub mod kpi_window;
 pub mod lexical;

@@ -339,6 +339,7 @@ pub fn restore(
         restored.catalog.origins.insert(descriptor.id.clone(), origin);
         restored.catalog.descriptors.insert(descriptor.id.clone(), descriptor);
     }
+    restored.index.shrink_to_fit();
     restored.catalog.presets = presets.into_iter().collect();
     restored.catalog.version = u64::from(!restored.catalog.is_empty());
     restored

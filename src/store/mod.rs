@@ -355,6 +355,19 @@ impl Store {
         decode_embedding(id, &bytes).map(Some)
     }
 
+    /// Every stored embedding in id order, read as they lie in the tree (a
+    /// restart reads them all: one pass, not a lookup per id).
+    pub fn embeddings_in_id_order(&self) -> impl Iterator<Item = Result<(String, StoredEmbedding), StoreError>> + '_ {
+        self.embeddings.iter().map(|entry| {
+            let (key, bytes) =
+                entry.map_err(|source| StoreError::Sled { action: "iterate", tree: EMBEDDINGS, source })?;
+            let key = String::from_utf8(key.to_vec())
+                .map_err(|_| StoreError::Key { tree: EMBEDDINGS, key: String::from_utf8_lossy(&key).into_owned() })?;
+            let embedding = decode_embedding(&key, &bytes)?;
+            Ok((key, embedding))
+        })
+    }
+
     /// Stores an embedding quantised as the vector index keeps it
     /// ([`Quantised`]): a byte per dimension instead of five.
     pub fn put_embedding(&self, id: &str, embedding: &StoredEmbedding) -> Result<(), StoreError> {
