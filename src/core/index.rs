@@ -444,12 +444,16 @@ impl Quantised {
     }
 }
 
-/// `value` in steps of `scale`, rounded to the nearest (|code| ≤ 127).
+/// `value` in steps of `scale`, rounded to the nearest, halves away from
+/// zero (|code| ≤ 127).
 fn quantise(value: f32, scale: f32) -> i8 {
     if scale == 0.0 || !value.is_finite() {
         return 0;
     }
-    (value / scale).round().clamp(-127.0, 127.0) as i8
+    let steps = value / scale;
+    // `as` truncates toward zero: adding a signed half first rounds, without
+    // `f32::round`'s library call (a restart quantises every stored vector).
+    (steps + 0.5f32.copysign(steps)).clamp(-127.0, 127.0) as i8
 }
 
 impl Alignment {

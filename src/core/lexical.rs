@@ -77,9 +77,6 @@ pub const FIELD_WEIGHTS: FieldWeights = FieldWeights {
     parameter_descriptions: 0.3,
 };
 
-/// A term's postings: the documents holding it and its weighted frequency there.
-type Postings = Vec<(u32, f32)>;
-
 /// An immutable BM25F index over descriptors; rebuilt as a whole on change.
 #[derive(Clone, Debug, Default)]
 pub struct LexicalIndex {
@@ -87,7 +84,11 @@ pub struct LexicalIndex {
     /// The document of each id (read through `ids`).
     docs: IdTable,
     terms: HashMap<String, u32>,
-    postings: Vec<Postings>,
+    /// Every term's postings, one after the other, term by term (documents
+    /// ascending within a term): term `t`'s are
+    /// `postings[posting_starts[t]..posting_starts[t + 1]]`.
+    postings: Vec<(u32, f32)>,
+    posting_starts: Vec<u32>,
     idf: Vec<f32>,
     /// `k1·(1 − b + b·len/avglen)` per document.
     length_norms: Vec<f32>,
@@ -170,7 +171,7 @@ impl LexicalIndex {
         let mut lengths: Vec<f32> = Vec::new();
         let mut doc_terms: HashMap<u32, f32> = HashMap::new();
         let mut category_ids: HashMap<String, u32> = HashMap::new();
-        let mut exact: HashMap<Box<str>, Vec<(u32, ExactMatch)>> = HashMap::new();
+        let mut gathered: Vec<(u32, u32, f32)> = Vec::new();
         let mut source_ids: HashMap<String, u32> = HashMap::new();
         for descriptor in descriptors {
             if index.docs.get(&index.ids, &descriptor.id).is_some() {
@@ -226,14 +227,8 @@ impl LexicalIndex {
                     length += weight;
                 }
             }
-            let mut entries: Vec<(u32, f32)> = doc_terms.iter().map(|(&term, &tf)| (term, tf)).collect();
-            entries.sort_unstable_by_key(|&(term, _)| term);
-            for (term, tf) in entries {
-                if term as usize >= index.postings.len() {
-                    index.postings.resize(term as usize + 1, Vec::new());
-                }
-                index.postings[term as usize].push((doc, tf));
-            }
+            // Gathered in document order; laid out term by term below.
+            gathered.extend(doc_terms.iter().map(|(&term, &tf)| (term, doc, tf)));
             lengths.push(length);
             for (key, kind) in [
                 (loose_key(&descriptor.id), ExactMatch::Id),
@@ -243,36 +238,48 @@ impl LexicalIndex {
                 if key.is_empty() {
                     continue;
                 }
-                let slot = exact.entry(key.into_boxed_str()).or_default();
-                match slot.iter_mut().find(|(existing, _)| *existing == doc) {
-                    Some(entry) => entry.1 = entry.1.max(kind),
-                    None => slot.push((doc, kind)),
+                // Almost every key names one document: a slice of one, made
+                // once; a shared key's slice is made again, one longer.
+                match index.exact.get_mut(key.as_str()) {
+                    None => {
+                        index.exact.insert(key.into_boxed_str(), Box::new([(doc, kind)]));
+                    }
+                    Some(slot) => match slot.iter_mut().find(|(existing, _)| *existing == doc) {
+                        Some(entry) => entry.1 = entry.1.max(kind),
+                        None => *slot = slot.iter().copied().chain([(doc, kind)]).collect(),
+                    },
                 }
             }
         }
-        index.postings.resize(index.terms.len(), Vec::new());
+        // A counting sort by term, stable, so each term's documents stay ascending.
+        let mut starts = vec![0u32; index.terms.len() + 1];
+        for &(term, _, _) in &gathered {
+            starts[term as usize + 1] += 1;
+        }
+        for term in 0..index.terms.len() {
+            starts[term + 1] += starts[term];
+        }
+        let mut next = starts.clone();
+        index.postings = vec![(0, 0.0); gathered.len()];
+        for (term, doc, tf) in gathered {
+            let slot = &mut next[term as usize];
+            index.postings[*slot as usize] = (doc, tf);
+            *slot += 1;
+        }
+        drop(next);
+        index.posting_starts = starts;
         let n_docs = index.ids.len() as f32;
-        index.idf = index
-            .postings
-            .iter()
-            .map(|postings| {
-                let df = postings.len() as f32;
+        index.idf = (0..index.terms.len())
+            .map(|term| {
+                let df = index.term_postings(term as u32).len() as f32;
                 (1.0 + (n_docs - df + 0.5) / (df + 0.5)).ln()
             })
             .collect();
         let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f32>() / n_docs };
         let average = if average > 0.0 { average } else { 1.0 };
         index.length_norms = lengths.iter().map(|length| K1 * (1.0 - B + B * length / average)).collect();
-        index.exact = exact
-            .into_iter()
-            .map(|(key, mut matches)| {
-                matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                (key, matches.into_boxed_slice())
-            })
-            .collect();
-        // Postings grew by doubling; what they hold is all they will hold.
-        for postings in &mut index.postings {
-            postings.shrink_to_fit();
+        for matches in index.exact.values_mut().filter(|matches| matches.len() > 1) {
+            matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         }
         let mut by_id: Vec<u32> = (0..index.ids.len() as u32).collect();
         by_id.sort_unstable_by(|&a, &b| index.ids[a as usize].cmp(&index.ids[b as usize]));
@@ -285,6 +292,12 @@ impl LexicalIndex {
 
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// The postings of `term`: `(document, weighted frequency)`, documents ascending.
+    fn term_postings(&self, term: u32) -> &[(u32, f32)] {
+        let (start, end) = (self.posting_starts[term as usize], self.posting_starts[term as usize + 1]);
+        &self.postings[start as usize..end as usize]
     }
 
     pub fn is_empty(&self) -> bool {
@@ -381,7 +394,7 @@ impl LexicalIndex {
         let mut touched: Vec<u32> = Vec::new();
         for &term in query_terms {
             let idf = self.idf[term as usize];
-            for &(doc, tf) in &self.postings[term as usize] {
+            for &(doc, tf) in self.term_postings(term) {
                 let saturated = tf * (K1 + 1.0) / (tf + self.length_norms[doc as usize]);
                 let slot = &mut accumulator[doc as usize];
                 if *slot == 0.0 {
