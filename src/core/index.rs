@@ -388,7 +388,7 @@ impl VectorIndex {
             if !keep(row) {
                 continue;
             }
-            heap.push(Scored { score, id: &**id, row });
+            heap.push(Scored { score, id, row });
             if heap.len() > k {
                 heap.pop();
             }
