@@ -399,8 +399,10 @@ fn explain_tier1(
         .collect()
 }
 
-/// Picks Tier 1 from `hits` by the rule in [`discover`]'s docs; returns ids with relevance.
-fn tier1_with_dependencies(
+/// Picks Tier 1 from `hits` (best first, as ranked) by the rule in
+/// [`discover`]'s docs; returns ids with relevance. Empty when no hit reaches
+/// `tier1MinRelevance`: nothing fits the request, and the turn needs no capability.
+pub fn tier1_with_dependencies(
     hits: &[RankedHit],
     indexes: &Indexes<'_>,
     config: &DiscoveryConfig,

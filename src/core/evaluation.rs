@@ -47,10 +47,24 @@ pub struct ToolParam {
 }
 
 /// One line of a `queries.jsonl`.
+///
+/// `relevant` may be empty: no capability fits the request, and the right
+/// answer is an empty ranking ("nothing fits"). With `tools`, the request is
+/// ranked against those tools alone instead of the tools file (BFCL's
+/// `irrelevance` category gives each request its own few functions).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct QueryRecord {
     pub query: String,
     pub relevant: Vec<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<ToolRecord>>,
+}
+
+impl QueryRecord {
+    /// Whether some capability fits the request.
+    pub fn answerable(&self) -> bool {
+        !self.relevant.is_empty()
+    }
 }
 
 /// One line of a run file.
@@ -183,6 +197,112 @@ pub fn aggregate(scores: &[QueryScores], n_queries: usize) -> Metrics {
         ndcg_at_10: mean(|s| s.ndcg_at_10),
         mrr: mean(|s| s.mrr),
     }
+}
+
+/// How discovery's Tier 1 treats requests, over one evaluation: requests
+/// no capability fits should get an empty Tier 1, requests some capability
+/// fits should keep it there.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NothingFits {
+    /// Requests with `"relevant": []`.
+    pub unanswerable: usize,
+    /// Of those, the ones whose Tier 1 was empty.
+    pub answered_empty: usize,
+    /// `answered_empty / unanswerable` ×100 (0 without unanswerable requests).
+    pub answered_empty_share: f64,
+    /// Answerable requests with a relevant capability among the first
+    /// `tier1TopK` hits when no relevance minimum applies.
+    pub answerable_in_reach: usize,
+    /// Of those, the ones whose Tier 1 (with `tier1MinRelevance`) still holds one.
+    pub kept: usize,
+    /// `kept / answerable_in_reach` ×100 (100 without such requests).
+    pub kept_share: f64,
+}
+
+impl NothingFits {
+    /// Counts one request no capability fits.
+    pub fn unanswerable(&mut self, tier1_empty: bool) {
+        self.unanswerable += 1;
+        self.answered_empty += usize::from(tier1_empty);
+        self.answered_empty_share = share(self.answered_empty, self.unanswerable, 0.0);
+    }
+
+    /// Counts one answerable request: whether a relevant capability was in
+    /// Tier 1 without the relevance minimum, and whether it is with it.
+    pub fn answerable(&mut self, in_reach: bool, kept: bool) {
+        if in_reach {
+            self.answerable_in_reach += 1;
+            self.kept += usize::from(kept);
+        }
+        self.kept_share = share(self.kept, self.answerable_in_reach, 100.0);
+    }
+}
+
+fn share(part: usize, whole: usize, otherwise: f64) -> f64 {
+    if whole == 0 {
+        otherwise
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Splits `0..n` into two halves of a seeded shuffle (the first half has
+/// `n / 2` indices), each half sorted. The shuffle is Fisher–Yates over
+/// SplitMix64, so a seed gives the same halves on every platform.
+///
+/// # Examples
+/// ```
+/// use capdex::core::evaluation::seeded_halves;
+/// let (first, second) = seeded_halves(5, 7);
+/// assert_eq!((first.len(), second.len()), (2, 3));
+/// assert_eq!(seeded_halves(5, 7), (first, second));
+/// ```
+pub fn seeded_halves(n: usize, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    let mut first = order[..n / 2].to_vec();
+    let mut second = order[n / 2..].to_vec();
+    first.sort_unstable();
+    second.sort_unstable();
+    (first, second)
+}
+
+/// The outcomes the replay protocol feeds in for one request of the first
+/// half, as `(capability id, score)`: success (1) for every relevant
+/// capability (the agent used them and the task worked), and failure (0)
+/// for the best-ranked wrong capability above the first relevant one (the
+/// agent tried it first and it did not do the job), if there is one.
+///
+/// # Examples
+/// ```
+/// use capdex::core::evaluation::replay_outcomes;
+/// let ids = |t: &str| t.split_whitespace().map(String::from).collect::<Vec<_>>();
+/// assert_eq!(replay_outcomes(&ids("x a y"), &ids("a")), vec![("a".to_string(), 1.0), ("x".to_string(), 0.0)]);
+/// assert_eq!(replay_outcomes(&ids("a x"), &ids("a")), vec![("a".to_string(), 1.0)]);
+/// ```
+pub fn replay_outcomes(ranked: &[String], relevant: &[String]) -> Vec<(String, f32)> {
+    let mut outcomes: Vec<(String, f32)> = Vec::new();
+    for id in relevant {
+        if !outcomes.iter().any(|(seen, _)| seen == id) {
+            outcomes.push((id.clone(), 1.0));
+        }
+    }
+    if let Some(first) = ranked.first().filter(|id| !relevant.contains(id)) {
+        outcomes.push((first.clone(), 0.0));
+    }
+    outcomes
 }
 
 #[cfg(test)]
