@@ -4,13 +4,22 @@
 //!
 //! The ranking is the one discovery uses ([`crate::core::retrieval::rank`]: hybrid retrieval, clause
 //! fusion, graph re-ranking as configured), read to `depth` results, with no
-//! relevance minimum (a run file is a ranking, not a prompt).
+//! relevance minimum (a run file is a ranking, not a prompt), unless
+//! `empty_when_nothing_fits` asks for an empty ranking where Tier 1 is empty.
 //!
 //! The embedder is the configured one, or the one `--embedder` picks
 //! (`builtin`, `static`, `local --model-dir DIR`, `http --endpoint URL --model NAME`);
 //! tools are embedded in batches of `embedder.batch_size`. An embedder that
 //! fails stops the evaluation (a score without the dense signal would not be
 //! the one asked for).
+//!
+//! Queries may come from several files (read as one list); a query may carry
+//! its own `tools` (ranked against those alone) and `"relevant": []` (nothing
+//! fits: the right answer is an empty Tier 1). Metrics cover the answerable
+//! queries; [`NothingFits`] counts, with discovery's own Tier 1 rule, the
+//! unanswerable ones answered empty and the answerable ones that keep a
+//! relevant capability in Tier 1. `--replay SEED` runs the outcome replay
+//! protocol ([`ReplayReport`]).
 //!
 //! With a cache directory, every vector (tools and query parts) is kept in a
 //! sled store keyed by [`text_hash`] of model id and text, so a second

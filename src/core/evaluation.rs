@@ -399,7 +399,37 @@ mod tests {
         assert!(bare.to_descriptor().full_schema.is_none());
     }
 
+    #[test]
+    fn nothing_fits_counts_shares() {
+        let mut fits = NothingFits::default();
+        assert_eq!((fits.answered_empty_share, fits.kept_share), (0.0, 0.0));
+        fits.unanswerable(true);
+        fits.unanswerable(false);
+        fits.answerable(true, true);
+        fits.answerable(true, false);
+        fits.answerable(false, false);
+        assert_eq!((fits.unanswerable, fits.answered_empty, fits.answered_empty_share), (2, 1, 50.0));
+        assert_eq!((fits.answerable_in_reach, fits.kept, fits.kept_share), (2, 1, 50.0));
+        let query: QueryRecord = serde_json::from_str(
+            r#"{"query": "hi", "relevant": [], "tools": [{"id": "a", "name": "a", "description": "d"}]}"#,
+        )
+        .unwrap();
+        assert!(!query.answerable());
+        assert_eq!(query.tools.unwrap()[0].id, "a");
+    }
+
     proptest! {
+        /// The halves split `0..n` exactly, whatever the seed, and the seed decides them.
+        #[test]
+        fn seeded_halves_partition(n in 0usize..200, seed in any::<u64>()) {
+            let (first, second) = seeded_halves(n, seed);
+            prop_assert_eq!(first.len(), n / 2);
+            let mut all: Vec<usize> = first.iter().chain(&second).copied().collect();
+            all.sort_unstable();
+            prop_assert_eq!(all, (0..n).collect::<Vec<_>>());
+            prop_assert_eq!(seeded_halves(n, seed), (first, second));
+        }
+
         #[test]
         fn metrics_are_fractions_and_monotone(
             ranked in proptest::collection::vec("[a-f]", 0..12),

@@ -237,7 +237,7 @@ fn nothing_fits_is_measured_on_empty_rankings() {
     }
     let kept = fits["keptShare"].as_f64().unwrap();
     assert!((0.0..=100.0).contains(&kept), "{fits}");
-    assert!(fits["answerableInReach"].as_u64().unwrap() > 20, "most sample requests find a relevant tool: {fits}");
+    assert!(fits["answerableInReach"].as_u64().unwrap() > 10, "many sample requests find a relevant tool: {fits}");
 }
 
 /// The replay protocol: a seeded half's outcomes are fed in, the other half is
