@@ -484,25 +484,6 @@ mod tests {
     }
 
     #[test]
-    fn known_share_counts_unknown_words_as_the_rarest_and_ignores_numbers() {
-        let descriptors = vec![
-            descriptor("getWeather", "Get the weather forecast for a city", &[]),
-            descriptor("sendEmail", "Send an email to a recipient", &[]),
-        ];
-        let index = LexicalIndex::build(&descriptors);
-        assert_eq!(index.known_share("weather forecast"), 1.0);
-        assert_eq!(
-            index.known_share("weather forecast for 3 days in 2026"),
-            index.known_share("weather forecast days")
-        );
-        let half = index.known_share("weather triangle");
-        assert!(half > 0.0 && half < 0.5, "an unknown word weighs more than any known one: {half}");
-        assert!(index.known_share("weather triangle hypotenuse") < half);
-        assert_eq!(index.known_share("triangle"), 0.0);
-        assert_eq!(index.known_share("the and of 42"), 0.0, "no word to know");
-    }
-
-    #[test]
     fn tier_texts_are_made_once_per_document_and_equal_fresh_ones() {
         let descriptors = sample();
         let index = LexicalIndex::build(&descriptors);

@@ -1031,12 +1031,10 @@ mod tests {
         let ranking = retrieve(&lexical_only, &fixture.indexes(), &filter, 5);
         assert_eq!(ranking.hits[0].id, "tool:weather");
         assert!(ranking.hits.iter().all(|hit| (0.0..=1.0).contains(&hit.relevance)));
-        // The relevance is the lexical score itself, not a share of it, times the share of the message the catalog knows.
+        // The relevance is the lexical score itself, not a share of it.
         let lexical = fixture.lexical.score(message);
         let doc = fixture.lexical.doc("tool:weather").unwrap();
-        let known = fixture.lexical.known_share(message);
-        assert!(known < 1.0, "'Paris' is a word no capability uses");
-        let expected = lexical.scores.iter().find(|(d, _)| *d == doc).unwrap().1 * known;
+        let expected = lexical.scores.iter().find(|(d, _)| *d == doc).unwrap().1;
         assert!((ranking.hits[0].relevance - expected).abs() < 1e-6);
         // Exact names still come first, at 1.
         let exact = retrieve(&Query::without_vectors(vec!["Search".into()], "x"), &fixture.indexes(), &filter, 5);
