@@ -171,7 +171,9 @@ impl LexicalIndex {
         let mut lengths: Vec<f32> = Vec::new();
         let mut doc_terms: HashMap<u32, f32> = HashMap::new();
         let mut category_ids: HashMap<String, u32> = HashMap::new();
-        let mut gathered: Vec<(u32, u32, f32)> = Vec::new();
+        // How many documents hold each term, and the documents kept (the first of each id).
+        let mut document_counts: Vec<u32> = Vec::new();
+        let mut kept: Vec<&CapabilityDescriptor> = Vec::new();
         let mut source_ids: HashMap<String, u32> = HashMap::new();
         for descriptor in descriptors {
             if index.docs.get(&index.ids, &descriptor.id).is_some() {
@@ -199,36 +201,18 @@ impl LexicalIndex {
                 source,
             });
             index.texts.push(DocTexts::default());
-            doc_terms.clear();
-            let mut length = 0.0f32;
-            let mut name_text = descriptor.name.clone();
-            if descriptor.display_name != descriptor.name {
-                name_text.push(' ');
-                name_text.push_str(&descriptor.display_name);
-            }
-            let parameters = descriptor.parameter_names().join(" ");
-            let parameter_descriptions = parameter_descriptions(descriptor);
-            let tags = descriptor.tags.join(" ");
-            for (text, weight) in [
-                (name_text.as_str(), weights.name),
-                (descriptor.description.as_str(), weights.description),
-                (descriptor.category.as_str(), weights.category),
-                (tags.as_str(), weights.tags),
-                (parameters.as_str(), weights.parameters),
-                (parameter_descriptions.as_str(), weights.parameter_descriptions),
-            ] {
-                if weight <= 0.0 {
-                    continue;
+            let terms = &mut index.terms;
+            let length = doc_term_weights(descriptor, weights, &mut doc_terms, |term| {
+                let next_id = terms.len() as u32;
+                *terms.entry(term).or_insert(next_id)
+            });
+            for &term in doc_terms.keys() {
+                if term as usize >= document_counts.len() {
+                    document_counts.resize(term as usize + 1, 0);
                 }
-                for term in index_terms(text) {
-                    let next_id = index.terms.len() as u32;
-                    let term_id = *index.terms.entry(term).or_insert(next_id);
-                    *doc_terms.entry(term_id).or_insert(0.0) += weight;
-                    length += weight;
-                }
+                document_counts[term as usize] += 1;
             }
-            // Gathered in document order; laid out term by term below.
-            gathered.extend(doc_terms.iter().map(|(&term, &tf)| (term, doc, tf)));
+            kept.push(descriptor);
             lengths.push(length);
             for (key, kind) in [
                 (loose_key(&descriptor.id), ExactMatch::Id),
@@ -251,20 +235,31 @@ impl LexicalIndex {
                 }
             }
         }
-        // A counting sort by term, stable, so each term's documents stay ascending.
-        let mut starts = vec![0u32; index.terms.len() + 1];
-        for &(term, _, _) in &gathered {
-            starts[term as usize + 1] += 1;
+        // The postings, laid out term by term in one array of exactly their
+        // number: each term's place is known from the counts, and a second
+        // pass over the documents (in document order, so each term's
+        // documents stay ascending) fills them in. Two passes cost a second
+        // tokenisation and no copy of the postings: a million capabilities
+        // would otherwise gather a quarter of a gigabyte before laying it out.
+        document_counts.resize(index.terms.len(), 0);
+        let mut starts = Vec::with_capacity(index.terms.len() + 1);
+        let mut total = 0u32;
+        starts.push(0);
+        for count in &document_counts {
+            total += count;
+            starts.push(total);
         }
-        for term in 0..index.terms.len() {
-            starts[term + 1] += starts[term];
-        }
+        drop(document_counts);
         let mut next = starts.clone();
-        index.postings = vec![(0, 0.0); gathered.len()];
-        for (term, doc, tf) in gathered {
-            let slot = &mut next[term as usize];
-            index.postings[*slot as usize] = (doc, tf);
-            *slot += 1;
+        index.postings = vec![(0, 0.0); total as usize];
+        for (doc, descriptor) in kept.into_iter().enumerate() {
+            let terms = &index.terms;
+            doc_term_weights(descriptor, weights, &mut doc_terms, |term| terms[&term]);
+            for (&term, &tf) in &doc_terms {
+                let slot = &mut next[term as usize];
+                index.postings[*slot as usize] = (doc as u32, tf);
+                *slot += 1;
+            }
         }
         drop(next);
         index.posting_starts = starts;
@@ -435,6 +430,45 @@ impl LexicalScores {
         }
         top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect()
     }
+}
+
+/// Fills `doc_terms` with the weighted frequency (BM25F's `tf`) of each term
+/// of `descriptor`'s fields, each term numbered by `term_id`; returns the
+/// document's weighted length. Both passes of the build call it, so their
+/// frequencies are the same floats.
+fn doc_term_weights(
+    descriptor: &CapabilityDescriptor,
+    weights: FieldWeights,
+    doc_terms: &mut HashMap<u32, f32>,
+    mut term_id: impl FnMut(String) -> u32,
+) -> f32 {
+    doc_terms.clear();
+    let mut length = 0.0f32;
+    let mut name_text = descriptor.name.clone();
+    if descriptor.display_name != descriptor.name {
+        name_text.push(' ');
+        name_text.push_str(&descriptor.display_name);
+    }
+    let parameters = descriptor.parameter_names().join(" ");
+    let parameter_descriptions = parameter_descriptions(descriptor);
+    let tags = descriptor.tags.join(" ");
+    for (text, weight) in [
+        (name_text.as_str(), weights.name),
+        (descriptor.description.as_str(), weights.description),
+        (descriptor.category.as_str(), weights.category),
+        (tags.as_str(), weights.tags),
+        (parameters.as_str(), weights.parameters),
+        (parameter_descriptions.as_str(), weights.parameter_descriptions),
+    ] {
+        if weight <= 0.0 {
+            continue;
+        }
+        for term in index_terms(text) {
+            *doc_terms.entry(term_id(term)).or_insert(0.0) += weight;
+            length += weight;
+        }
+    }
+    length
 }
 
 /// Returns the descriptions of the top-level parameters of the input schema, joined.
