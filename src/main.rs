@@ -147,11 +147,15 @@ enum Command {
     ///   capdex eval --tools bench/seal-tools/tools.jsonl --queries bench/seal-tools/dev_queries.jsonl --out run.jsonl
     Eval {
         /// Tools, one JSON object a line: {"id","name","description","category","tags","params"}.
-        #[arg(long, value_name = "FILE")]
-        tools: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "route")]
+        tools: Option<PathBuf>,
         /// Queries, one JSON object a line: {"query","relevant":[ids]}.
-        #[arg(long, value_name = "FILE")]
-        queries: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "route")]
+        queries: Option<PathBuf>,
+        /// The SCG route benchmark instead (src/route_eval.rs): a manifest of sources and
+        /// questions, e.g. tests/fixtures/route/route.json; hit@3 per kind beside BM25, route latency.
+        #[arg(long, value_name = "MANIFEST", conflicts_with_all = ["tools", "queries"])]
+        route: Option<PathBuf>,
         /// Write the run file here: {"query_idx","ranked":[ids]} a line.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -462,9 +466,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         settings.data_dir = dir;
     }
     capdex::telemetry::init_logging(&settings.log, settings.log_format);
+    if let Command::Eval { route: Some(manifest), json, embedder, .. } = &cli.command {
+        let options = capdex::route_eval::RouteEvalOptions {
+            manifest: manifest.clone(),
+            embedder: embedder.apply(&settings.embedder)?,
+            rounds: 20,
+        };
+        return capdex::route_eval::print(&capdex::route_eval::run(&options)?, *json);
+    }
     if let Command::Eval {
-        tools,
-        queries,
+        tools: Some(tools),
+        queries: Some(queries),
         out,
         depth,
         no_graph,
@@ -475,6 +487,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         outcome_prior,
         cache_dir,
         embedder,
+        route: None,
     } = cli.command
     {
         let mut config = settings.discovery.clone();

@@ -387,7 +387,7 @@ impl Handler<Route> for ScgGraph {
             Some(&embedder as &dyn Embed),
             Some(view),
         );
-        Ok(RouteAnswer { recipes, sources_in_scope })
+        Ok(RouteAnswer { recipes, sources_in_scope, concepts: Vec::new() })
     }
 }
 

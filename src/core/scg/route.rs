@@ -24,6 +24,7 @@
 //! an empty scope routes nothing and observes nothing.
 
 use super::align::Links;
+use super::concepts::ResolvedConcept;
 use super::memory::{self, MemoryBias, Note};
 use super::model::{node_id, Edge, EdgeKind, Node, NodeKind, RouteRecipe, SourceGraph};
 use crate::core::embedder::{dot, Embed};
@@ -92,6 +93,9 @@ pub struct RankedRecipe {
 pub struct RouteAnswer {
     pub recipes: Vec<RankedRecipe>,
     pub sources_in_scope: usize,
+    /// The concepts the question resolved to, and what resolved each.
+    #[serde(default)]
+    pub concepts: Vec<ResolvedConcept>,
 }
 
 /// Memory notes for a route, and the clock and half-life their decay uses.
@@ -232,6 +236,20 @@ impl RouteIndex {
     /// Ranks recipes for `query`; `k` is clamped to 1..=[`MAX_K`]. `embedder` must be the one given to [`RouteIndex::build`].
     pub fn route(&self, query: &str, k: usize, scope: &Scope, embedder: Option<&dyn Embed>) -> Vec<RankedRecipe> {
         self.route_with_memory(query, k, scope, embedder, None)
+    }
+
+    /// Routes a question and says which concepts it resolved to: the `capdex.v1.route`
+    /// reply but for `sourcesInScope`, which the caller knows.
+    pub fn route_answer(
+        &self,
+        query: &str,
+        k: usize,
+        scope: &Scope,
+        embedder: Option<&dyn Embed>,
+        memory: Option<MemoryView<'_>>,
+    ) -> RouteAnswer {
+        let recipes = self.route_with_memory(query, k, scope, embedder, memory);
+        RouteAnswer { recipes, sources_in_scope: 0, concepts: Vec::new() }
     }
 
     /// Like [`RouteIndex::route`], with memory notes biasing recipes up or down.
