@@ -380,14 +380,9 @@ impl Handler<Route> for ScgGraph {
         let sources_in_scope = loaded.sources.iter().filter(|s| scope.permits(&s.graph.source_id)).count();
         let view =
             MemoryView { notes: &loaded.notes, now_ms: now_ms(), half_life_ms, vectors: Some(&loaded.note_vectors) };
-        let recipes = loaded.index.route_with_memory(
-            &request.query,
-            request.k,
-            &scope,
-            Some(&embedder as &dyn Embed),
-            Some(view),
-        );
-        Ok(RouteAnswer { recipes, sources_in_scope, concepts: Vec::new() })
+        let answer =
+            loaded.index.route_answer(&request.query, request.k, &scope, Some(&embedder as &dyn Embed), Some(view));
+        Ok(RouteAnswer { sources_in_scope, ..answer })
     }
 }
 
