@@ -48,6 +48,14 @@ pub const NAME_STRENGTH: f32 = 1.0;
 pub const FIELD_STRENGTH: f32 = 0.6;
 /// Strength of a source's own concept (its id named in the question) on its nodes.
 pub const SOURCE_STRENGTH: f32 = 1.0;
+/// Strength of a concept carried by an input field (a filter, not an answer).
+pub const INPUT_STRENGTH: f32 = 0.3;
+/// Weight of a concept resolved by a bare question word (`who`, `what`, `where`...).
+pub const QUESTION_WORD_WEIGHT: f32 = 0.5;
+/// Weight of a source resolved by its id in the question.
+pub const SOURCE_MENTION_WEIGHT: f32 = 0.6;
+/// Question words: a concept they resolve weighs [`QUESTION_WORD_WEIGHT`].
+const QUESTION_WORDS: [&str; 6] = ["who", "what", "which", "where", "when", "how"];
 /// Factor on a `RESOLVES_TO` edge's weight for a concept carried across it.
 pub const RESOLVES_TO_STRENGTH: f32 = 0.6;
 /// How much a full concept match adds to a node's similarity.
@@ -321,7 +329,8 @@ impl ConceptIndex {
             let mut names: BTreeSet<String> = words.iter().cloned().collect();
             names.extend(words.windows(2).map(|pair| pair.join("_")));
             for name in &names {
-                for &concept in spelling.get(name.as_str()).into_iter().flatten() {
+                let own_concept = own.get(name.as_str());
+                for &concept in spelling.get(name.as_str()).into_iter().flatten().chain(own_concept) {
                     offer(concept, Carrier { node: at, strength: NAME_STRENGTH, field: None, resolves_to: None });
                 }
             }
@@ -329,16 +338,13 @@ impl ConceptIndex {
                 let edge = &graph.edges[edge_at];
                 let outbound = graph.by_id.get(&edge.source) == Some(&at);
                 let other = graph.by_id[if outbound { &edge.target } else { &edge.source }];
-                match edge.kind {
-                    EdgeKind::HasField | EdgeKind::Produces | EdgeKind::SupportsQuery if outbound => {
-                        for &concept in &field_concepts[other] {
-                            offer(
-                                concept,
-                                Carrier { node: at, strength: FIELD_STRENGTH, field: Some(other), resolves_to: None },
-                            );
-                        }
-                    }
-                    _ => {}
+                let strength = match edge.kind {
+                    EdgeKind::HasField | EdgeKind::Produces if outbound => FIELD_STRENGTH,
+                    EdgeKind::SupportsQuery if outbound => INPUT_STRENGTH,
+                    _ => continue,
+                };
+                for &concept in &field_concepts[other] {
+                    offer(concept, Carrier { node: at, strength, field: Some(other), resolves_to: None });
                 }
             }
         }
@@ -503,13 +509,21 @@ impl ConceptIndex {
             if (start..start + len).any(|at| longest_over(at) > len) {
                 continue;
             }
-            let through = if self.concepts[concept].id.starts_with("source:") { Through::Source } else { Through::Lexicon };
+            let is_source = self.concepts[concept].id.starts_with("source:");
+            let through = if is_source { Through::Source } else { Through::Lexicon };
+            let weight = if is_source {
+                SOURCE_MENTION_WEIGHT
+            } else if len == 1 && QUESTION_WORDS.contains(&words[start].as_str()) {
+                QUESTION_WORD_WEIGHT
+            } else {
+                1.0
+            };
             let via = ConceptVia {
                 through,
                 term: words[start..start + len].join(" "),
                 detail: self.concepts[concept].label.clone(),
             };
-            add(concept, 1.0, via);
+            add(concept, weight, via);
         }
         // A question that names no action reads.
         let acts = found.keys().any(|&concept| self.concepts[concept].operations_only);
