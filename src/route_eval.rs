@@ -96,6 +96,8 @@ pub struct QuestionOutcome {
     /// The concepts route resolved, with what resolved them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub concepts: Vec<String>,
+    /// The median time of this question's routes, in µs.
+    pub route_median_us: f64,
 }
 
 /// Hits of one kind.
@@ -327,6 +329,7 @@ pub fn evaluate(
             capdex_hit,
             bm25_hit,
             concepts: answer.concepts.iter().map(|concept| concept.label()).collect(),
+            route_median_us: 0.0,
         });
     }
     if let (Some(figures), Some((capdex, bm25))) =
@@ -336,13 +339,20 @@ pub fn evaluate(
         figures.bm25_coverage = Some(bm25 / figures.questions.max(1) as f64);
     }
     let mut samples = Vec::with_capacity(rounds * questions.len());
+    let mut per_question: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); questions.len()];
     for _ in 0..rounds {
-        for question in questions {
+        for (at, question) in questions.iter().enumerate() {
             let started = Instant::now();
             let answer = index.route_answer(&question.question, TOP, &Scope::All, embedder, None);
-            samples.push(started.elapsed());
+            let elapsed = started.elapsed();
+            samples.push(elapsed);
+            per_question[at].push(elapsed);
             std::hint::black_box(answer);
         }
+    }
+    for (outcome, mut times) in outcomes.iter_mut().zip(per_question) {
+        times.sort();
+        outcome.route_median_us = percentile_us(&times, 0.5);
     }
     samples.sort();
     Ok(RouteEvalReport {
@@ -392,6 +402,10 @@ pub fn print(report: &RouteEvalReport, json: bool) -> anyhow::Result<()> {
         "route latency over {} routes: p50 {:.0} µs, p99 {:.0} µs",
         report.route_samples, report.route_p50_us, report.route_p99_us
     );
+    let slowest = report.questions.iter().max_by(|a, b| a.route_median_us.total_cmp(&b.route_median_us));
+    if let Some(slowest) = slowest {
+        println!("slowest question (median): {} {:.0} µs", slowest.qid, slowest.route_median_us);
+    }
     for outcome in report.questions.iter().filter(|outcome| !outcome.capdex_hit) {
         println!("  miss {} {:?}: {}", outcome.qid, outcome.question, outcome.capdex.join(", "));
         if !outcome.concepts.is_empty() {

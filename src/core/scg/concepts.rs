@@ -331,6 +331,9 @@ impl ConceptIndex {
             for name in &names {
                 let own_concept = own.get(name.as_str());
                 for &concept in spelling.get(name.as_str()).into_iter().flatten().chain(own_concept) {
+                    if concepts[concept].operations_only && node.kind != NodeKind::Capability {
+                        continue;
+                    }
                     offer(concept, Carrier { node: at, strength: NAME_STRENGTH, field: None, resolves_to: None });
                 }
             }

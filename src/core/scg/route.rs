@@ -898,6 +898,80 @@ mod tests {
     }
 
     #[test]
+    fn a_question_resolves_to_concepts_and_recipes_name_operation_and_field() {
+        let embedder = HashingEmbedder::default();
+        let index = index(Some(&embedder));
+        // No word of the question is in any node: `responsible` resolves to the owner concept.
+        let answer = index.route_answer("who is responsible for this", 5, &Scope::All, Some(&embedder), None);
+        let owner = answer.concepts.iter().find(|concept| concept.concept == "owner").expect("owner resolved");
+        assert!(owner.via.iter().any(|via| via.through == super::super::concepts::Through::Lexicon
+            && via.term == "responsible"));
+        let sources: BTreeSet<&str> =
+            answer.recipes.iter().take(3).map(|recipe| recipe.source_key.split('#').next().unwrap()).collect();
+        assert_eq!(sources, ["asana", "gitea"].into(), "{answer:#?}");
+        let recipe = answer.recipes.iter().find(|recipe| recipe.source_key == "gitea#getIssue").expect("getIssue ranked");
+        let concept = recipe.concepts.iter().find(|concept| concept.concept == "owner").expect("answers owner");
+        assert_eq!(concept.answers, "owner of Issue");
+        assert_eq!(concept.steps[0].operation, "gitea#getIssue");
+        assert_eq!(concept.steps[0].field.as_deref(), Some("gitea#Issue.assignee"));
+        // The aligned tracker carries it too, over RESOLVES_TO.
+        assert_eq!(concept.steps.len(), 2, "{concept:#?}");
+        assert_eq!(concept.steps[1].source, "asana");
+        assert_eq!(concept.steps[1].field.as_deref(), Some("asana#Task.assignee"));
+        assert!(concept.resolves_to.as_deref().is_some_and(|edge| edge.contains(" ~ ")));
+        // A field's own name resolves through the source; the route without concepts is unchanged in form.
+        let by_field = index.route_answer("assignee", 5, &Scope::All, Some(&embedder), None);
+        let owner = by_field.concepts.iter().find(|concept| concept.concept == "owner").expect("owner resolved");
+        assert!(owner.via.iter().any(|via| via.through == super::super::concepts::Through::Source));
+        assert_eq!(
+            index.route("who is responsible for this", 5, &Scope::All, Some(&embedder)),
+            answer.recipes.iter().cloned().map(|recipe| RankedRecipe { concepts: Vec::new(), ..recipe }).collect::<Vec<_>>()
+        );
+        // Observe lists what a node carries.
+        let observed = index.observe("gitea#Issue", &[], &Scope::All).unwrap();
+        assert!(observed.concepts.iter().any(|concept| concept.concept == "owner"), "{:?}", observed.concepts);
+    }
+
+    #[test]
+    fn a_concept_reaches_a_table_through_its_columns_and_foreign_keys() {
+        let ddl = "CREATE TABLE Employee (EmployeeId INTEGER PRIMARY KEY, LastName TEXT, ReportsTo INTEGER REFERENCES Employee (EmployeeId));\n\
+                   CREATE TABLE Customer (CustomerId INTEGER PRIMARY KEY, City TEXT, SupportRepId INTEGER REFERENCES Employee (EmployeeId));\n\
+                   CREATE TABLE Genre (GenreId INTEGER PRIMARY KEY, Name TEXT);";
+        let graph = crate::core::scg::map_source("shop", None, ddl).unwrap();
+        let graphs = vec![graph];
+        let refs: Vec<&SourceGraph> = graphs.iter().collect();
+        let index = RouteIndex::build(&graphs, &TypeAligner.link(&refs), None);
+        let answer = index.route_answer("who is in charge of this customer", 3, &Scope::All, None, None);
+        assert!(answer.concepts.iter().any(|concept| concept.concept == "owner"), "{:#?}", answer.concepts);
+        let customer = answer.recipes.iter().find(|recipe| recipe.source_key == "shop#Customer").expect("Customer ranked");
+        let owner = customer.concepts.iter().find(|concept| concept.concept == "owner").expect("answers owner");
+        assert_eq!(owner.steps[0].field.as_deref(), Some("shop#Customer.SupportRepId"), "{owner:#?}");
+        // The owner concept reaches Employee over the foreign key's RESOLVES_TO as well as by ReportsTo.
+        let observed = index.observe("shop#Employee", &[], &Scope::All).unwrap();
+        assert!(observed.concepts.iter().any(|concept| concept.concept == "owner"));
+        assert!(!answer.recipes.iter().any(|recipe| recipe.source_key.contains("Genre")), "{:#?}", answer.recipes);
+    }
+
+    #[test]
+    fn a_second_source_gets_a_close_place_and_order_within_a_source_stays() {
+        let recipe = |key: &str, score: f32| RankedRecipe {
+            source_key: key.into(),
+            steps: vec![key.into()],
+            score,
+            via: key.into(),
+            memory: 0.0,
+            concepts: Vec::new(),
+        };
+        let ranked = vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("a#3", 1.9), recipe("b#1", 1.85), recipe("b#2", 1.0)];
+        let keys = |list: Vec<RankedRecipe>| list.into_iter().map(|r| r.source_key).collect::<Vec<_>>();
+        assert_eq!(keys(diversify(ranked.clone(), 3)), ["a#1", "b#1", "a#2"]);
+        assert_eq!(keys(diversify(ranked.clone(), 10)), ["a#1", "b#1", "a#2", "a#3", "b#2"]);
+        // A far second source does not.
+        let far = vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("b#1", 1.0)];
+        assert_eq!(keys(diversify(far, 2)), ["a#1", "a#2"]);
+    }
+
+    #[test]
     fn k_is_clamped() {
         let index = index(None);
         assert!(index.route("issue task comments", 0, &Scope::All, None).len() <= 1);
