@@ -528,9 +528,9 @@ impl ConceptIndex {
             };
             add(concept, weight, via);
         }
-        // A question that names no action reads.
+        // A question naming no action reads (when it names anything at all).
         let acts = found.keys().any(|&concept| self.concepts[concept].operations_only);
-        if let (false, Some(read)) = (acts, self.read) {
+        if let (false, false, Some(read)) = (acts, found.is_empty(), self.read) {
             let via = ConceptVia {
                 through: Through::Lexicon,
                 term: String::new(),
