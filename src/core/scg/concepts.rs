@@ -61,7 +61,7 @@ pub const RESOLVES_TO_STRENGTH: f32 = 0.6;
 /// How much a full concept match adds to a node's similarity.
 pub const CONCEPT_WEIGHT: f32 = 0.9;
 /// Lowest cosine between a question and a concept for the embedder to resolve it.
-pub const EMBED_MIN_COSINE: f32 = 0.45;
+pub const EMBED_MIN_COSINE: f32 = 0.6;
 /// The most concepts the embedder adds to one question.
 pub const MAX_EMBEDDED_CONCEPTS: usize = 3;
 /// The weight of the `read` concept a question naming no action is given.
