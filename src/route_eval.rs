@@ -309,7 +309,8 @@ pub fn evaluate(
     let mut outcomes = Vec::new();
     for question in questions {
         let answer = index.route_answer(&question.question, TOP, &Scope::All, embedder, None);
-        let capdex: Vec<String> = answer.recipes.iter().map(|recipe: &RankedRecipe| recipe.source_key.clone()).collect();
+        let capdex: Vec<String> =
+            answer.recipes.iter().map(|recipe: &RankedRecipe| recipe.source_key.clone()).collect();
         let bm25_top = bm25.top(&question.question, TOP);
         let (capdex_hit, capdex_cover) = judge(question, &capdex);
         let (bm25_hit, bm25_cover) = judge(question, &bm25_top);

@@ -171,7 +171,8 @@ pub fn route(
                         None => step.operation.clone(),
                     })
                     .collect();
-                let across = concept.resolves_to.as_deref().map(|edge| format!(" (RESOLVES_TO {edge})")).unwrap_or_default();
+                let across =
+                    concept.resolves_to.as_deref().map(|edge| format!(" (RESOLVES_TO {edge})")).unwrap_or_default();
                 println!("         answers {}: {}{across}", concept.answers, steps.join("; "));
             }
         }

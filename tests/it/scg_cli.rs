@@ -168,11 +168,7 @@ fn the_route_benchmark_runs_on_the_fixtures() {
     let total: u64 = ["direct", "concept", "cross"].iter().map(|name| kind(name)["questions"].as_u64().unwrap()).sum();
     assert_eq!(total as usize, questions.len());
     // Concepts are what the plain BM25 lacks: capdex reaches more concept questions.
-    assert!(
-        kind("concept")["capdexHits"].as_u64() > kind("concept")["bm25Hits"].as_u64(),
-        "{}",
-        report["byKind"]
-    );
+    assert!(kind("concept")["capdexHits"].as_u64() > kind("concept")["bm25Hits"].as_u64(), "{}", report["byKind"]);
     assert!(report["routeP99Us"].as_f64().unwrap() > 0.0);
     assert!(questions.iter().all(|q| q["capdex"].as_array().unwrap().len() <= 3));
 }

@@ -20,11 +20,11 @@ pub use graph::{
 pub use mapper::{Introspect, MapRequest, Parsed, ScgMapper, ScgMapperStats, SourceText};
 pub use progress::ScgError;
 
-use crate::config::Settings;
 use crate::config::EmbedderBackend;
+use crate::config::Settings;
 use crate::core::embedder::HashingEmbedder;
-use crate::core::static_embedder::StaticEmbedder;
 use crate::core::scg::pipeline::{MapReport, ScgEvent};
+use crate::core::static_embedder::StaticEmbedder;
 use crate::store::scg::ScgStore;
 use crate::store::{Store, StoreError};
 use actix::prelude::*;

@@ -364,9 +364,11 @@ impl ConceptIndex {
                 let (from_node, to_node) = (&graph.nodes[from], &graph.nodes[to]);
                 let strength = RESOLVES_TO_STRENGTH * edge.weight;
                 if from_node.kind == NodeKind::Field && to_node.kind == NodeKind::Field {
-                    let Some(owner) = to_node.owner.as_deref().and_then(|key| {
-                        graph.by_id.get(&super::model::node_id(key, NodeKind::EntityType)).copied()
-                    }) else {
+                    let Some(owner) = to_node
+                        .owner
+                        .as_deref()
+                        .and_then(|key| graph.by_id.get(&super::model::node_id(key, NodeKind::EntityType)).copied())
+                    else {
                         continue;
                     };
                     for &concept in &field_concepts[from] {
@@ -450,7 +452,12 @@ impl ConceptIndex {
     }
 
     /// Resolves a question to concepts: (concept index, weight, evidence), by concept index.
-    pub fn resolve(&self, question: &str, query_vector: Option<&[f32]>, field_names: &dyn Fn(usize) -> String) -> Resolved {
+    pub fn resolve(
+        &self,
+        question: &str,
+        query_vector: Option<&[f32]>,
+        field_names: &dyn Fn(usize) -> String,
+    ) -> Resolved {
         let words = normalise_words(question);
         let mut found: BTreeMap<usize, (f32, Vec<ConceptVia>)> = BTreeMap::new();
         let mut add = |concept: usize, weight: f32, via: ConceptVia| {
@@ -480,14 +487,21 @@ impl ConceptIndex {
         // 1. The sources' own fields: the question's words and adjacent pairs (not stopwords,
         // not inside a lexicon phrase) that name a field.
         let content = |at: usize| !is_stopword(&words[at]) && !in_phrase[at];
-        let mut candidates: Vec<String> = (0..words.len()).filter(|&at| content(at)).map(|at| words[at].clone()).collect();
+        let mut candidates: Vec<String> =
+            (0..words.len()).filter(|&at| content(at)).map(|at| words[at].clone()).collect();
         candidates.extend(
-            (1..words.len()).filter(|&at| content(at - 1) && content(at)).map(|at| format!("{}_{}", words[at - 1], words[at])),
+            (1..words.len())
+                .filter(|&at| content(at - 1) && content(at))
+                .map(|at| format!("{}_{}", words[at - 1], words[at])),
         );
         for candidate in &candidates {
             let normalised = field_concept(candidate);
             if let Some(&(concept, field)) = self.fields.get(&normalised).or_else(|| self.fields.get(candidate)) {
-                let via = ConceptVia { through: Through::Source, term: candidate.replace('_', " "), detail: field_names(field) };
+                let via = ConceptVia {
+                    through: Through::Source,
+                    term: candidate.replace('_', " "),
+                    detail: field_names(field),
+                };
                 add(concept, 1.0, via);
             }
         }
@@ -503,7 +517,11 @@ impl ConceptIndex {
                 .collect();
             scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             for (cosine, concept) in scored.into_iter().take(MAX_EMBEDDED_CONCEPTS) {
-                let via = ConceptVia { through: Through::Embedder, term: String::new(), detail: format!("cosine {cosine:.2}") };
+                let via = ConceptVia {
+                    through: Through::Embedder,
+                    term: String::new(),
+                    detail: format!("cosine {cosine:.2}"),
+                };
                 add(concept, cosine.min(1.0), via);
             }
         }

@@ -290,9 +290,12 @@ impl RouteIndex {
                 candidates.push(at);
             }
         }
-        for step in &recipe.steps {
+        // The recipe's own node first, then its steps from the last (the one that answers) back.
+        for step in recipe.steps.iter().rev() {
             if let Some(&at) = self.by_id.get(&node_id(step, NodeKind::Capability)) {
-                candidates.push(at);
+                if !candidates.contains(&at) {
+                    candidates.push(at);
+                }
             }
         }
         let operation = recipe.steps.last().cloned().unwrap_or_else(|| recipe.source_key.clone());
@@ -303,12 +306,16 @@ impl RouteIndex {
                 continue;
             }
             let carriers = self.concepts.carriers(*concept_at);
+            // The strongest carrier; on a tie, the one nearest the recipe's own node.
             let best = candidates
                 .iter()
                 .filter_map(|&at| {
                     carriers.binary_search_by_key(&at, |carrier| carrier.node).ok().map(|found| carriers[found])
                 })
-                .max_by(|a, b| a.strength.total_cmp(&b.strength).then(b.node.cmp(&a.node)));
+                .fold(None, |best: Option<super::concepts::Carrier>, carrier| match best {
+                    Some(best) if best.strength >= carrier.strength => Some(best),
+                    _ => Some(carrier),
+                });
             let Some(carrier) = best else { continue };
             let node = &self.nodes[carrier.node];
             let step_of = |node: &Node| match node.kind {
@@ -325,7 +332,11 @@ impl RouteIndex {
                 continue;
             };
             let field = &self.nodes[field_at];
-            let of = field.owner.as_deref().and_then(|owner| owner.split_once('#')).map_or(node.name.as_str(), |(_, name)| name);
+            let of = field
+                .owner
+                .as_deref()
+                .and_then(|owner| owner.split_once('#'))
+                .map_or(node.name.as_str(), |(_, name)| name);
             let mut steps = vec![ConceptStep {
                 source: node.source_id.clone(),
                 operation: step_of(node),
@@ -345,7 +356,8 @@ impl RouteIndex {
             });
             let mut resolves_to = None;
             if let Some(edge_at) = edge_at {
-                let other = self.nodes.get(self.other_end(edge_at, field_at)).filter(|other| other.kind == NodeKind::Field);
+                let other =
+                    self.nodes.get(self.other_end(edge_at, field_at)).filter(|other| other.kind == NodeKind::Field);
                 if let Some(other) = other.filter(|other| scope.permits(&other.source_id)) {
                     if let Some(reader) = self.reader_of(other, scope) {
                         steps.push(ConceptStep {
@@ -385,7 +397,8 @@ impl RouteIndex {
     fn reader_of(&self, field: &Node, scope: &Scope) -> Option<String> {
         let owner = field.owner.as_deref()?;
         if let Some(recipe) = self.recipes.get(owner) {
-            if let Some(step) = recipe.steps.last().filter(|step| scope.permits(step.split('#').next().unwrap_or(step))) {
+            if let Some(step) = recipe.steps.last().filter(|step| scope.permits(step.split('#').next().unwrap_or(step)))
+            {
                 return Some(step.clone());
             }
         }
@@ -687,8 +700,7 @@ fn diversify(ranked: Vec<RankedRecipe>, k: usize) -> Vec<RankedRecipe> {
             if !seen.insert(source) {
                 continue;
             }
-            let adjusted =
-                recipe.score - SOURCE_REPEAT_PENALTY * taken.get(source).copied().unwrap_or(0) as f32;
+            let adjusted = recipe.score - SOURCE_REPEAT_PENALTY * taken.get(source).copied().unwrap_or(0) as f32;
             if best.is_none_or(|(score, _)| adjusted > score) {
                 best = Some((adjusted, at));
             }
@@ -904,12 +916,15 @@ mod tests {
         // No word of the question is in any node: `responsible` resolves to the owner concept.
         let answer = index.route_answer("who is responsible for this", 5, &Scope::All, Some(&embedder), None);
         let owner = answer.concepts.iter().find(|concept| concept.concept == "owner").expect("owner resolved");
-        assert!(owner.via.iter().any(|via| via.through == super::super::concepts::Through::Lexicon
-            && via.term == "responsible"));
+        assert!(owner
+            .via
+            .iter()
+            .any(|via| via.through == super::super::concepts::Through::Lexicon && via.term == "responsible"));
         let sources: BTreeSet<&str> =
             answer.recipes.iter().take(3).map(|recipe| recipe.source_key.split('#').next().unwrap()).collect();
         assert_eq!(sources, ["asana", "gitea"].into(), "{answer:#?}");
-        let recipe = answer.recipes.iter().find(|recipe| recipe.source_key == "gitea#getIssue").expect("getIssue ranked");
+        let recipe =
+            answer.recipes.iter().find(|recipe| recipe.source_key == "gitea#getIssue").expect("getIssue ranked");
         let concept = recipe.concepts.iter().find(|concept| concept.concept == "owner").expect("answers owner");
         assert_eq!(concept.answers, "owner of Issue");
         assert_eq!(concept.steps[0].operation, "gitea#getIssue");
@@ -925,7 +940,12 @@ mod tests {
         assert!(owner.via.iter().any(|via| via.through == super::super::concepts::Through::Source));
         assert_eq!(
             index.route("who is responsible for this", 5, &Scope::All, Some(&embedder)),
-            answer.recipes.iter().cloned().map(|recipe| RankedRecipe { concepts: Vec::new(), ..recipe }).collect::<Vec<_>>()
+            answer
+                .recipes
+                .iter()
+                .cloned()
+                .map(|recipe| RankedRecipe { concepts: Vec::new(), ..recipe })
+                .collect::<Vec<_>>()
         );
         // Observe lists what a node carries.
         let observed = index.observe("gitea#Issue", &[], &Scope::All).unwrap();
@@ -943,7 +963,8 @@ mod tests {
         let index = RouteIndex::build(&graphs, &TypeAligner.link(&refs), None);
         let answer = index.route_answer("who is in charge of this customer", 3, &Scope::All, None, None);
         assert!(answer.concepts.iter().any(|concept| concept.concept == "owner"), "{:#?}", answer.concepts);
-        let customer = answer.recipes.iter().find(|recipe| recipe.source_key == "shop#Customer").expect("Customer ranked");
+        let customer =
+            answer.recipes.iter().find(|recipe| recipe.source_key == "shop#Customer").expect("Customer ranked");
         let owner = customer.concepts.iter().find(|concept| concept.concept == "owner").expect("answers owner");
         assert_eq!(owner.steps[0].field.as_deref(), Some("shop#Customer.SupportRepId"), "{owner:#?}");
         // The owner concept reaches Employee over the foreign key's RESOLVES_TO as well as by ReportsTo.
@@ -962,7 +983,8 @@ mod tests {
             memory: 0.0,
             concepts: Vec::new(),
         };
-        let ranked = vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("a#3", 1.9), recipe("b#1", 1.85), recipe("b#2", 1.0)];
+        let ranked =
+            vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("a#3", 1.9), recipe("b#1", 1.85), recipe("b#2", 1.0)];
         let keys = |list: Vec<RankedRecipe>| list.into_iter().map(|r| r.source_key).collect::<Vec<_>>();
         assert_eq!(keys(diversify(ranked.clone(), 3)), ["a#1", "b#1", "a#2"]);
         assert_eq!(keys(diversify(ranked.clone(), 10)), ["a#1", "b#1", "a#2", "a#3", "b#2"]);
