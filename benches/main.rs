@@ -42,7 +42,7 @@ fn catalog(n: usize) -> Vec<CapabilityDescriptor> {
                 required_tools: vec![],
                 available: true,
                 has_side_effects: None,
-                full_schema: Some(serde_json::json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}})),
+                full_schema: Some(serde_json::json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}}).into()),
                 full_content: None,
                 definition_ref: DefinitionRef::Builtin,
             }

@@ -183,7 +183,7 @@ fn tools(n: usize) -> Vec<Value> {
         .map(|descriptor| {
             let mut tool = json!({"name": descriptor.name, "description": descriptor.description});
             if let Some(schema) = descriptor.full_schema {
-                tool["inputSchema"] = schema;
+                tool["inputSchema"] = schema.value();
             }
             tool
         })

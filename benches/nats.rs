@@ -252,7 +252,7 @@ async fn register(client: &async_nats::Client, n: usize) {
         .map(|descriptor| {
             let mut tool = json!({"name": descriptor.name, "description": descriptor.description});
             if let Some(schema) = descriptor.full_schema {
-                tool["inputSchema"] = schema;
+                tool["inputSchema"] = schema.value();
             }
             tool
         })

@@ -20,6 +20,7 @@
 //! prompt against a dump of every capability's full schema or content.
 
 use crate::core::catalog::Catalog;
+use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
 use crate::core::embedder::{embed_in_batches, Embed, EmbedError, HashingEmbedder, DEFAULT_BATCH_SIZE};
@@ -199,6 +200,7 @@ pub fn synthetic_catalog(n: usize) -> Vec<CapabilityDescriptor> {
                     serde_json::json!({"type": "object", "properties": {
                         "query": {"type": "string", "description": format!("Which {object}")},
                         "limit": {"type": "integer"}}, "required": ["query"]})
+                    .into()
                 }),
                 full_content: skill.then(|| format!("# {verb} {object}\n\nUse {platform} to {verb} {object}.\n")),
                 definition_ref: DefinitionRef::Builtin,
@@ -278,10 +280,14 @@ fn build_marked(
     batch_size: usize,
     mark: &mut dyn FnMut(BuildStep),
 ) -> Result<Built, EmbedError> {
-    let mut seen = std::collections::HashSet::with_capacity(descriptors.len());
+    // First of each id, found without copying the ids (a million copies were
+    // the build's largest transient).
+    let first: Vec<bool> = {
+        let mut seen = std::collections::HashSet::with_capacity(descriptors.len());
+        descriptors.iter().map(|descriptor| seen.insert(descriptor.id.as_str())).collect()
+    };
     let descriptors: Vec<CapabilityDescriptor> =
-        descriptors.into_iter().filter(|descriptor| seen.insert(descriptor.id.clone())).collect();
-    drop(seen);
+        descriptors.into_iter().zip(first).filter_map(|(descriptor, first)| first.then_some(descriptor)).collect();
     mark(BuildStep::Deduplicated);
     // One batch at a time, straight into the index: the vectors are never
     // all held twice (as rows and as columns), which would double the peak.
@@ -448,8 +454,8 @@ pub fn memory_account(
     let all_descriptors = meter.grown();
     // The schemas' share: a copy of them weighs what they do.
     let meter = Meter::now();
-    let schemas: Vec<Option<serde_json::Value>> = descriptors.iter().map(|d| d.full_schema.clone()).collect();
-    let schema_bytes = meter.grown() - (schemas.capacity() * std::mem::size_of::<Option<serde_json::Value>>()) as isize;
+    let schemas: Vec<Option<CompactJson>> = descriptors.iter().map(|d| d.full_schema.clone()).collect();
+    let schema_bytes = meter.grown() - (schemas.capacity() * std::mem::size_of::<Option<CompactJson>>()) as isize;
     drop(schemas);
 
     let n = descriptors.len();

@@ -4,13 +4,22 @@
 //!
 //! The ranking is the one discovery uses ([`crate::core::retrieval::rank`]: hybrid retrieval, clause
 //! fusion, graph re-ranking as configured), read to `depth` results, with no
-//! relevance minimum (a run file is a ranking, not a prompt).
+//! relevance minimum (a run file is a ranking, not a prompt), unless
+//! `empty_when_nothing_fits` asks for an empty ranking where Tier 1 is empty.
 //!
 //! The embedder is the configured one, or the one `--embedder` picks
 //! (`builtin`, `static`, `local --model-dir DIR`, `http --endpoint URL --model NAME`);
 //! tools are embedded in batches of `embedder.batch_size`. An embedder that
 //! fails stops the evaluation (a score without the dense signal would not be
 //! the one asked for).
+//!
+//! Queries may come from several files (read as one list); a query may carry
+//! its own `tools` (ranked against those alone) and `"relevant": []` (nothing
+//! fits: the right answer is an empty Tier 1). Metrics cover the answerable
+//! queries; [`NothingFits`] counts, with discovery's own Tier 1 rule, the
+//! unanswerable ones answered empty and the answerable ones that keep a
+//! relevant capability in Tier 1. `--replay SEED` runs the outcome replay
+//! protocol ([`ReplayReport`]).
 //!
 //! With a cache directory, every vector (tools and query parts) is kept in a
 //! sled store keyed by [`text_hash`] of model id and text, so a second
@@ -19,15 +28,18 @@
 
 use crate::config::EmbedderSettings;
 use crate::core::catalog::Catalog;
-use crate::core::discovery::{DiscoveryConfig, DiscoveryFilter};
+use crate::core::discovery::{tier1_with_dependencies, DiscoveryConfig, DiscoveryFilter};
 use crate::core::embedder::{embed_in_batches, text_hash, Embed, EmbedError};
-use crate::core::evaluation::{aggregate, score_query, Metrics, QueryRecord, RunLine, ToolRecord};
+use crate::core::evaluation::{
+    aggregate, replay_outcomes, score_query, seeded_halves, Metrics, NothingFits, QueryRecord, QueryScores, RunLine,
+    ToolRecord,
+};
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
-use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query};
+use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query, RankedHit};
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError};
 use serde::de::DeserializeOwned;
@@ -39,7 +51,8 @@ use std::time::Instant;
 #[derive(Clone, Debug)]
 pub struct EvalOptions {
     pub tools: PathBuf,
-    pub queries: PathBuf,
+    /// Query files, read one after the other as one list.
+    pub queries: Vec<PathBuf>,
     pub out: Option<PathBuf>,
     /// Ranked ids written per query.
     pub depth: usize,
@@ -54,6 +67,13 @@ pub struct EvalOptions {
     pub outcome_prior: Option<OutcomePrior>,
     /// Keep vectors in a sled store here, keyed by model and text.
     pub cache: Option<PathBuf>,
+    /// Write an empty ranking for a request whose Tier 1 is empty ("nothing
+    /// fits"); otherwise the run holds every request's ranking.
+    pub empty_when_nothing_fits: bool,
+    /// Run the outcome replay protocol with this seed ([`ReplayReport`]).
+    pub replay: Option<u64>,
+    /// The outcome prior's settings the replay builds its prior with.
+    pub prior_settings: OutcomePriorSettings,
 }
 
 /// The outcome of one evaluation.
@@ -68,6 +88,32 @@ pub struct EvalReport {
     pub model_id: String,
     /// Mean time to embed one query (its whole text and clauses), in ms.
     pub query_embed_ms_mean: f64,
+    /// Empty Tier 1 for requests nothing fits, kept Tier 1 for the others.
+    pub nothing_fits: NothingFits,
+    /// The outcome replay, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayReport>,
+}
+
+/// The outcome replay protocol: the answerable requests are split in two
+/// halves ([`seeded_halves`]); each request of the first half is ranked and
+/// its outcomes ([`replay_outcomes`]) are credited to the outcome
+/// statistics; the second half is then ranked without and with the prior
+/// those statistics give (the configured `outcome_prior_*` settings).
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayReport {
+    pub seed: u64,
+    /// Requests whose outcomes were fed in.
+    pub first_half: usize,
+    /// Outcomes credited (successes and failures).
+    pub outcomes: usize,
+    /// Capabilities the prior adjusts.
+    pub adjusted: usize,
+    /// The second half ranked without the prior.
+    pub without_prior: Metrics,
+    /// The second half ranked with it.
+    pub with_prior: Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,15 +195,27 @@ fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, EvalError> {
         .collect()
 }
 
-/// Runs the evaluation described by `options`.
-pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
-    let tools: Vec<ToolRecord> = read_jsonl(&options.tools)?;
-    let queries: Vec<QueryRecord> = read_jsonl(&options.queries)?;
-    let embedder = crate::embedders::backend::build(&options.embedder)?;
-    let batch_size = options.embedder.batch_size;
-    let cache = options.cache.as_deref().map(Store::open).transpose()?;
+/// A tool set indexed as discovery indexes a catalog.
+struct Indexed {
+    catalog: Catalog,
+    vectors: VectorIndex,
+    lexical: LexicalIndex,
+    graph: CapabilityGraph,
+}
 
-    let started = Instant::now();
+impl Indexed {
+    fn indexes(&self) -> Indexes<'_> {
+        Indexes { catalog: &self.catalog, vectors: &self.vectors, lexical: &self.lexical, graph: &self.graph }
+    }
+}
+
+/// Indexes `tools` (a repeated id keeps its first record) with `embedder`.
+fn index_tools(
+    tools: &[ToolRecord],
+    embedder: &(impl Embed + ?Sized),
+    cache: Option<&Store>,
+    options: &EvalOptions,
+) -> Result<Indexed, EvalError> {
     let descriptors: Vec<_> = tools.iter().map(ToolRecord::to_descriptor).collect();
     let mut catalog = Catalog::default();
     let mut unique = Vec::with_capacity(descriptors.len());
@@ -168,41 +226,93 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         }
     }
     let texts: Vec<String> = unique.iter().map(|descriptor| embedding_text(descriptor)).collect();
-    let embedded = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size)?;
+    let embedded = embed_cached(embedder, cache, &texts, options.embedder.batch_size)?;
     let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), unique.len());
     for (descriptor, vector) in unique.iter().zip(embedded) {
         vectors.upsert(&descriptor.id, &vector).map_err(|_| EvalError::Dimensions)?;
     }
     let lexical = LexicalIndex::build_with(&descriptors, options.field_weights);
     let graph = CapabilityGraph::build(&descriptors, &[]);
+    Ok(Indexed { catalog, vectors, lexical, graph })
+}
+
+/// One request, embedded and ranked.
+struct Ranked {
+    /// Best first, at most `depth` (and `2 · tier1TopK`) of them, before any prior.
+    hits: Vec<RankedHit>,
+}
+
+/// Runs the evaluation described by `options`.
+pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
+    let tools: Vec<ToolRecord> = read_jsonl(&options.tools)?;
+    let mut queries: Vec<QueryRecord> = Vec::new();
+    for path in &options.queries {
+        queries.extend(read_jsonl::<QueryRecord>(path)?);
+    }
+    let embedder = crate::embedders::backend::build(&options.embedder)?;
+    let batch_size = options.embedder.batch_size;
+    let cache = options.cache.as_deref().map(Store::open).transpose()?;
+
+    let started = Instant::now();
+    let shared = index_tools(&tools, embedder.as_ref(), cache.as_ref(), options)?;
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
-    let indexes = Indexes { catalog: &catalog, vectors: &vectors, lexical: &lexical, graph: &graph };
 
     let filter = DiscoveryFilter::default();
     let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
+    // Deep enough for the run file and for Tier 1 with its dependencies.
+    let limit = options.depth.max(options.config.tier1_top_k * 2);
     let started = Instant::now();
     let mut embed_seconds = 0.0;
-    let runs: Vec<RunLine> = queries
-        .iter()
-        .enumerate()
-        .map(|(query_idx, record)| {
-            let texts = query_texts(&record.query);
-            let embed_started = Instant::now();
-            let query_vectors = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size)?;
-            embed_seconds += embed_started.elapsed().as_secs_f64();
-            let query = Query::new(texts, query_vectors);
-            let mut ranking = rank_with(&query, &indexes, &filter, options.depth, graph_boost, options.fusion);
-            if let Some(prior) = &options.outcome_prior {
-                prior.apply(&mut ranking.hits);
-            }
-            Ok(RunLine { query_idx, ranked: ranking.hits.into_iter().take(options.depth).map(|hit| hit.id).collect() })
-        })
-        .collect::<Result<_, EvalError>>()?;
+    let mut ranked: Vec<Ranked> = Vec::with_capacity(queries.len());
+    // A request with its own tools is ranked against an index of those alone.
+    let mut own: Vec<Option<Indexed>> = Vec::with_capacity(queries.len());
+    for record in &queries {
+        let texts = query_texts(&record.query);
+        let embed_started = Instant::now();
+        let query_vectors = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size)?;
+        embed_seconds += embed_started.elapsed().as_secs_f64();
+        let query = Query::new(texts, query_vectors);
+        let indexed = match &record.tools {
+            Some(tools) => Some(index_tools(tools, embedder.as_ref(), cache.as_ref(), options)?),
+            None => None,
+        };
+        let indexes = indexed.as_ref().unwrap_or(&shared).indexes();
+        let ranking = rank_with(&query, &indexes, &filter, limit, graph_boost, options.fusion);
+        ranked.push(Ranked { hits: ranking.hits });
+        own.push(indexed);
+    }
     let query_ms_mean = started.elapsed().as_secs_f64() * 1e3 / queries.len().max(1) as f64;
     if let Some(cache) = &cache {
         cache.flush()?;
     }
     let query_embed_ms_mean = embed_seconds * 1e3 / queries.len().max(1) as f64;
+    let indexes_of = |i: usize| own[i].as_ref().unwrap_or(&shared).indexes();
+
+    // The run: every request's ranking, or, when asked, an empty one where Tier 1 is empty ("nothing fits").
+    let reach = DiscoveryConfig { tier1_min_relevance: 0.0, ..options.config.clone() };
+    let mut nothing_fits = NothingFits::default();
+    let mut runs: Vec<RunLine> = Vec::with_capacity(queries.len());
+    for (query_idx, (record, ranking)) in queries.iter().zip(&ranked).enumerate() {
+        let mut hits = ranking.hits.clone();
+        if let Some(prior) = &options.outcome_prior {
+            prior.apply(&mut hits);
+        }
+        let indexes = indexes_of(query_idx);
+        let tier1 = tier1_with_dependencies(&hits, &indexes, &options.config, &filter);
+        if record.answerable() {
+            let holds = |tier1: &[(String, f32)]| tier1.iter().any(|(id, _)| record.relevant.contains(id));
+            let in_reach = holds(&tier1_with_dependencies(&hits, &indexes, &reach, &filter));
+            nothing_fits.answerable(in_reach, holds(&tier1));
+        } else {
+            nothing_fits.unanswerable(tier1.is_empty());
+        }
+        let ranked_ids = if tier1.is_empty() && options.empty_when_nothing_fits {
+            Vec::new()
+        } else {
+            hits.into_iter().take(options.depth).map(|hit| hit.id).collect()
+        };
+        runs.push(RunLine { query_idx, ranked: ranked_ids });
+    }
 
     if let Some(out) = &options.out {
         let write_error = |source| EvalError::Write { path: out.clone(), source };
@@ -214,14 +324,64 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         }
         writer.flush().map_err(write_error)?;
     }
-    let scores: Vec<_> =
-        runs.iter().zip(&queries).map(|(run, record)| score_query(&run.ranked, &record.relevant)).collect();
+    // Metrics are over the answerable requests (a request nothing fits has no relevant capability to find).
+    let answerable: Vec<usize> = (0..queries.len()).filter(|&i| queries[i].answerable()).collect();
+    let scores: Vec<QueryScores> =
+        answerable.iter().map(|&i| score_query(&runs[i].ranked, &queries[i].relevant)).collect();
+    let replay = options.replay.map(|seed| replay(seed, options, &queries, &ranked, &answerable));
     Ok(EvalReport {
-        tools: catalog.len(),
-        metrics: aggregate(&scores, queries.len()),
+        tools: shared.catalog.len(),
+        metrics: aggregate(&scores, answerable.len()),
         build_ms,
         query_ms_mean,
         model_id: embedder.model_id(),
         query_embed_ms_mean,
+        nothing_fits,
+        replay,
     })
+}
+
+/// The replay protocol of [`ReplayReport`] over the rankings of the answerable requests.
+fn replay(
+    seed: u64,
+    options: &EvalOptions,
+    queries: &[QueryRecord],
+    ranked: &[Ranked],
+    answerable: &[usize],
+) -> ReplayReport {
+    let (first, second) = seeded_halves(answerable.len(), seed);
+    let mut stats = OutcomeStats::default();
+    let mut outcomes = 0;
+    for &k in &first {
+        let i = answerable[k];
+        let ids: Vec<String> = ranked[i].hits.iter().map(|hit| hit.id.clone()).collect();
+        for (id, score) in replay_outcomes(&ids, &queries[i].relevant) {
+            stats.credit(&id, score, 0, options.prior_settings.half_life_ms);
+            outcomes += 1;
+        }
+    }
+    let prior = stats.snapshot(&options.prior_settings, 0);
+    let score_half = |prior: Option<&OutcomePrior>| {
+        let scores: Vec<QueryScores> = second
+            .iter()
+            .map(|&k| {
+                let i = answerable[k];
+                let mut hits = ranked[i].hits.clone();
+                if let Some(prior) = prior {
+                    prior.apply(&mut hits);
+                }
+                let ids: Vec<String> = hits.into_iter().take(options.depth).map(|hit| hit.id).collect();
+                score_query(&ids, &queries[i].relevant)
+            })
+            .collect();
+        aggregate(&scores, second.len())
+    };
+    ReplayReport {
+        seed,
+        first_half: first.len(),
+        outcomes,
+        adjusted: prior.len(),
+        without_prior: score_half(None),
+        with_prior: score_half(Some(&prior)),
+    }
 }

@@ -149,9 +149,11 @@ enum Command {
         /// Tools, one JSON object a line: {"id","name","description","category","tags","params"}.
         #[arg(long, value_name = "FILE", required_unless_present = "route")]
         tools: Option<PathBuf>,
-        /// Queries, one JSON object a line: {"query","relevant":[ids]}.
+        /// Queries, one JSON object a line: {"query","relevant":[ids]}, optionally with "tools":[...]
+        /// to rank that query against those tools alone. "relevant": [] means nothing fits (the
+        /// right answer is an empty Tier 1). Repeatable: the files are read as one list.
         #[arg(long, value_name = "FILE", required_unless_present = "route")]
-        queries: Option<PathBuf>,
+        queries: Vec<PathBuf>,
         /// The SCG route benchmark instead (src/route_eval.rs): a manifest of sources and
         /// questions, e.g. tests/fixtures/route/route.json; hit@3 per kind beside BM25, route latency.
         #[arg(long, value_name = "MANIFEST", conflicts_with_all = ["tools", "queries"])]
@@ -187,6 +189,14 @@ enum Command {
         /// text hash, so later runs with the same model embed nothing twice (cheap sweeps).
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
+        /// Outcome replay with this seed: feed the outcomes of a seeded half of the answerable
+        /// queries in, then rank the other half without and with the outcome prior.
+        #[arg(long, value_name = "SEED")]
+        replay: Option<u64>,
+        /// Write an empty ranking for a query whose Tier 1 would be empty (no capability reaches
+        /// tier1_min_relevance: "nothing fits"); by default the run holds every ranking.
+        #[arg(long)]
+        empty_when_nothing_fits: bool,
         #[command(flatten)]
         embedder: EmbedderFlags,
     },
@@ -449,6 +459,7 @@ struct SourceFiles {
 }
 
 fn main() -> ExitCode {
+    capdex::allocations::tune_mimalloc(|variable| std::env::var_os(variable).is_some());
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -476,7 +487,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Command::Eval {
         tools: Some(tools),
-        queries: Some(queries),
+        queries,
         out,
         depth,
         no_graph,
@@ -486,6 +497,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         field_weights,
         outcome_prior,
         cache_dir,
+        replay,
+        empty_when_nothing_fits,
         embedder,
         route: None,
     } = cli.command
@@ -516,6 +529,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 None => None,
             },
             cache: cache_dir,
+            replay,
+            empty_when_nothing_fits,
+            prior_settings: settings.kpi.prior,
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }
@@ -1051,6 +1067,30 @@ fn print_eval(report: &capdex::eval::EvalReport, json: bool) -> anyhow::Result<(
         metrics.ndcg_at_10,
         metrics.mrr
     );
+    let fits = &report.nothing_fits;
+    if fits.unanswerable > 0 {
+        println!(
+            "nothing fits: {}/{} answered empty ({:.2}%)",
+            fits.answered_empty, fits.unanswerable, fits.answered_empty_share
+        );
+    }
+    println!(
+        "tier 1 kept: {}/{} answerable queries with a relevant capability in reach keep one ({:.2}%)",
+        fits.kept, fits.answerable_in_reach, fits.kept_share
+    );
+    if let Some(replay) = &report.replay {
+        println!(
+            "replay (seed {}): {} outcomes from {} queries, {} capabilities adjusted; second half NDCG@10 {:.2} -> {:.2}, R@5 {:.2} -> {:.2}",
+            replay.seed,
+            replay.outcomes,
+            replay.first_half,
+            replay.adjusted,
+            replay.without_prior.ndcg_at_10,
+            replay.with_prior.ndcg_at_10,
+            replay.without_prior.recall_at_5,
+            replay.with_prior.recall_at_5
+        );
+    }
     eprintln!("{} tools indexed in {:.0} ms; {:.2} ms a query", report.tools, report.build_ms, report.query_ms_mean);
     Ok(())
 }

@@ -392,7 +392,7 @@ mod tests {
         let descriptor = current.get("time#get_time").unwrap();
         assert_eq!((descriptor.category.as_str(), current.origin("time#get_time")), ("clock", "source:time"));
         assert_eq!(descriptor.tags, ["utc", "time"]);
-        assert_eq!(descriptor.full_schema.as_ref().unwrap()["required"], json!(["tz"]));
+        assert_eq!(descriptor.full_schema.as_ref().unwrap().value()["required"], json!(["tz"]));
         let down = actors.dispatcher.send(call("time#get_time")).await.unwrap();
         assert_eq!(down.code(), Some("unavailable"), "{down:?}");
 

@@ -232,12 +232,32 @@ impl Indexer {
         model_id: &str,
         dimensions: usize,
     ) -> Result<Indexer, StoreError> {
-        let mut stored = Vec::new();
-        for held in store.descriptors()? {
-            let kept = store.embedding(&held.descriptor.id)?.map(kept_vector);
-            stored.push((held.descriptor, held.origin, kept));
-        }
+        // Both trees are keyed by id: one ordered pass over each, and each
+        // vector goes into the index as it is read (never all held as f32).
+        let mut failure = None;
+        let mut embeddings = store.embeddings_in_id_order().peekable();
+        let stored = store.descriptors()?.into_iter().map_while(|held| {
+            let id = held.descriptor.id.as_str();
+            let kept = loop {
+                match embeddings.peek() {
+                    Some(Ok((key, _))) if key.as_str() < id => {
+                        embeddings.next();
+                    }
+                    Some(Ok((key, _))) if key == id => break embeddings.next().and_then(Result::ok).map(|(_, e)| e),
+                    Some(Ok(_)) | None => break None,
+                    Some(Err(_)) => {
+                        failure = embeddings.next().and_then(Result::err);
+                        return None;
+                    }
+                }
+            };
+            Some((held.descriptor, held.origin, kept.map(kept_vector)))
+        });
         let Restored { catalog, index, pending } = restore(model_id, dimensions, stored, store.presets()?);
+        drop(embeddings);
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
         let stats = IndexerStats {
             version: catalog.version,
             capabilities: catalog.len(),

@@ -5,6 +5,7 @@
 //! normalised into it; everything downstream (embedding text, index, graph,
 //! tiers) reads only this type.
 
+use crate::core::compact_json::CompactJson;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -124,9 +125,9 @@ pub struct CapabilityDescriptor {
     pub available: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub has_side_effects: Option<bool>,
-    /// Tier 2: the input JSON schema of a tool. Not embedded.
+    /// Tier 2: the input JSON schema of a tool, kept as its compact text. Not embedded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub full_schema: Option<serde_json::Value>,
+    pub full_schema: Option<CompactJson>,
     /// Tier 2: the instructions of a skill (SKILL.md). Not embedded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_content: Option<String>,
@@ -137,13 +138,8 @@ pub struct CapabilityDescriptor {
 
 impl CapabilityDescriptor {
     /// Returns the top-level parameter names of the input schema, in schema order.
-    pub fn parameter_names(&self) -> Vec<&str> {
-        self.full_schema
-            .as_ref()
-            .and_then(|schema| schema.get("properties"))
-            .and_then(|properties| properties.as_object())
-            .map(|properties| properties.keys().map(String::as_str).collect())
-            .unwrap_or_default()
+    pub fn parameter_names(&self) -> Vec<String> {
+        self.full_schema.as_ref().map(CompactJson::property_names).unwrap_or_default()
     }
 }
 

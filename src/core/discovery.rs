@@ -399,8 +399,10 @@ fn explain_tier1(
         .collect()
 }
 
-/// Picks Tier 1 from `hits` by the rule in [`discover`]'s docs; returns ids with relevance.
-fn tier1_with_dependencies(
+/// Picks Tier 1 from `hits` (best first, as ranked) by the rule in
+/// [`discover`]'s docs; returns ids with relevance. Empty when no hit reaches
+/// `tier1MinRelevance`: nothing fits the request, and the turn needs no capability.
+pub fn tier1_with_dependencies(
     hits: &[RankedHit],
     indexes: &Indexes<'_>,
     config: &DiscoveryConfig,
@@ -545,6 +547,24 @@ mod tests {
         assert!(result.token_estimate.total_tokens <= 3000);
         assert!(result.rendered.contains("Relevant capabilities:\n1. telegram (channel)"));
         assert!(result.diagnostics.candidates_scanned >= 1);
+    }
+
+    /// A request whose words the catalog mostly does not know gets an empty
+    /// Tier 1 (nothing fits), though one of its words matches a capability;
+    /// the same word in a request about that capability still finds it.
+    #[test]
+    fn nothing_fits_gives_an_empty_tier1() {
+        let fixture = fixture();
+        let config = DiscoveryConfig::default();
+        let unrelated = "calculate the hypotenuse of a right triangle, then tell me which city has the tallest tower";
+        let result = fixture.discover(unrelated, &config, &DiscoveryFilter::default());
+        assert!(result.tier1.is_empty(), "{:?}", tier1_ids(&result));
+        assert!(result.tier2.is_empty());
+        let reach = DiscoveryConfig { tier1_min_relevance: 0.0, ..DiscoveryConfig::default() };
+        let unfiltered = fixture.discover(unrelated, &reach, &DiscoveryFilter::default());
+        assert!(!unfiltered.tier1.is_empty(), "the ranking itself still has hits; only the minimum empties Tier 1");
+        let result = fixture.discover("weather forecast for my city", &config, &DiscoveryFilter::default());
+        assert_eq!(tier1_ids(&result)[0], "tool:weather");
     }
 
     #[test]

@@ -62,12 +62,15 @@ impl Builtin {
                 required_tools: vec![],
                 available: true,
                 has_side_effects: Some(false),
-                full_schema: Some(json!({
-                    "type": "object",
-                    "properties": {"text": {"type": "string", "description": "Text to echo back"}},
-                    "required": ["text"],
-                    "additionalProperties": false
-                })),
+                full_schema: Some(
+                    json!({
+                        "type": "object",
+                        "properties": {"text": {"type": "string", "description": "Text to echo back"}},
+                        "required": ["text"],
+                        "additionalProperties": false
+                    })
+                    .into(),
+                ),
                 full_content: None,
                 definition_ref: DefinitionRef::Builtin,
             },
@@ -114,7 +117,7 @@ mod tests {
         let echo = Builtin::Echo.descriptor();
         assert_eq!(Builtin::find("tool:echo"), Some(Builtin::Echo));
         assert_eq!(Builtin::Echo.run(&json!({"text": "hi"})), json!({"text": "hi"}));
-        let schema = echo.full_schema.unwrap();
+        let schema = echo.full_schema.unwrap().value();
         assert_eq!(validate_arguments("tool:echo", &schema, &json!({"text": "a"})), Ok(()));
         let err = validate_arguments("tool:echo", &schema, &json!({"text": 3})).unwrap_err();
         assert_eq!(err.code(), "invalid_args");

@@ -47,10 +47,24 @@ pub struct ToolParam {
 }
 
 /// One line of a `queries.jsonl`.
+///
+/// `relevant` may be empty: no capability fits the request, and the right
+/// answer is an empty ranking ("nothing fits"). With `tools`, the request is
+/// ranked against those tools alone instead of the tools file (BFCL's
+/// `irrelevance` category gives each request its own few functions).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct QueryRecord {
     pub query: String,
     pub relevant: Vec<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<ToolRecord>>,
+}
+
+impl QueryRecord {
+    /// Whether some capability fits the request.
+    pub fn answerable(&self) -> bool {
+        !self.relevant.is_empty()
+    }
 }
 
 /// One line of a run file.
@@ -90,7 +104,7 @@ impl ToolRecord {
             available: true,
             has_side_effects: None,
             full_schema: (!self.params.is_empty())
-                .then(|| json!({"type": "object", "properties": properties, "required": required})),
+                .then(|| json!({"type": "object", "properties": properties, "required": required}).into()),
             full_content: None,
             definition_ref: DefinitionRef::Builtin,
         }
@@ -185,6 +199,112 @@ pub fn aggregate(scores: &[QueryScores], n_queries: usize) -> Metrics {
     }
 }
 
+/// How discovery's Tier 1 treats requests, over one evaluation: requests
+/// no capability fits should get an empty Tier 1, requests some capability
+/// fits should keep it there.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NothingFits {
+    /// Requests with `"relevant": []`.
+    pub unanswerable: usize,
+    /// Of those, the ones whose Tier 1 was empty.
+    pub answered_empty: usize,
+    /// `answered_empty / unanswerable` ×100 (0 without unanswerable requests).
+    pub answered_empty_share: f64,
+    /// Answerable requests with a relevant capability among the first
+    /// `tier1TopK` hits when no relevance minimum applies.
+    pub answerable_in_reach: usize,
+    /// Of those, the ones whose Tier 1 (with `tier1MinRelevance`) still holds one.
+    pub kept: usize,
+    /// `kept / answerable_in_reach` ×100 (100 without such requests).
+    pub kept_share: f64,
+}
+
+impl NothingFits {
+    /// Counts one request no capability fits.
+    pub fn unanswerable(&mut self, tier1_empty: bool) {
+        self.unanswerable += 1;
+        self.answered_empty += usize::from(tier1_empty);
+        self.answered_empty_share = share(self.answered_empty, self.unanswerable, 0.0);
+    }
+
+    /// Counts one answerable request: whether a relevant capability was in
+    /// Tier 1 without the relevance minimum, and whether it is with it.
+    pub fn answerable(&mut self, in_reach: bool, kept: bool) {
+        if in_reach {
+            self.answerable_in_reach += 1;
+            self.kept += usize::from(kept);
+        }
+        self.kept_share = share(self.kept, self.answerable_in_reach, 100.0);
+    }
+}
+
+fn share(part: usize, whole: usize, otherwise: f64) -> f64 {
+    if whole == 0 {
+        otherwise
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Splits `0..n` into two halves of a seeded shuffle (the first half has
+/// `n / 2` indices), each half sorted. The shuffle is Fisher–Yates over
+/// SplitMix64, so a seed gives the same halves on every platform.
+///
+/// # Examples
+/// ```
+/// use capdex::core::evaluation::seeded_halves;
+/// let (first, second) = seeded_halves(5, 7);
+/// assert_eq!((first.len(), second.len()), (2, 3));
+/// assert_eq!(seeded_halves(5, 7), (first, second));
+/// ```
+pub fn seeded_halves(n: usize, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    let mut first = order[..n / 2].to_vec();
+    let mut second = order[n / 2..].to_vec();
+    first.sort_unstable();
+    second.sort_unstable();
+    (first, second)
+}
+
+/// The outcomes the replay protocol feeds in for one request of the first
+/// half, as `(capability id, score)`: success (1) for every relevant
+/// capability (the agent used them and the task worked), and failure (0)
+/// for the best-ranked wrong capability above the first relevant one (the
+/// agent tried it first and it did not do the job), if there is one.
+///
+/// # Examples
+/// ```
+/// use capdex::core::evaluation::replay_outcomes;
+/// let ids = |t: &str| t.split_whitespace().map(String::from).collect::<Vec<_>>();
+/// assert_eq!(replay_outcomes(&ids("x a y"), &ids("a")), vec![("a".to_string(), 1.0), ("x".to_string(), 0.0)]);
+/// assert_eq!(replay_outcomes(&ids("a x"), &ids("a")), vec![("a".to_string(), 1.0)]);
+/// ```
+pub fn replay_outcomes(ranked: &[String], relevant: &[String]) -> Vec<(String, f32)> {
+    let mut outcomes: Vec<(String, f32)> = Vec::new();
+    for id in relevant {
+        if !outcomes.iter().any(|(seen, _)| seen == id) {
+            outcomes.push((id.clone(), 1.0));
+        }
+    }
+    if let Some(first) = ranked.first().filter(|id| !relevant.contains(id)) {
+        outcomes.push((first.clone(), 0.0));
+    }
+    outcomes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,12 +394,42 @@ mod tests {
         assert_eq!(descriptor.id, "getWeather");
         assert_eq!(descriptor.kind, CapabilityKind::Tool);
         assert_eq!(descriptor.parameter_names(), vec!["city", "days"]);
-        assert_eq!(descriptor.full_schema.unwrap()["required"], json!(["city"]));
+        assert_eq!(descriptor.full_schema.unwrap().value()["required"], json!(["city"]));
         let bare: ToolRecord = serde_json::from_str(r#"{"id": "x", "name": "x", "description": "d"}"#).unwrap();
         assert!(bare.to_descriptor().full_schema.is_none());
     }
 
+    #[test]
+    fn nothing_fits_counts_shares() {
+        let mut fits = NothingFits::default();
+        assert_eq!((fits.answered_empty_share, fits.kept_share), (0.0, 0.0));
+        fits.unanswerable(true);
+        fits.unanswerable(false);
+        fits.answerable(true, true);
+        fits.answerable(true, false);
+        fits.answerable(false, false);
+        assert_eq!((fits.unanswerable, fits.answered_empty, fits.answered_empty_share), (2, 1, 50.0));
+        assert_eq!((fits.answerable_in_reach, fits.kept, fits.kept_share), (2, 1, 50.0));
+        let query: QueryRecord = serde_json::from_str(
+            r#"{"query": "hi", "relevant": [], "tools": [{"id": "a", "name": "a", "description": "d"}]}"#,
+        )
+        .unwrap();
+        assert!(!query.answerable());
+        assert_eq!(query.tools.unwrap()[0].id, "a");
+    }
+
     proptest! {
+        /// The halves split `0..n` exactly, whatever the seed, and the seed decides them.
+        #[test]
+        fn seeded_halves_partition(n in 0usize..200, seed in any::<u64>()) {
+            let (first, second) = seeded_halves(n, seed);
+            prop_assert_eq!(first.len(), n / 2);
+            let mut all: Vec<usize> = first.iter().chain(&second).copied().collect();
+            all.sort_unstable();
+            prop_assert_eq!(all, (0..n).collect::<Vec<_>>());
+            prop_assert_eq!(seeded_halves(n, seed), (first, second));
+        }
+
         #[test]
         fn metrics_are_fractions_and_monotone(
             ranked in proptest::collection::vec("[a-f]", 0..12),

@@ -1,9 +1,14 @@
 //! The vector index: ids and unit vectors, exact top-k by cosine.
 //!
-//! Vectors are stored column-major: one `Vec<f32>` per dimension, entry `i`
-//! belonging to `ids[i]`. A search adds `q_d · column_d` into one score per
-//! row for every dimension `d` where the query is not zero, then keeps the
-//! best `k` with a bounded heap: O(nnz(q)·n + n·log k). The built-in hashing
+//! Vectors are stored column-major and quantised: one `Vec<i8>` per
+//! dimension, entry `i` belonging to `ids[i]`, and one scale per row, so a
+//! row's value in dimension `d` is `scale[i] · column_d[i]` (symmetric
+//! quantisation, `scale = max|v| / 127`: a quarter of the bytes of `f32`,
+//! and an error of at most `scale / 2` per entry). A search adds
+//! `q_d · column_d` into one sum per row for every dimension `d` where the
+//! query is not zero, multiplies each sum by its row's scale, then keeps the
+//! best `k` with a bounded heap: O(nnz(q)·n + n·log k). The query stays
+//! `f32`. The built-in hashing
 //! embedder gives sparse query vectors (a short message touches a few dozen
 //! of 512 buckets), so this reads a small share of the index where a
 //! row-major scan would read all of it; a dense query costs what a row-major
@@ -14,10 +19,11 @@
 //! an [`Alignment`] between the two: computed once per pair of index versions
 //! and cached here, it turns "which row is document `d`" into an array read.
 
+use crate::core::id_table::IdTable;
 use crate::core::lexical::LexicalIndex;
 use crate::core::top_keys::{key_rank, quality_key, TopKeys};
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::{Arc, RwLock};
 
 /// One search hit.
@@ -38,10 +44,13 @@ pub enum IndexError {
 #[derive(Debug, Default)]
 pub struct VectorIndex {
     dimensions: usize,
-    ids: Vec<String>,
-    /// `columns[d][row]`: dimension `d` of the vector of `ids[row]`.
-    columns: Vec<Vec<f32>>,
-    rows: HashMap<String, usize>,
+    ids: Vec<Box<str>>,
+    /// `columns[d][row]`: dimension `d` of the vector of `ids[row]`, quantised.
+    columns: Vec<Vec<i8>>,
+    /// `scales[row]`: what one step of `ids[row]`'s quantised entries is worth.
+    scales: Vec<f32>,
+    /// The row of each id (read through `ids`).
+    rows: IdTable,
     /// The last [`Alignment`] asked for; cleared by every change.
     alignment: RwLock<Option<Arc<Alignment>>>,
 }
@@ -52,6 +61,7 @@ impl Clone for VectorIndex {
             dimensions: self.dimensions,
             ids: self.ids.clone(),
             columns: self.columns.clone(),
+            scales: self.scales.clone(),
             rows: self.rows.clone(),
             alignment: RwLock::new(self.cached_alignment()),
         }
@@ -93,7 +103,8 @@ impl VectorIndex {
             dimensions,
             ids: Vec::with_capacity(capacity),
             columns: (0..dimensions).map(|_| Vec::with_capacity(capacity)).collect(),
-            rows: HashMap::with_capacity(capacity),
+            scales: Vec::with_capacity(capacity),
+            rows: IdTable::with_capacity(capacity),
             alignment: RwLock::new(None),
         }
     }
@@ -111,7 +122,7 @@ impl VectorIndex {
     }
 
     pub fn contains(&self, id: &str) -> bool {
-        self.rows.contains_key(id)
+        self.rows.get(&self.ids, id).is_some()
     }
 
     /// Returns the id of `row`.
@@ -189,34 +200,59 @@ impl VectorIndex {
             return Err(IndexError::Dimension { id: id.to_string(), expected: self.dimensions, actual: vector.len() });
         }
         self.forget_alignment();
-        match self.rows.get(id) {
-            Some(&row) => {
+        let scale = quantisation_scale(vector);
+        let code = |value: f32| quantise(value, scale);
+        match self.rows.get(&self.ids, id) {
+            Some(row) => {
+                let row = row as usize;
                 for (column, value) in self.columns.iter_mut().zip(vector) {
-                    column[row] = *value;
+                    column[row] = code(*value);
                 }
+                self.scales[row] = scale;
             }
             None => {
-                self.rows.insert(id.to_string(), self.ids.len());
-                self.ids.push(id.to_string());
+                self.ids.push(id.into());
+                self.rows.insert(&self.ids, id, self.ids.len() as u32 - 1);
                 for (column, value) in self.columns.iter_mut().zip(vector) {
-                    column.push(*value);
+                    column.push(code(*value));
                 }
+                self.scales.push(scale);
             }
         }
         debug_assert!(self.columns.iter().all(|column| column.len() == self.ids.len()));
+        debug_assert_eq!(self.scales.len(), self.ids.len());
         Ok(())
+    }
+
+    /// The vector of `id` as the index holds it (each entry within half a
+    /// step of what was inserted), if indexed.
+    pub fn stored_vector(&self, id: &str) -> Option<Vec<f32>> {
+        let row = self.rows.get(&self.ids, id)? as usize;
+        Some(self.columns.iter().map(|column| f32::from(column[row]) * self.scales[row]).collect())
+    }
+
+    /// Gives back the room a load by single upserts left over (columns grow
+    /// by doubling).
+    pub fn shrink_to_fit(&mut self) {
+        for column in &mut self.columns {
+            column.shrink_to_fit();
+        }
+        self.scales.shrink_to_fit();
+        self.ids.shrink_to_fit();
     }
 
     /// Removes `id`; returns whether it was present. The last row moves into its place.
     pub fn remove(&mut self, id: &str) -> bool {
-        let Some(row) = self.rows.remove(id) else { return false };
+        let Some(row) = self.rows.remove(&self.ids, id) else { return false };
+        let (row, last) = (row as usize, self.ids.len() - 1);
         self.forget_alignment();
         for column in &mut self.columns {
             column.swap_remove(row);
         }
+        self.scales.swap_remove(row);
         self.ids.swap_remove(row);
-        if row < self.ids.len() {
-            self.rows.insert(self.ids[row].clone(), row);
+        if row < last {
+            self.rows.moved(&self.ids[row], last as u32, row as u32);
         }
         true
     }
@@ -226,20 +262,19 @@ impl VectorIndex {
         if query.len() != self.dimensions {
             return None;
         }
-        let row = *self.rows.get(id)?;
-        Some(
-            query
-                .iter()
-                .zip(&self.columns)
-                .filter(|(value, _)| **value != 0.0)
-                .map(|(value, column)| value * column[row])
-                .sum(),
-        )
+        let row = self.rows.get(&self.ids, id)? as usize;
+        let mut sum = 0.0f32;
+        for (value, column) in query.iter().zip(&self.columns) {
+            if *value != 0.0 {
+                sum += value * f32::from(column[row]);
+            }
+        }
+        Some(sum * self.scales[row])
     }
 
     /// Returns the row of `id`, if indexed (rows index [`VectorIndex::scores`]).
     pub fn row(&self, id: &str) -> Option<usize> {
-        self.rows.get(id).copied()
+        self.rows.get(&self.ids, id).map(|row| row as usize)
     }
 
     /// Returns the cosine of `query` with every row, in row order, or `None`
@@ -262,7 +297,7 @@ impl VectorIndex {
             return false;
         }
         scores.resize(self.ids.len(), 0.0);
-        let dims: Vec<(f32, &[f32])> = query
+        let dims: Vec<(f32, &[i8])> = query
             .iter()
             .zip(&self.columns)
             .filter(|(value, _)| **value != 0.0)
@@ -276,13 +311,16 @@ impl VectorIndex {
             let [(a, column_a), (b, column_b), (c, column_c), (d, column_d)] = four else { continue };
             let columns = column_a.iter().zip(*column_b).zip(*column_c).zip(*column_d);
             for (score, (((x, y), z), w)) in scores.iter_mut().zip(columns) {
-                *score = *score + a * x + b * y + c * z + d * w;
+                *score = *score + a * f32::from(*x) + b * f32::from(*y) + c * f32::from(*z) + d * f32::from(*w);
             }
         }
         for (value, column) in fours.remainder() {
             for (score, entry) in scores.iter_mut().zip(*column) {
-                *score += value * entry;
+                *score += value * f32::from(*entry);
             }
+        }
+        for (score, scale) in scores.iter_mut().zip(&self.scales) {
+            *score *= scale;
         }
         true
     }
@@ -305,9 +343,9 @@ impl VectorIndex {
     pub fn row_score(&self, sparse: &[(u32, f32)], row: usize) -> f32 {
         let mut score = 0.0f32;
         for &(d, value) in sparse {
-            score += value * self.columns[d as usize][row];
+            score += value * f32::from(self.columns[d as usize][row]);
         }
-        score
+        score * self.scales[row]
     }
 
     /// Returns the `k` ids closest to `query` that pass `keep`, best first.
@@ -323,7 +361,7 @@ impl VectorIndex {
     pub fn top(&self, scores: &[f32], k: usize, keep: impl Fn(&str) -> bool) -> Vec<Hit> {
         self.top_rows(scores, k, |row| keep(&self.ids[row]))
             .into_iter()
-            .map(|(row, score)| Hit { id: self.ids[row].clone(), score })
+            .map(|(row, score)| Hit { id: self.ids[row].to_string(), score })
             .collect()
     }
 
@@ -341,7 +379,7 @@ impl VectorIndex {
                 if let Some(worst) = heap.peek() {
                     match worst.score.total_cmp(&score) {
                         Ordering::Greater => continue,
-                        Ordering::Equal if id.as_str() > worst.id => continue,
+                        Ordering::Equal if &**id > worst.id => continue,
                         _ => {}
                     }
                 }
@@ -359,6 +397,63 @@ impl VectorIndex {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(b.id)));
         hits.into_iter().map(|scored| (scored.row, scored.score)).collect()
     }
+}
+
+/// The step of a row's quantised entries: its largest magnitude maps to 127.
+/// Zero for a zero (or non-finite) vector, whose entries all quantise to 0.
+///
+/// The step is rounded up to 16 significant bits, so that `code · step` is
+/// exact in `f32` for every code (7 bits and 16 bits fit in the 24 of the
+/// mantissa): a vector read back from its codes ([`Quantised::to_f32`])
+/// quantises again to the very same codes and step, so a vector that goes
+/// through the store and back ranks with the very floats it ranked with.
+fn quantisation_scale(vector: &[f32]) -> f32 {
+    let largest = vector.iter().fold(0.0f32, |largest, value| largest.max(value.abs()));
+    if !(largest.is_finite() && largest > 0.0) {
+        return 0.0;
+    }
+    let step = largest / 127.0;
+    if !step.is_normal() {
+        // Too small for 16 significant bits to matter (and to round up safely).
+        return step;
+    }
+    const DROPPED: u32 = (1 << 8) - 1;
+    let bits = step.to_bits();
+    let kept = bits & !DROPPED;
+    f32::from_bits(if kept == bits { bits } else { kept + (1 << 8) })
+}
+
+/// A vector as the index keeps it: one signed byte per dimension and the
+/// step they count in. The store keeps vectors in this form too.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Quantised {
+    pub codes: Vec<i8>,
+    pub scale: f32,
+}
+
+impl Quantised {
+    /// Quantises `vector` as [`VectorIndex::upsert`] does.
+    pub fn of(vector: &[f32]) -> Quantised {
+        let scale = quantisation_scale(vector);
+        Quantised { codes: vector.iter().map(|value| quantise(*value, scale)).collect(), scale }
+    }
+
+    /// The vector the codes stand for: quantising it again gives these codes and step.
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.codes.iter().map(|code| f32::from(*code) * self.scale).collect()
+    }
+}
+
+/// `value` in steps of `scale`, rounded to the nearest, halves away from
+/// zero (|code| ≤ 127).
+fn quantise(value: f32, scale: f32) -> i8 {
+    if scale == 0.0 || !value.is_finite() {
+        return 0;
+    }
+    let steps = value / scale;
+    // `as` truncates toward zero: adding a signed half first rounds, without
+    // `f32::round`'s library call (a restart quantises every stored vector).
+    (steps + 0.5f32.copysign(steps)).clamp(-127.0, 127.0) as i8
 }
 
 impl Alignment {
@@ -463,7 +558,10 @@ mod tests {
         assert_eq!(hits[0].id, "b");
         index.upsert("c", &[1.0, 0.0]).unwrap();
         assert_eq!(index.search(&[1.0, 0.0], 1, |_| true)[0].id, "c");
-        assert_eq!(index.cosine("c", &[1.0, 0.0]), Some(1.0));
+        // 127 steps of 1/127, the step rounded up to 16 significant bits.
+        let one = index.cosine("c", &[1.0, 0.0]).unwrap();
+        assert!((1.0..1.0 + 1e-4).contains(&one), "{one}");
+        assert_eq!(Some(one), index.stored_vector("c").map(|vector| vector[0]));
         assert_eq!(index.cosine("b", &[1.0, 0.0]), Some(0.0));
         assert_eq!(index.cosine("a", &[1.0, 0.0]), None);
         assert_eq!(index.cosine("c", &[1.0]), None);
@@ -485,12 +583,47 @@ mod tests {
             let sparse = index.sparse_query(&query).unwrap();
             for (i, vector) in rows.iter().enumerate() {
                 let row = index.row(&format!("id{i:02}")).unwrap();
+                let scale = quantisation_scale(vector);
                 let mut one_at_a_time = 0.0f32;
                 for &(d, value) in &sparse {
-                    one_at_a_time += value * vector[d as usize];
+                    one_at_a_time += value * f32::from(quantise(vector[d as usize], scale));
                 }
+                one_at_a_time *= scale;
                 prop_assert_eq!(scores[row].to_bits(), one_at_a_time.to_bits());
                 prop_assert_eq!(scores[row].to_bits(), index.row_score(&sparse, row).to_bits());
+            }
+        }
+
+        /// A vector read back from its codes quantises to the same codes and
+        /// step, so the store's copy ranks exactly as the inserted vector did.
+        #[test]
+        fn quantising_what_was_read_back_changes_nothing(
+            vector in proptest::collection::vec(prop_oneof![Just(0.0f32), -1.0f32..1.0, -1e-30f32..1e-30, -1e30f32..1e30], 1..64),
+        ) {
+            let once = Quantised::of(&vector);
+            let twice = Quantised::of(&once.to_f32());
+            prop_assert_eq!(&twice, &once);
+            prop_assert!(once.codes.iter().all(|code| *code != i8::MIN));
+            if once.scale > 0.0 {
+                prop_assert!(once.codes.iter().any(|code| code.unsigned_abs() == 127), "{:?}", once);
+            }
+        }
+
+        /// Quantisation keeps each entry within half a step (`max|v| / 254`)
+        /// of the inserted value, and a zero vector stays zero.
+        #[test]
+        fn stored_entries_are_within_half_a_step(
+            vector in proptest::collection::vec(prop_oneof![Just(0.0f32), -1.0f32..1.0], 1..64),
+        ) {
+            let mut index = VectorIndex::new(vector.len());
+            index.upsert("a", &vector).unwrap();
+            let step = quantisation_scale(&vector);
+            let stored = index.stored_vector("a").unwrap();
+            for (stored, inserted) in stored.iter().zip(&vector) {
+                prop_assert!((stored - inserted).abs() <= step / 2.0 + 1e-7, "{} {} {}", stored, inserted, step);
+                if *inserted == 0.0 {
+                    prop_assert_eq!(*stored, 0.0);
+                }
             }
         }
 
@@ -517,7 +650,9 @@ mod tests {
                 let plain: f32 = query.iter().zip(row).map(|(a, b)| a * b).sum();
                 let id = format!("id{i:02}");
                 let stored = index.cosine(&id, &query).unwrap();
-                prop_assert!((stored - plain).abs() < 1e-4, "{} {} {}", id, stored, plain);
+                // Each entry is within half a step of the inserted one.
+                let bound = query.iter().map(|a| a.abs()).sum::<f32>() * quantisation_scale(row) / 2.0 + 1e-5;
+                prop_assert!((stored - plain).abs() <= bound, "{} {} {} {}", id, stored, plain, bound);
             }
             all.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
             let mut even: Vec<Hit> = all.iter().filter(|hit| hit.id.ends_with(['0', '2', '4', '6', '8'])).cloned().collect();

@@ -39,6 +39,7 @@
 //! discovery renders a capability's texts once per version, not per query.
 
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
+use crate::core::id_table::IdTable;
 use crate::core::text::{for_each_index_term, index_terms};
 use crate::core::top_keys::{key_rank, key_score, quality_key, TopKeys};
 use foldhash::{HashMap, HashMapExt};
@@ -76,21 +77,23 @@ pub const FIELD_WEIGHTS: FieldWeights = FieldWeights {
     parameter_descriptions: 0.3,
 };
 
-/// A term's postings: the documents holding it and its weighted frequency there.
-type Postings = Vec<(u32, f32)>;
-
 /// An immutable BM25F index over descriptors; rebuilt as a whole on change.
 #[derive(Clone, Debug, Default)]
 pub struct LexicalIndex {
-    ids: Vec<String>,
-    docs: HashMap<String, u32>,
+    ids: Vec<Box<str>>,
+    /// The document of each id (read through `ids`).
+    docs: IdTable,
     terms: HashMap<String, u32>,
-    postings: Vec<Postings>,
+    /// Every term's postings, one after the other, term by term (documents
+    /// ascending within a term): term `t`'s are
+    /// `postings[posting_starts[t]..posting_starts[t + 1]]`.
+    postings: Vec<(u32, f32)>,
+    posting_starts: Vec<u32>,
     idf: Vec<f32>,
     /// `k1·(1 − b + b·len/avglen)` per document.
     length_norms: Vec<f32>,
     /// Loose spelling of each id, name and display name → documents, best match kind first.
-    exact: HashMap<String, Vec<(u32, ExactMatch)>>,
+    exact: HashMap<Box<str>, Box<[(u32, ExactMatch)]>>,
     /// What the discovery filters read of each document.
     attributes: Vec<DocAttributes>,
     /// The distinct categories, as spelled; [`DocAttributes::category`] indexes them.
@@ -110,8 +113,8 @@ pub struct LexicalIndex {
 /// A document's Tier 1 summary line and Tier 2 detail text, each made once, on first use.
 #[derive(Clone, Debug, Default)]
 struct DocTexts {
-    summary: OnceLock<String>,
-    detail: OnceLock<String>,
+    summary: OnceLock<Box<str>>,
+    detail: OnceLock<Box<str>>,
 }
 
 /// What the discovery filters read of one document (see
@@ -168,14 +171,15 @@ impl LexicalIndex {
         let mut lengths: Vec<f32> = Vec::new();
         let mut doc_terms: HashMap<u32, f32> = HashMap::new();
         let mut category_ids: HashMap<String, u32> = HashMap::new();
+        let mut gathered: Vec<(u32, u32, f32)> = Vec::new();
         let mut source_ids: HashMap<String, u32> = HashMap::new();
         for descriptor in descriptors {
-            if index.docs.contains_key(&descriptor.id) {
+            if index.docs.get(&index.ids, &descriptor.id).is_some() {
                 continue;
             }
             let doc = index.ids.len() as u32;
-            index.ids.push(descriptor.id.clone());
-            index.docs.insert(descriptor.id.clone(), doc);
+            index.ids.push(descriptor.id.as_str().into());
+            index.docs.insert(&index.ids, &descriptor.id, doc);
             let next_category = index.categories.len() as u32;
             let category = *category_ids.entry(descriptor.category.clone()).or_insert_with(|| {
                 index.categories.push(descriptor.category.clone());
@@ -223,14 +227,8 @@ impl LexicalIndex {
                     length += weight;
                 }
             }
-            let mut entries: Vec<(u32, f32)> = doc_terms.iter().map(|(&term, &tf)| (term, tf)).collect();
-            entries.sort_unstable_by_key(|&(term, _)| term);
-            for (term, tf) in entries {
-                if term as usize >= index.postings.len() {
-                    index.postings.resize(term as usize + 1, Vec::new());
-                }
-                index.postings[term as usize].push((doc, tf));
-            }
+            // Gathered in document order; laid out term by term below.
+            gathered.extend(doc_terms.iter().map(|(&term, &tf)| (term, doc, tf)));
             lengths.push(length);
             for (key, kind) in [
                 (loose_key(&descriptor.id), ExactMatch::Id),
@@ -240,27 +238,47 @@ impl LexicalIndex {
                 if key.is_empty() {
                     continue;
                 }
-                let slot = index.exact.entry(key).or_default();
-                match slot.iter_mut().find(|(existing, _)| *existing == doc) {
-                    Some(entry) => entry.1 = entry.1.max(kind),
-                    None => slot.push((doc, kind)),
+                // Almost every key names one document: a slice of one, made
+                // once; a shared key's slice is made again, one longer.
+                match index.exact.get_mut(key.as_str()) {
+                    None => {
+                        index.exact.insert(key.into_boxed_str(), Box::new([(doc, kind)]));
+                    }
+                    Some(slot) => match slot.iter_mut().find(|(existing, _)| *existing == doc) {
+                        Some(entry) => entry.1 = entry.1.max(kind),
+                        None => *slot = slot.iter().copied().chain([(doc, kind)]).collect(),
+                    },
                 }
             }
         }
-        index.postings.resize(index.terms.len(), Vec::new());
+        // A counting sort by term, stable, so each term's documents stay ascending.
+        let mut starts = vec![0u32; index.terms.len() + 1];
+        for &(term, _, _) in &gathered {
+            starts[term as usize + 1] += 1;
+        }
+        for term in 0..index.terms.len() {
+            starts[term + 1] += starts[term];
+        }
+        let mut next = starts.clone();
+        index.postings = vec![(0, 0.0); gathered.len()];
+        for (term, doc, tf) in gathered {
+            let slot = &mut next[term as usize];
+            index.postings[*slot as usize] = (doc, tf);
+            *slot += 1;
+        }
+        drop(next);
+        index.posting_starts = starts;
         let n_docs = index.ids.len() as f32;
-        index.idf = index
-            .postings
-            .iter()
-            .map(|postings| {
-                let df = postings.len() as f32;
+        index.idf = (0..index.terms.len())
+            .map(|term| {
+                let df = index.term_postings(term as u32).len() as f32;
                 (1.0 + (n_docs - df + 0.5) / (df + 0.5)).ln()
             })
             .collect();
         let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f32>() / n_docs };
         let average = if average > 0.0 { average } else { 1.0 };
         index.length_norms = lengths.iter().map(|length| K1 * (1.0 - B + B * length / average)).collect();
-        for matches in index.exact.values_mut() {
+        for matches in index.exact.values_mut().filter(|matches| matches.len() > 1) {
             matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         }
         let mut by_id: Vec<u32> = (0..index.ids.len() as u32).collect();
@@ -274,6 +292,12 @@ impl LexicalIndex {
 
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// The postings of `term`: `(document, weighted frequency)`, documents ascending.
+    fn term_postings(&self, term: u32) -> &[(u32, f32)] {
+        let (start, end) = (self.posting_starts[term as usize], self.posting_starts[term as usize + 1]);
+        &self.postings[start as usize..end as usize]
     }
 
     pub fn is_empty(&self) -> bool {
@@ -293,7 +317,7 @@ impl LexicalIndex {
 
     /// Returns the document of `id`.
     pub fn doc(&self, id: &str) -> Option<u32> {
-        self.docs.get(id).copied()
+        self.docs.get(&self.ids, id)
     }
 
     /// Returns [`crate::core::text::summary_line`] of `descriptor`, which must
@@ -302,7 +326,9 @@ impl LexicalIndex {
     /// descriptor whose id the index lacks gets a fresh line.
     pub fn summary_line<'a>(&'a self, descriptor: &CapabilityDescriptor) -> Cow<'a, str> {
         match self.doc(&descriptor.id).and_then(|doc| self.texts.get(doc as usize)) {
-            Some(texts) => Cow::Borrowed(texts.summary.get_or_init(|| crate::core::text::summary_line(descriptor))),
+            Some(texts) => {
+                Cow::Borrowed(texts.summary.get_or_init(|| crate::core::text::summary_line(descriptor).into()))
+            }
             None => Cow::Owned(crate::core::text::summary_line(descriptor)),
         }
     }
@@ -311,7 +337,9 @@ impl LexicalIndex {
     /// [`LexicalIndex::summary_line`] keeps the summary.
     pub fn detail_text<'a>(&'a self, descriptor: &CapabilityDescriptor) -> Cow<'a, str> {
         match self.doc(&descriptor.id).and_then(|doc| self.texts.get(doc as usize)) {
-            Some(texts) => Cow::Borrowed(texts.detail.get_or_init(|| crate::core::text::detail_text(descriptor))),
+            Some(texts) => {
+                Cow::Borrowed(texts.detail.get_or_init(|| crate::core::text::detail_text(descriptor).into()))
+            }
             None => Cow::Owned(crate::core::text::detail_text(descriptor)),
         }
     }
@@ -366,7 +394,7 @@ impl LexicalIndex {
         let mut touched: Vec<u32> = Vec::new();
         for &term in query_terms {
             let idf = self.idf[term as usize];
-            for &(doc, tf) in &self.postings[term as usize] {
+            for &(doc, tf) in self.term_postings(term) {
                 let saturated = tf * (K1 + 1.0) / (tf + self.length_norms[doc as usize]);
                 let slot = &mut accumulator[doc as usize];
                 if *slot == 0.0 {
@@ -390,7 +418,7 @@ impl LexicalIndex {
     /// Returns the documents whose id, name or display name is `query`, once
     /// case, spaces and punctuation are ignored; the strongest match first.
     pub fn exact_matches(&self, query: &str) -> &[(u32, ExactMatch)] {
-        self.exact.get(&loose_key(query)).map(Vec::as_slice).unwrap_or(&[])
+        self.exact.get(loose_key(query).as_str()).map(|matches| &**matches).unwrap_or(&[])
     }
 }
 
@@ -411,12 +439,10 @@ impl LexicalScores {
 
 /// Returns the descriptions of the top-level parameters of the input schema, joined.
 fn parameter_descriptions(descriptor: &CapabilityDescriptor) -> String {
-    let Some(properties) = descriptor
-        .full_schema
-        .as_ref()
-        .and_then(|schema| schema.get("properties"))
-        .and_then(|properties| properties.as_object())
-    else {
+    let Some(schema) = descriptor.full_schema.as_ref().map(|schema| schema.value()) else {
+        return String::new();
+    };
+    let Some(properties) = schema.get("properties").and_then(|properties| properties.as_object()) else {
         return String::new();
     };
     let descriptions: Vec<&str> =
@@ -449,7 +475,9 @@ mod tests {
             required_tools: vec![],
             available: true,
             has_side_effects: None,
-            full_schema: Some(serde_json::json!({"type": "object", "properties": {"cityName": {"type": "string"}}})),
+            full_schema: Some(
+                serde_json::json!({"type": "object", "properties": {"cityName": {"type": "string"}}}).into(),
+            ),
             full_content: None,
             definition_ref: DefinitionRef::Builtin,
         }

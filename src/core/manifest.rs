@@ -5,6 +5,7 @@
 //! with it. Reading the folder (and the files a manifest points at) is the
 //! scanner's job; this module only judges text and paths.
 
+use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -86,7 +87,7 @@ impl ManifestDraft {
             required_tools: self.required_tools,
             available: self.available,
             has_side_effects: self.has_side_effects,
-            full_schema: self.input_schema.or(schema_file),
+            full_schema: self.input_schema.or(schema_file).map(CompactJson::from),
             // A SKILL.md's front matter is metadata the manifest already carries: Tier 2 shows the body.
             full_content: self
                 .skill_content

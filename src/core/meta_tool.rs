@@ -148,7 +148,11 @@ pub fn list_discovered_tools(result: &DiscoveryResult, catalog: &Catalog) -> Vec
 /// capability id made a valid function name (`petstore#findPets` →
 /// `petstore_findPets`), which `capdex.v1.dispatch` also takes.
 pub fn function_definition(descriptor: &CapabilityDescriptor) -> Value {
-    let parameters = descriptor.full_schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    let parameters = descriptor
+        .full_schema
+        .as_ref()
+        .map(|schema| schema.value())
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
     let name = match descriptor.definition_ref.source_id() {
         Some(_) => crate::core::sources::records::function_name(&descriptor.id),
         None => descriptor.name.clone(),

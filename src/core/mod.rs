@@ -6,6 +6,7 @@
 //! `tests/tidy.rs` enforces that.
 
 pub mod catalog;
+pub mod compact_json;
 pub mod console;
 pub mod descriptor;
 pub mod discovery;
@@ -15,6 +16,7 @@ pub mod embedder;
 pub mod evaluation;
 pub mod filter;
 pub mod graph;
+pub mod id_table;
 pub mod index;
 pub mod kpi_window;
 pub mod lexical;

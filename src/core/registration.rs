@@ -15,6 +15,7 @@
 //! registration leaves out (description, category, tags, required tools and
 //! secrets) are taken from it, and the body after it becomes `fullContent`.
 
+use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::graph::Preset;
 use serde::{Deserialize, Serialize};
@@ -190,7 +191,7 @@ fn tool(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
         required_tools: list(map, "requiredTools")?.unwrap_or_default(),
         available: flag(map, "available")?.unwrap_or(true),
         has_side_effects: flag(map, "hasSideEffects")?,
-        full_schema: schema(map, "inputSchema")?,
+        full_schema: schema(map, "inputSchema")?.map(CompactJson::from),
         full_content: None,
         definition_ref: DefinitionRef::Tool,
         name,
@@ -255,7 +256,7 @@ fn extension(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> 
         required_tools: list(map, "requiredTools")?.unwrap_or_default(),
         available: flag(map, "available")?.unwrap_or(false),
         has_side_effects: flag(map, "hasSideEffects")?,
-        full_schema: schema(map, "inputSchema")?,
+        full_schema: schema(map, "inputSchema")?.map(CompactJson::from),
         full_content: None,
         definition_ref: DefinitionRef::Extension {
             package_name: text(map, "packageName")?,
@@ -346,7 +347,7 @@ fn catalog_entry(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Probl
         required_tools: list(map, "requiredTools")?.unwrap_or_default(),
         available,
         has_side_effects: flag(map, "hasSideEffects")?,
-        full_schema: schema(map, "inputSchema")?,
+        full_schema: schema(map, "inputSchema")?.map(CompactJson::from),
         full_content: body,
         definition_ref,
         id,

@@ -152,6 +152,14 @@ pub fn apply_change(
     vectors: Vec<Option<Vec<f32>>>,
     presets: Option<Vec<Preset>>,
 ) -> AppliedChange {
+    let presets_change = presets
+        .as_ref()
+        .is_some_and(|presets| base_catalog.presets.get(origin).map_or(!presets.is_empty(), |held| held != presets));
+    if plan.upserts.is_empty() && plan.removals.is_empty() && !presets_change {
+        // Nothing changes (a rescan that found what is held): no copy of a
+        // catalog that may hold a hundred thousand descriptors.
+        return AppliedChange::default();
+    }
     let mut catalog = base_catalog.clone();
     let mut index = base_index.clone();
     let mut applied = apply_plan(&mut catalog, &mut index, origin, plan, vectors, presets);
@@ -339,6 +347,7 @@ pub fn restore(
         restored.catalog.origins.insert(descriptor.id.clone(), origin);
         restored.catalog.descriptors.insert(descriptor.id.clone(), descriptor);
     }
+    restored.index.shrink_to_fit();
     restored.catalog.presets = presets.into_iter().collect();
     restored.catalog.version = u64::from(!restored.catalog.is_empty());
     restored

@@ -48,7 +48,7 @@ pub fn summary_line(descriptor: &CapabilityDescriptor) -> String {
     if descriptor.kind == CapabilityKind::Tool {
         let parameters = descriptor.parameter_names();
         if !parameters.is_empty() {
-            let shown: Vec<&str> = parameters.iter().take(3).copied().collect();
+            let shown: Vec<&str> = parameters.iter().take(3).map(String::as_str).collect();
             parts.push(format!("Params: {}", shown.join(", ")));
         }
     }
@@ -72,7 +72,7 @@ pub fn detail_text(descriptor: &CapabilityDescriptor) -> String {
     );
     if let Some(schema) = &descriptor.full_schema {
         out.push_str("\n## Input Schema\n");
-        out.push_str(&render_schema(schema));
+        out.push_str(&render_schema(&schema.value()));
     }
     if let Some(content) = &descriptor.full_content {
         out.push_str("\n## Skill Instructions\n");
@@ -330,7 +330,7 @@ mod tests {
             available: true,
             has_side_effects: Some(false),
             full_schema: Some(
-                json!({"type":"object","properties":{"query":{"type":"string","description":"The search query"},"max_results":{"type":"number","default":5}},"required":["query"]}),
+                json!({"type":"object","properties":{"query":{"type":"string","description":"The search query"},"max_results":{"type":"number","default":5}},"required":["query"]}).into(),
             ),
             full_content: None,
             definition_ref: DefinitionRef::Builtin,

@@ -166,7 +166,7 @@ impl Session {
                     capability_id: descriptor.id.clone(),
                     name: descriptor.name.clone(),
                     description: descriptor.description.clone(),
-                    input_schema: descriptor.full_schema.clone(),
+                    input_schema: descriptor.full_schema.as_ref().map(|schema| schema.value()),
                 };
                 (entry.relevance, candidate)
             })

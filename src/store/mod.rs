@@ -43,6 +43,7 @@ pub mod sequence;
 pub mod sources;
 
 use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::index::Quantised;
 mod group_flush;
 
 use crate::core::graph::Preset;
@@ -173,6 +174,61 @@ pub struct StoredEmbedding {
     pub vector: Vec<f32>,
 }
 
+/// The first byte of a quantised embedding: a byte msgpack never uses, so
+/// it tells the two encodings apart (earlier releases stored a msgpack map).
+const QUANTISED_EMBEDDING: u8 = 0xc1;
+
+/// `0xc1`, the model id and the text hash (each a little-endian `u16` length
+/// and its bytes), the step (`f32`, little-endian), then one byte per dimension.
+fn encode_embedding(embedding: &StoredEmbedding) -> Vec<u8> {
+    let quantised = Quantised::of(&embedding.vector);
+    let mut bytes = Vec::with_capacity(
+        1 + 2 + embedding.model_id.len() + 2 + embedding.text_hash.len() + 4 + quantised.codes.len(),
+    );
+    bytes.push(QUANTISED_EMBEDDING);
+    for text in [&embedding.model_id, &embedding.text_hash] {
+        // Ids and hashes are short; a longer one is cut at a character boundary
+        // (it then never matches, and the vector is made again).
+        let mut end = text.len().min(usize::from(u16::MAX));
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        bytes.extend_from_slice(&(end as u16).to_le_bytes());
+        bytes.extend_from_slice(&text.as_bytes()[..end]);
+    }
+    bytes.extend_from_slice(&quantised.scale.to_le_bytes());
+    bytes.extend(quantised.codes.iter().map(|code| code.to_le_bytes()[0]));
+    bytes
+}
+
+/// Reads either encoding of an embedding: the quantised one, or an earlier
+/// release's msgpack `{modelId, textHash, vector}` (quantised when indexed).
+fn decode_embedding(key: &str, bytes: &[u8]) -> Result<StoredEmbedding, StoreError> {
+    let malformed = |problem| StoreError::Value { tree: EMBEDDINGS, key: key.to_string(), problem };
+    let Some((&QUANTISED_EMBEDDING, mut rest)) = bytes.split_first() else {
+        return rmp_serde::from_slice(bytes).map_err(|source| StoreError::Decode {
+            tree: EMBEDDINGS,
+            key: key.to_string(),
+            source,
+        });
+    };
+    let mut text = || -> Result<String, StoreError> {
+        let (length, tail) = rest.split_first_chunk::<2>().ok_or(malformed("truncated"))?;
+        let length = usize::from(u16::from_le_bytes(*length));
+        let (text, tail) = tail.split_at_checked(length).ok_or(malformed("truncated"))?;
+        rest = tail;
+        String::from_utf8(text.to_vec()).map_err(|_| malformed("a text that is not UTF-8"))
+    };
+    let (model_id, text_hash) = (text()?, text()?);
+    let (scale, codes) = rest.split_first_chunk::<4>().ok_or(malformed("truncated"))?;
+    let scale = f32::from_le_bytes(*scale);
+    if !scale.is_finite() || scale < 0.0 {
+        return Err(malformed("a step that is not a finite, non-negative number"));
+    }
+    let quantised = Quantised { codes: codes.iter().map(|byte| i8::from_le_bytes([*byte])).collect(), scale };
+    Ok(StoredEmbedding { model_id, text_hash, vector: quantised.to_f32() })
+}
+
 const DESCRIPTORS: &str = "descriptors";
 const EMBEDDINGS: &str = "embeddings";
 const PRESETS: &str = "presets";
@@ -195,6 +251,13 @@ pub struct Store {
     group_flush: Arc<group_flush::GroupFlush>,
 }
 
+/// The bytes of pages sled keeps in memory (its default is 1 GiB). capdex
+/// reads the catalog trees once, at start, into its own structures, and the
+/// hot trees afterwards (KPI rings, re-drive records) are small: a large
+/// cache only held a second copy of the catalog (a restart at 100,000
+/// capabilities stood at 1.3 GB resident, most of it sled's cache).
+const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Opens sled under `dir`. sled lets go of its file lock only when its own
 /// background threads have let go of the database, a little after the last
 /// handle of the previous opening dropped (in this process or one that just
@@ -203,7 +266,8 @@ pub struct Store {
 fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
-        match sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).open() {
+        match sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).cache_capacity(CACHE_CAPACITY_BYTES).open()
+        {
             Err(sled::Error::Io(err)) if err.to_string().contains("could not acquire lock") => {
                 if std::time::Instant::now() >= deadline {
                     return Err(sled::Error::Io(err));
@@ -280,11 +344,40 @@ impl Store {
     }
 
     pub fn embedding(&self, id: &str) -> Result<Option<StoredEmbedding>, StoreError> {
-        get(&self.embeddings, EMBEDDINGS, id)
+        let Some(bytes) = self.embeddings.get(id.as_bytes()).map_err(|source| StoreError::Sled {
+            action: "get",
+            tree: EMBEDDINGS,
+            source,
+        })?
+        else {
+            return Ok(None);
+        };
+        decode_embedding(id, &bytes).map(Some)
     }
 
+    /// Every stored embedding in id order, read as they lie in the tree (a
+    /// restart reads them all: one pass, not a lookup per id).
+    pub fn embeddings_in_id_order(&self) -> impl Iterator<Item = Result<(String, StoredEmbedding), StoreError>> + '_ {
+        self.embeddings.iter().map(|entry| {
+            let (key, bytes) =
+                entry.map_err(|source| StoreError::Sled { action: "iterate", tree: EMBEDDINGS, source })?;
+            let key = String::from_utf8(key.to_vec())
+                .map_err(|_| StoreError::Key { tree: EMBEDDINGS, key: String::from_utf8_lossy(&key).into_owned() })?;
+            let embedding = decode_embedding(&key, &bytes)?;
+            Ok((key, embedding))
+        })
+    }
+
+    /// Stores an embedding quantised as the vector index keeps it
+    /// ([`Quantised`]): a byte per dimension instead of five.
     pub fn put_embedding(&self, id: &str, embedding: &StoredEmbedding) -> Result<(), StoreError> {
-        put(&self.embeddings, EMBEDDINGS, id, embedding)
+        let bytes = encode_embedding(embedding);
+        self.embeddings.insert(id.as_bytes(), bytes).map_err(|source| StoreError::Sled {
+            action: "insert",
+            tree: EMBEDDINGS,
+            source,
+        })?;
+        Ok(())
     }
 
     /// The cached vector of a text, by its `core::embedder::text_hash`.
@@ -660,7 +753,9 @@ mod tests {
             vec![StoredDescriptor { origin: "builtin".into(), descriptor: descriptor.clone() }]
         );
         assert_eq!(store.presets().unwrap()[0].1[0].name, "p");
-        assert_eq!(store.embedding(&descriptor.id).unwrap(), Some(embedding));
+        // Kept quantised: read back as the index holds it.
+        let quantised = StoredEmbedding { vector: Quantised::of(&embedding.vector).to_f32(), ..embedding.clone() };
+        assert_eq!(store.embedding(&descriptor.id).unwrap(), Some(quantised));
         let scopes = store.kpi_scopes().unwrap();
         assert_eq!(scopes.len(), 2);
         assert_eq!(scopes[0].scope_key, "acme/bot");
@@ -747,6 +842,29 @@ mod tests {
         let waits: Vec<_> = (0..10).map(|_| store.durable()).collect();
         for wait in waits {
             futures::executor::block_on(wait).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_embedding_is_kept_in_a_byte_per_dimension_and_earlier_ones_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let vector: Vec<f32> = (0..512).map(|i| ((i * 37 % 101) as f32 - 50.0) / 70.0).collect();
+        let embedding = StoredEmbedding { model_id: "builtin-fnv1a-512".into(), text_hash: "h".repeat(16), vector };
+        store.put_embedding("a", &embedding).unwrap();
+        let stored = store.embeddings.get("a").unwrap().unwrap();
+        assert_eq!(stored.len(), 1 + 2 + 17 + 2 + 16 + 4 + 512);
+        let read = store.embedding("a").unwrap().unwrap();
+        assert_eq!(Quantised::of(&read.vector), Quantised::of(&embedding.vector), "the same codes and step");
+        assert_eq!((read.model_id.as_str(), read.text_hash.as_str()), ("builtin-fnv1a-512", "hhhhhhhhhhhhhhhh"));
+        // An earlier release's msgpack map reads as it was written.
+        let legacy = StoredEmbedding { model_id: "m".into(), text_hash: "t".into(), vector: vec![0.25, -1.0] };
+        store.embeddings.insert("b", rmp_serde::to_vec_named(&legacy).unwrap()).unwrap();
+        assert_eq!(store.embedding("b").unwrap(), Some(legacy));
+        // Every cut of a quantised value before its codes is refused, never a panic.
+        for end in 1..(1 + 2 + 17 + 2 + 16 + 4) {
+            store.embeddings.insert("c", &stored[..end]).unwrap();
+            assert!(matches!(store.embedding("c"), Err(StoreError::Value { .. })), "cut at {end}");
         }
     }
 

@@ -175,9 +175,11 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// The memory budget of 10,000 synthetic capabilities that CI holds the build
-/// to (`capdex bench --max-rss`). Today's figure is about 116 MB (debug build;
-/// 114 MB release, `docs/performance.md`); tighten it as the structures get leaner.
-const MEMORY_BUDGET_10K: &str = "130MB";
+/// to (`capdex bench --max-rss`). Today's figure is about 78 MB in the debug
+/// build CI runs (the release build's, the target of 60 MB, is in
+/// `docs/performance.md`); the budget leaves room for the debug build's noise,
+/// not for a regression like the allocator's +35 MB.
+const MEMORY_BUDGET_10K: &str = "90MB";
 
 #[test]
 fn the_10k_catalog_stays_within_its_memory_budget() {
@@ -211,9 +213,10 @@ fn the_memory_account_attributes_the_heap_to_each_structure() {
         let part = parts.iter().find(|part| part["structure"].as_str().unwrap().starts_with(structure));
         part.unwrap_or_else(|| panic!("no {structure} in {account}"))["bytes"].as_i64().unwrap()
     };
-    // The built-in embedder's vectors are 512 floats: at least 2 KiB each, and not wildly more.
+    // The built-in embedder's vectors are 512 dimensions kept in a byte each,
+    // with a step and the id: at least 512 bytes each, and well under the 2 KiB of f32s.
     let vectors = bytes("vectors");
-    assert!((2000 * 2048..2000 * 4096).contains(&vectors), "{vectors}");
+    assert!((2000 * 512..2000 * 1024).contains(&vectors), "{vectors}");
     for structure in ["descriptors", "schemas", "lexical index", "capability graph", "catalog map"] {
         assert!(bytes(structure) > 0, "{structure}: {account}");
     }

@@ -171,3 +171,95 @@ fn a_neutral_outcome_prior_leaves_eval_unchanged() {
     let mrr = |metrics: &Value| metrics["mrr"].as_f64().unwrap();
     assert!(mrr(&hostile_metrics) < mrr(&plain_metrics), "{hostile_metrics} vs {plain_metrics}");
 }
+
+#[test]
+fn eval_agrees_with_the_reference_scorer_on_bfcl() {
+    check_agreement("bfcl", 300, 60);
+}
+
+/// Runs `capdex eval --json` with several query files and `extra` arguments; returns the report and the run lines.
+fn eval_report(tools: &Path, queries: &[&Path], extra: &[&str]) -> (Value, Vec<Value>) {
+    let run = tools.with_file_name("run-report.jsonl");
+    let mut command = capdex();
+    command.args(["eval", "--json", "--tools"]).arg(tools).arg("--out").arg(&run);
+    for file in queries {
+        command.arg("--queries").arg(file);
+    }
+    let output = command.args(extra).output().expect("capdex runs");
+    assert!(output.status.success(), "capdex eval failed: {}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let lines = std::fs::read_to_string(&run)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .collect();
+    (report, lines)
+}
+
+/// Requests nothing fits (`"relevant": []`) are counted apart: the share
+/// answered with an empty Tier 1 is the share of empty rankings in the run;
+/// a request with its own tools is ranked against those alone; metrics cover
+/// the answerable requests only.
+#[test]
+fn nothing_fits_is_measured_on_empty_rankings() {
+    let bench = bench_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
+    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 40);
+    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let small_talk = bench.join("nothing-fits").join("small-talk.jsonl");
+    let irrelevance = dir.path().join("irrelevance.jsonl");
+    head(&bench.join("nothing-fits").join("bfcl-irrelevance.jsonl"), &irrelevance, 30);
+    let (alone, _) = eval_report(&tools, &[&queries], &[]);
+    let (report, lines) = eval_report(&tools, &[&queries, &small_talk, &irrelevance], &["--empty-when-nothing-fits"]);
+    let (full, _) = eval_report(&tools, &[&queries, &small_talk, &irrelevance], &[]);
+    assert_eq!(full["metrics"], alone["metrics"], "metrics cover the answerable requests alone");
+    assert_eq!(full["nothingFits"], report["nothingFits"], "the shares do not depend on what the run file holds");
+    assert_eq!(report["metrics"]["queries"], 40);
+    assert_eq!(lines.len(), 40 + 60 + 30);
+    let fits = &report["nothingFits"];
+    assert_eq!(fits["unanswerable"], 90);
+    let empty = lines[40..].iter().filter(|line| line["ranked"].as_array().unwrap().is_empty()).count();
+    assert_eq!(fits["answeredEmpty"].as_u64(), Some(empty as u64));
+    let share = fits["answeredEmptyShare"].as_f64().unwrap();
+    assert!((share - 100.0 * empty as f64 / 90.0).abs() < 1e-9, "{fits}");
+    // A request with its own tools never ranks the tools file's.
+    let own_tools: Vec<Value> = std::fs::read_to_string(&irrelevance)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["tools"].clone())
+        .collect();
+    for (line, tools) in lines[100..].iter().zip(&own_tools) {
+        let offered: Vec<&str> = tools.as_array().unwrap().iter().map(|tool| tool["id"].as_str().unwrap()).collect();
+        for id in line["ranked"].as_array().unwrap() {
+            assert!(offered.contains(&id.as_str().unwrap()), "{line} ranks a tool it was not offered");
+        }
+    }
+    let kept = fits["keptShare"].as_f64().unwrap();
+    assert!((0.0..=100.0).contains(&kept), "{fits}");
+    assert!(fits["answerableInReach"].as_u64().unwrap() > 10, "many sample requests find a relevant tool: {fits}");
+}
+
+/// The replay protocol: a seeded half's outcomes are fed in, the other half is
+/// ranked without and with the prior; the same seed gives the same figures,
+/// and the prior the outcomes build changes the second half's ranking.
+#[test]
+fn replay_feeds_one_half_and_ranks_the_other() {
+    let bench = bench_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
+    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 120);
+    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let (report, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
+    let replay = &report["replay"];
+    assert_eq!(replay["seed"], 7);
+    assert_eq!(replay["firstHalf"], 60);
+    assert_eq!(replay["withoutPrior"]["queries"], 60);
+    assert!(replay["outcomes"].as_u64().unwrap() >= 60, "{replay}");
+    assert!(replay["adjusted"].as_u64().unwrap() > 0, "{replay}");
+    assert_ne!(replay["withPrior"], replay["withoutPrior"], "the prior moved some ranking: {replay}");
+    let (again, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
+    assert_eq!(again["replay"], report["replay"]);
+    let (other, _) = eval_report(&tools, &[&queries], &["--replay", "8"]);
+    assert_ne!(other["replay"]["withoutPrior"], report["replay"]["withoutPrior"], "another seed, another split");
+}

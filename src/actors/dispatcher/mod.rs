@@ -166,7 +166,7 @@ pub fn builtin_records() -> Vec<CapabilityRecord> {
         function_definition: FunctionDefinition {
             name: "echo".into(),
             description: echo.description,
-            parameters: echo.full_schema.unwrap_or_else(|| json!({"type": "object"})),
+            parameters: echo.full_schema.map(|schema| schema.value()).unwrap_or_else(|| json!({"type": "object"})),
         },
         requires_approval: false,
         approval_timeout_ms: None,

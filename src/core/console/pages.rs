@@ -361,7 +361,7 @@ pub fn capability(overview: &CatalogOverview, id: &str) -> Option<String> {
     page.raw("</dl>").element("h2", "", "Description").element("p", "description", &descriptor.description);
     if let Some(schema) = &descriptor.full_schema {
         page.element("h2", "", "Parameters").raw("<pre class=\"schema\">");
-        page.text(&serde_json::to_string_pretty(schema).unwrap_or_default()).raw("</pre>");
+        page.text(&serde_json::to_string_pretty(&schema.value()).unwrap_or_default()).raw("</pre>");
     }
     Some(page.finish())
 }

@@ -3,6 +3,7 @@
 //! Schema, a URL handler for `api` and `webhook`, limits in range, and no
 //! PII-processing capability without a redaction rule.
 
+use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::dispatch::env_template::{self, EnvAllow, EnvRefusal};
 use serde::{Deserialize, Serialize};
@@ -147,7 +148,7 @@ impl CapabilityRecord {
             required_tools: Vec::new(),
             available: self.is_active,
             has_side_effects: None,
-            full_schema: Some(self.function_definition.parameters.clone()),
+            full_schema: Some(CompactJson::new(&self.function_definition.parameters)),
             full_content: None,
             definition_ref: DefinitionRef::Tool,
         }
@@ -470,7 +471,7 @@ pub(crate) mod tests {
         assert_eq!(record("x").discovery_id(), "tool:x");
         let descriptor = record("x").descriptor();
         assert_eq!((descriptor.id.as_str(), descriptor.category.as_str()), ("tool:x", "test"));
-        assert_eq!(descriptor.full_schema.as_ref(), Some(&record("x").function_definition.parameters));
+        assert_eq!(descriptor.full_schema.unwrap().value(), record("x").function_definition.parameters);
         assert!(record("x").is_discoverable());
         let mut quiet = record("x");
         quiet.hidden = true;

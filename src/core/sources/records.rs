@@ -4,6 +4,7 @@
 //! [`SourceTool`] and what the source says of itself ([`SourceFacts`]).
 
 use super::{capability_id, Invocation, SourceTool};
+use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::dispatch::registry::{CapabilityRecord, ExecutionType, FunctionDefinition};
 
@@ -39,7 +40,7 @@ pub fn descriptor_of(source: &SourceFacts<'_>, tool: &SourceTool) -> CapabilityD
         required_tools: Vec::new(),
         available: true,
         has_side_effects: None,
-        full_schema: Some(tool.input_schema.clone()),
+        full_schema: Some(CompactJson::new(&tool.input_schema)),
         full_content: None,
         definition_ref: DefinitionRef::Source { source_id: source.source_id.to_string(), loadable: source.loadable },
     }
@@ -99,7 +100,11 @@ pub fn tool_of_descriptor(
         name: descriptor.name.clone(),
         title: (descriptor.display_name != descriptor.name).then(|| descriptor.display_name.clone()),
         description: descriptor.description.clone(),
-        input_schema: descriptor.full_schema.clone().unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        input_schema: descriptor
+            .full_schema
+            .as_ref()
+            .map(|schema| schema.value())
+            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
         output_schema: None,
         invocation,
     })
@@ -151,7 +156,7 @@ mod tests {
         let descriptor = descriptor_of(&facts, &tool("showPet"));
         assert_eq!((descriptor.id.as_str(), descriptor.category.as_str()), ("pets#showPet", "pets"));
         assert_eq!(descriptor.tags, ["animals", "pets"]);
-        assert_eq!(descriptor.full_schema.as_ref().unwrap()["properties"]["petId"]["type"], "integer");
+        assert_eq!(descriptor.full_schema.as_ref().unwrap().value()["properties"]["petId"]["type"], "integer");
         assert_eq!(descriptor.definition_ref, DefinitionRef::Source { source_id: "pets".into(), loadable: true });
         let record = record_of(&facts, &tool("showPet"));
         assert_eq!((record.slug.as_str(), record.handler.as_str()), ("pets#showPet", "pets"));

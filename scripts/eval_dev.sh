@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Evaluates one configuration on the three dev sets at once, with the
+# "nothing fits" requests in the same run, and prints one table row per set.
+#
+# usage: scripts/eval_dev.sh [capdex eval options...]
+#   e.g. scripts/eval_dev.sh --embedder static
+#        scripts/eval_dev.sh --embedder local --model-dir .models/all-MiniLM-L6-v2 --replay 1
+# Environment: CAPDEX (the binary, default target/release/capdex), BENCH (default ../shared/data/bench).
+# Each set is ranked with its dev queries, the small-talk requests against its whole catalog and,
+# for bfcl, BFCL's irrelevance requests against their own functions.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+capdex="${CAPDEX:-$here/target/release/capdex}"
+bench="${BENCH:-$here/../shared/data/bench}"
+nothing="$here/tests/fixtures/bench/nothing-fits"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+printf '%-11s %8s %8s %8s %8s %12s %10s %s\n' set NDCG@10 R@5 R@1 MRR "empty(%)" "kept(%)" replay
+for set in seal-tools metatool bfcl; do
+  extra=(--queries "$nothing/small-talk.jsonl")
+  if [ "$set" = bfcl ]; then extra+=(--queries "$nothing/bfcl-irrelevance.jsonl"); fi
+  "$capdex" eval --json --tools "$bench/$set/tools.jsonl" --queries "$bench/$set/dev_queries.jsonl" \
+    "${extra[@]}" --out "$out/$set.run.jsonl" "$@" > "$out/$set.json" 2> "$out/$set.err" ||
+    { cat "$out/$set.err" >&2; exit 1; }
+  python3 - "$set" "$out/$set.json" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+report = json.load(open(path))
+m, f = report["metrics"], report["nothingFits"]
+replay = report.get("replay")
+r = f"{replay['withoutPrior']['ndcgAt10']:.2f} -> {replay['withPrior']['ndcgAt10']:.2f}" if replay else ""
+print(f"{name:11s} {m['ndcgAt10']:8.2f} {m['recallAt5']:8.2f} {m['recallAt1']:8.2f} {m['mrr']:8.2f} "
+      f"{f['answeredEmptyShare']:11.1f}% {f['keptShare']:9.2f}% {r}")
+PY
+done
