@@ -1,6 +1,6 @@
 //! Benchmark of the Source Capability Graph on real inputs: map time and node
 //! and edge counts per source, TypeAligner and CONSUMES counts against the
-//! published original's rules, route latency (p50/p99) with every source mapped, the
+//! published original's rules, route latency (p50/p99, the whole reply with its concepts) with every source mapped, the
 //! share of recipes that chain along CONSUMES, and route latency with memory notes.
 //!
 //! `cargo bench --bench scg` runs the full figures; under `cargo test` it runs a
@@ -154,14 +154,15 @@ fn main() {
     for _ in 0..reps {
         for query in QUERIES {
             let started = Instant::now();
-            let ranked = index.route(query, DEFAULT_K, &Scope::All, Some(&embedder as &dyn Embed));
+            // The whole reply: concepts resolved, recipes ranked, each recipe's concepts named.
+            let answer = index.route_answer(query, DEFAULT_K, &Scope::All, Some(&embedder as &dyn Embed), None);
             latencies.push(started.elapsed());
-            assert!(!ranked.is_empty(), "no route for {query:?}");
+            assert!(!answer.recipes.is_empty(), "no route for {query:?}");
         }
     }
     latencies.sort();
     println!(
-        "  route k={DEFAULT_K}, {} queries: p50 {:.3} ms, p99 {:.3} ms",
+        "  route k={DEFAULT_K} (with concepts), {} queries: p50 {:.3} ms, p99 {:.3} ms",
         latencies.len(),
         percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
         percentile(&latencies, 0.99).as_secs_f64() * 1000.0

@@ -37,6 +37,7 @@ pub mod live;
 pub mod mcp;
 pub mod registration;
 pub mod replication;
+pub mod route_eval;
 pub mod shared_state;
 pub mod source_catalog;
 pub mod store;

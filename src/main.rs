@@ -147,13 +147,17 @@ enum Command {
     ///   capdex eval --tools bench/seal-tools/tools.jsonl --queries bench/seal-tools/dev_queries.jsonl --out run.jsonl
     Eval {
         /// Tools, one JSON object a line: {"id","name","description","category","tags","params"}.
-        #[arg(long, value_name = "FILE")]
-        tools: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "route")]
+        tools: Option<PathBuf>,
         /// Queries, one JSON object a line: {"query","relevant":[ids]}, optionally with "tools":[...]
         /// to rank that query against those tools alone. "relevant": [] means nothing fits (the
         /// right answer is an empty Tier 1). Repeatable: the files are read as one list.
-        #[arg(long, value_name = "FILE", required = true)]
+        #[arg(long, value_name = "FILE", required_unless_present = "route")]
         queries: Vec<PathBuf>,
+        /// The SCG route benchmark instead (src/route_eval.rs): a manifest of sources and
+        /// questions, e.g. tests/fixtures/route/route.json; hit@3 per kind beside BM25, route latency.
+        #[arg(long, value_name = "MANIFEST", conflicts_with_all = ["tools", "queries"])]
+        route: Option<PathBuf>,
         /// Write the run file here: {"query_idx","ranked":[ids]} a line.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -473,8 +477,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         settings.data_dir = dir;
     }
     capdex::telemetry::init_logging(&settings.log, settings.log_format);
+    if let Command::Eval { route: Some(manifest), json, embedder, .. } = &cli.command {
+        let options = capdex::route_eval::RouteEvalOptions {
+            manifest: manifest.clone(),
+            embedder: embedder.apply(&settings.embedder)?,
+            rounds: 20,
+        };
+        return capdex::route_eval::print(&capdex::route_eval::run(&options)?, *json);
+    }
     if let Command::Eval {
-        tools,
+        tools: Some(tools),
         queries,
         out,
         depth,
@@ -488,6 +500,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         replay,
         empty_when_nothing_fits,
         embedder,
+        route: None,
     } = cli.command
     {
         let mut config = settings.discovery.clone();

@@ -139,24 +139,21 @@ pub fn route(
         let route = Route { query: query.to_string(), k, workspace: workspace.map(str::to_string) };
         anyhow::Ok(actors.graph.send(route).await.context("the SCG actor stopped")??)
     })?;
-    let ranked = answer.recipes;
+    let ranked = &answer.recipes;
     if json {
-        let recipes: Vec<serde_json::Value> = ranked
-            .iter()
-            .map(|recipe| serde_json::json!({"sourceKey": recipe.source_key, "steps": recipe.steps, "score": recipe.score, "memory": recipe.memory}))
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "recipes": recipes }))
-                .context("failed to encode the recipes")?
-        );
+        // The `capdex.v1.route` reply: recipes (with the concepts each answers) and the resolved concepts.
+        println!("{}", serde_json::to_string_pretty(&answer).context("failed to encode the recipes")?);
     } else if ranked.is_empty() {
         println!(
             "no recipes (is a source mapped{}?)",
             workspace.map(|ws| format!(" and enabled in workspace {ws}")).unwrap_or_default()
         );
     } else {
-        for recipe in &ranked {
+        if !answer.concepts.is_empty() {
+            let concepts: Vec<String> = answer.concepts.iter().map(|concept| concept.label()).collect();
+            println!("concepts: {}", concepts.join("; "));
+        }
+        for recipe in ranked {
             let memory = if recipe.memory != 0.0 { format!(" (memory {:+.3})", recipe.memory) } else { String::new() };
             println!(
                 "{:.3}  {}  steps: {}  (via {}){memory}",
@@ -165,6 +162,19 @@ pub fn route(
                 recipe.steps.join(" → "),
                 recipe.via
             );
+            for concept in &recipe.concepts {
+                let steps: Vec<String> = concept
+                    .steps
+                    .iter()
+                    .map(|step| match &step.field {
+                        Some(field) => format!("{} reads {field}", step.operation),
+                        None => step.operation.clone(),
+                    })
+                    .collect();
+                let across =
+                    concept.resolves_to.as_deref().map(|edge| format!(" (RESOLVES_TO {edge})")).unwrap_or_default();
+                println!("         answers {}: {}{across}", concept.answers, steps.join("; "));
+            }
         }
     }
     Ok(())

@@ -42,6 +42,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     ("live", &["core", "actors", "gateway", "config", "store", "upstream", "source_catalog", "clock"]),
     ("shared_state", &["core", "actors", "gateway", "config", "store", "source_catalog", "live"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
+    ("route_eval", &["core", "embedders", "config"]),
     ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app", "gateway", "mcp", "allocations"]),
     (
         "app",
@@ -86,6 +87,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "shared_state",
             "upstream",
             "eval",
+            "route_eval",
             "bench",
             "allocations",
             "app",

@@ -14,7 +14,9 @@
 use crate::actors::scg::mapper::Parsed;
 use crate::actors::scg::progress::{now_ms, Progress, ScgError};
 use crate::actors::Inspect;
-use crate::core::embedder::{Embed, HashingEmbedder};
+use crate::core::embedder::Embed;
+#[cfg(test)]
+use crate::core::embedder::HashingEmbedder;
 use crate::core::scg::align::{Links, TypeAligner};
 use crate::core::scg::memory::{self, Deposit, Deposited, MemoryError, Note};
 use crate::core::scg::model::{replace_source, Replaced};
@@ -37,10 +39,13 @@ struct Loaded {
     note_vectors: Vec<Vec<f32>>,
 }
 
+/// The embedder the SCG routes with, shared with the closures that embed notes.
+pub type SharedEmbedder = std::sync::Arc<dyn Embed + Send + Sync>;
+
 /// Holds the SCG: link, finalize, route, observe, deposit.
 pub struct ScgGraph {
     store: ScgStore,
-    embedder: HashingEmbedder,
+    embedder: SharedEmbedder,
     half_life_ms: u64,
     events: broadcast::Sender<ScgEvent>,
     loaded: Option<Loaded>,
@@ -79,7 +84,7 @@ impl ScgGraph {
     /// stored sources are loaded on the first message.
     pub fn new(
         store: ScgStore,
-        embedder: HashingEmbedder,
+        embedder: SharedEmbedder,
         half_life_ms: u64,
         events: broadcast::Sender<ScgEvent>,
     ) -> ScgGraph {
@@ -99,7 +104,7 @@ impl ScgGraph {
             };
             let index = Arc::new(self.build_index(&sources, &links));
             let notes = self.store.notes()?;
-            let note_vectors = notes.iter().map(|note| RouteIndex::note_vector(note, &self.embedder)).collect();
+            let note_vectors = notes.iter().map(|note| RouteIndex::note_vector(note, &*self.embedder)).collect();
             self.loaded = Some(Loaded { sources, index, notes, note_vectors });
         }
         Ok(self.loaded.as_mut().expect("loaded above"))
@@ -107,7 +112,7 @@ impl ScgGraph {
 
     fn build_index(&self, sources: &[StoredSource], links: &Links) -> RouteIndex {
         let graphs: Vec<SourceGraph> = sources.iter().map(|source| source.graph.clone()).collect();
-        RouteIndex::build(&graphs, links, Some(&self.embedder as &dyn Embed))
+        RouteIndex::build(&graphs, links, Some(&*self.embedder as &dyn Embed))
     }
 
     fn scope(sources: &[StoredSource], workspace: Option<&str>) -> Scope {
@@ -291,7 +296,7 @@ impl Handler<PutNote> for ScgGraph {
     type Result = Result<bool, ScgError>;
 
     fn handle(&mut self, PutNote { id, note }: PutNote, _: &mut Context<Self>) -> Self::Result {
-        let (store, embedder) = (self.store.clone(), self.embedder);
+        let (store, embedder) = (self.store.clone(), self.embedder.clone());
         let loaded = self.loaded()?;
         let at = loaded.notes.binary_search_by(|held| held.id.cmp(&id));
         let held = at.ok().map(|at| &loaded.notes[at]);
@@ -300,7 +305,7 @@ impl Handler<PutNote> for ScgGraph {
             Apply::Put(note) => {
                 store.put_note(&note)?;
                 store.flush()?;
-                let vector = RouteIndex::note_vector(&note, &embedder);
+                let vector = RouteIndex::note_vector(&note, &*embedder);
                 match at {
                     Ok(at) => {
                         loaded.notes[at] = note;
@@ -374,20 +379,15 @@ impl Handler<Route> for ScgGraph {
     type Result = Result<RouteAnswer, ScgError>;
 
     fn handle(&mut self, request: Route, _: &mut Context<Self>) -> Self::Result {
-        let (half_life_ms, embedder) = (self.half_life_ms, self.embedder);
+        let (half_life_ms, embedder) = (self.half_life_ms, self.embedder.clone());
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
         let sources_in_scope = loaded.sources.iter().filter(|s| scope.permits(&s.graph.source_id)).count();
         let view =
             MemoryView { notes: &loaded.notes, now_ms: now_ms(), half_life_ms, vectors: Some(&loaded.note_vectors) };
-        let recipes = loaded.index.route_with_memory(
-            &request.query,
-            request.k,
-            &scope,
-            Some(&embedder as &dyn Embed),
-            Some(view),
-        );
-        Ok(RouteAnswer { recipes, sources_in_scope })
+        let answer =
+            loaded.index.route_answer(&request.query, request.k, &scope, Some(&*embedder as &dyn Embed), Some(view));
+        Ok(RouteAnswer { sources_in_scope, ..answer })
     }
 }
 
@@ -435,7 +435,7 @@ impl Handler<DepositNote> for ScgGraph {
 
     fn handle(&mut self, request: DepositNote, _: &mut Context<Self>) -> Self::Result {
         memory::validate(&request.deposit)?;
-        let (store, embedder) = (self.store.clone(), self.embedder);
+        let (store, embedder) = (self.store.clone(), self.embedder.clone());
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
         let mut anchors = Vec::new();
@@ -453,7 +453,7 @@ impl Handler<DepositNote> for ScgGraph {
         let note = memory::merge(existing, &request.deposit, &anchors, now_ms());
         store.put_note(&note)?;
         store.flush()?;
-        let vector = RouteIndex::note_vector(&note, &embedder);
+        let vector = RouteIndex::note_vector(&note, &*embedder);
         match loaded.notes.binary_search_by(|held| held.id.cmp(&note.id)) {
             Ok(at) => {
                 loaded.notes[at] = note.clone();
@@ -490,7 +490,7 @@ mod tests {
 
     fn start(store: &Store) -> Addr<ScgGraph> {
         let (events, _) = broadcast::channel(64);
-        let embedder = HashingEmbedder::new(64).unwrap();
+        let embedder = std::sync::Arc::new(HashingEmbedder::new(64).unwrap());
         ScgGraph::new(ScgStore::open(store).unwrap(), embedder, 86_400_000, events).start()
     }
 

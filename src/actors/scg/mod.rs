@@ -20,9 +20,11 @@ pub use graph::{
 pub use mapper::{Introspect, MapRequest, Parsed, ScgMapper, ScgMapperStats, SourceText};
 pub use progress::ScgError;
 
+use crate::config::EmbedderBackend;
 use crate::config::Settings;
 use crate::core::embedder::HashingEmbedder;
 use crate::core::scg::pipeline::{MapReport, ScgEvent};
+use crate::core::static_embedder::StaticEmbedder;
 use crate::store::scg::ScgStore;
 use crate::store::{Store, StoreError};
 use actix::prelude::*;
@@ -49,7 +51,13 @@ pub fn spawn(settings: &Settings, store: &Store) -> Result<ScgActors, StoreError
     let dimensions = settings.embedder_dimensions;
     let half_life_ms = settings.scg.memory_half_life_ms;
     let graph_events = events.clone();
-    let embedder = HashingEmbedder::new(dimensions).expect("dimensions are validated in config");
+    // The configured embedder when it runs in process without files (builtin, static): a
+    // route embeds its query on this thread. `local` and `http` are not run here yet (a
+    // model or a network call on the System thread), so they route with the builtin one.
+    let embedder: graph::SharedEmbedder = match settings.embedder.backend {
+        EmbedderBackend::Static => std::sync::Arc::new(StaticEmbedder::new()),
+        _ => std::sync::Arc::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")),
+    };
     let graph = ScgGraph::new(scg, embedder, half_life_ms, graph_events).start();
     Ok(ScgActors { mapper, graph, events })
 }

@@ -106,7 +106,8 @@ pub fn is_stop_field(concept: &str) -> bool {
     STOP_FIELDS.contains(&concept)
 }
 
-fn split_words(text: &str) -> Vec<String> {
+/// Splits a name into lower-cased words at case changes and non-alphanumerics (`dueOn` → `due on`).
+pub fn split_words(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut current = String::new();
     let chars: Vec<char> = text.chars().collect();

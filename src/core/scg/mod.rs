@@ -15,6 +15,7 @@
 //! and their descriptions.
 
 pub mod align;
+pub mod concepts;
 pub mod mcp;
 pub mod memory;
 pub mod model;

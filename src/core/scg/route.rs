@@ -24,6 +24,9 @@
 //! an empty scope routes nothing and observes nothing.
 
 use super::align::Links;
+use super::concepts::{
+    ConceptIndex, ConceptStep, GraphView, Lexicon, NodeConcept, RecipeConcept, Resolved, ResolvedConcept,
+};
 use super::memory::{self, MemoryBias, Note};
 use super::model::{node_id, Edge, EdgeKind, Node, NodeKind, RouteRecipe, SourceGraph};
 use crate::core::embedder::{dot, Embed};
@@ -41,6 +44,8 @@ pub const SELF_WEIGHT: f32 = 1.0;
 pub const MAX_DOC_CHARS: usize = 400;
 /// Edges listed before an unfiltered observation turns into a survey.
 pub const SURVEY_ABOVE_EDGES: usize = 40;
+/// How much each recipe already taken from a source lowers the next one's claim to a place.
+pub const SOURCE_REPEAT_PENALTY: f32 = 0.15;
 /// The most steps a recipe's chain grows to along CONSUMES.
 pub const MAX_CHAIN_STEPS: usize = 3;
 /// A producer joins a chain backwards only when its similarity to the query is at least
@@ -84,6 +89,9 @@ pub struct RankedRecipe {
     /// The part of `score` that came from memory notes (0 when none applied).
     #[serde(default)]
     pub memory: f32,
+    /// The resolved concepts this recipe answers, with the operation and field carrying each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub concepts: Vec<RecipeConcept>,
 }
 
 /// Ranked recipes and how many sources the request could see (the `capdex.v1.route` reply).
@@ -92,6 +100,9 @@ pub struct RankedRecipe {
 pub struct RouteAnswer {
     pub recipes: Vec<RankedRecipe>,
     pub sources_in_scope: usize,
+    /// The concepts the question resolved to, and what resolved each.
+    #[serde(default)]
+    pub concepts: Vec<ResolvedConcept>,
 }
 
 /// Memory notes for a route, and the clock and half-life their decay uses.
@@ -117,6 +128,8 @@ pub struct RouteIndex {
     /// Seedable nodes (capabilities, entity types) with their vectors and word sets.
     seedable: Vec<(usize, Vec<f32>, BTreeSet<String>)>,
     embedder_model: Option<String>,
+    /// Concepts and their carriers (see [`super::concepts`]).
+    concepts: ConceptIndex,
 }
 
 /// Why an observation failed.
@@ -168,6 +181,9 @@ pub struct Observation {
     /// Memory notes anchored at this node, strongest first (filled by the caller that holds them).
     #[serde(default)]
     pub notes: Vec<Note>,
+    /// The concepts this node carries, strongest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub concepts: Vec<NodeConcept>,
 }
 
 impl RouteIndex {
@@ -216,7 +232,21 @@ impl RouteIndex {
             .zip(&texts)
             .map(|((at, vector), text)| (at, vector, word_set(text)))
             .collect();
-        RouteIndex { nodes, by_id, edges, incident, recipes, seedable, embedder_model: embedder.map(|e| e.model_id()) }
+        let concepts = ConceptIndex::build(
+            &GraphView { nodes: &nodes, edges: &edges, incident: &incident, by_id: &by_id },
+            Lexicon::builtin(),
+            embedder,
+        );
+        RouteIndex {
+            nodes,
+            by_id,
+            edges,
+            incident,
+            recipes,
+            seedable,
+            embedder_model: embedder.map(|e| e.model_id()),
+            concepts,
+        }
     }
 
     /// Returns the number of nodes, edges and recipes.
@@ -234,6 +264,155 @@ impl RouteIndex {
         self.route_with_memory(query, k, scope, embedder, None)
     }
 
+    /// Routes a question and says which concepts it resolved to: the `capdex.v1.route`
+    /// reply but for `sourcesInScope`, which the caller knows.
+    pub fn route_answer(
+        &self,
+        query: &str,
+        k: usize,
+        scope: &Scope,
+        embedder: Option<&dyn Embed>,
+        memory: Option<MemoryView<'_>>,
+    ) -> RouteAnswer {
+        let (mut recipes, resolved) = self.rank(query, k, scope, embedder, memory);
+        for recipe in &mut recipes {
+            recipe.concepts = self.recipe_concepts(recipe, &resolved, scope);
+        }
+        RouteAnswer { recipes, sources_in_scope: 0, concepts: self.concepts.describe(&resolved) }
+    }
+
+    /// The resolved concepts a ranked recipe answers: per concept, the recipe's operation and
+    /// the field carrying it, and the other source's when a RESOLVES_TO edge joins the field.
+    fn recipe_concepts(&self, recipe: &RankedRecipe, resolved: &Resolved, scope: &Scope) -> Vec<RecipeConcept> {
+        let mut candidates: Vec<usize> = Vec::new();
+        for kind in [NodeKind::Capability, NodeKind::EntityType] {
+            if let Some(&at) = self.by_id.get(&node_id(&recipe.source_key, kind)) {
+                candidates.push(at);
+            }
+        }
+        // The recipe's own node first, then its steps from the last (the one that answers) back.
+        for step in recipe.steps.iter().rev() {
+            if let Some(&at) = self.by_id.get(&node_id(step, NodeKind::Capability)) {
+                if !candidates.contains(&at) {
+                    candidates.push(at);
+                }
+            }
+        }
+        let operation = recipe.steps.last().cloned().unwrap_or_else(|| recipe.source_key.clone());
+        let mut out = Vec::new();
+        for (concept_at, _, _) in &resolved.concepts {
+            let concept = self.concepts.concept(*concept_at);
+            if concept.operations_only {
+                continue;
+            }
+            let carriers = self.concepts.carriers(*concept_at);
+            // The strongest carrier; on a tie, the one nearest the recipe's own node.
+            let best = candidates
+                .iter()
+                .filter_map(|&at| {
+                    carriers.binary_search_by_key(&at, |carrier| carrier.node).ok().map(|found| carriers[found])
+                })
+                .fold(None, |best: Option<super::concepts::Carrier>, carrier| match best {
+                    Some(best) if best.strength >= carrier.strength => Some(best),
+                    _ => Some(carrier),
+                });
+            let Some(carrier) = best else { continue };
+            let node = &self.nodes[carrier.node];
+            let step_of = |node: &Node| match node.kind {
+                NodeKind::Capability => node.source_key.clone(),
+                _ => operation.clone(),
+            };
+            let Some(field_at) = carrier.field else {
+                out.push(RecipeConcept {
+                    concept: concept.id.clone(),
+                    answers: format!("{} ({})", concept.label, node.name),
+                    steps: vec![ConceptStep { source: node.source_id.clone(), operation: step_of(node), field: None }],
+                    resolves_to: None,
+                });
+                continue;
+            };
+            let field = &self.nodes[field_at];
+            let of = field
+                .owner
+                .as_deref()
+                .and_then(|owner| owner.split_once('#'))
+                .map_or(node.name.as_str(), |(_, name)| name);
+            let mut steps = vec![ConceptStep {
+                source: node.source_id.clone(),
+                operation: step_of(node),
+                field: Some(field.source_key.clone()),
+            }];
+            // The edge the concept came over, or the heaviest one joining the field to another in-scope source.
+            let edge_at = carrier.resolves_to.or_else(|| {
+                self.incident[field_at]
+                    .iter()
+                    .copied()
+                    .filter(|&edge_at| self.edges[edge_at].kind == EdgeKind::ResolvesTo)
+                    .filter(|&edge_at| {
+                        let other = self.other_end(edge_at, field_at);
+                        self.nodes[other].source_id != field.source_id && scope.permits(&self.nodes[other].source_id)
+                    })
+                    .max_by(|&a, &b| self.edges[a].weight.total_cmp(&self.edges[b].weight).then(b.cmp(&a)))
+            });
+            let mut resolves_to = None;
+            if let Some(edge_at) = edge_at {
+                let other =
+                    self.nodes.get(self.other_end(edge_at, field_at)).filter(|other| other.kind == NodeKind::Field);
+                if let Some(other) = other.filter(|other| scope.permits(&other.source_id)) {
+                    if let Some(reader) = self.reader_of(other, scope) {
+                        steps.push(ConceptStep {
+                            source: other.source_id.clone(),
+                            operation: reader,
+                            field: Some(other.source_key.clone()),
+                        });
+                        resolves_to = Some(format!(
+                            "{} ~ {} ({:.2})",
+                            field.source_key, other.source_key, self.edges[edge_at].weight
+                        ));
+                    }
+                }
+            }
+            out.push(RecipeConcept {
+                concept: concept.id.clone(),
+                answers: format!("{} of {of}", concept.label),
+                steps,
+                resolves_to,
+            });
+        }
+        out
+    }
+
+    /// The node at the other end of an edge from `at`.
+    fn other_end(&self, edge_at: usize, at: usize) -> usize {
+        let edge = &self.edges[edge_at];
+        let source = self.by_id[&edge.source];
+        if source == at {
+            self.by_id[&edge.target]
+        } else {
+            source
+        }
+    }
+
+    /// An in-scope operation that reads a field: its entity type's recipe, else a producer.
+    fn reader_of(&self, field: &Node, scope: &Scope) -> Option<String> {
+        let owner = field.owner.as_deref()?;
+        if let Some(recipe) = self.recipes.get(owner) {
+            if let Some(step) = recipe.steps.last().filter(|step| scope.permits(step.split('#').next().unwrap_or(step)))
+            {
+                return Some(step.clone());
+            }
+        }
+        let at = *self.by_id.get(&field.id)?;
+        self.incident[at]
+            .iter()
+            .map(|&edge_at| &self.edges[edge_at])
+            .filter(|edge| edge.kind == EdgeKind::Produces && edge.target == field.id)
+            .filter_map(|edge| self.by_id.get(&edge.source).map(|&at| &self.nodes[at]))
+            .filter(|node| node.kind == NodeKind::Capability && scope.permits(&node.source_id))
+            .map(|node| node.source_key.clone())
+            .min()
+    }
+
     /// Like [`RouteIndex::route`], with memory notes biasing recipes up or down.
     pub fn route_with_memory(
         &self,
@@ -243,10 +422,26 @@ impl RouteIndex {
         embedder: Option<&dyn Embed>,
         memory: Option<MemoryView<'_>>,
     ) -> Vec<RankedRecipe> {
+        self.rank(query, k, scope, embedder, memory).0
+    }
+
+    /// Ranks recipes, and returns the concepts the question resolved to.
+    fn rank(
+        &self,
+        query: &str,
+        k: usize,
+        scope: &Scope,
+        embedder: Option<&dyn Embed>,
+        memory: Option<MemoryView<'_>>,
+    ) -> (Vec<RankedRecipe>, Resolved) {
         let k = k.clamp(1, MAX_K);
         let query_vector =
             embedder.filter(|_| self.embedder_model.is_some()).and_then(|embedder| embedder.embed(query).ok());
         let query_words = word_set(query);
+        let field_name = |at: usize| self.nodes[at].source_key.clone();
+        let resolved = self.concepts.resolve(query, query_vector.as_deref(), &field_name);
+        let mut concept_scores: HashMap<usize, f32> = HashMap::new();
+        self.concepts.score_into(&resolved, &mut concept_scores);
         let mut seeds: Vec<(f32, usize)> = self
             .seedable
             .iter()
@@ -256,7 +451,7 @@ impl RouteIndex {
                     Some(query_vector) if query_vector.len() == vector.len() => dot(query_vector, vector),
                     _ => lexical(&query_words, words),
                 };
-                (similarity, *at)
+                (similarity + concept_scores.get(at).copied().unwrap_or(0.0), *at)
             })
             .filter(|(similarity, _)| *similarity > 0.0)
             .collect();
@@ -331,12 +526,12 @@ impl RouteIndex {
                     score: score + memory,
                     via: self.nodes[seed].source_key.clone(),
                     memory,
+                    concepts: Vec::new(),
                 })
             })
             .collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.source_key.cmp(&b.source_key)));
-        ranked.truncate(k);
-        ranked
+        (diversify(ranked, k), resolved)
     }
 
     /// Returns a recipe's steps as a chain along CONSUMES: the producer it was reached from
@@ -478,8 +673,44 @@ impl RouteIndex {
                 all.into_iter().filter(|edge| edge_kinds.is_empty() || edge_kinds.contains(&edge.kind)).collect();
             (Vec::new(), edges)
         };
-        Ok(Observation { node: node.clone(), n_edges, survey, edges, recipes, notes: Vec::new() })
+        let concepts = self
+            .concepts
+            .of_node(at)
+            .into_iter()
+            .map(|(concept, strength)| NodeConcept { concept: concept.to_string(), strength })
+            .collect();
+        Ok(Observation { node: node.clone(), n_edges, survey, edges, recipes, notes: Vec::new(), concepts })
     }
+}
+
+/// Takes the best `k` of `ranked` (sorted best first), each pick's score lowered by
+/// [`SOURCE_REPEAT_PENALTY`] for every recipe of its source already taken, so a close
+/// second source gets a place; within one source the order stays, and scores are kept.
+fn diversify(ranked: Vec<RankedRecipe>, k: usize) -> Vec<RankedRecipe> {
+    let mut left: Vec<Option<RankedRecipe>> = ranked.into_iter().map(Some).collect();
+    let mut taken: HashMap<String, usize> = HashMap::new();
+    let mut out = Vec::with_capacity(k.min(left.len()));
+    while out.len() < k {
+        // The first remaining recipe of each source is that source's best.
+        let mut best: Option<(f32, usize)> = None;
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        for (at, recipe) in left.iter().enumerate() {
+            let Some(recipe) = recipe else { continue };
+            let source = recipe.source_key.split('#').next().unwrap_or(&recipe.source_key);
+            if !seen.insert(source) {
+                continue;
+            }
+            let adjusted = recipe.score - SOURCE_REPEAT_PENALTY * taken.get(source).copied().unwrap_or(0) as f32;
+            if best.is_none_or(|(score, _)| adjusted > score) {
+                best = Some((adjusted, at));
+            }
+        }
+        let Some((_, at)) = best else { break };
+        let recipe = left[at].take().expect("a remaining recipe");
+        *taken.entry(recipe.source_key.split('#').next().unwrap_or(&recipe.source_key).to_string()).or_insert(0) += 1;
+        out.push(recipe);
+    }
+    out
 }
 
 /// Returns the text a node is embedded with: its name split into words, then its description.
@@ -676,6 +907,90 @@ mod tests {
             );
             assert!(scoped.iter().all(|r| r.memory == 0.0));
         }
+    }
+
+    #[test]
+    fn a_question_resolves_to_concepts_and_recipes_name_operation_and_field() {
+        let embedder = HashingEmbedder::default();
+        let index = index(Some(&embedder));
+        // No word of the question is in any node: `responsible` resolves to the owner concept.
+        let answer = index.route_answer("who is responsible for this", 5, &Scope::All, Some(&embedder), None);
+        let owner = answer.concepts.iter().find(|concept| concept.concept == "owner").expect("owner resolved");
+        assert!(owner
+            .via
+            .iter()
+            .any(|via| via.through == super::super::concepts::Through::Lexicon && via.term == "responsible"));
+        let sources: BTreeSet<&str> =
+            answer.recipes.iter().take(3).map(|recipe| recipe.source_key.split('#').next().unwrap()).collect();
+        assert_eq!(sources, ["asana", "gitea"].into(), "{answer:#?}");
+        let recipe =
+            answer.recipes.iter().find(|recipe| recipe.source_key == "gitea#getIssue").expect("getIssue ranked");
+        let concept = recipe.concepts.iter().find(|concept| concept.concept == "owner").expect("answers owner");
+        assert_eq!(concept.answers, "owner of Issue");
+        assert_eq!(concept.steps[0].operation, "gitea#getIssue");
+        assert_eq!(concept.steps[0].field.as_deref(), Some("gitea#Issue.assignee"));
+        // The aligned tracker carries it too, over RESOLVES_TO.
+        assert_eq!(concept.steps.len(), 2, "{concept:#?}");
+        assert_eq!(concept.steps[1].source, "asana");
+        assert_eq!(concept.steps[1].field.as_deref(), Some("asana#Task.assignee"));
+        assert!(concept.resolves_to.as_deref().is_some_and(|edge| edge.contains(" ~ ")));
+        // A field's own name resolves through the source; the route without concepts is unchanged in form.
+        let by_field = index.route_answer("assignee", 5, &Scope::All, Some(&embedder), None);
+        let owner = by_field.concepts.iter().find(|concept| concept.concept == "owner").expect("owner resolved");
+        assert!(owner.via.iter().any(|via| via.through == super::super::concepts::Through::Source));
+        assert_eq!(
+            index.route("who is responsible for this", 5, &Scope::All, Some(&embedder)),
+            answer
+                .recipes
+                .iter()
+                .cloned()
+                .map(|recipe| RankedRecipe { concepts: Vec::new(), ..recipe })
+                .collect::<Vec<_>>()
+        );
+        // Observe lists what a node carries.
+        let observed = index.observe("gitea#Issue", &[], &Scope::All).unwrap();
+        assert!(observed.concepts.iter().any(|concept| concept.concept == "owner"), "{:?}", observed.concepts);
+    }
+
+    #[test]
+    fn a_concept_reaches_a_table_through_its_columns_and_foreign_keys() {
+        let ddl = "CREATE TABLE Employee (EmployeeId INTEGER PRIMARY KEY, LastName TEXT, ReportsTo INTEGER REFERENCES Employee (EmployeeId));\n\
+                   CREATE TABLE Customer (CustomerId INTEGER PRIMARY KEY, City TEXT, SupportRepId INTEGER REFERENCES Employee (EmployeeId));\n\
+                   CREATE TABLE Genre (GenreId INTEGER PRIMARY KEY, Name TEXT);";
+        let graph = crate::core::scg::map_source("shop", None, ddl).unwrap();
+        let graphs = vec![graph];
+        let refs: Vec<&SourceGraph> = graphs.iter().collect();
+        let index = RouteIndex::build(&graphs, &TypeAligner.link(&refs), None);
+        let answer = index.route_answer("who is in charge of this customer", 3, &Scope::All, None, None);
+        assert!(answer.concepts.iter().any(|concept| concept.concept == "owner"), "{:#?}", answer.concepts);
+        let customer =
+            answer.recipes.iter().find(|recipe| recipe.source_key == "shop#Customer").expect("Customer ranked");
+        let owner = customer.concepts.iter().find(|concept| concept.concept == "owner").expect("answers owner");
+        assert_eq!(owner.steps[0].field.as_deref(), Some("shop#Customer.SupportRepId"), "{owner:#?}");
+        // The owner concept reaches Employee over the foreign key's RESOLVES_TO as well as by ReportsTo.
+        let observed = index.observe("shop#Employee", &[], &Scope::All).unwrap();
+        assert!(observed.concepts.iter().any(|concept| concept.concept == "owner"));
+        assert!(!answer.recipes.iter().any(|recipe| recipe.source_key.contains("Genre")), "{:#?}", answer.recipes);
+    }
+
+    #[test]
+    fn a_second_source_gets_a_close_place_and_order_within_a_source_stays() {
+        let recipe = |key: &str, score: f32| RankedRecipe {
+            source_key: key.into(),
+            steps: vec![key.into()],
+            score,
+            via: key.into(),
+            memory: 0.0,
+            concepts: Vec::new(),
+        };
+        let ranked =
+            vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("a#3", 1.9), recipe("b#1", 1.85), recipe("b#2", 1.0)];
+        let keys = |list: Vec<RankedRecipe>| list.into_iter().map(|r| r.source_key).collect::<Vec<_>>();
+        assert_eq!(keys(diversify(ranked.clone(), 3)), ["a#1", "b#1", "a#2"]);
+        assert_eq!(keys(diversify(ranked.clone(), 10)), ["a#1", "b#1", "a#2", "a#3", "b#2"]);
+        // A far second source does not.
+        let far = vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("b#1", 1.0)];
+        assert_eq!(keys(diversify(far, 2)), ["a#1", "a#2"]);
     }
 
     #[test]
