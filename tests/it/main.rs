@@ -10,6 +10,7 @@ mod embedder_http;
 mod eval;
 mod exact_names;
 mod hostile_manifests;
+mod identity;
 mod kpi_over_nats;
 mod lanes;
 mod live_sources;
