@@ -141,6 +141,8 @@ pub struct Gateway {
     subjects: Subjects,
     /// Sent back as the `Capdex-Node` header of every reply, when set.
     node_name: Option<String>,
+    /// The nesting a request body may have (`[limits]`).
+    limits: crate::core::limits::Limits,
 }
 
 /// The reply header naming the node that answered (set with several nodes).
@@ -160,11 +162,17 @@ impl Gateway {
             settings: settings.clone(),
             subjects: Subjects::new(&settings.subject_prefix),
             node_name: None,
+            limits: crate::core::limits::Limits::default(),
         })
     }
 
     pub fn subjects(&self) -> &Subjects {
         &self.subjects
+    }
+
+    /// Sets the limits every request body is checked against before it is decoded (`[limits]`).
+    pub fn set_limits(&mut self, limits: crate::core::limits::Limits) {
+        self.limits = limits;
     }
 
     /// Names this node in the `Capdex-Node` header of every reply.
@@ -203,6 +211,7 @@ impl Gateway {
             subjects: self.subjects.clone(),
             max_payload_bytes: self.settings.max_payload_bytes,
             node_name: self.node_name.clone(),
+            limits: self.limits,
         });
         let in_flight = Rc::new(InFlight::default());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -513,6 +522,7 @@ struct Shared {
     subjects: Subjects,
     max_payload_bytes: usize,
     node_name: Option<String>,
+    limits: crate::core::limits::Limits,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -631,6 +641,7 @@ async fn handle<A: Api>(
             .ok_or_else(|| ApiError::bad_request(format!("{} names no agent or approver", message.subject)))
     };
     let result: Result<Vec<u8>, ApiError> = async {
+        crate::gateway::wire::check_body(codec, &payload, &shared.limits)?;
         match kind {
             EndpointKind::Discover => {
                 let discover: DiscoverRequest = codec.decode(&payload, max)?;
@@ -664,6 +675,9 @@ async fn handle<A: Api>(
             }
             EndpointKind::Upsert => {
                 let batch: RegistrationPayload = codec.decode(&payload, max)?;
+                let offered = batch.tools.len() + batch.skills.len() + batch.extensions.len() + batch.channels.len();
+                let most = shared.limits.max_tools_per_source;
+                crate::core::limits::check(crate::core::limits::Limit::ToolsPerSource, offered, most)?;
                 codec.encode(&api.register(batch).await?)
             }
             EndpointKind::Remove => {

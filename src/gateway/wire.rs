@@ -347,6 +347,23 @@ impl Codec {
     }
 }
 
+/// Checks a request body's nesting against `limits.max_json_depth` before it
+/// is decoded: over it, 413 with the limit's code (`json_too_deep`) and a
+/// message naming the setting.
+pub fn check_body(codec: Codec, payload: &[u8], limits: &crate::core::limits::Limits) -> Result<(), ApiError> {
+    let checked = match codec {
+        Codec::Json => crate::core::limits::check_json(payload, limits),
+        Codec::Msgpack => crate::core::limits::check_msgpack(payload, limits),
+    };
+    checked.map_err(ApiError::from)
+}
+
+impl From<crate::core::limits::LimitExceeded> for ApiError {
+    fn from(exceeded: crate::core::limits::LimitExceeded) -> ApiError {
+        ApiError::new(ErrorKind::TooLarge(exceeded.limit.code()), exceeded.to_string())
+    }
+}
+
 /// Decodes a JSON request, turning every failure into a `bad_request`.
 pub fn decode<T: serde::de::DeserializeOwned>(payload: &[u8], max_bytes: usize) -> Result<T, ApiError> {
     Codec::Json.decode(payload, max_bytes)

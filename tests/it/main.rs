@@ -13,6 +13,7 @@ mod hostile_manifests;
 mod identity;
 mod kpi_over_nats;
 mod lanes;
+mod limits;
 mod live_sources;
 mod mcp_clients;
 mod mcp_sources;
