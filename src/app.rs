@@ -616,6 +616,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
         None
     };
     let mut gateway = Gateway::connect(&settings.nats).await?;
+    gateway.set_limits(settings.limits);
     let replication = if settings.jetstream.enabled {
         let replication = crate::replication::start(settings, &gateway, &actors, &store).await?;
         gateway.set_node_name(replication.node_name());

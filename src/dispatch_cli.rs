@@ -51,6 +51,9 @@ struct ApprovalFilter {
     /// Every approval, not only pending ones.
     #[serde(default)]
     all: bool,
+    /// Only this agent's approvals.
+    #[serde(default)]
+    agent_id: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -98,7 +101,7 @@ pub async fn admin(dispatcher: Addr<Dispatcher>, request: DispatchAdmin) -> Resu
         DispatchAdmin::ListApprovals(body) => {
             let filter: ApprovalFilter = decode("approval filter", body)?;
             let approvals = dispatcher
-                .send(ListApprovals { pending_only: !filter.all })
+                .send(ListApprovals { pending_only: !filter.all, agent_id: filter.agent_id })
                 .await
                 .map_err(unavailable)?
                 .map_err(admin_error)?;

@@ -21,6 +21,7 @@ mod error;
 mod jetstream;
 mod kpi;
 mod layers;
+mod limits;
 mod listener;
 mod mcp;
 mod nats;
@@ -79,6 +80,7 @@ pub struct RawSettings {
     pub sources: Vec<crate::core::sources::settings::SourceSettings>,
     pub mcp: RawMcp,
     pub console: RawConsole,
+    pub limits: limits::RawLimits,
 }
 
 /// Validated settings; each actor receives only its part.
@@ -113,6 +115,8 @@ pub struct Settings {
     pub sources: Vec<crate::core::sources::settings::SourceSettings>,
     /// The MCP face (`[mcp]`).
     pub mcp: McpSettings,
+    /// Limits on everything from outside (`[limits]`).
+    pub limits: crate::core::limits::Limits,
     /// The operator console (`[console]`).
     pub console: ConsoleSettings,
 }
@@ -120,16 +124,26 @@ pub struct Settings {
 impl Settings {
     /// Loads the defaults, then `file` (if any), then the `CAPDEX_*` variables of `env`.
     pub fn load(file: Option<&Path>, env: &Environment) -> Result<Settings, ConfigError> {
+        match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+                Settings::load_text(&path.display().to_string(), Some(&text), env)
+            }
+            None => Settings::load_text("(environment)", None, env),
+        }
+    }
+
+    /// [`Settings::load`] of a config file's `text` (`origin` names it in errors).
+    pub fn load_text(origin: &str, text: Option<&str>, env: &Environment) -> Result<Settings, ConfigError> {
         let mut value = layers::defaults()?;
-        if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-            let user = layers::parse_toml(&path.display().to_string(), &text)?;
+        if let Some(text) = text {
+            let user = layers::parse_toml(origin, text)?;
             layers::merge(&mut value, user);
         }
         layers::apply_env(&mut value, env)?;
         let raw: RawSettings = value.try_into().map_err(|err: toml::de::Error| ConfigError::Parse {
-            path: file.map_or("(environment)".into(), |p| p.display().to_string()),
+            path: origin.to_string(),
             message: err.message().to_string(),
         })?;
         Settings::from_raw(raw, env)
@@ -155,10 +169,11 @@ impl Settings {
             },
             env,
         )?;
+        let limits = limits::limits_from_raw(raw.limits)?;
         Ok(Settings {
             data_dir,
             capability_dirs: scanning.capability_dirs,
-            scan_limits: scanning.scan_limits,
+            scan_limits: ScanLimits { text: limits, ..scanning.scan_limits },
             watch: scanning.watch,
             watch_debounce_ms: scanning.watch_debounce_ms,
             log: raw.log,
@@ -180,6 +195,7 @@ impl Settings {
             sources: sources::sources_from_raw(raw.sources)?,
             mcp: McpSettings::from_raw(raw.mcp, env)?,
             console: ConsoleSettings::from_raw(raw.console, env)?,
+            limits,
         })
     }
 }

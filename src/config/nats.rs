@@ -15,6 +15,7 @@ pub struct RawNats {
     pub service_name: String,
     pub max_payload_bytes: usize,
     pub drain_timeout_ms: u64,
+    pub plain_subjects: bool,
     pub user: String,
     pub password: String,
     pub password_file: PathBuf,
@@ -41,6 +42,10 @@ pub struct NatsSettings {
     pub service_name: String,
     pub max_payload_bytes: usize,
     pub drain_timeout_ms: u64,
+    /// Serve the plain `dispatch` and `approval.<id>.approve|reject` subjects,
+    /// whose caller the payload names (trusted single-tenant setups); per-agent
+    /// and per-approver subjects are served either way.
+    pub plain_subjects: bool,
     pub auth: NatsAuth,
     pub tls: NatsTls,
 }
@@ -124,6 +129,7 @@ impl NatsSettings {
             service_name: raw.service_name,
             max_payload_bytes: raw.max_payload_bytes,
             drain_timeout_ms: raw.drain_timeout_ms,
+            plain_subjects: raw.plain_subjects,
             auth,
             tls,
         })

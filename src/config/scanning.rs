@@ -37,6 +37,7 @@ impl ScanningSection {
         let scan_limits = ScanLimits {
             max_manifest_bytes: in_range("max_manifest_bytes", raw.max_manifest_bytes, 1..=MAX_FILE_LIMIT_BYTES)?,
             max_attachment_bytes: in_range("max_attachment_bytes", raw.max_attachment_bytes, 1..=MAX_FILE_LIMIT_BYTES)?,
+            text: crate::core::limits::Limits::default(),
         };
         Ok(ScanningSection {
             capability_dirs: raw.capability_dirs.into_iter().map(|dir| env.expand_home(dir)).collect(),

@@ -21,11 +21,17 @@ pub const MAX_ATTACHMENT_BYTES: u64 = 1024 * 1024;
 pub struct ScanLimits {
     pub max_manifest_bytes: u64,
     pub max_attachment_bytes: u64,
+    /// YAML aliases and depth of a manifest (`[limits]`).
+    pub text: crate::core::limits::Limits,
 }
 
 impl Default for ScanLimits {
     fn default() -> Self {
-        ScanLimits { max_manifest_bytes: MAX_MANIFEST_BYTES, max_attachment_bytes: MAX_ATTACHMENT_BYTES }
+        ScanLimits {
+            max_manifest_bytes: MAX_MANIFEST_BYTES,
+            max_attachment_bytes: MAX_ATTACHMENT_BYTES,
+            text: crate::core::limits::Limits::default(),
+        }
     }
 }
 
@@ -108,8 +114,16 @@ impl ManifestDraft {
 /// assert_eq!(parse("name: echo\nkind: tool\n").unwrap_err().field, "description");
 /// ```
 pub fn parse(text: &str) -> Result<ManifestDraft, ManifestProblem> {
-    let value: Value = serde_norway::from_str(text)
-        .map_err(|err| ManifestProblem::new("(document)", format!("not valid YAML: {err}")))?;
+    parse_limited(text, &crate::core::limits::Limits::default())
+}
+
+/// [`parse`] within `limits` (YAML aliases and depth): over one, the problem names its setting.
+pub fn parse_limited(text: &str, limits: &crate::core::limits::Limits) -> Result<ManifestDraft, ManifestProblem> {
+    use crate::core::limits::{parse_yaml, YamlRefusal};
+    let value: Value = parse_yaml(text, limits).map_err(|refusal| match refusal {
+        YamlRefusal::Limit(exceeded) => ManifestProblem::new("(document)", exceeded.to_string()),
+        YamlRefusal::Syntax(err) => ManifestProblem::new("(document)", format!("not valid YAML: {err}")),
+    })?;
     let map = match value {
         Value::Object(map) => map,
         Value::Null => return Err(ManifestProblem::new("(document)", "the manifest is empty")),
@@ -310,6 +324,25 @@ mod tests {
         let mut descriptor = crate::core::descriptor::test_tool(name, "does a thing");
         descriptor.definition_ref = DefinitionRef::Manifest { manifest_path: path.into() };
         descriptor
+    }
+
+    #[test]
+    fn yaml_aliases_and_depth_are_refused_above_their_limits_naming_the_setting() {
+        use crate::core::limits::Limits;
+        let limits = Limits { max_yaml_aliases: 2, max_yaml_depth: 2, ..Limits::default() };
+        let with_aliases = |n: usize| {
+            let tags: Vec<&str> = std::iter::repeat_n("*t", n).collect();
+            format!("name: echo\nkind: tool\ndescription: &t Echoes text\ntags: [{}]\n", tags.join(", "))
+        };
+        assert!(parse_limited(&with_aliases(2), &limits).is_ok());
+        let refused = parse_limited(&with_aliases(3), &limits).unwrap_err();
+        assert_eq!(refused.field, "(document)");
+        assert!(refused.problem.contains("limits.max_yaml_aliases"), "{refused:?}");
+        let nested = "name: echo\nkind: tool\ndescription: Echoes\nmetadata: {a: 1}\n";
+        assert!(parse_limited(nested, &limits).is_ok(), "depth 2");
+        let deeper = "name: echo\nkind: tool\ndescription: Echoes\nmetadata: {a: [1]}\n";
+        let refused = parse_limited(deeper, &limits).unwrap_err();
+        assert!(refused.problem.contains("limits.max_yaml_depth"), "{refused:?}");
     }
 
     #[test]

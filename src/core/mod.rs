@@ -20,6 +20,7 @@ pub mod id_table;
 pub mod index;
 pub mod kpi_window;
 pub mod lexical;
+pub mod limits;
 pub mod manifest;
 pub mod mcp_face;
 pub mod meta_tool;

@@ -370,7 +370,7 @@ pub fn split_front_matter(content: &str) -> (Map<String, Value>, Option<String>)
     let yaml = &rest[..end];
     let after = &rest[end + 4..];
     let after = after.split_once('\n').map_or("", |(_, body)| body);
-    match serde_norway::from_str::<Value>(yaml) {
+    match crate::core::limits::parse_yaml(yaml, &crate::core::limits::Limits::default()) {
         Ok(Value::Object(map)) => (map, body_of(after)),
         _ => (Map::new(), body_of(content)),
     }

@@ -154,7 +154,7 @@ fn read_checked(
     };
     let text =
         read(manifest_path, limits.max_manifest_bytes).map_err(|problem| ManifestProblem::new("(file)", problem))?;
-    let draft = manifest::parse(&text)?;
+    let draft = manifest::parse_limited(&text, &limits.text)?;
     let skill_file = match &draft.skill_content_path {
         Some(relative) => Some(
             read(&folder.join(relative), limits.max_attachment_bytes)

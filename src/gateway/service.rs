@@ -18,7 +18,7 @@ use crate::gateway::errors::{ErrorKind, GatewayError};
 use crate::gateway::micro::{Endpoint, EndpointStats, MicroService, ServiceConfig};
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{
-    ApiError, Codec, DiscoverReply, DiscoverRequest, ListRequest, OutcomeReply, PlanReply, PlanRequest,
+    bind_identity, ApiError, Codec, DiscoverReply, DiscoverRequest, ListRequest, OutcomeReply, PlanReply, PlanRequest,
     RecordedOutcome, RegistrationReply, RemoveRequest, SearchRequest,
 };
 use crate::gateway::wire::{ScgDepositRequest, ScgMapRequest, ScgObserveRequest, ScgRouteRequest};
@@ -141,6 +141,8 @@ pub struct Gateway {
     subjects: Subjects,
     /// Sent back as the `Capdex-Node` header of every reply, when set.
     node_name: Option<String>,
+    /// The nesting a request body may have (`[limits]`).
+    limits: crate::core::limits::Limits,
 }
 
 /// The reply header naming the node that answered (set with several nodes).
@@ -160,11 +162,17 @@ impl Gateway {
             settings: settings.clone(),
             subjects: Subjects::new(&settings.subject_prefix),
             node_name: None,
+            limits: crate::core::limits::Limits::default(),
         })
     }
 
     pub fn subjects(&self) -> &Subjects {
         &self.subjects
+    }
+
+    /// Sets the limits every request body is checked against before it is decoded (`[limits]`).
+    pub fn set_limits(&mut self, limits: crate::core::limits::Limits) {
+        self.limits = limits;
     }
 
     /// Names this node in the `Capdex-Node` header of every reply.
@@ -203,14 +211,31 @@ impl Gateway {
             subjects: self.subjects.clone(),
             max_payload_bytes: self.settings.max_payload_bytes,
             node_name: self.node_name.clone(),
+            limits: self.limits,
         });
         let in_flight = Rc::new(InFlight::default());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut endpoint_loops = Vec::new();
-        for (subject, endpoint_kind) in [
+        // The plain subjects whose caller the payload names (`agentId`, `by`):
+        // for trusted single-tenant setups only, off with `[nats] plain_subjects = false`.
+        let plain: Vec<(String, EndpointKind)> = if self.settings.plain_subjects {
+            vec![
+                (self.subjects.dispatch(), EndpointKind::Dispatch),
+                (self.subjects.approval_wildcard("approve"), EndpointKind::Admin(AdminOp::Approve)),
+                (self.subjects.approval_wildcard("reject"), EndpointKind::Admin(AdminOp::Reject)),
+            ]
+        } else {
+            tracing::info!("plain dispatch and approval subjects are off: only per-agent and per-approver subjects");
+            Vec::new()
+        };
+        for (subject, endpoint_kind) in plain.into_iter().chain([
             (self.subjects.discover(), EndpointKind::Discover),
             (self.subjects.outcome(), EndpointKind::Outcome),
-            (self.subjects.dispatch(), EndpointKind::Dispatch),
+            (self.subjects.agent_wildcard("dispatch"), EndpointKind::AgentDispatch),
+            (self.subjects.agent_wildcard("binding.list"), EndpointKind::Admin(AdminOp::AgentBindings)),
+            (self.subjects.agent_wildcard("approval.list"), EndpointKind::Admin(AdminOp::AgentApprovals)),
+            (self.subjects.approver_wildcard("approve"), EndpointKind::Admin(AdminOp::ApproverApprove)),
+            (self.subjects.approver_wildcard("reject"), EndpointKind::Admin(AdminOp::ApproverReject)),
             (self.subjects.capabilities_upsert(), EndpointKind::Upsert),
             (self.subjects.capabilities_remove(), EndpointKind::Remove),
             (self.subjects.capabilities_list(), EndpointKind::List),
@@ -227,14 +252,12 @@ impl Gateway {
             (self.subjects.binding_set(), EndpointKind::Admin(AdminOp::SetBinding)),
             (self.subjects.binding_list(), EndpointKind::Admin(AdminOp::ListBindings)),
             (self.subjects.approval_list(), EndpointKind::Admin(AdminOp::ListApprovals)),
-            (self.subjects.approval_wildcard("approve"), EndpointKind::Admin(AdminOp::Approve)),
-            (self.subjects.approval_wildcard("reject"), EndpointKind::Admin(AdminOp::Reject)),
             (self.subjects.provenance_list(), EndpointKind::Admin(AdminOp::ListProvenance)),
             (self.subjects.sources_add(), EndpointKind::Sources(SourcesOp::Add)),
             (self.subjects.sources_remove(), EndpointKind::Sources(SourcesOp::Remove)),
             (self.subjects.sources_list(), EndpointKind::Sources(SourcesOp::List)),
             (self.subjects.sources_load(), EndpointKind::Sources(SourcesOp::Load)),
-        ] {
+        ]) {
             let endpoint = service
                 .endpoint(endpoint_kind.name(), &subject)
                 .await
@@ -499,6 +522,7 @@ struct Shared {
     subjects: Subjects,
     max_payload_bytes: usize,
     node_name: Option<String>,
+    limits: crate::core::limits::Limits,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -506,6 +530,8 @@ enum EndpointKind {
     Discover,
     Outcome,
     Dispatch,
+    /// `<prefix>.agent.<agentId>.dispatch`: the call's `agentId` is the subject's.
+    AgentDispatch,
     Upsert,
     Remove,
     List,
@@ -541,6 +567,14 @@ enum AdminOp {
     Approve,
     Reject,
     ListProvenance,
+    /// `<prefix>.agent.<agentId>.binding.list`: that agent's bindings only.
+    AgentBindings,
+    /// `<prefix>.agent.<agentId>.approval.list`: that agent's approvals only.
+    AgentApprovals,
+    /// `<prefix>.approver.<name>.approval.<id>.approve`: decided by `<name>`.
+    ApproverApprove,
+    /// `<prefix>.approver.<name>.approval.<id>.reject`.
+    ApproverReject,
 }
 
 impl EndpointKind {
@@ -550,6 +584,7 @@ impl EndpointKind {
             EndpointKind::Discover => "discover",
             EndpointKind::Outcome => "outcome",
             EndpointKind::Dispatch => "dispatch",
+            EndpointKind::AgentDispatch => "agent-dispatch",
             EndpointKind::Upsert => "capabilities-upsert",
             EndpointKind::Remove => "capabilities-remove",
             EndpointKind::List => "capabilities-list",
@@ -570,6 +605,10 @@ impl EndpointKind {
                 AdminOp::Approve => "approval-approve",
                 AdminOp::Reject => "approval-reject",
                 AdminOp::ListProvenance => "provenance-list",
+                AdminOp::AgentBindings => "agent-binding-list",
+                AdminOp::AgentApprovals => "agent-approval-list",
+                AdminOp::ApproverApprove => "approver-approve",
+                AdminOp::ApproverReject => "approver-reject",
             },
             EndpointKind::Sources(op) => match op {
                 SourcesOp::Add => "sources-add",
@@ -594,7 +633,15 @@ async fn handle<A: Api>(
     let max = shared.max_payload_bytes;
     // An empty body means "no arguments" for the requests that have none required.
     let empty = payload.is_empty();
+    // Who a per-agent or per-approver subject proves the caller is.
+    let proven = || {
+        shared
+            .subjects
+            .identity_of(message.subject.as_str())
+            .ok_or_else(|| ApiError::bad_request(format!("{} names no agent or approver", message.subject)))
+    };
     let result: Result<Vec<u8>, ApiError> = async {
+        crate::gateway::wire::check_body(codec, &payload, &shared.limits)?;
         match kind {
             EndpointKind::Discover => {
                 let discover: DiscoverRequest = codec.decode(&payload, max)?;
@@ -621,8 +668,16 @@ async fn handle<A: Api>(
                 let call: serde_json::Value = codec.decode(&payload, max)?;
                 codec.encode(&api.dispatch(call).await?)
             }
+            EndpointKind::AgentDispatch => {
+                let mut call: serde_json::Value = codec.decode(&payload, max)?;
+                bind_identity(&mut call, "agentId", proven()?)?;
+                codec.encode(&api.dispatch(call).await?)
+            }
             EndpointKind::Upsert => {
                 let batch: RegistrationPayload = codec.decode(&payload, max)?;
+                let offered = batch.tools.len() + batch.skills.len() + batch.extensions.len() + batch.channels.len();
+                let most = shared.limits.max_tools_per_source;
+                crate::core::limits::check(crate::core::limits::Limit::ToolsPerSource, offered, most)?;
                 codec.encode(&api.register(batch).await?)
             }
             EndpointKind::Remove => {
@@ -639,9 +694,15 @@ async fn handle<A: Api>(
             }
             EndpointKind::Admin(op) => {
                 use crate::gateway::wire::DispatchAdmin;
-                let body: serde_json::Value =
+                let mut body: serde_json::Value =
                     if empty { serde_json::json!({}) } else { codec.decode(&payload, max)? };
-                // `<prefix>.approval.<id>.<action>`: the id is the second token from the end.
+                match op {
+                    AdminOp::AgentBindings | AdminOp::AgentApprovals => bind_identity(&mut body, "agentId", proven()?)?,
+                    AdminOp::ApproverApprove | AdminOp::ApproverReject => bind_identity(&mut body, "by", proven()?)?,
+                    _ => {}
+                }
+                // `<prefix>.approval.<id>.<action>` (or `<prefix>.approver.<name>.approval.<id>.<action>`):
+                // the id is the second token from the end.
                 let approval_id = || message.subject.rsplit('.').nth(1).unwrap_or_default().to_string();
                 let admin = match op {
                     AdminOp::Register => DispatchAdmin::Register(body),
@@ -649,13 +710,15 @@ async fn handle<A: Api>(
                     AdminOp::List => DispatchAdmin::List,
                     AdminOp::Reload => DispatchAdmin::Reload,
                     AdminOp::SetBinding => DispatchAdmin::SetBinding(body),
-                    AdminOp::ListBindings => DispatchAdmin::ListBindings(body),
-                    AdminOp::ListApprovals => DispatchAdmin::ListApprovals(body),
-                    AdminOp::Approve | AdminOp::Reject => DispatchAdmin::Decide {
-                        id: approval_id(),
-                        approve: matches!(op, AdminOp::Approve),
-                        by: crate::gateway::wire::DecideRequest::decider(body)?,
-                    },
+                    AdminOp::ListBindings | AdminOp::AgentBindings => DispatchAdmin::ListBindings(body),
+                    AdminOp::ListApprovals | AdminOp::AgentApprovals => DispatchAdmin::ListApprovals(body),
+                    AdminOp::Approve | AdminOp::Reject | AdminOp::ApproverApprove | AdminOp::ApproverReject => {
+                        DispatchAdmin::Decide {
+                            id: approval_id(),
+                            approve: matches!(op, AdminOp::Approve | AdminOp::ApproverApprove),
+                            by: crate::gateway::wire::DecideRequest::decider(body)?,
+                        }
+                    }
                     AdminOp::ListProvenance => DispatchAdmin::ListProvenance(body),
                 };
                 codec.encode(&api.dispatch_admin(admin).await?)

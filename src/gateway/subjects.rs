@@ -109,6 +109,42 @@ impl Subjects {
         format!("{}.approval.*.{}", self.prefix, token(action))
     }
 
+    /// Agent `agent_id`'s own `operation` (`dispatch`, `binding.list`, `approval.list`):
+    /// `<prefix>.agent.<agentId>.<operation>`. nats-server permissions give each
+    /// agent's user only its own `<prefix>.agent.<agentId>.>`, so the subject
+    /// proves who asks (`docs/security.md`). `agent_id` is written as is: it
+    /// must pass `core::subject_token::check`, as every agent id does.
+    pub fn agent(&self, agent_id: &str, operation: &str) -> String {
+        format!("{}.agent.{}.{}", self.prefix, agent_id, operation)
+    }
+
+    /// Every agent's `operation` subject (a subscription wildcard).
+    pub fn agent_wildcard(&self, operation: &str) -> String {
+        format!("{}.agent.*.{}", self.prefix, operation)
+    }
+
+    /// Approver `approver` approves (`approve`) or rejects (`reject`) approval `id`:
+    /// `<prefix>.approver.<approver>.approval.<id>.<action>`; the decision's `by` is `approver`.
+    pub fn approver_decision(&self, approver: &str, id: &str, action: &str) -> String {
+        format!("{}.approver.{}.approval.{}.{}", self.prefix, approver, token(id), token(action))
+    }
+
+    /// Every approver's `action` subject (a subscription wildcard).
+    pub fn approver_wildcard(&self, action: &str) -> String {
+        format!("{}.approver.*.approval.*.{}", self.prefix, token(action))
+    }
+
+    /// The identity a per-agent or per-approver subject names: the token after
+    /// `<prefix>.agent.` or `<prefix>.approver.`; `None` for any other subject.
+    pub fn identity_of<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        let rest = subject.strip_prefix(self.prefix.as_str())?.strip_prefix('.')?;
+        let mut tokens = rest.split('.');
+        match tokens.next()? {
+            "agent" | "approver" => tokens.next().filter(|id| !id.is_empty()),
+            _ => None,
+        }
+    }
+
     /// The newest provenance records.
     pub fn provenance_list(&self) -> String {
         format!("{}.provenance.list", self.prefix)
@@ -250,5 +286,25 @@ mod tests {
         assert_eq!(subjects.events_dispatch(), "capdex.v1.events.dispatch");
         assert_eq!(subjects.sources_add(), "capdex.v1.sources.add");
         assert_eq!(subjects.events_sources(), "capdex.v1.events.sources");
+        assert_eq!(subjects.agent("alpha", "dispatch"), "capdex.v1.agent.alpha.dispatch");
+        assert_eq!(subjects.agent("acme/bot", "binding.list"), "capdex.v1.agent.acme/bot.binding.list");
+        assert_eq!(subjects.agent_wildcard("approval.list"), "capdex.v1.agent.*.approval.list");
+        assert_eq!(
+            subjects.approver_decision("ops", "ab12", "approve"),
+            "capdex.v1.approver.ops.approval.ab12.approve"
+        );
+        assert_eq!(subjects.approver_wildcard("reject"), "capdex.v1.approver.*.approval.*.reject");
+    }
+
+    #[test]
+    fn the_identity_is_the_token_after_agent_or_approver() {
+        let subjects = Subjects::new(DEFAULT_PREFIX);
+        assert_eq!(subjects.identity_of("capdex.v1.agent.alpha.dispatch"), Some("alpha"));
+        assert_eq!(subjects.identity_of(&subjects.approver_decision("ops", "x", "approve")), Some("ops"));
+        assert_eq!(subjects.identity_of("capdex.v1.dispatch"), None);
+        assert_eq!(subjects.identity_of("capdex.v1.agent"), None);
+        assert_eq!(subjects.identity_of("capdex.v1.agent..dispatch"), None);
+        assert_eq!(subjects.identity_of("capdex.v2.agent.alpha.dispatch"), None);
+        assert_eq!(subjects.identity_of("capdex.v1x.agent.alpha.dispatch"), None);
     }
 }

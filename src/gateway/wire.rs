@@ -347,6 +347,23 @@ impl Codec {
     }
 }
 
+/// Checks a request body's nesting against `limits.max_json_depth` before it
+/// is decoded: over it, 413 with the limit's code (`json_too_deep`) and a
+/// message naming the setting.
+pub fn check_body(codec: Codec, payload: &[u8], limits: &crate::core::limits::Limits) -> Result<(), ApiError> {
+    let checked = match codec {
+        Codec::Json => crate::core::limits::check_json(payload, limits),
+        Codec::Msgpack => crate::core::limits::check_msgpack(payload, limits),
+    };
+    checked.map_err(ApiError::from)
+}
+
+impl From<crate::core::limits::LimitExceeded> for ApiError {
+    fn from(exceeded: crate::core::limits::LimitExceeded) -> ApiError {
+        ApiError::new(ErrorKind::TooLarge(exceeded.limit.code()), exceeded.to_string())
+    }
+}
+
 /// Decodes a JSON request, turning every failure into a `bad_request`.
 pub fn decode<T: serde::de::DeserializeOwned>(payload: &[u8], max_bytes: usize) -> Result<T, ApiError> {
     Codec::Json.decode(payload, max_bytes)
@@ -655,6 +672,27 @@ mod tests {
     }
 
     #[test]
+    fn a_subject_s_identity_is_the_body_s_or_the_body_is_refused() {
+        use serde_json::json;
+        let mut call = json!({"slug": "refund"});
+        bind_identity(&mut call, "agentId", "alpha").unwrap();
+        assert_eq!(call["agentId"], "alpha", "an absent agentId is the subject's");
+        let mut null = json!({"agentId": null});
+        bind_identity(&mut null, "agentId", "alpha").unwrap();
+        assert_eq!(null["agentId"], "alpha");
+        let mut same = json!({"agentId": "alpha"});
+        bind_identity(&mut same, "agentId", "alpha").unwrap();
+        for other in [json!({"agentId": "beta"}), json!({"agentId": 7}), json!({"agentId": "Alpha"})] {
+            let mut body = other.clone();
+            let err = bind_identity(&mut body, "agentId", "alpha").unwrap_err();
+            assert_eq!((err.status(), err.code()), (403, "identity_mismatch"), "{other}");
+            assert_eq!(body, other, "a refused body is unchanged");
+        }
+        assert_eq!(bind_identity(&mut json!([1]), "agentId", "alpha").unwrap_err().code(), "bad_request");
+        assert_eq!(bind_identity(&mut json!({}), "by", "a b").unwrap_err().code(), "bad_request");
+    }
+
+    #[test]
     fn a_decision_names_who_decides_or_is_the_nats_api_s() {
         use serde_json::json;
         assert_eq!(DecideRequest::decider(json!({})).unwrap(), NATS_DECIDER);
@@ -751,6 +789,29 @@ impl DecideRequest {
                 Ok(by)
             }
         }
+    }
+}
+
+/// Binds a request body to the identity its subject proves
+/// (`<prefix>.agent.<agentId>.*`, `<prefix>.approver.<name>.*`): the body's
+/// `field` (`agentId`, `by`) is set to `proven` when absent or null, and a
+/// body that names anyone else is refused (403 `identity_mismatch`), never
+/// silently re-addressed. `proven` must be a subject token (`subject_token::check`).
+pub fn bind_identity(body: &mut serde_json::Value, field: &str, proven: &str) -> Result<(), ApiError> {
+    crate::core::subject_token::check(field, proven).map_err(|problem| ApiError::bad_request(problem.to_string()))?;
+    let Some(object) = body.as_object_mut() else {
+        return Err(ApiError::bad_request(format!("the request must be a JSON object with an optional {field}")));
+    };
+    match object.get(field) {
+        None | Some(serde_json::Value::Null) => {
+            object.insert(field.to_string(), serde_json::Value::String(proven.to_string()));
+            Ok(())
+        }
+        Some(serde_json::Value::String(named)) if named == proven => Ok(()),
+        Some(named) => Err(ApiError::new(
+            ErrorKind::Forbidden("identity_mismatch"),
+            format!("{field} {named} is not {proven:?}, the identity this subject is restricted to"),
+        )),
     }
 }
 

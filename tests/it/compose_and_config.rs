@@ -79,7 +79,14 @@ fn compose_runs_nats_with_the_shipped_config_and_prometheus_scrapes_capdex() {
     let nats_conf = std::fs::read_to_string(root().join("config/nats-server.conf")).unwrap();
     assert!(nats_conf.contains("jetstream"), "JetStream is on in config/nats-server.conf");
     // Every password the server config reads from its environment is given by compose.
-    for variable in ["NATS_CAPDEX_PASSWORD", "NATS_RUNTIME_PASSWORD", "NATS_OPS_PASSWORD"] {
+    for variable in [
+        "NATS_CAPDEX_PASSWORD",
+        "NATS_RUNTIME_PASSWORD",
+        "NATS_OPS_PASSWORD",
+        "NATS_AGENT_ALPHA_PASSWORD",
+        "NATS_AGENT_BETA_PASSWORD",
+        "NATS_APPROVER_PASSWORD",
+    ] {
         assert!(nats_conf.contains(&format!("${variable}")), "{variable} in nats-server.conf");
         assert!(services["nats"]["environment"][variable].is_string(), "compose sets {variable} for nats");
     }
@@ -315,7 +322,14 @@ fn the_cluster_profile_runs_three_nats_servers_and_two_capdex_replicas() {
         let mount = "./config/nats-cluster.conf:/etc/nats/nats-cluster.conf:ro";
         assert!(service["volumes"].as_array().unwrap().iter().any(|v| v == mount), "{name} mounts the cluster config");
         assert_eq!(service["environment"]["NATS_SERVER_NAME"], name);
-        for variable in ["NATS_CAPDEX_PASSWORD", "NATS_RUNTIME_PASSWORD", "NATS_OPS_PASSWORD"] {
+        for variable in [
+            "NATS_CAPDEX_PASSWORD",
+            "NATS_RUNTIME_PASSWORD",
+            "NATS_OPS_PASSWORD",
+            "NATS_AGENT_ALPHA_PASSWORD",
+            "NATS_AGENT_BETA_PASSWORD",
+            "NATS_APPROVER_PASSWORD",
+        ] {
             assert!(service["environment"][variable].is_string(), "compose sets {variable} for {name}");
         }
         for port in service["ports"].as_array().unwrap() {
@@ -371,6 +385,9 @@ fn the_cluster_config_parses_with_nats_server_for_each_server() {
             .env("NATS_CAPDEX_PASSWORD", "a")
             .env("NATS_RUNTIME_PASSWORD", "b")
             .env("NATS_OPS_PASSWORD", "c")
+            .env("NATS_AGENT_ALPHA_PASSWORD", "d")
+            .env("NATS_AGENT_BETA_PASSWORD", "e")
+            .env("NATS_APPROVER_PASSWORD", "f")
             .env_remove("NATS_SERVER_NAME");
         if let Some(name) = server_name {
             command.env("NATS_SERVER_NAME", name);

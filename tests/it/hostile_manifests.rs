@@ -128,8 +128,10 @@ fn hostile_and_broken_manifests_are_refused_with_field_and_problem() {
     assert_eq!(report.refused.len(), cases.len() + expectations.len());
 
     // Limits are configurable.
-    let strict =
-        scan_with_refusals(&[root.to_path_buf()], ScanLimits { max_manifest_bytes: 20, max_attachment_bytes: 4 });
+    let strict = scan_with_refusals(
+        &[root.to_path_buf()],
+        ScanLimits { max_manifest_bytes: 20, max_attachment_bytes: 4, ..ScanLimits::default() },
+    );
     assert!(strict.descriptors.is_empty());
 }
 

@@ -29,7 +29,7 @@ fn nats_server_binary() -> PathBuf {
 
 /// Starts nats-server with `conf` (which must listen on `port`), with `env`; it keeps `dir`
 /// (its config and log) and is killed on drop.
-fn start_server(dir: tempfile::TempDir, port: u16, conf: &str, env: &[(&str, &str)]) -> KillOnDrop {
+pub(crate) fn start_server(dir: tempfile::TempDir, port: u16, conf: &str, env: &[(&str, &str)]) -> KillOnDrop {
     let conf_path = dir.path().join("nats-server.conf");
     std::fs::write(&conf_path, conf).unwrap();
     let log_path = dir.path().join("nats-server.log");
@@ -60,7 +60,7 @@ fn start_server(dir: tempfile::TempDir, port: u16, conf: &str, env: &[(&str, &st
 
 /// Starts `capdex serve` at `url` with `env` (debug logging on, so a leaked secret would show),
 /// its stderr kept in a file; killed on drop.
-fn start_capdex(url: &str, env: &[(&str, String)]) -> KillOnDrop {
+pub(crate) fn start_capdex(url: &str, env: &[(&str, String)]) -> KillOnDrop {
     let data = tempfile::tempdir().unwrap();
     let stderr = data.path().join("capdex.stderr");
     let mut command = capdex();
@@ -342,44 +342,25 @@ async fn mutual_tls_with_a_ca_file_and_a_client_certificate() {
     assert!(output.to_lowercase().contains("certificate"), "{output}");
 }
 
-/// Collects the server errors (permission violations) a client is sent.
-async fn client_with_errors(
-    url: &str,
-    user: &str,
-    password: &str,
-) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let (errors_tx, errors_rx) = tokio::sync::mpsc::unbounded_channel();
-    let client = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
-        .event_callback(move |event| {
-            let errors_tx = errors_tx.clone();
-            async move {
-                if let async_nats::Event::ServerError(err) = event {
-                    let _ = errors_tx.send(err.to_string());
-                }
-            }
-        })
-        .connect(url)
-        .await
-        .unwrap_or_else(|err| panic!("{user} connects: {err}"));
-    (client, errors_rx)
-}
+/// The passwords the test copies of `config/nats-server.conf` read from the environment.
+pub(crate) const SHIPPED_PASSWORDS: [(&str, &str); 6] = [
+    ("NATS_CAPDEX_PASSWORD", "capdex-pw-1"),
+    ("NATS_RUNTIME_PASSWORD", "runtime-pw-2"),
+    ("NATS_OPS_PASSWORD", "ops-pw-3"),
+    ("NATS_AGENT_ALPHA_PASSWORD", "alpha-pw-4"),
+    ("NATS_AGENT_BETA_PASSWORD", "beta-pw-5"),
+    ("NATS_APPROVER_PASSWORD", "approver-pw-6"),
+];
 
-async fn expect_violation(errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>, what: &str) {
-    let error = tokio::time::timeout(Duration::from_secs(10), errors.recv())
-        .await
-        .unwrap_or_else(|_| panic!("no permissions violation for {what} within 10 s"))
-        .unwrap();
-    assert!(error.to_lowercase().contains("permissions violation"), "{what}: {error}");
-}
-
-#[tokio::test]
-async fn the_shipped_nats_server_conf_gives_each_role_only_its_subjects() {
+/// Starts nats-server with a copy of the shipped `config/nats-server.conf`
+/// (its users, roles and permissions as shipped), listening on a free port of
+/// 127.0.0.1 with JetStream in a temp dir; returns it and its URL.
+pub(crate) fn start_shipped_server() -> (KillOnDrop, String) {
     let shipped =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/nats-server.conf")).unwrap();
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("jetstream");
-    // The test copy listens on a free port of 127.0.0.1 and keeps JetStream in a temp dir.
     let mut conf = String::new();
     for line in shipped.lines() {
         let trimmed = line.trim_start();
@@ -395,13 +376,56 @@ async fn the_shipped_nats_server_conf_gives_each_role_only_its_subjects() {
         }
     }
     assert!(conf.contains(&format!("listen: 127.0.0.1:{port}")) && conf.contains(&store.display().to_string()));
-    let passwords = [
-        ("NATS_CAPDEX_PASSWORD", "capdex-pw-1"),
-        ("NATS_RUNTIME_PASSWORD", "runtime-pw-2"),
-        ("NATS_OPS_PASSWORD", "ops-pw-3"),
-    ];
-    let _server = start_server(dir, port, &conf, &passwords);
-    let url = format!("nats://127.0.0.1:{port}");
+    (start_server(dir, port, &conf, &SHIPPED_PASSWORDS), format!("nats://127.0.0.1:{port}"))
+}
+
+/// Collects the server errors (permission violations) a client is sent.
+pub(crate) async fn client_with_errors(
+    url: &str,
+    user: &str,
+    password: &str,
+) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    client_with_errors_at(url, user, password, None).await
+}
+
+/// [`client_with_errors`] whose replies come to `inbox_prefix` (the user's own inboxes) when given.
+pub(crate) async fn client_with_errors_at(
+    url: &str,
+    user: &str,
+    password: &str,
+    inbox_prefix: Option<&str>,
+) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let (errors_tx, errors_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut options = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into());
+    if let Some(prefix) = inbox_prefix {
+        options = options.custom_inbox_prefix(prefix);
+    }
+    let client = options
+        .event_callback(move |event| {
+            let errors_tx = errors_tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(err) = event {
+                    let _ = errors_tx.send(err.to_string());
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .unwrap_or_else(|err| panic!("{user} connects: {err}"));
+    (client, errors_rx)
+}
+
+pub(crate) async fn expect_violation(errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>, what: &str) {
+    let error = tokio::time::timeout(Duration::from_secs(10), errors.recv())
+        .await
+        .unwrap_or_else(|_| panic!("no permissions violation for {what} within 10 s"))
+        .unwrap();
+    assert!(error.to_lowercase().contains("permissions violation"), "{what}: {error}");
+}
+
+#[tokio::test]
+async fn the_shipped_nats_server_conf_gives_each_role_only_its_subjects() {
+    let (_server, url) = start_shipped_server();
 
     // capdex: allowed to serve its subjects (and $SRV); denied anything else.
     let mut served =

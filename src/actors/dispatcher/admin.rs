@@ -82,6 +82,8 @@ pub struct DecideApproval {
 #[rtype(result = "Result<Vec<Approval>, AdminError>")]
 pub struct ListApprovals {
     pub pending_only: bool,
+    /// Only this agent's approvals (the per-agent subject sets it).
+    pub agent_id: Option<String>,
 }
 
 /// The newest provenance records.
@@ -296,8 +298,11 @@ impl Handler<DecideApproval> for Dispatcher {
         Box::pin(async move {
             let unknown =
                 || AdminError::new(ErrorKind::NotFound("unknown_approval"), format!("approval {} is unknown", msg.id));
-            let invalid = |problem: approval::ApprovalProblem| {
-                AdminError::new(ErrorKind::Conflict("approval_invalid"), problem.to_string())
+            let invalid = |problem: approval::ApprovalProblem| match problem {
+                approval::ApprovalProblem::SelfApproval { .. } => {
+                    AdminError::new(ErrorKind::Forbidden("self_approval"), problem.to_string())
+                }
+                _ => AdminError::new(ErrorKind::Conflict("approval_invalid"), problem.to_string()),
             };
             approval::check_decider(&msg.by)
                 .map_err(|problem| AdminError::new(ErrorKind::BadRequest, problem.to_string()))?;
@@ -330,6 +335,9 @@ impl Handler<ListApprovals> for Dispatcher {
         let mut approvals = self.store.approvals()?;
         if msg.pending_only {
             approvals.retain(|a| approval::is_open(a, now_ms));
+        }
+        if let Some(agent) = &msg.agent_id {
+            approvals.retain(|a| &a.agent_id == agent);
         }
         Ok(approvals)
     }

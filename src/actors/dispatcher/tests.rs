@@ -177,7 +177,7 @@ async fn an_approval_is_asked_for_then_approved_and_runs_the_call_once() {
     let asked = dispatcher.send(call("refund", "o-1", None)).await.unwrap();
     assert_eq!((asked.code(), asked.skip_followup), (Some("requires_approval"), true));
     let id = asked.metadata.unwrap()["approvalId"].as_str().unwrap().to_string();
-    let pending = dispatcher.send(ListApprovals { pending_only: true }).await.unwrap().unwrap();
+    let pending = dispatcher.send(ListApprovals { pending_only: true, agent_id: None }).await.unwrap().unwrap();
     assert_eq!(pending.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
     assert_eq!(pending[0].arguments, Some(json!({"q": "o-1"})), "a pending approval shows what it is for");
     let decide = |by: &str| DecideApproval { id: id.clone(), approve: true, by: by.to_string() };
@@ -186,9 +186,9 @@ async fn an_approval_is_asked_for_then_approved_and_runs_the_call_once() {
     let approved = dispatcher.send(decide("alice")).await.unwrap().unwrap();
     assert_eq!(approved.status, approval::ApprovalStatus::Approved);
     assert_eq!(approved.decided_by.as_deref(), Some("alice"));
-    let listed = dispatcher.send(ListApprovals { pending_only: false }).await.unwrap().unwrap();
+    let listed = dispatcher.send(ListApprovals { pending_only: false, agent_id: None }).await.unwrap().unwrap();
     assert_eq!(listed[0].decided_by.as_deref(), Some("alice"), "stored with who decided");
-    assert!(dispatcher.send(ListApprovals { pending_only: true }).await.unwrap().unwrap().is_empty());
+    assert!(dispatcher.send(ListApprovals { pending_only: true, agent_id: None }).await.unwrap().unwrap().is_empty());
     let with_approval = |q: &str| {
         let mut dispatch = call("refund", q, None);
         dispatch.call.approval_id = Some(id.clone());

@@ -7,8 +7,8 @@ use crate::actors::scg::progress::{Progress, ScgError};
 use crate::actors::Inspect;
 use crate::core::scg::model::{SourceGraph, SourceKind};
 use crate::core::scg::pipeline::{check_connection, path_allowed, ConnectReport, Phase, ScgEvent};
-use crate::core::scg::{map_source, valid_source_id, MapError, MAX_SOURCE_BYTES};
-use crate::core::sources::tools::tools_of;
+use crate::core::scg::{map_source_limited, valid_source_id, MapError, MAX_SOURCE_BYTES};
+use crate::core::sources::tools::tools_of_limited;
 use crate::core::sources::SourceTool;
 use actix::prelude::*;
 use std::collections::BTreeMap;
@@ -52,12 +52,24 @@ pub struct ScgMapper {
     path_roots: Vec<PathBuf>,
     events: broadcast::Sender<ScgEvent>,
     stats: ScgMapperStats,
+    /// `[limits]`: nesting, YAML aliases, tools per source, operations per spec.
+    limits: crate::core::limits::Limits,
 }
 
 impl ScgMapper {
     /// A mapper that reads sources by path only below `path_roots` and sends its phase events to `events`.
     pub fn new(path_roots: Vec<PathBuf>, events: broadcast::Sender<ScgEvent>) -> ScgMapper {
-        ScgMapper { path_roots, events, stats: ScgMapperStats::default() }
+        ScgMapper {
+            path_roots,
+            events,
+            stats: ScgMapperStats::default(),
+            limits: crate::core::limits::Limits::default(),
+        }
+    }
+
+    /// The same mapper, parsing sources within `limits`.
+    pub fn with_limits(self, limits: crate::core::limits::Limits) -> ScgMapper {
+        ScgMapper { limits, ..self }
     }
 }
 
@@ -135,8 +147,8 @@ impl ScgMapper {
             Ok((text, [("bytes".to_string(), bytes)].into()))
         })?;
         let (graph, tools) = progress.phase(Phase::Parse, &mut phase_ms, || {
-            let graph = map_source(&source_id, kind, &text)?;
-            let tools = tools_of(graph.kind, &text)?;
+            let graph = map_source_limited(&source_id, kind, &text, &self.limits)?;
+            let tools = tools_of_limited(graph.kind, &text, &self.limits)?;
             let counts = [
                 ("nodes".to_string(), graph.nodes.len() as u64),
                 ("edges".to_string(), graph.edges.len() as u64),

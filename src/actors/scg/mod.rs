@@ -47,7 +47,9 @@ pub fn spawn(settings: &Settings, store: &Store) -> Result<ScgActors, StoreError
     let (events, _) = broadcast::channel(EVENT_BUFFER);
     let roots = settings.scg.map_path_roots.clone();
     let mapper_events = events.clone();
-    let mapper = SyncArbiter::start(1, move || ScgMapper::new(roots.clone(), mapper_events.clone()));
+    let limits = settings.limits;
+    let mapper =
+        SyncArbiter::start(1, move || ScgMapper::new(roots.clone(), mapper_events.clone()).with_limits(limits));
     let dimensions = settings.embedder_dimensions;
     let half_life_ms = settings.scg.memory_half_life_ms;
     let graph_events = events.clone();

@@ -39,7 +39,7 @@ impl ScgError {
     /// Returns its kind: the domain's code, and through the gateway's table the status.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            ScgError::Map(err @ MapError::TooLarge { .. }) => ErrorKind::TooLarge(err.code()),
+            ScgError::Map(err @ (MapError::TooLarge { .. } | MapError::Limit(_))) => ErrorKind::TooLarge(err.code()),
             ScgError::Map(err) => ErrorKind::Invalid(err.code()),
             ScgError::Connect(_) => ErrorKind::Invalid("bad_connection"),
             ScgError::Memory(err @ MemoryError::UnknownAnchor(_)) => ErrorKind::NotFound(err.code()),

@@ -77,6 +77,9 @@ pub enum ApprovalProblem {
     AlreadyDecided(String),
     #[error("approval {id} was given for other {what}")]
     Mismatch { id: String, what: &'static str },
+    /// The decider is the agent whose call waits: an agent never approves its own call.
+    #[error("approval {id} is for a call of agent {agent}, who may not approve it")]
+    SelfApproval { id: String, agent: String },
 }
 
 /// Why a decision's `by` was refused.
@@ -212,8 +215,12 @@ pub fn is_open(approval: &Approval, now_ms: u64) -> bool {
 }
 
 /// Approves or rejects a pending, unexpired approval on behalf of `by`
-/// (checked by the caller with [`check_decider`]).
+/// (checked by the caller with [`check_decider`]). `by` may reject its own
+/// call but never approve it ([`ApprovalProblem::SelfApproval`]).
 pub fn decide(approval: &mut Approval, approve: bool, now_ms: u64, by: &str) -> Result<(), ApprovalProblem> {
+    if approve && by == approval.agent_id {
+        return Err(ApprovalProblem::SelfApproval { id: approval.id.clone(), agent: approval.agent_id.clone() });
+    }
     if approval.status != ApprovalStatus::Pending {
         return Err(ApprovalProblem::AlreadyDecided(approval.id.clone()));
     }
@@ -299,6 +306,22 @@ mod tests {
         let mut late = pending("id2".into(), "refund", "agent", &args, 3, 0, 10);
         assert_eq!(decide(&mut late, true, 10, "ops"), Err(ApprovalProblem::Expired("id2".into())));
         assert_eq!(approval_id(b"seed").len(), 32);
+    }
+
+    #[test]
+    fn an_agent_never_approves_its_own_call_but_may_reject_it() {
+        let args = json!({"amount": 5});
+        let mut own = pending("id3".into(), "refund", "alpha", &args, 1, 1_000, 500);
+        assert_eq!(
+            decide(&mut own, true, 1_100, "alpha"),
+            Err(ApprovalProblem::SelfApproval { id: "id3".into(), agent: "alpha".into() })
+        );
+        assert_eq!(own.status, ApprovalStatus::Pending, "a refused decision changes nothing");
+        decide(&mut own, false, 1_100, "alpha").unwrap();
+        assert_eq!(own.status, ApprovalStatus::Rejected);
+        let mut other = pending("id4".into(), "refund", "alpha", &args, 1, 1_000, 500);
+        decide(&mut other, true, 1_100, "beta").unwrap();
+        assert_eq!(other.status, ApprovalStatus::Approved);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod schema;
 pub mod shared;
 pub mod sql;
 
+use crate::core::limits::{Limits, YamlRefusal};
 use model::{SourceGraph, SourceKind};
 use serde_json::Value;
 
@@ -53,6 +54,9 @@ pub enum MapError {
     UnknownKind,
     #[error("source maps to more than {0} nodes")]
     TooManyNodes(usize),
+    /// Over one of `[limits]`: nesting, YAML aliases, tools per source, operations per spec.
+    #[error("{0}")]
+    Limit(crate::core::limits::LimitExceeded),
 }
 
 impl MapError {
@@ -67,6 +71,7 @@ impl MapError {
             MapError::Sql { .. } => "sql",
             MapError::UnknownKind => "unknown_kind",
             MapError::TooManyNodes(_) => "too_many_nodes",
+            MapError::Limit(exceeded) => exceeded.limit.code(),
         }
     }
 }
@@ -77,18 +82,55 @@ pub fn valid_source_id(source_id: &str) -> bool {
         && source_id.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
 }
 
-/// Parses JSON, or YAML when the text is not JSON.
+/// Parses JSON, or YAML when the text is not JSON, within the default [`Limits`].
 pub fn parse_document(text: &str) -> Result<Value, MapError> {
+    parse_document_limited(text, &Limits::default())
+}
+
+/// Parses JSON (its depth checked first), or YAML when the text is not JSON
+/// (its aliases checked first, its depth after), within `limits`.
+pub fn parse_document_limited(text: &str, limits: &Limits) -> Result<Value, MapError> {
+    let trimmed = text.trim_start();
+    let looks_json = trimmed.starts_with('{') || trimmed.starts_with('[');
+    if looks_json {
+        crate::core::limits::check_json(text.as_bytes(), limits).map_err(MapError::Limit)?;
+    }
     match serde_json::from_str::<Value>(text) {
         Ok(value) => Ok(value),
         Err(json_error) => {
-            let trimmed = text.trim_start();
-            if trimmed.starts_with('{') || trimmed.starts_with('[') {
+            if looks_json {
                 return Err(MapError::Syntax(json_error.to_string()));
             }
-            serde_norway::from_str::<Value>(text).map_err(|yaml_error| MapError::Syntax(yaml_error.to_string()))
+            crate::core::limits::parse_yaml(text, limits).map_err(|refusal| match refusal {
+                YamlRefusal::Limit(exceeded) => MapError::Limit(exceeded),
+                YamlRefusal::Syntax(problem) => MapError::Syntax(problem),
+            })
         }
     }
+}
+
+/// Checks the tools an MCP tool list offers, or the operations an OpenAPI
+/// document offers, against `limits`.
+pub fn check_counts(kind: SourceKind, document: &Value, limits: &Limits) -> Result<(), MapError> {
+    use crate::core::limits::{check, Limit};
+    let counted = match kind {
+        SourceKind::Mcp => {
+            let tools = document.get("tools").or_else(|| document.pointer("/result/tools")).unwrap_or(document);
+            check(Limit::ToolsPerSource, tools.as_array().map_or(0, Vec::len), limits.max_tools_per_source)
+        }
+        SourceKind::Openapi => {
+            let operations = document.get("paths").and_then(Value::as_object).map_or(0, |paths| {
+                paths
+                    .values()
+                    .filter_map(Value::as_object)
+                    .map(|item| item.keys().filter(|key| openapi::is_method(key)).count())
+                    .sum()
+            });
+            check(Limit::OperationsPerSpec, operations, limits.max_operations_per_spec)
+        }
+        SourceKind::Sql => Ok(()),
+    };
+    counted.map_err(MapError::Limit)
 }
 
 /// Guesses the kind of a source from its text: SQL DDL, an MCP tool list, or OpenAPI.
@@ -111,6 +153,16 @@ pub fn infer_kind(text: &str) -> Result<SourceKind, MapError> {
 
 /// Maps one source's text into its graph; `kind` is inferred when `None`.
 pub fn map_source(source_id: &str, kind: Option<SourceKind>, text: &str) -> Result<SourceGraph, MapError> {
+    map_source_limited(source_id, kind, text, &Limits::default())
+}
+
+/// [`map_source`] within `limits` (nesting, aliases, tools per source, operations per spec).
+pub fn map_source_limited(
+    source_id: &str,
+    kind: Option<SourceKind>,
+    text: &str,
+    limits: &Limits,
+) -> Result<SourceGraph, MapError> {
     if !valid_source_id(source_id) {
         return Err(MapError::InvalidSourceId(source_id.to_string()));
     }
@@ -122,8 +174,14 @@ pub fn map_source(source_id: &str, kind: Option<SourceKind>, text: &str) -> Resu
         None => infer_kind(text)?,
     };
     let graph = match kind {
-        SourceKind::Openapi => openapi::map(source_id, &parse_document(text)?)?,
-        SourceKind::Mcp => mcp::map(source_id, &parse_document(text)?)?,
+        SourceKind::Openapi | SourceKind::Mcp => {
+            let document = parse_document_limited(text, limits)?;
+            check_counts(kind, &document, limits)?;
+            match kind {
+                SourceKind::Openapi => openapi::map(source_id, &document)?,
+                _ => mcp::map(source_id, &document)?,
+            }
+        }
         SourceKind::Sql => sql::map(source_id, text)?,
     };
     if graph.nodes.len() > MAX_NODES_PER_SOURCE {
@@ -136,6 +194,39 @@ pub fn map_source(source_id: &str, kind: Option<SourceKind>, text: &str) -> Resu
 pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn tools_operations_and_nesting_are_refused_one_over_their_limits() {
+        use crate::core::limits::{Limit, LimitExceeded};
+        let limits =
+            Limits { max_tools_per_source: 2, max_operations_per_spec: 2, max_json_depth: 6, ..Limits::default() };
+        let tools = |n: usize| {
+            let tools: Vec<String> = (0..n).map(|i| format!(r#"{{"name": "t{i}", "description": "t"}}"#)).collect();
+            format!(r#"{{"tools": [{}]}}"#, tools.join(", "))
+        };
+        assert!(map_source_limited("m", Some(SourceKind::Mcp), &tools(2), &limits).is_ok());
+        let over = map_source_limited("m", Some(SourceKind::Mcp), &tools(3), &limits).unwrap_err();
+        assert_eq!(over, MapError::Limit(LimitExceeded { limit: Limit::ToolsPerSource, found: 3, max: 2 }));
+        assert_eq!(over.code(), "too_many_tools");
+        let spec = |n: usize| {
+            let paths: Vec<String> = (0..n).map(|i| format!(r#""/p{i}": {{"get": {{}}, "x-note": {{}}}}"#)).collect();
+            format!(
+                r#"{{"openapi": "3.0.0", "info": {{"title": "t", "version": "1"}}, "paths": {{{}}}}}"#,
+                paths.join(", ")
+            )
+        };
+        assert!(map_source_limited("o", Some(SourceKind::Openapi), &spec(2), &limits).is_ok());
+        let over = map_source_limited("o", Some(SourceKind::Openapi), &spec(3), &limits).unwrap_err();
+        assert_eq!(over, MapError::Limit(LimitExceeded { limit: Limit::OperationsPerSpec, found: 3, max: 2 }));
+        let deep = |depth: usize| {
+            format!("{}{}", r#"{"tools": ["#.to_string() + &"[".repeat(depth - 2), "]".repeat(depth - 2) + "]}")
+        };
+        assert!(!matches!(parse_document_limited(&deep(6), &limits), Err(MapError::Limit(_))));
+        assert_eq!(
+            parse_document_limited(&deep(7), &limits),
+            Err(MapError::Limit(LimitExceeded { limit: Limit::JsonDepth, found: 7, max: 6 }))
+        );
+    }
 
     #[test]
     fn kinds_are_inferred() {

@@ -20,6 +20,11 @@ use std::collections::BTreeMap;
 
 const METHODS: [&str; 8] = ["get", "put", "post", "delete", "patch", "head", "options", "trace"];
 
+/// Whether a path item's key is an operation's method.
+pub fn is_method(key: &str) -> bool {
+    METHODS.contains(&key)
+}
+
 /// The capability name of an operation: its `operationId`, else `METHOD /path`
 /// (`core::sources::tools` names an operation's tool with it too).
 pub fn operation_name(method: &str, path: &str, operation: &Value) -> String {

@@ -16,9 +16,10 @@
 //! Hostile input gives a [`MapError`], never a panic.
 
 use super::{HttpOperation, Invocation, OperationParam, ParamLocation, SourceTool};
+use crate::core::limits::{Limit, Limits};
 use crate::core::scg::model::SourceKind;
 use crate::core::scg::schema::{description, Resolver, MAX_COMPOSITION_DEPTH};
-use crate::core::scg::{mcp, openapi, parse_document, sql, MapError, MAX_SOURCE_BYTES};
+use crate::core::scg::{check_counts, mcp, openapi, parse_document_limited, sql, MapError, MAX_SOURCE_BYTES};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 
@@ -30,13 +31,28 @@ const METHODS: [&str; 8] = ["get", "put", "post", "delete", "patch", "head", "op
 
 /// Returns the tools `text` (a source of `kind`) offers, in the mapper's order, one per name.
 pub fn tools_of(kind: SourceKind, text: &str) -> Result<Vec<SourceTool>, MapError> {
+    tools_of_limited(kind, text, &Limits::default())
+}
+
+/// [`tools_of`] within `limits`: nesting, YAML aliases, tools per source, operations per spec.
+pub fn tools_of_limited(kind: SourceKind, text: &str, limits: &Limits) -> Result<Vec<SourceTool>, MapError> {
     if text.len() > MAX_SOURCE_BYTES {
         return Err(MapError::TooLarge { size: text.len(), max: MAX_SOURCE_BYTES });
     }
+    let document = || -> Result<Value, MapError> {
+        let document = parse_document_limited(text, limits)?;
+        check_counts(kind, &document, limits)?;
+        Ok(document)
+    };
     let mut tools = match kind {
-        SourceKind::Mcp => mcp_tools(&parse_document(text)?)?,
-        SourceKind::Openapi => openapi_tools(&parse_document(text)?)?,
-        SourceKind::Sql => sql_tools(text)?,
+        SourceKind::Mcp => mcp_tools(&document()?)?,
+        SourceKind::Openapi => openapi_tools(&document()?)?,
+        SourceKind::Sql => {
+            let tools = sql_tools(text)?;
+            crate::core::limits::check(Limit::ToolsPerSource, tools.len(), limits.max_tools_per_source)
+                .map_err(MapError::Limit)?;
+            tools
+        }
     };
     // The mapper keeps the first node of a name; so do we.
     let mut seen = BTreeSet::new();
@@ -398,6 +414,17 @@ mod tests {
         "put": {"requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Pet"}}}}},
         "post": {"operationId": "tagPet", "requestBody": {"content": {"application/json": {"schema": {"type": "array", "items": {"type": "string"}}}}}}
       }}}"##;
+
+    #[test]
+    fn a_source_over_its_tool_limit_offers_none() {
+        let limits = Limits { max_tools_per_source: 1, ..Limits::default() };
+        let list = r#"{"tools": [{"name": "a"}, {"name": "b"}]}"#;
+        assert_eq!(tools_of_limited(SourceKind::Mcp, list, &limits).unwrap_err().code(), "too_many_tools");
+        let one = r#"{"tools": [{"name": "a"}]}"#;
+        assert_eq!(tools_of_limited(SourceKind::Mcp, one, &limits).unwrap().len(), 1);
+        let sql = "CREATE TABLE a (x INT);\nCREATE TABLE b (y INT);";
+        assert!(tools_of_limited(SourceKind::Sql, sql, &limits).is_err_and(|err| err.code() == "too_many_tools"));
+    }
 
     #[test]
     fn openapi_operations_take_parameters_and_bodies_with_refs_inlined() {

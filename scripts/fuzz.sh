@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target in fuzz/ for FUZZ_SECONDS each (default 25), on
+# stable Rust (libFuzzer's coverage, no sanitizer: capdex is safe Rust, so a
+# panic, an overflow, a recursion or an allocation over the RSS limit is what
+# a crash is). Each target starts from its committed seeds (fuzz/seeds/<target>)
+# and its local corpus (fuzz/corpus/<target>, gitignored). Prints, per target,
+# the CPU seconds, executions and crashes, and exits non-zero on any crash
+# (the reproducer is in fuzz/artifacts/<target>/).
+#
+#   bash scripts/fuzz.sh                 # every target, 25 s each
+#   FUZZ_SECONDS=3600 bash scripts/fuzz.sh openapi_map sql_ddl
+#
+# FUZZ_BUILD=dev builds without optimisations (minutes instead of tens of
+# minutes from a clean clone, fewer executions a second): .ci/run's smoke.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../fuzz"
+
+seconds="${FUZZ_SECONDS:-25}"
+profile=()
+if [ "${FUZZ_BUILD:-release}" = dev ]; then
+  profile=(--dev)
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "==> cargo install cargo-fuzz --locked"
+  cargo install cargo-fuzz --locked
+fi
+
+echo "==> cargo fuzz build --sanitizer none ${profile[*]}"
+cargo fuzz build --sanitizer none "${profile[@]}"
+
+if [ "$#" -gt 0 ]; then
+  targets=("$@")
+else
+  mapfile -t targets < <(cargo fuzz list)
+fi
+
+crashed=0
+printf '%-22s %10s %12s %8s\n' target cpu_s execs crashes
+for target in "${targets[@]}"; do
+  mkdir -p "corpus/$target" "artifacts/$target"
+  log="$(mktemp)"
+  before=$(find "artifacts/$target" -type f | wc -l)
+  status=0
+  # bash's `time` gives the user and system CPU seconds of the run.
+  # -timeout: one input may take 10 s at most; -rss_limit_mb: 2 GiB.
+  TIMEFORMAT='%U %S'
+  { time cargo fuzz run --sanitizer none "${profile[@]}" "$target" "corpus/$target" "seeds/$target" -- \
+      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      >"$log" 2>&1 || status=$?; } 2>"$log.time"
+  cpu=$(awk '{printf "%.0f", $1 + $2}' "$log.time" 2>/dev/null || echo "?")
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  after=$(find "artifacts/$target" -type f | wc -l)
+  crashes=$((after - before))
+  if [ "$status" -ne 0 ] || [ "$crashes" -gt 0 ]; then
+    crashed=1
+    echo "---- $target failed (exit $status):"
+    tail -n 40 "$log"
+  fi
+  printf '%-22s %10s %12s %8s\n' "$target" "$cpu" "${execs:-?}" "$crashes"
+  rm -f "$log" "$log.time"
+done
+exit "$crashed"

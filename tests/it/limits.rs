@@ -1,0 +1,127 @@
+//! `[limits]` over NATS against a real nats-server and `capdex serve`, each
+//! limit set small through its `CAPDEX_LIMITS_*` variable and tried at the
+//! limit (accepted) and one over it (refused 413 with the limit's code and a
+//! message naming the setting): JSON and msgpack nesting, tools per source,
+//! operations per OpenAPI spec, YAML aliases and YAML depth.
+
+use crate::dispatch::serve;
+use crate::support::nats_server::NatsServer;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Sends `payload` (JSON, or msgpack of the same value) and returns the reply and its error status, if any.
+async fn send(client: &async_nats::Client, subject: &str, payload: &Value, msgpack: bool) -> (Value, Option<String>) {
+    let mut headers = async_nats::HeaderMap::new();
+    let body = if msgpack {
+        headers.insert("Content-Type", "application/msgpack");
+        rmp_serde::to_vec_named(payload).unwrap()
+    } else {
+        serde_json::to_vec(payload).unwrap()
+    };
+    let reply = tokio::time::timeout(
+        Duration::from_secs(15),
+        client.request_with_headers(subject.to_string(), headers, body.into()),
+    )
+    .await
+    .expect("a reply within 15 s")
+    .expect("the request is answered");
+    let status = reply.headers.as_ref().and_then(|h| h.get("Nats-Service-Error-Code")).map(|v| v.to_string());
+    let value = if msgpack {
+        rmp_serde::from_slice(&reply.payload).expect("a msgpack reply")
+    } else {
+        serde_json::from_slice(&reply.payload).expect("a JSON reply")
+    };
+    (value, status)
+}
+
+fn tool(name: &str) -> Value {
+    json!({"name": name, "description": format!("the {name} tool")})
+}
+
+fn openapi(operations: usize) -> Value {
+    let paths: serde_json::Map<String, Value> = (0..operations)
+        .map(|i| (format!("/thing{i}"), json!({"get": {"operationId": format!("getThing{i}"), "summary": "a thing"}})))
+        .collect();
+    json!({"openapi": "3.0.0", "info": {"title": "t", "version": "1"}, "paths": paths})
+}
+
+#[tokio::test]
+async fn each_limit_accepts_its_value_and_refuses_one_more_naming_the_setting() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (_serving, client) = serve(
+        &nats,
+        data.path(),
+        &[
+            ("CAPDEX_LIMITS_MAX_JSON_DEPTH", "8"),
+            ("CAPDEX_LIMITS_MAX_TOOLS_PER_SOURCE", "2"),
+            ("CAPDEX_LIMITS_MAX_OPERATIONS_PER_SPEC", "2"),
+            ("CAPDEX_LIMITS_MAX_YAML_ALIASES", "1"),
+            ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "4"),
+        ],
+    )
+    .await;
+
+    // Nesting, JSON and msgpack: the batch {tools: [{inputSchema: {properties: {q: {type}}}}]} nests
+    // 6 levels, plus `extra` objects wrapped around q's.
+    let nested = |extra: usize| {
+        let mut leaf = json!({"type": "string"});
+        for _ in 0..extra {
+            leaf = json!({"x": leaf});
+        }
+        json!({"runtimeId": "r", "tools": [{"name": "deep", "description": "a deep tool",
+            "inputSchema": {"type": "object", "properties": {"q": leaf}}}]})
+    };
+    for msgpack in [false, true] {
+        let (at_limit, status) = send(&client, "capdex.v1.capabilities.upsert", &nested(2), msgpack).await;
+        assert_eq!(status, None, "depth 8 is accepted (msgpack: {msgpack}): {at_limit}");
+        let (over, status) = send(&client, "capdex.v1.capabilities.upsert", &nested(3), msgpack).await;
+        assert_eq!(status.as_deref(), Some("413"), "depth 9 (msgpack: {msgpack}): {over}");
+        assert_eq!(over["code"], "json_too_deep", "{over}");
+        assert!(over["message"].as_str().unwrap().contains("limits.max_json_depth"), "{over}");
+    }
+
+    // Tools per source: a registration's tools.
+    let batch =
+        |n: usize| json!({"runtimeId": "r", "tools": (0..n).map(|i| tool(&format!("t{i}"))).collect::<Vec<_>>()});
+    let (two, status) = send(&client, "capdex.v1.capabilities.upsert", &batch(2), false).await;
+    assert_eq!(status, None, "{two}");
+    let (three, status) = send(&client, "capdex.v1.capabilities.upsert", &batch(3), false).await;
+    assert_eq!((status.as_deref(), three["code"].as_str()), (Some("413"), Some("too_many_tools")), "{three}");
+    assert!(three["message"].as_str().unwrap().contains("limits.max_tools_per_source"), "{three}");
+    // ... and an MCP tool list mapped into the SCG.
+    let list = |n: usize| {
+        json!({"tools": (0..n).map(|i| json!({"name": format!("t{i}"), "description": "t",
+        "inputSchema": {"type": "object"}})).collect::<Vec<_>>()})
+    };
+    let map = |id: &str, kind: &str, document: Value| json!({"sourceId": id, "kind": kind, "document": document});
+    let (ok, status) = send(&client, "capdex.v1.map", &map("mcp2", "mcp", list(2)), false).await;
+    assert_eq!(status, None, "{ok}");
+    let (over, status) = send(&client, "capdex.v1.map", &map("mcp3", "mcp", list(3)), false).await;
+    assert_eq!((status.as_deref(), over["code"].as_str()), (Some("413"), Some("too_many_tools")), "{over}");
+
+    // Operations per spec.
+    let (ok, status) = send(&client, "capdex.v1.map", &map("api2", "openapi", openapi(2)), false).await;
+    assert_eq!(status, None, "{ok}");
+    let (over, status) = send(&client, "capdex.v1.map", &map("api3", "openapi", openapi(3)), false).await;
+    assert_eq!((status.as_deref(), over["code"].as_str()), (Some("413"), Some("too_many_operations")), "{over}");
+    assert!(over["message"].as_str().unwrap().contains("limits.max_operations_per_spec"), "{over}");
+
+    // YAML aliases and depth, in an OpenAPI document sent as text.
+    let yaml = |aliases: usize, deep: bool| {
+        let summaries: String = (0..aliases).map(|i| format!("  /a{i}:\n    get:\n      summary: *s\n")).collect();
+        let schema = if deep { "      x:\n        y: [1]\n" } else { "" };
+        format!(
+            "openapi: 3.0.0\ninfo:\n  title: t\n  version: '1'\nx-summary: &s shared\npaths:\n{summaries}\
+             components:\n  schemas:\n    A:\n{schema}      type: object\n"
+        )
+    };
+    let (ok, status) = send(&client, "capdex.v1.map", &map("yaml1", "openapi", json!(yaml(1, false))), false).await;
+    assert_eq!(status, None, "one alias: {ok}");
+    let (over, status) = send(&client, "capdex.v1.map", &map("yaml2", "openapi", json!(yaml(2, false))), false).await;
+    assert_eq!((status.as_deref(), over["code"].as_str()), (Some("413"), Some("too_many_yaml_aliases")), "{over}");
+    // Without x the document nests 4 levels; components.schemas.A.x.y (a list) nests 6.
+    let (over, status) = send(&client, "capdex.v1.map", &map("yaml3", "openapi", json!(yaml(0, true))), false).await;
+    assert_eq!((status.as_deref(), over["code"].as_str()), (Some("413"), Some("yaml_too_deep")), "{over}");
+    assert!(over["message"].as_str().unwrap().contains("limits.max_yaml_depth"), "{over}");
+}
