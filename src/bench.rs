@@ -250,16 +250,14 @@ impl Built {
 /// A step of [`build`], reported to its `mark` callback when done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BuildStep {
-    /// Repeated ids dropped.
-    Deduplicated,
+    /// The descriptors moved into the catalog's map by id (the first of each id).
+    Catalog,
     /// Every descriptor embedded into the vector index.
     Vectors,
     /// The lexical index built.
     Lexical,
     /// The capability graph built.
     Graph,
-    /// The descriptors moved into the catalog's map by id.
-    Catalog,
 }
 
 /// Embeds `descriptors` (first of each id wins) in batches and builds every index.
@@ -280,37 +278,34 @@ fn build_marked(
     batch_size: usize,
     mark: &mut dyn FnMut(BuildStep),
 ) -> Result<Built, EmbedError> {
-    // First of each id, found without copying the ids (a million copies were
-    // the build's largest transient).
-    let first: Vec<bool> = {
-        let mut seen = std::collections::HashSet::with_capacity(descriptors.len());
-        descriptors.iter().map(|descriptor| seen.insert(descriptor.id.as_str())).collect()
-    };
-    let descriptors: Vec<CapabilityDescriptor> =
-        descriptors.into_iter().zip(first).filter_map(|(descriptor, first)| first.then_some(descriptor)).collect();
-    mark(BuildStep::Deduplicated);
+    // The catalog takes the descriptors first (the first of each id), as the
+    // Indexer holds them: the one moment they are held twice (the input and
+    // the map being filled) comes before any index exists, so it stays below
+    // the finished build's peak (at a million capabilities, a third of a
+    // gigabyte of descriptors held twice on top of every index had been the
+    // peak). Every index is then built from the catalog's descriptors, borrowed.
+    let mut held = std::collections::BTreeMap::new();
+    for descriptor in descriptors {
+        held.entry(descriptor.id.clone()).or_insert(descriptor);
+    }
+    let catalog = Catalog { version: 1, descriptors: held, ..Catalog::default() };
+    mark(BuildStep::Catalog);
+    let described: Vec<&CapabilityDescriptor> = catalog.descriptors.values().collect();
     // One batch at a time, straight into the index: the vectors are never
     // all held twice (as rows and as columns), which would double the peak.
-    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), descriptors.len());
-    for batch in descriptors.chunks(batch_size.max(1)) {
-        let texts: Vec<String> = batch.iter().map(embedding_text).collect();
+    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), described.len());
+    for batch in described.chunks(batch_size.max(1)) {
+        let texts: Vec<String> = batch.iter().map(|descriptor| embedding_text(descriptor)).collect();
         for (descriptor, vector) in batch.iter().zip(embed_in_batches(embedder, &texts, batch_size)?) {
             // A vector that does not fit leaves its capability to the lexical signal, as in the Indexer.
             let _ = vectors.upsert(&descriptor.id, &vector);
         }
     }
     mark(BuildStep::Vectors);
-    let lexical = LexicalIndex::build(&descriptors);
+    let lexical = LexicalIndex::build(described.iter().copied());
     mark(BuildStep::Lexical);
-    let graph = CapabilityGraph::build(&descriptors, &presets);
+    let graph = CapabilityGraph::build_from(described, &presets);
     mark(BuildStep::Graph);
-    // The catalog takes the descriptors over, as the Indexer holds them: one copy.
-    let catalog = Catalog {
-        version: 1,
-        descriptors: descriptors.into_iter().map(|descriptor| (descriptor.id.clone(), descriptor)).collect(),
-        ..Catalog::default()
-    };
-    mark(BuildStep::Catalog);
     Ok(Built { catalog, vectors, lexical, graph })
 }
 
@@ -464,7 +459,6 @@ pub fn memory_account(
     let mut meter = Meter::now();
     let built = build_marked(descriptors, presets, embedder, batch_size, &mut |step| {
         let structure = match step {
-            BuildStep::Deduplicated => "repeated ids dropped",
             BuildStep::Vectors => "vectors",
             BuildStep::Lexical => "lexical index (postings, terms)",
             BuildStep::Graph => "capability graph",
@@ -487,7 +481,6 @@ pub fn memory_account(
         model_id: embedder.model_id(),
         parts: parts
             .into_iter()
-            .filter(|(structure, bytes)| *bytes != 0 || !structure.starts_with("repeated"))
             .map(|(structure, bytes)| MemoryPart {
                 structure,
                 bytes: bytes as i64,

@@ -244,8 +244,7 @@ mod tests {
         assert!(empty.is_empty());
         let catalog = published(2);
         discoverer.send(catalog.clone()).await.unwrap();
-        let graph =
-            Arc::new(CapabilityGraph::build(&catalog.catalog.descriptors.values().cloned().collect::<Vec<_>>(), &[]));
+        let graph = Arc::new(CapabilityGraph::build_from(catalog.catalog.descriptors.values(), &[]));
         discoverer.send(GraphPublished { version: 2, graph }).await.unwrap();
         discoverer.send(PriorPublished { prior: Arc::new(OutcomePrior::neutral()) }).await.unwrap();
         // An older catalog never replaces a newer one.

@@ -6,7 +6,6 @@
 use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Inspect;
 use crate::core::catalog::Catalog;
-use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::graph::{CapabilityGraph, GraphStats, Preset};
 use actix::prelude::*;
 use std::sync::Arc;
@@ -62,10 +61,10 @@ impl Handler<BuildGraph> for GraphBuilder {
     type Result = MessageResult<BuildGraph>;
 
     fn handle(&mut self, msg: BuildGraph, _: &mut SyncContext<Self>) -> Self::Result {
-        let descriptors: Vec<CapabilityDescriptor> = msg.catalog.descriptors.values().cloned().collect();
         let mut presets = self.presets.clone();
         presets.extend(msg.catalog.all_presets());
-        let graph = Arc::new(CapabilityGraph::build(&descriptors, &presets));
+        // Borrowed from the catalog: no copy of its descriptors.
+        let graph = Arc::new(CapabilityGraph::build_from(msg.catalog.descriptors.values(), &presets));
         let stats = graph.stats();
         if let Some(snapshots) = &self.snapshots {
             snapshots.publish_graph(msg.catalog.version, &graph);

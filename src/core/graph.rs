@@ -89,7 +89,16 @@ impl CapabilityGraph {
     /// Builds the graph from scratch. Output depends only on the set of
     /// descriptors and presets, not on their order.
     pub fn build(descriptors: &[CapabilityDescriptor], presets: &[Preset]) -> CapabilityGraph {
-        let mut sorted: Vec<&CapabilityDescriptor> = descriptors.iter().collect();
+        CapabilityGraph::build_from(descriptors, presets)
+    }
+
+    /// [`CapabilityGraph::build`] over borrowed descriptors (a catalog's
+    /// values), so a caller does not copy a catalog to build its graph.
+    pub fn build_from<'a>(
+        descriptors: impl IntoIterator<Item = &'a CapabilityDescriptor>,
+        presets: &[Preset],
+    ) -> CapabilityGraph {
+        let mut sorted: Vec<&CapabilityDescriptor> = descriptors.into_iter().collect();
         sorted.sort_by(|a, b| a.id.cmp(&b.id));
         sorted.dedup_by(|a, b| a.id == b.id);
         let mut graph = CapabilityGraph::default();
