@@ -336,6 +336,8 @@ pub fn restore(
     presets: impl IntoIterator<Item = (String, Vec<Preset>)>,
 ) -> Restored {
     let mut restored = Restored { index: VectorIndex::new(dimensions), ..Restored::default() };
+    let mut descriptors = Vec::new();
+    let mut origins = Vec::new();
     for (descriptor, origin, kept) in stored {
         let vector_fits = match kept {
             Some(kept) if kept.model_id == model_id => restored.index.upsert(&descriptor.id, &kept.vector).is_ok(),
@@ -344,9 +346,14 @@ pub fn restore(
         if !vector_fits {
             restored.pending.insert(descriptor.id.clone());
         }
-        restored.catalog.origins.insert(descriptor.id.clone(), origin);
-        restored.catalog.descriptors.insert(descriptor.id.clone(), descriptor);
+        origins.push((descriptor.id.clone(), origin));
+        descriptors.push((descriptor.id.clone(), descriptor));
     }
+    // Built in bulk (`collect` sorts, then fills every node): inserted one at
+    // a time, in id order as the store gives them, a B-tree's nodes are left
+    // half empty. A repeated id keeps the last, as inserting did.
+    restored.catalog.origins = origins.into_iter().collect();
+    restored.catalog.descriptors = descriptors.into_iter().collect();
     restored.index.shrink_to_fit();
     restored.catalog.presets = presets.into_iter().collect();
     restored.catalog.version = u64::from(!restored.catalog.is_empty());
