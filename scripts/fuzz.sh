@@ -3,7 +3,8 @@
 # stable Rust (libFuzzer's coverage, no sanitizer: capdex is safe Rust, so a
 # panic, an overflow, a recursion or an allocation over the RSS limit is what
 # a crash is). Each target starts from its committed seeds (fuzz/seeds/<target>)
-# and its local corpus (fuzz/corpus/<target>, gitignored). Prints, per target,
+# (and, for SQL DDL and MCP tool lists, the test fixtures' folders) and its local corpus
+# (fuzz/corpus/<target>, gitignored). Prints, per target,
 # the CPU seconds, executions and crashes, and exits non-zero on any crash
 # (the reproducer is in fuzz/artifacts/<target>/).
 #
@@ -45,7 +46,16 @@ for target in "${targets[@]}"; do
   # bash's `time` gives the user and system CPU seconds of the run.
   # -timeout: one input may take 10 s at most; -rss_limit_mb: 2 GiB.
   TIMEFORMAT='%U %S'
-  { time cargo fuzz run --sanitizer none "${profile[@]}" "$target" "corpus/$target" "seeds/$target" -- \
+  # Seeds: the target's own (fuzz/seeds/<target>) and, for SQL DDL and MCP tool
+  # lists, the test fixtures' folders themselves (real captures, not copies).
+  # libFuzzer takes folders here: a file argument would only be run, not fuzzed.
+  seeds=()
+  [ -d "seeds/$target" ] && seeds+=("seeds/$target")
+  case "$target" in
+    sql_ddl) seeds+=(../tests/fixtures/sql) ;;
+    mcp_tool_list) seeds+=(../tests/fixtures/mcp) ;;
+  esac
+  { time cargo fuzz run --sanitizer none "${profile[@]}" "$target" "corpus/$target" "${seeds[@]}" -- \
       -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       >"$log" 2>&1 || status=$?; } 2>"$log.time"
   cpu=$(awk '{printf "%.0f", $1 + $2}' "$log.time" 2>/dev/null || echo "?")
