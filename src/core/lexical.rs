@@ -449,8 +449,7 @@ fn doc_term_weights(
         name_text.push(' ');
         name_text.push_str(&descriptor.display_name);
     }
-    let parameters = descriptor.parameter_names().join(" ");
-    let parameter_descriptions = parameter_descriptions(descriptor);
+    let (parameters, parameter_descriptions) = parameter_texts(descriptor);
     let tags = descriptor.tags.join(" ");
     for (text, weight) in [
         (name_text.as_str(), weights.name),
@@ -471,17 +470,19 @@ fn doc_term_weights(
     length
 }
 
-/// Returns the descriptions of the top-level parameters of the input schema, joined.
-fn parameter_descriptions(descriptor: &CapabilityDescriptor) -> String {
+/// Returns the names and the descriptions of the top-level parameters of the
+/// input schema, each joined, from one parse of the schema.
+fn parameter_texts(descriptor: &CapabilityDescriptor) -> (String, String) {
     let Some(schema) = descriptor.full_schema.as_ref().map(|schema| schema.value()) else {
-        return String::new();
+        return (String::new(), String::new());
     };
     let Some(properties) = schema.get("properties").and_then(|properties| properties.as_object()) else {
-        return String::new();
+        return (String::new(), String::new());
     };
+    let names: Vec<&str> = properties.keys().map(String::as_str).collect();
     let descriptions: Vec<&str> =
         properties.values().filter_map(|property| property.get("description")?.as_str()).collect();
-    descriptions.join(" ")
+    (names.join(" "), descriptions.join(" "))
 }
 
 /// The spelling exact-name matching compares: lower-cased letters and digits
