@@ -13,7 +13,9 @@
 //! `CAPDEX_BENCH_RESTART_N` changes N). Needs nats-server (`CAPDEX_NATS_SERVER`,
 //! `.venv/bin/nats-server` or `PATH`). The node is this build's `capdex`, or
 //! `CAPDEX_BENCH_SERVE_BIN`. Without `--bench` (`cargo test --benches`) it runs
-//! once on 2,000 capabilities as a smoke test.
+//! once on 2,000 capabilities as a smoke test. `CAPDEX_BENCH_RESTART_KEEP=DIR`
+//! keeps the filled data dir in DIR (and reuses it when it is there), so a
+//! profiler can be pointed at `capdex serve` on it.
 
 #[path = "../tests/it/support/nats_server.rs"]
 mod nats_server;
@@ -37,7 +39,9 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_capdex")));
 
     let work = tempfile::tempdir().expect("a temporary folder");
-    let data = work.path().join("data");
+    let kept = std::env::var_os("CAPDEX_BENCH_RESTART_KEEP").map(PathBuf::from);
+    let data = kept.clone().unwrap_or_else(|| work.path().join("data"));
+    let reuse = kept.as_ref().is_some_and(|dir| dir.read_dir().is_ok_and(|mut entries| entries.next().is_some()));
     let caps = work.path().join("capabilities");
     std::fs::create_dir_all(&caps).expect("a capability folder");
     let nats = nats_server::NatsServer::start();
@@ -53,31 +57,17 @@ fn main() {
     .into_iter()
     .collect();
 
-    // Fill the data dir, through the same Indexer a node runs.
-    let catalog = work.path().join("catalog.json");
-    let descriptors = capdex::bench::synthetic_catalog(n);
-    std::fs::write(&catalog, serde_json::to_vec(&descriptors).expect("the catalog encodes")).expect("catalog written");
-    drop(descriptors);
-    let started = Instant::now();
-    let status = Command::new(&binary)
-        .args(["index", "--catalog"])
-        .arg(&catalog)
-        .envs(&env)
-        .stdout(Stdio::null())
-        .status()
-        .expect("capdex index runs");
-    assert!(status.success(), "capdex index failed: {status}");
-    let fill = started.elapsed();
     println!(
         "capdex restart bench: {n} capabilities, built-in embedder, {} mode, node {}",
         if full { "full" } else { "smoke" },
         binary.display()
     );
-    println!(
-        "  filled by `capdex index --catalog` in {:.2} s; data dir {:.1} MB",
-        fill.as_secs_f64(),
-        dir_bytes(&data) as f64 / 1e6
-    );
+    if reuse {
+        println!("  reusing the data dir {}", data.display());
+    } else {
+        fill(&binary, &env, work.path(), n);
+    }
+    println!("  data dir {:.1} MB", dir_bytes(&data) as f64 / 1e6);
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let client = runtime.block_on(async_nats::connect(nats.url())).expect("bench client connects");
@@ -85,7 +75,7 @@ fn main() {
     for trial in 0..restarts {
         let started = Instant::now();
         let mut node =
-            Command::new(&binary).arg("serve").envs(&env).stdout(Stdio::null()).spawn().expect("capdex serve starts");
+            node_command(&binary, &env).arg("serve").stdout(Stdio::null()).spawn().expect("capdex serve starts");
         let answer = runtime.block_on(first_full_answer(&client, n, &mut node));
         let elapsed = started.elapsed();
         let rss = rss_bytes(node.id());
@@ -116,6 +106,33 @@ fn main() {
             String::new()
         }
     );
+}
+
+/// Fills the data dir named in `env` with `n` synthetic capabilities by
+/// `capdex index --catalog`, through the same Indexer a node runs.
+fn fill(binary: &Path, env: &BTreeMap<&str, String>, work: &Path, n: usize) {
+    let catalog = work.join("catalog.json");
+    let descriptors = capdex::bench::synthetic_catalog(n);
+    std::fs::write(&catalog, serde_json::to_vec(&descriptors).expect("the catalog encodes")).expect("catalog written");
+    drop(descriptors);
+    let started = Instant::now();
+    let status = node_command(binary, env)
+        .args(["index", "--catalog"])
+        .arg(&catalog)
+        .stdout(Stdio::null())
+        .status()
+        .expect("capdex index runs");
+    assert!(status.success(), "capdex index failed: {status}");
+    let fill = started.elapsed();
+    println!("  filled by `capdex index --catalog` in {:.2} s", fill.as_secs_f64());
+}
+
+/// `binary` with `env`, without the bench's own variables (capdex refuses a
+/// `CAPDEX_*` variable that names no setting).
+fn node_command(binary: &Path, env: &BTreeMap<&str, String>) -> Command {
+    let mut command = Command::new(binary);
+    command.envs(env).env_remove("CAPDEX_BENCH_RESTART_N").env_remove("CAPDEX_BENCH_RESTART_KEEP");
+    command
 }
 
 /// Asks `capdex.v1.discover` until the node answers with every one of the `n`
