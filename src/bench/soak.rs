@@ -15,8 +15,8 @@
 //! The mix, per ten operations: four discoveries, two outcomes over core NATS,
 //! one outcome through the JetStream outcome stream, one registration (an
 //! upsert of one of [`TOOLS`] tools, its description changed), one dispatch of
-//! the built-in echo with a fresh executionId (a provenance record and a
-//! re-drive result), and one approval round (a call that asks for approval, the
+//! the built-in echo registered as not idempotent (`soak_step`) with a fresh
+//! executionId (a provenance record and a re-drive result), and one approval round (a call that asks for approval, the
 //! approval, the approved call: three requests). Outcomes go to [`SCOPES`]
 //! organisations, so the KPI windows are a fixed set of rings.
 
@@ -268,7 +268,7 @@ impl Load {
                 self.ask("capdex.v1.capabilities.upsert", &body).await;
             }
             8 => {
-                let body = json!({"slug": "echo", "agentId": "soak", "arguments": {"text": format!("call {id}")},
+                let body = json!({"slug": "soak_step", "agentId": "soak", "arguments": {"text": format!("call {id}")},
                     "executionId": format!("soak-{id}"), "stepId": "1"});
                 self.ask("capdex.v1.dispatch", &body).await;
             }
@@ -369,14 +369,22 @@ async fn soak(
     };
     let gated = json!({
         "slug": "soak_gated", "name": "soak_gated", "description": "echo behind an approval", "category": "test",
-        "executionType": "internal", "handler": "builtin:echo", "requiresApproval": true,
+        "executionType": "internal", "handler": "builtin:echo", "requiresApproval": true, "isIdempotent": false,
         "functionDefinition": {"name": "soak_gated", "description": "echo behind an approval",
             "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}},
     });
-    gateway
-        .request_json("capdex.v1.capability.register", &gated, TIMEOUT)
-        .await
-        .map_err(|err| SoakError::Setup(format!("registering soak_gated: {err}")))?;
+    let mut step = gated.clone();
+    for (key, value) in [("slug", "soak_step"), ("name", "soak_step"), ("description", "echo, not idempotent")] {
+        step[key] = json!(value);
+    }
+    step["functionDefinition"]["name"] = json!("soak_step");
+    step["requiresApproval"] = json!(false);
+    for record in [&gated, &step] {
+        gateway
+            .request_json("capdex.v1.capability.register", record, TIMEOUT)
+            .await
+            .map_err(|err| SoakError::Setup(format!("registering {}: {err}", record["slug"])))?;
+    }
     let load = Arc::new(Load {
         gateway,
         next: AtomicU64::new(0),
