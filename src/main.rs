@@ -914,7 +914,6 @@ enum BenchMode {
     Memory,
 }
 
-#[allow(clippy::too_many_arguments)]
 /// `capdex bench --soak MINUTES`.
 fn run_soak(
     settings: &Settings,
@@ -960,6 +959,7 @@ fn run_soak(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_bench(
     settings: &Settings,
     synthetic: Option<usize>,
