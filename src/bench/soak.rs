@@ -8,7 +8,9 @@
 //!    mixed load for [`SoakOptions::ramp`] and count operations per second;
 //! 2. the soak runs the same mix open-loop at half of that rate, and every
 //!    report interval (a minute) prints the service's resident set size, the
-//!    data dir's bytes and the p99 latency of the requests answered in it;
+//!    data dir's bytes, the bytes of capdex's stores (the `capdex_store_bytes`
+//!    gauges at its metrics endpoint) and the p99 latency of the requests
+//!    answered in it;
 //! 3. at the end it prints, over the intervals after the warm-up, the max/min
 //!    ratio of RSS and of data-dir bytes, and whether both stayed within 5 %.
 //!
@@ -81,6 +83,10 @@ pub struct SoakInterval {
     pub at_s: f64,
     pub rss_bytes: u64,
     pub data_dir_bytes: u64,
+    /// The sum of the service's `capdex_store_bytes` gauges (keys and values of
+    /// every measured store, from its last sweep): what capdex keeps, beside the
+    /// bytes sled's files take.
+    pub store_bytes: u64,
     pub p99_ms: f64,
     /// Requests answered in the interval, and those that failed.
     pub requests: u64,
@@ -180,6 +186,26 @@ pub fn dir_bytes(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+/// The sum of the `capdex_store_bytes` gauges at the metrics endpoint `addr` (0 if unreadable).
+fn store_bytes(addr: &str) -> u64 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return 0 };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    sum_gauge(&response, "capdex_store_bytes{")
+}
+
+/// The sum of every sample of the metric whose lines start with `prefix`.
+fn sum_gauge(metrics: &str, prefix: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// Nearest-rank percentile of `sorted` latencies, in milliseconds.
@@ -310,6 +336,7 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
     };
     let (nats_dir, data_dir, caps_dir) = (temp("nats")?, temp("data")?, temp("caps")?);
     let port = free_port()?;
+    let metrics = format!("127.0.0.1:{}", free_port()?);
     let _nats = start(
         "nats-server",
         Command::new(&options.nats_server)
@@ -328,7 +355,7 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
         .env("CAPDEX_DATA_DIR", data_dir.path())
         .env("CAPDEX_CAPABILITY_DIRS", caps_dir.path())
         .env("CAPDEX_WATCH", "false")
-        .env("CAPDEX_METRICS_LISTEN_ADDR", "")
+        .env("CAPDEX_METRICS_LISTEN_ADDR", &metrics)
         .env("CAPDEX_JETSTREAM_NODE_NAME", "soak")
         .env("CAPDEX_LOG", "warn")
         .envs(RETENTION)
@@ -341,7 +368,7 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
         .build()
         .map_err(|err| SoakError::Start { what: "a runtime".into(), message: err.to_string() })?;
     let nats = NatsSettings { url: url.clone(), servers: vec![url], ..options.nats.clone() };
-    let report = runtime.block_on(soak(options, nats, pid, data_dir.path(), progress));
+    let report = runtime.block_on(soak(options, nats, pid, data_dir.path(), &metrics, progress));
     drop(serving);
     report
 }
@@ -351,6 +378,7 @@ async fn soak(
     nats: NatsSettings,
     pid: u32,
     data_dir: &Path,
+    metrics: &str,
     progress: &mut dyn FnMut(&str),
 ) -> Result<SoakReport, SoakError> {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -443,7 +471,7 @@ async fn soak(
     let mut next_op = soak_start;
     let mut n = 0u64;
     let mut intervals = Vec::new();
-    progress("      at_s    rss_MB  data_dir_MB    p99_ms  requests  errors  shed");
+    progress("      at_s    rss_MB  data_dir_MB  stores_MB    p99_ms  requests  errors  shed");
     loop {
         let now = Instant::now();
         if now >= next_report || now >= soak_end {
@@ -452,16 +480,18 @@ async fn soak(
                 at_s: soak_start.elapsed().as_secs_f64(),
                 rss_bytes: rss_bytes(pid),
                 data_dir_bytes: dir_bytes(data_dir),
+                store_bytes: store_bytes(metrics),
                 p99_ms: percentile_ms(&latencies, 0.99),
                 requests,
                 errors,
                 shed: std::mem::take(&mut shed),
             };
             progress(&format!(
-                "{:10.0} {:9.1} {:12.1} {:9.2} {:9} {:7} {:5}",
+                "{:10.0} {:9.1} {:12.1} {:10.2} {:9.2} {:9} {:7} {:5}",
                 interval.at_s,
                 interval.rss_bytes as f64 / 1e6,
                 interval.data_dir_bytes as f64 / 1e6,
+                interval.store_bytes as f64 / 1e6,
                 interval.p99_ms,
                 interval.requests,
                 interval.errors,
@@ -526,5 +556,7 @@ mod tests {
         std::fs::write(dir.path().join("g"), [0u8; 5]).unwrap();
         assert_eq!(dir_bytes(dir.path()), 15);
         assert!(rss_bytes(std::process::id()) > 0);
+        let metrics = "# TYPE capdex_store_bytes gauge\ncapdex_store_bytes{store=\"kpi\"} 506\ncapdex_store_bytes{store=\"provenance\"} 1196\ncapdex_store_disk_bytes 9\n";
+        assert_eq!(sum_gauge(metrics, "capdex_store_bytes{"), 1702);
     }
 }

@@ -206,6 +206,7 @@ fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
     for interval in intervals {
         assert!(interval["rssBytes"].as_u64().unwrap() > 0, "{interval}");
         assert!(interval["dataDirBytes"].as_u64().unwrap() > 0, "{interval}");
+        assert!(interval["storeBytes"].is_u64(), "{interval}");
         assert!(interval["p99Ms"].as_f64().is_some() && interval["requests"].as_u64().is_some(), "{interval}");
     }
     assert!(report["rssRatio"].as_f64().unwrap() >= 1.0 && report["dataDirRatio"].as_f64().unwrap() >= 1.0);
