@@ -595,6 +595,12 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     }
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let (actors, store) = start_with_store(settings, Some(events_tx)).await?;
+    // Held until serving ends: the sweep keeps every store within `[retention]`.
+    let _retention = actix::Actor::start(crate::actors::retention::Retention::new(
+        store.clone(),
+        actors.scg.graph.clone(),
+        settings.retention,
+    ));
     let outcome = scan(&actors).await?;
     tracing::info!(
         found = outcome.scan.descriptors.len(),

@@ -18,6 +18,12 @@
 //! `--prompt-size` ([`prompt_size`]) instead runs a fixed query list over a
 //! catalog and reports each tier's tokens against its budget, and the median
 //! prompt against a dump of every capability's full schema or content.
+//!
+//! `--soak MINUTES` ([`soak`]) runs a real `capdex serve` on a real
+//! `nats-server` under mixed load at half its measured capacity, and reports
+//! RSS, data-dir bytes and p99 latency per minute.
+
+pub mod soak;
 
 use crate::core::catalog::Catalog;
 use crate::core::compact_json::CompactJson;

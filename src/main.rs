@@ -114,7 +114,7 @@ enum Command {
     ///                --queries benches/prompt_size_queries.jsonl
     Bench {
         /// Number of synthetic capabilities (seeded generator).
-        #[arg(long, value_name = "N", conflicts_with = "sources", required_unless_present = "sources")]
+        #[arg(long, value_name = "N", conflicts_with = "sources", required_unless_present_any = ["sources", "soak"])]
         synthetic: Option<usize>,
         /// Capabilities: a sources object {tools, skills, ...}, a catalog array, or tools JSON lines.
         #[arg(long, value_name = "FILE", requires = "queries")]
@@ -140,6 +140,19 @@ enum Command {
         /// Print the report as JSON (keys n, buildMs, p50Us, p99Us, rssBytes, embedP50Us, ...).
         #[arg(long)]
         json: bool,
+        /// Soak for MINUTES (fractions allowed): a real nats-server and `capdex serve` (this
+        /// binary, a fresh data dir, short retention), mixed load at half the capacity a ramp
+        /// measures; prints RSS, data-dir bytes and p99 latency per minute, and whether RSS and
+        /// the data dir stayed within 5 % after the warm-up.
+        #[arg(long, value_name = "MINUTES", conflicts_with_all = ["synthetic", "sources", "prompt_size", "memory"])]
+        soak: Option<f64>,
+        /// The nats-server binary the soak starts.
+        #[arg(long, value_name = "PATH", env = "CAPDEX_NATS_SERVER", default_value = "nats-server")]
+        nats_server: PathBuf,
+        /// Seconds between the soak's report lines (default 60), and of its capacity ramp
+        /// (default 20); for smoke tests.
+        #[arg(long, value_name = "SECONDS", hide = true)]
+        soak_report_seconds: Option<f64>,
     },
     /// Rank every query of a benchmark against its tools and print Recall@1/5/10, NDCG@5/10 and MRR.
     ///
@@ -535,7 +548,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }
-    if let Command::Bench { synthetic, sources, queries, prompt_size, memory, max_rss, embedder, json } = cli.command {
+    if let Command::Bench { soak: Some(minutes), nats_server, soak_report_seconds, json, .. } = &cli.command {
+        return run_soak(&settings, *minutes, nats_server, *soak_report_seconds, *json);
+    }
+    if let Command::Bench { synthetic, sources, queries, prompt_size, memory, max_rss, embedder, json, .. } =
+        cli.command
+    {
         let mode = match (prompt_size, memory) {
             (true, _) => BenchMode::PromptSize,
             (_, true) => BenchMode::Memory,
@@ -894,6 +912,51 @@ enum BenchMode {
     Timings,
     PromptSize,
     Memory,
+}
+
+/// `capdex bench --soak MINUTES`.
+fn run_soak(
+    settings: &Settings,
+    minutes: f64,
+    nats_server: &std::path::Path,
+    report_seconds: Option<f64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if !(minutes.is_finite() && minutes > 0.0) {
+        anyhow::bail!("--soak {minutes}: must be a positive number of minutes");
+    }
+    let seconds = |value: f64| std::time::Duration::from_secs_f64(value);
+    let options = capdex::bench::soak::SoakOptions {
+        duration: seconds(minutes * 60.0),
+        report_every: seconds(report_seconds.unwrap_or(60.0).max(0.1)),
+        ramp: seconds(report_seconds.map_or(20.0, |every| every.max(0.1))),
+        nats_server: nats_server.to_path_buf(),
+        capdex: std::env::current_exe()?,
+        nats: settings.nats.clone(),
+    };
+    let mut print = |line: &str| {
+        if !json {
+            println!("{line}");
+        }
+    };
+    print(&format!(
+        "capdex soak: {minutes} min, reports every {:.0} s; the machine's other load counts too",
+        options.report_every.as_secs_f64()
+    ));
+    let report = capdex::bench::soak::run(&options, &mut print)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "after the warm-up ({} of {} intervals): RSS max/min {:.3}, data dir max/min {:.3}: {}",
+            report.warmup_intervals,
+            report.intervals.len(),
+            report.rss_ratio,
+            report.data_dir_ratio,
+            if report.flat { "flat within 5 %" } else { "NOT flat within 5 %" }
+        );
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -449,7 +449,7 @@ impl Handler<RecordStreamOutcome> for KpiTelemetry {
 
     fn handle(&mut self, msg: RecordStreamOutcome, ctx: &mut Context<Self>) -> Self::Result {
         let (update, credited) = self.apply(&msg.report, msg.at_ms).inspect_err(|_| self.ops.clear())?;
-        self.ops.push(KpiOp::OutcomeProcessed { outcome_id: msg.outcome_id, sequence: msg.sequence });
+        self.ops.push(KpiOp::OutcomeProcessed { outcome_id: msg.outcome_id, sequence: msg.sequence, at_ms: msg.at_ms });
         let durable = self.store.commit_kpi(self.ops.drain(..));
         if credited {
             self.prior_changed(ctx);

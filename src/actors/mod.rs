@@ -17,6 +17,7 @@ pub mod embedder;
 pub mod graph_builder;
 pub mod indexer;
 pub mod kpi;
+pub mod retention;
 pub mod scanner;
 pub mod scg;
 pub mod snapshot;

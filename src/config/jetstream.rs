@@ -16,8 +16,12 @@ pub struct JetStreamSettings {
     pub index_stream: String,
     /// 0: kept forever.
     pub index_max_age_ms: u64,
+    /// Most mutations the index log keeps; 0: no limit.
+    pub index_max_msgs: u64,
     pub outcome_stream: String,
     pub outcome_max_age_ms: u64,
+    /// Most outcomes the outcome stream keeps; 0: no limit.
+    pub outcome_max_msgs: u64,
     /// Durable consumer name prefix; each node's consumer is `<outcome_consumer>-<node name>`.
     pub outcome_consumer: String,
     /// The stream through which the KPI and alert events of stream outcomes

@@ -7,7 +7,7 @@
 //! [`layers`] (defaults, file, environment overrides), [`environment`],
 //! [`data_dir`], [`scanning`] (capability folders), [`observability`] (logs,
 //! metrics), [`embedder`], [`discovery`], [`kpi`], [`planner`], [`nats`],
-//! [`jetstream`], [`scg`], [`dispatch`], [`sources`], [`mcp`], [`console`]. [`Settings::from_raw`] only composes them.
+//! [`jetstream`], [`scg`], [`dispatch`], [`sources`], [`mcp`], [`console`], [`retention`]. [`Settings::from_raw`] only composes them.
 //! Nothing here reads the process environment: the binary builds the
 //! [`Environment`] once, tests build it from pairs.
 
@@ -27,6 +27,7 @@ mod mcp;
 mod nats;
 mod observability;
 mod planner;
+mod retention;
 mod scanning;
 mod scg;
 mod sources;
@@ -44,6 +45,7 @@ pub use mcp::{McpSettings, RawMcp, MAX_DIRECT_TOOLS};
 pub use nats::{NatsAuth, NatsSettings, NatsTls, RawNats, Secret, SecretSource};
 pub use observability::{LogFormat, RawMetrics};
 pub use planner::{PlannerSection, RawPlanner};
+pub use retention::{RawRetention, RetentionSettings};
 pub use scanning::{RawScanning, ScanningSection};
 pub use scg::{RawScg, ScgSettings};
 
@@ -81,6 +83,7 @@ pub struct RawSettings {
     pub mcp: RawMcp,
     pub console: RawConsole,
     pub limits: limits::RawLimits,
+    pub retention: RawRetention,
 }
 
 /// Validated settings; each actor receives only its part.
@@ -119,6 +122,8 @@ pub struct Settings {
     pub limits: crate::core::limits::Limits,
     /// The operator console (`[console]`).
     pub console: ConsoleSettings,
+    /// Age and count limits of the stores that grow (`[retention]`).
+    pub retention: RetentionSettings,
 }
 
 impl Settings {
@@ -196,6 +201,7 @@ impl Settings {
             mcp: McpSettings::from_raw(raw.mcp, env)?,
             console: ConsoleSettings::from_raw(raw.console, env)?,
             limits,
+            retention: RetentionSettings::from_raw(raw.retention)?,
         })
     }
 }

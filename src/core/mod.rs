@@ -27,6 +27,7 @@ pub mod meta_tool;
 pub mod outcome_prior;
 pub mod registration;
 pub mod reindex;
+pub mod retention;
 pub mod retrieval;
 pub mod scg;
 pub mod sources;

@@ -107,8 +107,15 @@ impl JetStream {
             index_subject: subjects.js_index(),
             outcome_subject: subjects.js_outcome(),
         };
-        js.ensure_stream(&settings.index_stream, &js.index_subject, settings.index_max_age_ms).await?;
-        js.ensure_stream(&settings.outcome_stream, &js.outcome_subject, settings.outcome_max_age_ms).await?;
+        js.ensure_stream(&settings.index_stream, &js.index_subject, settings.index_max_age_ms, settings.index_max_msgs)
+            .await?;
+        js.ensure_stream(
+            &settings.outcome_stream,
+            &js.outcome_subject,
+            settings.outcome_max_age_ms,
+            settings.outcome_max_msgs,
+        )
+        .await?;
         let prefix = subjects.prefix();
         for (suffix, kind) in [("KPI", "kpi.*"), ("ALERTS", "alert.*.*")] {
             let name = format!("{}_{suffix}", settings.events_stream);
@@ -148,18 +155,48 @@ impl JetStream {
         self.create_stream(config).await
     }
 
-    async fn ensure_stream(&self, name: &str, subject: &str, max_age_ms: u64) -> Result<(), JetStreamError> {
+    /// A file stream keeping messages for `max_age_ms` and at most `max_msgs`
+    /// (0: no limit; the oldest go first). A stream that exists with other
+    /// limits gets these, so a changed setting applies on the next start.
+    async fn ensure_stream(
+        &self,
+        name: &str,
+        subject: &str,
+        max_age_ms: u64,
+        max_msgs: u64,
+    ) -> Result<(), JetStreamError> {
         let config = stream::Config {
             name: name.to_string(),
             subjects: vec![subject.to_string()],
             retention: stream::RetentionPolicy::Limits,
             storage: stream::StorageType::File,
             max_age: Duration::from_millis(max_age_ms),
+            max_messages: if max_msgs == 0 { -1 } else { i64::try_from(max_msgs).unwrap_or(i64::MAX) },
+            discard: stream::DiscardPolicy::Old,
             num_replicas: self.settings.replicas,
             duplicate_window: Duration::from_millis(self.settings.duplicate_window_ms),
             ..Default::default()
         };
-        self.create_stream(config).await
+        self.create_stream(config.clone()).await?;
+        let mut stream = self
+            .context
+            .get_stream(name)
+            .await
+            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })?;
+        let held = &stream
+            .info()
+            .await
+            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })?
+            .config;
+        if held.max_age != config.max_age || held.max_messages != config.max_messages {
+            let mut limited = held.clone();
+            (limited.max_age, limited.max_messages) = (config.max_age, config.max_messages);
+            self.context
+                .update_stream(limited)
+                .await
+                .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })?;
+        }
+        Ok(())
     }
 
     /// Creates the stream `config` describes unless it exists (an existing one

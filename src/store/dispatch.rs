@@ -28,11 +28,11 @@ pub(crate) const PROVENANCE: &str = "dispatch_provenance";
 /// The dispatch trees, opened with the store.
 #[derive(Clone, Debug)]
 pub(crate) struct DispatchTrees {
-    registry: sled::Tree,
-    bindings: sled::Tree,
-    approvals: sled::Tree,
-    cache: sled::Tree,
-    provenance: sled::Tree,
+    pub(super) registry: sled::Tree,
+    pub(super) bindings: sled::Tree,
+    pub(super) approvals: sled::Tree,
+    pub(super) cache: sled::Tree,
+    pub(super) provenance: sled::Tree,
 }
 
 impl DispatchTrees {

@@ -17,6 +17,9 @@
 //! | `jetstream` | see [`sequence`] | node name, last applied index mutation, processed outcome ids |
 //! | `dispatch_*` | see [`dispatch`] | registry, bindings, approvals, re-drive cache, provenance |
 //!
+//! [`retention`] prunes the trees that grow (provenance, re-drive results,
+//! approvals, processed outcome ids) by age and count, and measures them.
+//!
 //! A KPI window is a ring of `rolling_window_size` slots per scope: sample
 //! number `seq` lives in slot `seq % rolling_window_size`, so an outcome is one
 //! insert that overwrites the sample it evicts, never a rewrite of the window.
@@ -38,6 +41,7 @@
 //! [`Store::flush`] or await [`Store::durable`] (group commit) before acknowledging.
 
 pub mod dispatch;
+pub mod retention;
 pub mod scg;
 pub mod sequence;
 pub mod sources;
@@ -125,7 +129,7 @@ pub enum KpiOp {
     /// its stream sequence) into the `jetstream` tree ([`sequence`]). The
     /// group-commit thread writes these after the round's `kpi` batch and
     /// before its flush, so the id is never durable without the sample.
-    OutcomeProcessed { outcome_id: String, sequence: u64 },
+    OutcomeProcessed { outcome_id: String, sequence: u64, at_ms: u64 },
 }
 
 impl KpiOp {
@@ -143,8 +147,8 @@ impl KpiOp {
             }
             KpiOp::ForgetCapability { capability_id } => (capability_key(capability_id), None),
             KpiOp::PriorGlobal { stat } => (PRIOR_GLOBAL_KEY.to_vec(), Some(rmp_serde::to_vec_named(stat)?)),
-            KpiOp::OutcomeProcessed { outcome_id, sequence } => {
-                (sequence::outcome_key(outcome_id), Some(sequence.to_be_bytes().to_vec()))
+            KpiOp::OutcomeProcessed { outcome_id, sequence, at_ms } => {
+                (sequence::outcome_key(outcome_id), Some(sequence::outcome_value(*sequence, *at_ms)))
             }
         })
     }
@@ -787,7 +791,7 @@ mod tests {
             let store = Store::open(dir.path()).unwrap();
             let ops = vec![
                 KpiOp::Sample { scope_key: Arc::from("acme"), seq: 0, capacity: 3, sample },
-                KpiOp::OutcomeProcessed { outcome_id: "js-1".into(), sequence: 11 },
+                KpiOp::OutcomeProcessed { outcome_id: "js-1".into(), sequence: 11, at_ms: 5 },
             ];
             futures::executor::block_on(store.commit_kpi(ops)).unwrap();
             assert!(store.outcome_processed("js-1").unwrap(), "the mark is in the jetstream tree");

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `node` | the node name (UTF-8), made once |
 //! | `index_seq` | last applied stream sequence, 8 bytes big-endian |
-//! | `o\0<outcome id>` | the stream sequence it came with, 8 bytes big-endian |
+//! | `o\0<outcome id>` | the stream sequence it came with and the outcome's stream time (ms), 8 bytes big-endian each (earlier versions: the sequence alone) |
 //!
 //! The applied sequence is written after the Indexer's own writes; sled
 //! recovers a prefix of its log, so after a crash the stored sequence is
@@ -60,6 +60,8 @@ impl Store {
     /// await [`Store::durable`] before acknowledging it. (The outcome stream's
     /// consumer queues the mark with its KPI writes instead, as
     /// [`super::KpiOp::OutcomeProcessed`].)
+    /// This writes the sequence alone, as earlier versions did (the sweep
+    /// dates such an id when it first sees it).
     pub fn mark_outcome_processed(&self, outcome_id: &str, sequence: u64) -> Result<(), StoreError> {
         let tree = self.jetstream_tree()?;
         tree.insert(outcome_key(outcome_id), &sequence.to_be_bytes()).map_err(|source| sled_err("insert", source))?;
@@ -67,8 +69,21 @@ impl Store {
     }
 }
 
+/// The prefix of every processed outcome id's key.
+pub(super) const OUTCOME_PREFIX: &[u8] = b"o\0";
+
 pub(super) fn outcome_key(outcome_id: &str) -> Vec<u8> {
-    [b"o\0".as_slice(), outcome_id.as_bytes()].concat()
+    [OUTCOME_PREFIX, outcome_id.as_bytes()].concat()
+}
+
+/// A processed id's value: its stream sequence and time.
+pub(super) fn outcome_value(sequence: u64, at_ms: u64) -> Vec<u8> {
+    [sequence.to_be_bytes(), at_ms.to_be_bytes()].concat()
+}
+
+/// The time of a processed id's value (`None` for one without a time).
+pub(super) fn outcome_time(value: &[u8]) -> Option<u64> {
+    value.get(8..16).map(be_u64)
 }
 
 fn be_u64(bytes: &[u8]) -> u64 {

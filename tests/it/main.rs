@@ -22,6 +22,7 @@ mod one_catalog;
 mod openapi_sources;
 mod outbound;
 mod python_clients;
+mod retention;
 mod robustness;
 mod scg_cli;
 mod scg_over_nats;

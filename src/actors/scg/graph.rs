@@ -331,6 +331,38 @@ impl Handler<PutNote> for ScgGraph {
     }
 }
 
+/// Prunes the memory notes over `limits` at `now_ms` (by their last deposit,
+/// `core::retention::plan`) from the store and the loaded graph; answers the
+/// sweep with the notes' size after it. The retention sweep sends it.
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "Result<crate::core::retention::Swept, ScgError>")]
+pub struct PruneNotes {
+    pub now_ms: u64,
+    pub limits: crate::core::retention::Limits,
+}
+
+impl Handler<PruneNotes> for ScgGraph {
+    type Result = Result<crate::core::retention::Swept, ScgError>;
+
+    fn handle(&mut self, PruneNotes { now_ms, limits }: PruneNotes, _: &mut Context<Self>) -> Self::Result {
+        use crate::core::retention::{plan, Record, Swept};
+        let store = self.store.clone();
+        let loaded = self.loaded()?;
+        let records: Vec<Record> =
+            loaded.notes.iter().map(|note| Record { at_ms: note.last_at_ms, exempt: false }).collect();
+        let pruned = plan(&records, now_ms, limits);
+        for &at in pruned.iter().rev() {
+            store.remove_note(&loaded.notes[at].id)?;
+            loaded.notes.remove(at);
+            loaded.note_vectors.remove(at);
+        }
+        if !pruned.is_empty() {
+            store.flush()?;
+        }
+        Ok(Swept { pruned: pruned.len() as u64, size: store.memory_size()? })
+    }
+}
+
 /// The kind of every stored source, by source id.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "Result<std::collections::BTreeMap<String, crate::core::scg::model::SourceKind>, ScgError>")]

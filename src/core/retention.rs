@@ -1,0 +1,195 @@
+//! Retention, pure: which records of a growing store to prune, given the
+//! records, the time and the store's limits.
+//!
+//! Every store that grows (provenance, re-drive results, approvals, memory
+//! notes, the ids of processed stream outcomes) is described to [`plan`] as a
+//! list of [`Record`]s: a time and whether the record is still needed
+//! (`exempt`). [`plan`] never prunes an exempt record; of the others it prunes
+//! every one older than `max_age_ms` and then, oldest first, as many as keep
+//! the store at `max_count` records (exempt ones count, but are never the ones
+//! pruned). A limit of 0 is off. The shells (`store`, the actors) read the
+//! records and delete what the plan names.
+
+use serde::Serialize;
+
+/// One store's limits: `0` switches a limit off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Prune a record whose time is more than this many milliseconds before now.
+    pub max_age_ms: u64,
+    /// Keep at most this many records (exempt ones are never pruned, so a store
+    /// of exempt records may hold more).
+    pub max_count: usize,
+}
+
+impl Limits {
+    /// No limit at all: nothing is ever pruned.
+    pub const OFF: Limits = Limits { max_age_ms: 0, max_count: 0 };
+
+    /// Whether either limit is on.
+    pub fn is_on(&self) -> bool {
+        self.max_age_ms > 0 || self.max_count > 0
+    }
+}
+
+/// What retention needs to know of one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// When the record was last changed (ms since the epoch, or any clock the
+    /// caller's `now_ms` shares).
+    pub at_ms: u64,
+    /// Still needed (a pending approval, an unfinished re-drive): never pruned.
+    pub exempt: bool,
+}
+
+/// The indexes (into the caller's list) of the records to prune, ascending.
+///
+/// A record is pruned when it is not exempt and either older than
+/// `limits.max_age_ms` (`now_ms - at_ms > max_age_ms`) or among the oldest
+/// non-exempt records beyond `limits.max_count`. Ties in time are broken by
+/// index (the earlier index is older), so the caller's order decides among
+/// records of one millisecond.
+pub fn plan(records: &[Record], now_ms: u64, limits: Limits) -> Vec<usize> {
+    let mut prune = vec![false; records.len()];
+    let mut kept = records.len();
+    if limits.max_age_ms > 0 {
+        for (at, record) in records.iter().enumerate() {
+            if !record.exempt && now_ms.saturating_sub(record.at_ms) > limits.max_age_ms {
+                prune[at] = true;
+                kept -= 1;
+            }
+        }
+    }
+    if limits.max_count > 0 && kept > limits.max_count {
+        let mut candidates: Vec<usize> = (0..records.len()).filter(|&at| !prune[at] && !records[at].exempt).collect();
+        candidates.sort_by_key(|&at| (records[at].at_ms, at));
+        for at in candidates.into_iter().take(kept - limits.max_count) {
+            prune[at] = true;
+        }
+    }
+    (0..records.len()).filter(|&at| prune[at]).collect()
+}
+
+/// One store's size, as the gauges report it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreSize {
+    pub entries: u64,
+    /// Bytes of keys and values (what sled holds, before its own overhead).
+    pub bytes: u64,
+}
+
+/// What one sweep of one store did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Swept {
+    /// Records pruned.
+    pub pruned: u64,
+    /// The store's size after the sweep.
+    pub size: StoreSize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn r(at_ms: u64) -> Record {
+        Record { at_ms, exempt: false }
+    }
+
+    #[test]
+    fn off_prunes_nothing() {
+        let records: Vec<Record> = (0..10).map(r).collect();
+        assert!(plan(&records, 1_000_000, Limits::OFF).is_empty());
+    }
+
+    #[test]
+    fn age_prunes_what_is_older_than_the_limit_and_keeps_the_boundary() {
+        let records = [r(100), r(200), r(300)];
+        // now - 200 = 100 is not more than 100: kept.
+        assert_eq!(plan(&records, 300, Limits { max_age_ms: 100, max_count: 0 }), vec![0]);
+    }
+
+    #[test]
+    fn count_prunes_the_oldest_whatever_their_order() {
+        let records = [r(30), r(10), r(20), r(40)];
+        assert_eq!(plan(&records, 40, Limits { max_age_ms: 0, max_count: 2 }), vec![1, 2]);
+    }
+
+    #[test]
+    fn exempt_records_stay_and_count() {
+        let records = [Record { at_ms: 1, exempt: true }, r(2), r(3), r(4)];
+        // Age prunes 2 and 3 (older than 1 ms at now 5), never the exempt one.
+        assert_eq!(plan(&records, 5, Limits { max_age_ms: 1, max_count: 0 }), vec![1, 2]);
+        // Count 2: the exempt one counts, so the two oldest others go.
+        assert_eq!(plan(&records, 5, Limits { max_age_ms: 0, max_count: 2 }), vec![1, 2]);
+        // Count 1 cannot be reached without the exempt one: every other goes.
+        assert_eq!(plan(&records, 5, Limits { max_age_ms: 0, max_count: 1 }), vec![1, 2, 3]);
+    }
+
+    /// The naive model: sort, drop the old, drop the oldest beyond the count.
+    fn model(records: &[Record], now_ms: u64, limits: Limits) -> Vec<usize> {
+        let too_old =
+            |record: &Record| limits.max_age_ms > 0 && now_ms.saturating_sub(record.at_ms) > limits.max_age_ms;
+        let mut pruned: Vec<usize> =
+            (0..records.len()).filter(|&at| !records[at].exempt && too_old(&records[at])).collect();
+        if limits.max_count > 0 {
+            let mut left: Vec<usize> = (0..records.len()).filter(|at| !pruned.contains(at)).collect();
+            while left.len() > limits.max_count {
+                let oldest =
+                    left.iter().copied().filter(|&at| !records[at].exempt).min_by_key(|&at| (records[at].at_ms, at));
+                match oldest {
+                    Some(at) => {
+                        pruned.push(at);
+                        left.retain(|&x| x != at);
+                    }
+                    None => break,
+                }
+            }
+        }
+        pruned.sort_unstable();
+        pruned
+    }
+
+    fn records() -> impl Strategy<Value = Vec<Record>> {
+        proptest::collection::vec((0u64..50, proptest::bool::weighted(0.2)), 0..40)
+            .prop_map(|rows| rows.into_iter().map(|(at_ms, exempt)| Record { at_ms, exempt }).collect())
+    }
+
+    proptest! {
+        #[test]
+        fn plan_matches_the_naive_model(records in records(), now in 0u64..80, age in 0u64..40, count in 0usize..20) {
+            let limits = Limits { max_age_ms: age, max_count: count };
+            prop_assert_eq!(plan(&records, now, limits), model(&records, now, limits));
+        }
+
+        #[test]
+        fn limits_hold_and_nothing_exempt_is_pruned(records in records(), now in 0u64..80, age in 0u64..40, count in 0usize..20) {
+            let limits = Limits { max_age_ms: age, max_count: count };
+            let pruned = plan(&records, now, limits);
+            prop_assert!(pruned.iter().all(|&at| !records[at].exempt));
+            let kept: Vec<&Record> = (0..records.len()).filter(|at| !pruned.contains(at)).map(|at| &records[at]).collect();
+            let exempt = records.iter().filter(|record| record.exempt).count();
+            if count > 0 {
+                prop_assert!(kept.len() <= count.max(exempt));
+            }
+            if age > 0 {
+                prop_assert!(kept.iter().all(|record| record.exempt || now.saturating_sub(record.at_ms) <= age));
+            }
+            // Nothing is pruned that neither limit asks for.
+            if age > 0 && count == 0 {
+                prop_assert!(pruned.iter().all(|&at| now.saturating_sub(records[at].at_ms) > age));
+            }
+            // Every kept non-exempt record is at least as new as every record pruned for the count.
+            if age == 0 && count > 0 {
+                let newest_pruned = pruned.iter().map(|&at| (records[at].at_ms, at)).max();
+                let oldest_kept = (0..records.len()).filter(|at| !pruned.contains(at) && !records[*at].exempt).map(|at| (records[at].at_ms, at)).min();
+                if let (Some(pruned), Some(kept)) = (newest_pruned, oldest_kept) {
+                    prop_assert!(pruned < kept);
+                }
+            }
+        }
+    }
+}

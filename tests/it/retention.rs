@@ -1,0 +1,214 @@
+//! Retention over NATS: a real nats-server and `capdex serve` fed dispatches,
+//! approval rounds and JetStream outcomes over NATS, with short `[retention]`
+//! limits; each store is pruned to its count (and, in the second test, by
+//! age), and the store-size gauges at the metrics endpoint say so. Also the
+//! soak benchmark's smoke run (`capdex bench --soak`), its report's shape.
+
+use crate::cli::capdex;
+use crate::dispatch::{ask, call, register, serve};
+use crate::support::nats_server::NatsServer;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// GET /metrics from the Prometheus listener.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return String::new() };
+    let _ = write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+/// The value of gauge or counter `name{store="<store>"}`, if scraped.
+fn metric(metrics: &str, name: &str, store: &str) -> Option<f64> {
+    let prefix = format!("{name}{{store=\"{store}\"}} ");
+    metrics.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.trim().parse().ok())
+}
+
+/// Scrapes until every `(store, entries)` is what the gauge says, or panics after 30 s.
+fn wait_for_entries(addr: &str, expected: &[(&str, f64)]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = scrape(addr);
+        if expected.iter().all(|(store, entries)| metric(&metrics, "capdex_store_entries", store) == Some(*entries)) {
+            return metrics;
+        }
+        assert!(Instant::now() < deadline, "the gauges never reached {expected:?}:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn metrics_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+/// The built-in echo under `slug`, not idempotent (so a call with a re-drive key keeps its result).
+fn echo_record(slug: &str, requires_approval: bool) -> Value {
+    json!({
+        "slug": slug, "name": slug, "description": "the built-in echo", "category": "test",
+        "executionType": "internal", "handler": "builtin:echo", "requiresApproval": requires_approval,
+        "isIdempotent": false,
+        "functionDefinition": {"name": slug, "description": "the built-in echo",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}},
+    })
+}
+
+async fn register_both(client: &async_nats::Client) {
+    register(client, echo_record("gated", true)).await;
+    register(client, echo_record("step", false)).await;
+}
+
+/// A call that needs approval, its approval and the approved call.
+async fn approval_round(client: &async_nats::Client, n: usize) {
+    let go = |approval: Option<&str>| json!({"slug": "gated", "agentId": "a", "arguments": {"text": format!("t{n}")}, "approvalId": approval});
+    let asked = call(client, go(None)).await;
+    let id = asked["metadata"]["approvalId"].as_str().unwrap_or_else(|| panic!("{asked}")).to_string();
+    let approved = ask(client, &format!("capdex.v1.approval.{id}.approve"), json!({})).await;
+    assert_eq!(approved["status"], "approved", "{approved}");
+    let ran = call(client, go(Some(&id))).await;
+    assert_eq!(ran["success"], true, "{ran}");
+}
+
+async fn echo(client: &async_nats::Client, execution_id: &str) -> Value {
+    let answer = call(
+        client,
+        json!({"slug": "step", "agentId": "a", "arguments": {"text": execution_id}, "executionId": execution_id, "stepId": "1"}),
+    )
+    .await;
+    assert_eq!(answer["success"], true, "{answer}");
+    answer
+}
+
+#[tokio::test]
+async fn every_store_fed_over_nats_is_pruned_to_its_count_and_the_gauges_follow() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let addr = metrics_addr();
+    let (_serving, client) = serve(
+        &nats,
+        data.path(),
+        &[
+            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
+            // Dispatch state in sled (with shared dispatch, re-drive records live in a bucket).
+            ("CAPDEX_JETSTREAM_SHARED_DISPATCH", "false"),
+            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
+            ("CAPDEX_RETENTION_PROVENANCE_MAX_COUNT", "4"),
+            ("CAPDEX_RETENTION_REDRIVE_MAX_COUNT", "3"),
+            ("CAPDEX_RETENTION_APPROVALS_MAX_COUNT", "2"),
+            ("CAPDEX_RETENTION_OUTCOME_IDS_MAX_COUNT", "5"),
+        ],
+    )
+    .await;
+    register_both(&client).await;
+    for n in 0..8 {
+        echo(&client, &format!("e{n}")).await;
+    }
+    for n in 0..4 {
+        approval_round(&client, n).await;
+    }
+    // An approval still pending is never pruned, however many there are.
+    let pending = call(&client, json!({"slug": "gated", "agentId": "a", "arguments": {"text": "wait"}})).await;
+    assert!(pending["metadata"]["approvalId"].is_string(), "{pending}");
+    for n in 0..9 {
+        let outcome = json!({"turnId": format!("js-{n}"), "organizationId": "acme", "status": "success"});
+        let ack = ask(&client, "capdex.v1.js.outcome", outcome).await;
+        assert!(ack["seq"].as_u64().is_some(), "stored by JetStream: {ack}");
+    }
+    // 8 step calls and 9 gated calls made provenance; 8 re-drive keys (the gated
+    // calls have none); 4 used approvals and one pending; 9 outcome ids.
+    let metrics = wait_for_entries(
+        &addr,
+        &[("provenance", 4.0), ("redrive", 3.0), ("approvals", 2.0), ("outcome_ids", 5.0), ("memory", 0.0)],
+    );
+    for store in ["provenance", "redrive", "approvals", "outcome_ids"] {
+        assert!(metric(&metrics, "capdex_retention_pruned_total", store).unwrap_or(0.0) > 0.0, "{store}: {metrics}");
+        assert!(metric(&metrics, "capdex_store_bytes", store).unwrap_or(0.0) > 0.0, "{store}: {metrics}");
+    }
+    for store in ["descriptors", "embeddings", "kpi", "registry", "bindings"] {
+        assert!(metric(&metrics, "capdex_store_entries", store).is_some(), "{store}: {metrics}");
+    }
+    assert!(metrics.contains("capdex_store_disk_bytes "), "{metrics}");
+    let provenance = ask(&client, "capdex.v1.provenance.list", json!({"limit": 100})).await;
+    assert_eq!(provenance["provenance"].as_array().unwrap().len(), 4, "{provenance}");
+    // approval.list lists the pending ones: the one left pending stayed, however old.
+    let approvals = ask(&client, "capdex.v1.approval.list", json!({})).await;
+    let pending_id = pending["metadata"]["approvalId"].as_str().unwrap();
+    assert!(approvals["approvals"].as_array().unwrap().iter().any(|a| a["id"] == pending_id), "{approvals}");
+    // The newest re-drive result is still replayed; the oldest was pruned, so it runs again.
+    echo(&client, "e7").await;
+    echo(&client, "e0").await;
+    let last = ask(&client, "capdex.v1.provenance.list", json!({"limit": 2})).await;
+    let replayed: Vec<Option<bool>> =
+        last["provenance"].as_array().unwrap().iter().map(|row| row["replayed"].as_bool()).collect();
+    assert_eq!(replayed, vec![Some(true), Some(false)], "{last}");
+}
+
+#[tokio::test]
+async fn records_older_than_their_age_are_pruned_continuously() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let addr = metrics_addr();
+    let (_serving, client) = serve(
+        &nats,
+        data.path(),
+        &[
+            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
+            // Dispatch state in sled (with shared dispatch, re-drive records live in a bucket).
+            ("CAPDEX_JETSTREAM_SHARED_DISPATCH", "false"),
+            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
+            ("CAPDEX_RETENTION_PROVENANCE_MAX_AGE_MS", "8000"),
+            ("CAPDEX_RETENTION_REDRIVE_MAX_AGE_MS", "8000"),
+            ("CAPDEX_RETENTION_APPROVALS_MAX_AGE_MS", "8000"),
+            ("CAPDEX_RETENTION_OUTCOME_IDS_MAX_AGE_MS", "8000"),
+        ],
+    )
+    .await;
+    register_both(&client).await;
+    for n in 0..3 {
+        echo(&client, &format!("e{n}")).await;
+    }
+    approval_round(&client, 0).await;
+    let outcome = json!({"turnId": "js-0", "organizationId": "acme", "status": "success"});
+    assert!(ask(&client, "capdex.v1.js.outcome", outcome).await["seq"].as_u64().is_some());
+    // Younger than 8 s: all there (3 step and 2 gated calls; 3 re-drive keys, the gated
+    // calls have none; 1 approval; 1 id).
+    wait_for_entries(&addr, &[("provenance", 5.0), ("redrive", 3.0), ("approvals", 1.0), ("outcome_ids", 1.0)]);
+    // Then, without another request, the sweep prunes them as they age.
+    let metrics =
+        wait_for_entries(&addr, &[("provenance", 0.0), ("redrive", 0.0), ("approvals", 0.0), ("outcome_ids", 0.0)]);
+    assert_eq!(metric(&metrics, "capdex_retention_pruned_total", "provenance"), Some(5.0), "{metrics}");
+    let provenance = ask(&client, "capdex.v1.provenance.list", json!({"limit": 100})).await;
+    assert_eq!(provenance["provenance"].as_array().unwrap().len(), 0, "{provenance}");
+}
+
+#[test]
+fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
+    let nats_server = crate::support::nats_server::find_binary();
+    let output = capdex()
+        .args(["bench", "--soak", "0.05", "--soak-report-seconds", "1", "--json"])
+        .env("CAPDEX_NATS_SERVER", nats_server)
+        .output()
+        .expect("capdex runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&output.stdout)));
+    assert!(report["capacityOps"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["targetOps"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["retention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|line| line.as_str().unwrap().starts_with("CAPDEX_RETENTION_")));
+    let intervals = report["intervals"].as_array().unwrap();
+    assert!(intervals.len() >= 2, "{report}");
+    for interval in intervals {
+        assert!(interval["rssBytes"].as_u64().unwrap() > 0, "{interval}");
+        assert!(interval["dataDirBytes"].as_u64().unwrap() > 0, "{interval}");
+        assert!(interval["storeBytes"].is_u64(), "{interval}");
+        assert!(interval["p99Ms"].as_f64().is_some() && interval["requests"].as_u64().is_some(), "{interval}");
+    }
+    assert!(report["rssRatio"].as_f64().unwrap() >= 1.0 && report["dataDirRatio"].as_f64().unwrap() >= 1.0);
+    assert!(report["flat"].is_boolean() && report["warmupIntervals"].is_u64(), "{report}");
+}
