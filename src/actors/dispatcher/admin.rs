@@ -34,7 +34,8 @@ impl AdminError {
 
 impl From<StoreError> for AdminError {
     fn from(err: StoreError) -> AdminError {
-        AdminError::new(ErrorKind::Internal, err.to_string())
+        let kind = if matches!(err, StoreError::Full { .. }) { ErrorKind::StorageFull } else { ErrorKind::Internal };
+        AdminError::new(kind, err.to_string())
     }
 }
 
