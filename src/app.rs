@@ -663,6 +663,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
             let how = how_to_approve(settings, true);
             let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how);
             options.outcome_events = Some(gateway.outcome_event_publisher());
+            options.max_json_depth = settings.limits.max_json_depth;
             let bridge = crate::mcp::bridge::Bridge::spawn(api.clone());
             let face = crate::mcp::http::HttpFace::bind(addr, &settings.mcp.path, options, bridge).await?;
             Some(tokio::task::spawn_local(face.serve(async {
@@ -764,7 +765,8 @@ pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Resul
     } else {
         None
     };
-    let options = crate::mcp::server::FaceOptions::new(&settings.mcp, how_to_approve(settings, false));
+    let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how_to_approve(settings, false));
+    options.max_json_depth = settings.limits.max_json_depth;
     // Live sources too: an MCP client that launches capdex gets the servers and APIs it was given.
     let live = crate::live::start(settings, &store, &actors)?;
     let bridge = mcp_bridge(settings, actors, Some(live));

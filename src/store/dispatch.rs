@@ -132,6 +132,7 @@ impl Store {
 
     /// Appends a provenance record.
     pub fn append_provenance(&self, record: &ProvenanceRecord) -> Result<(), StoreError> {
+        self.check_space()?;
         let id = self.db.generate_id().map_err(sled_err("generate an id", PROVENANCE))?;
         let bytes =
             rmp_serde::to_vec_named(record).map_err(|source| StoreError::Encode { tree: PROVENANCE, source })?;

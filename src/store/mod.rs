@@ -15,6 +15,7 @@
 //! | `scg_sources`, `scg_links` | see [`scg`] | the Source Capability Graph |
 //! | `sources` | see [`sources`] | live sources: settings as given and their last tools |
 //! | `jetstream` | see [`sequence`] | node name, last applied index mutation, processed outcome ids |
+//! | `meta` | `durable_mark` | the last durable mark (8 bytes big-endian), also in `capdex.mark` beside sled's files once flushed (`group_flush.rs`) |
 //! | `dispatch_*` | see [`dispatch`] | registry, bindings, approvals, re-drive cache, provenance |
 //!
 //! A KPI window is a ring of `rolling_window_size` slots per scope: sample
@@ -90,10 +91,11 @@ pub enum StoreError {
 /// How to recover from a data dir capdex cannot read (`docs/operations.md`).
 pub fn recovery(path: &Path) -> String {
     format!(
-        "To recover: stop capdex, move the dir aside (mv {0} {0}.corrupt) and start again with an empty data dir; \
-         capdex rebuilds it from the capability folders, --sources and --catalog files, and (with [jetstream] on) \
-         the index and outcome streams it replays; dispatch records, bindings and approvals that were only in this \
-         dir must be registered again (docs/operations.md)",
+        "To recover: stop capdex, move the dir aside (mv {0} {0}.corrupt) and start again on an empty data dir: \
+         capdex rebuilds it from the capability folders and, with [jetstream] on, from JetStream (the index stream's \
+         registrations, the outcome stream, and the buckets of dispatch records, bindings, approvals, re-drive \
+         records, SCG and live sources); what only this dir held (KPI windows of capdex.v1.outcome requests, \
+         provenance) is lost. See docs/operations.md",
         path.display()
     )
 }
@@ -300,6 +302,12 @@ pub struct Store {
 /// capabilities stood at 1.3 GB resident, most of it sled's cache).
 const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The file beside sled's where the flush thread records the last durable mark (`group_flush.rs`).
+pub const MARK_FILE: &str = "capdex.mark";
+/// The tree and key of the durable mark in sled.
+const META: &str = "meta";
+pub(crate) const MARK_KEY: &[u8] = b"durable_mark";
+
 /// The file next to sled's own where the process that opened the data dir writes its pid.
 pub const PID_FILE: &str = "capdex.pid";
 
@@ -343,6 +351,27 @@ fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
             Err(source) => return Err(StoreError::Open { path: dir.to_path_buf(), source }),
             Ok(db) => return Ok(db),
         }
+    }
+}
+
+/// The durable mark sled holds, checked against the one `capdex.mark`
+/// recorded after a flush: sled holding less lost part of its log.
+fn durable_mark(dir: &Path, meta: &sled::Tree) -> Result<u64, StoreError> {
+    let stored = meta
+        .get(MARK_KEY)
+        .map_err(|source| StoreError::Sled { action: "get", tree: META, source })?
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_ref()).ok())
+        .map_or(0, u64::from_be_bytes);
+    let recorded = std::fs::read_to_string(dir.join(MARK_FILE)).ok().and_then(|text| text.trim().parse::<u64>().ok());
+    match recorded {
+        Some(recorded) if recorded > stored => Err(StoreError::Corrupt {
+            path: dir.to_path_buf(),
+            problem: format!(
+                "sled opened only part of its log: it holds durable mark {stored}, but mark {recorded} had been made \
+                 durable ({MARK_FILE}); the rest of the log was cut or damaged"
+            ),
+        }),
+        recorded => Ok(stored.max(recorded.unwrap_or(0))),
     }
 }
 
@@ -398,6 +427,20 @@ impl Store {
         // Best effort: a missing pid file only makes a refusal less precise.
         let _ = std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()));
         let tree = |name: &'static str| db.open_tree(name).map_err(open_err);
+        let meta = tree(META)?;
+        let mark = durable_mark(dir, &meta)?;
+        let space = Arc::new(SpaceGuard {
+            dir: dir.to_path_buf(),
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES.into(),
+            last: std::sync::Mutex::new(None),
+        });
+        let guard = space.clone();
+        let mark = group_flush::Mark {
+            tree: meta,
+            file: dir.join(MARK_FILE),
+            last: mark,
+            writable: Box::new(move || guard.check().is_ok()),
+        };
         Ok(Store {
             descriptors: tree(DESCRIPTORS)?,
             embeddings: tree(EMBEDDINGS)?,
@@ -406,12 +449,8 @@ impl Store {
             presets: tree(PRESETS)?,
             text_embeddings: tree(TEXT_EMBEDDINGS)?,
             dispatch: dispatch::DispatchTrees::open(&db).map_err(open_err)?,
-            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?, tree(sequence::TREE)?)),
-            space: Arc::new(SpaceGuard {
-                dir: dir.to_path_buf(),
-                min_free_bytes: DEFAULT_MIN_FREE_BYTES.into(),
-                last: std::sync::Mutex::new(None),
-            }),
+            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?, tree(sequence::TREE)?, mark)),
+            space,
             db,
         })
     }
