@@ -352,18 +352,24 @@ fn serve_one(mut stream: std::net::TcpStream, counts: &Mutex<HashMap<String, u64
     if reader.read_line(&mut line).is_err() {
         return;
     }
-    let mut length = 0usize;
+    let mut length = None;
     loop {
         let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+        if reader.read_line(&mut header).unwrap_or(0) == 0 {
+            // Cut before its headers ended (its sender was killed): not a call.
+            return;
+        }
+        if header == "\r\n" {
             break;
         }
         if let Some((name, value)) = header.split_once(':') {
             if name.trim().eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
+                length = value.trim().parse::<usize>().ok();
             }
         }
     }
+    // A request without its whole body (its sender was killed) is not a call either.
+    let Some(length) = length else { return };
     let mut body = vec![0; length];
     if reader.read_exact(&mut body).is_err() {
         return;
