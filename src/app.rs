@@ -61,7 +61,7 @@ pub async fn start_with_store(
         .restore()
         .await
         .map_err(|err| anyhow::anyhow!("failed to restore the sources: {err}"))
-        .map_err(|err| unreadable(err.into(), &settings.data_dir))?;
+        .map_err(|err| unreadable(err, &settings.data_dir))?;
     Ok((actors, store))
 }
 

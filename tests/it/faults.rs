@@ -82,6 +82,9 @@ fn stored_samples(data: &Path) -> u64 {
         .map_or(0, |kpi| kpi["sampleCount"].as_u64().unwrap())
 }
 
+/// A way to damage a data dir, and its name.
+type Damage = (&'static str, fn(&Path));
+
 #[tokio::test]
 async fn a_truncated_or_corrupted_data_dir_is_refused_with_what_is_wrong_and_how_to_recover() {
     let nats = NatsServer::start();
@@ -99,7 +102,7 @@ async fn a_truncated_or_corrupted_data_dir_is_refused_with_what_is_wrong_and_how
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     assert!(served.child.wait().unwrap().success());
 
-    let damages: [(&str, fn(&Path)); 3] = [
+    let damages: [Damage; 3] = [
         ("the log truncated to 1,000 bytes", |dir| {
             std::fs::OpenOptions::new().write(true).open(dir.join("db")).unwrap().set_len(1000).unwrap()
         }),
