@@ -361,17 +361,17 @@ mod tests {
 
     #[test]
     fn precheck_refuses_a_message_nested_one_deeper_than_the_limit_naming_the_setting() {
-        // The envelope and params are 2 levels; the arguments add `extra` more.
+        // The envelope, params and arguments are 3 levels; `extra` arrays add more.
         let nested = |extra: usize| {
             format!(
-                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x","arguments":{}1{}}}}}"#,
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{}1{}}}}}}}"#,
                 "[".repeat(extra),
                 "]".repeat(extra)
             )
         };
         for max in [3, 8, 64] {
-            assert_eq!(precheck(&nested(max - 2), max), None, "at the limit {max}");
-            let frame = precheck(&nested(max - 1), max).expect("one over the limit is refused");
+            assert_eq!(precheck(&nested(max - 3), max), None, "at the limit {max}");
+            let frame = precheck(&nested(max - 2), max).expect("one over the limit is refused");
             assert_eq!(frame["error"]["code"], -32600);
             let message = frame["error"]["message"].as_str().unwrap();
             assert!(message.contains("limits.max_json_depth") && message.contains("json_too_deep"), "{message}");
