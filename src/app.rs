@@ -20,12 +20,13 @@ use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::registration::{normalise_catalog, normalise_registration, Normalised, RegistrationPayload};
 use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
+use crate::gateway::errors::ErrorKind;
 use crate::gateway::service::{Api, Gateway};
 use crate::gateway::wire::{runtime_id, ListRequest, RegistrationReply, RemoveRequest};
 use crate::gateway::wire::{ApiError, Codec, DiscoverRequest, PlanReply, RecordedOutcome};
 use crate::registration::{apply_remove, apply_upsert};
 use crate::source_catalog::{Publication, SourceCatalog};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use anyhow::Context as _;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
@@ -51,16 +52,33 @@ pub async fn start_with_store(
 ) -> anyhow::Result<(Actors, Store)> {
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
-    let store = Store::open(&settings.data_dir).with_context(|| {
-        "is another capdex process using this data_dir? set --data-dir or CAPDEX_DATA_DIR".to_string()
-    })?;
-    let actors = spawn_all(settings, store.clone(), events).await?;
+    let store = Store::open(&settings.data_dir)?;
+    store.set_min_free_bytes(settings.data_dir_min_free_bytes);
+    let actors =
+        spawn_all(settings, store.clone(), events).await.map_err(|err| unreadable(err.into(), &settings.data_dir))?;
     // Mapped sources stay discoverable across restarts; so do their dispatch records.
     SourceCatalog::of(&actors)
         .restore()
         .await
-        .map_err(|err| anyhow::anyhow!("failed to restore the sources: {err}"))?;
+        .map_err(|err| anyhow::anyhow!("failed to restore the sources: {err}"))
+        .map_err(|err| unreadable(err, &settings.data_dir))?;
     Ok((actors, store))
+}
+
+/// A start that failed reading the data dir back: says so, and how to recover
+/// (a value that does not decode is never skipped, so nothing starts silently empty).
+fn unreadable(err: anyhow::Error, data_dir: &std::path::Path) -> anyhow::Error {
+    let corrupt = err.chain().any(|cause| cause.downcast_ref::<StoreError>().is_some_and(StoreError::is_corruption))
+        || err.to_string().contains("failed to decode");
+    if corrupt {
+        let hint = format!(
+            "the data dir {} holds a value capdex cannot read back. {}",
+            data_dir.display(),
+            crate::store::recovery(data_dir)
+        );
+        return err.context(hint);
+    }
+    err
 }
 
 /// Scans the capability folders and syncs them into the index.
@@ -404,6 +422,9 @@ impl Api for ActorApi {
             }
             .map_err(|err| match err {
                 KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
+                KpiError::Store(full @ StoreError::Full { .. }) => {
+                    ApiError::new(ErrorKind::StorageFull, full.to_string())
+                }
                 other => ApiError::internal(other.to_string()),
             })?;
             Ok(RecordedOutcome { kpi: update.kpi, alert: update.alert, duplicate: update.duplicate })
@@ -535,9 +556,8 @@ fn scg_unavailable(err: actix::MailboxError) -> ApiError {
 /// Returns every stored scope's KPI at `now_ms`, read from the data dir
 /// without changing it. Fails while another capdex process holds the data dir.
 pub fn stored_kpis(settings: &Settings, now_ms: u64) -> anyhow::Result<Vec<crate::core::kpi_window::Kpi>> {
-    let store = Store::open(&settings.data_dir).with_context(|| {
-        format!("cannot read {} (is capdex serve using it? then use `capdex kpi --watch`)", settings.data_dir.display())
-    })?;
+    // A data dir held by `capdex serve` is refused naming its pid (then use `capdex kpi --watch`).
+    let store = Store::open(&settings.data_dir)?;
     let scopes = store.kpi_scopes()?;
     Ok(scopes
         .into_iter()
@@ -649,6 +669,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
             let how = how_to_approve(settings, true);
             let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how);
             options.outcome_events = Some(gateway.outcome_event_publisher());
+            options.max_json_depth = settings.limits.max_json_depth;
             let bridge = crate::mcp::bridge::Bridge::spawn(api.clone());
             let face = crate::mcp::http::HttpFace::bind(addr, &settings.mcp.path, options, bridge).await?;
             Some(tokio::task::spawn_local(face.serve(async {
@@ -750,7 +771,8 @@ pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Resul
     } else {
         None
     };
-    let options = crate::mcp::server::FaceOptions::new(&settings.mcp, how_to_approve(settings, false));
+    let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how_to_approve(settings, false));
+    options.max_json_depth = settings.limits.max_json_depth;
     // Live sources too: an MCP client that launches capdex gets the servers and APIs it was given.
     let live = crate::live::start(settings, &store, &actors)?;
     let bridge = mcp_bridge(settings, actors, Some(live));

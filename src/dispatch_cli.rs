@@ -127,8 +127,7 @@ pub async fn admin(dispatcher: Addr<Dispatcher>, request: DispatchAdmin) -> Resu
 pub async fn start_dispatcher(settings: &Settings, nats: bool) -> anyhow::Result<Addr<Dispatcher>> {
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
-    let store = Store::open(&settings.data_dir)
-        .with_context(|| format!("cannot open {} (is capdex serve using it?)", settings.data_dir.display()))?;
+    let store = Store::open(&settings.data_dir)?;
     let dispatcher = Dispatcher::new(store, settings.dispatch.clone())?.start();
     if nats {
         let gateway = crate::gateway::service::Gateway::connect(&settings.nats).await?;

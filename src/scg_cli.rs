@@ -44,9 +44,7 @@ pub struct DepositArgs<'a> {
 fn start(settings: &Settings) -> anyhow::Result<ScgActors> {
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
-    let store = Store::open(&settings.data_dir).with_context(|| {
-        "is another capdex process using this data_dir? set --data-dir or CAPDEX_DATA_DIR".to_string()
-    })?;
+    let store = Store::open(&settings.data_dir)?;
     Ok(scg_actors::spawn(settings, &store)?)
 }
 

@@ -291,6 +291,7 @@ impl KpiTelemetry {
         if let Some(message) = self.store.kpi_failed() {
             return Err(StoreError::Durable { message }.into());
         }
+        self.store.check_space()?;
         self.settings.scope.write_scope_key(
             report.organization_id.as_deref(),
             report.persona_id.as_deref(),

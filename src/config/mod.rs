@@ -61,6 +61,7 @@ use std::path::{Path, PathBuf};
 #[serde(deny_unknown_fields)]
 pub struct RawSettings {
     pub data_dir: PathBuf,
+    pub data_dir_min_free_bytes: u64,
     pub capability_dirs: Vec<PathBuf>,
     pub max_manifest_bytes: u64,
     pub max_attachment_bytes: u64,
@@ -90,6 +91,8 @@ pub struct RawSettings {
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub data_dir: PathBuf,
+    /// Free bytes the data dir keeps; under them writes are refused (`storage_full`), 0: no check.
+    pub data_dir_min_free_bytes: u64,
     pub capability_dirs: Vec<PathBuf>,
     pub scan_limits: ScanLimits,
     pub watch: bool,
@@ -177,6 +180,7 @@ impl Settings {
         let limits = limits::limits_from_raw(raw.limits)?;
         Ok(Settings {
             data_dir,
+            data_dir_min_free_bytes: raw.data_dir_min_free_bytes,
             capability_dirs: scanning.capability_dirs,
             scan_limits: ScanLimits { text: limits, ..scanning.scan_limits },
             watch: scanning.watch,

@@ -216,11 +216,17 @@ pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 /// JSON-RPC error frame to send instead when the SDK would not answer it as
 /// the specification says: text that is not JSON (`-32700`, id null), a
 /// message over [`MAX_MESSAGE_BYTES`] (`-32600`), or a `tools/call` whose
-/// `arguments` is not an object (`-32602`, with the request's id).
+/// `arguments` is not an object (`-32602`, with the request's id), or one
+/// nested deeper than `max_json_depth` (`limits.max_json_depth`: `-32600`,
+/// id null, measured on the raw text before it is parsed).
 /// `None`: hand the message to the SDK.
-pub fn precheck(message: &str) -> Option<Value> {
+pub fn precheck(message: &str, max_json_depth: usize) -> Option<Value> {
     if message.len() > MAX_MESSAGE_BYTES {
         return Some(oversized());
+    }
+    let depth = crate::core::limits::json_depth(message.as_bytes());
+    if let Err(over) = crate::core::limits::check(crate::core::limits::Limit::JsonDepth, depth, max_json_depth) {
+        return Some(rpc_error(Value::Null, -32600, format!("Invalid Request: {over} ({})", over.limit.code())));
     }
     let parsed: Value = match serde_json::from_str(message) {
         Ok(parsed) => parsed,
@@ -339,17 +345,36 @@ mod tests {
 
     #[test]
     fn precheck_answers_what_the_sdk_would_not() {
-        assert_eq!(precheck("{nope").map(|frame| frame["error"]["code"].clone()), Some(serde_json::json!(-32700)));
+        assert_eq!(precheck("{nope", 64).map(|frame| frame["error"]["code"].clone()), Some(serde_json::json!(-32700)));
         let bad = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":"str"}}"#;
-        let frame = precheck(bad).unwrap();
+        let frame = precheck(bad, 64).unwrap();
         assert_eq!(
             (frame["id"].clone(), frame["error"]["code"].clone()),
             (serde_json::json!(7), serde_json::json!(-32602))
         );
         let good = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"x","arguments":{}}}"#;
-        assert_eq!(precheck(good), None);
-        assert_eq!(precheck(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
+        assert_eq!(precheck(good, 64), None);
+        assert_eq!(precheck(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, 64), None);
         let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(MAX_MESSAGE_BYTES));
-        assert_eq!(precheck(&huge).unwrap()["error"]["code"], -32600);
+        assert_eq!(precheck(&huge, 64).unwrap()["error"]["code"], -32600);
+    }
+
+    #[test]
+    fn precheck_refuses_a_message_nested_one_deeper_than_the_limit_naming_the_setting() {
+        // The envelope, params and arguments are 3 levels; `extra` arrays add more.
+        let nested = |extra: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{}1{}}}}}}}"#,
+                "[".repeat(extra),
+                "]".repeat(extra)
+            )
+        };
+        for max in [3, 8, 64] {
+            assert_eq!(precheck(&nested(max - 3), max), None, "at the limit {max}");
+            let frame = precheck(&nested(max - 2), max).expect("one over the limit is refused");
+            assert_eq!(frame["error"]["code"], -32600);
+            let message = frame["error"]["message"].as_str().unwrap();
+            assert!(message.contains("limits.max_json_depth") && message.contains("json_too_deep"), "{message}");
+        }
     }
 }

@@ -17,11 +17,29 @@ use crate::gateway::errors::GatewayError;
 use async_nats::ConnectOptions;
 use std::path::Path;
 
-/// Builds the client options for `settings`: name, credentials, TLS, and a
-/// callback that logs disconnections and reconnections.
+/// The longest wait between two reconnection attempts. The client's default
+/// doubles up to 4 s, so a node could stay away for up to 4 s after its server
+/// came back; with 500 ms it answers again within a second of the server's
+/// return (`benches/trials.rs`, `docs/performance.md`). An attempt on a server
+/// that is down is one refused TCP connect, so trying twice a second costs nothing.
+const MAX_RECONNECT_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The wait before reconnection attempt `attempts`: none for the first, then
+/// doubling from 2 ms, at most [`MAX_RECONNECT_DELAY`].
+fn reconnect_delay(attempts: usize) -> std::time::Duration {
+    if attempts <= 1 {
+        return std::time::Duration::ZERO;
+    }
+    let exponent = u32::try_from(attempts - 1).unwrap_or(u32::MAX).min(20);
+    std::time::Duration::from_millis(2u64.saturating_pow(exponent)).min(MAX_RECONNECT_DELAY)
+}
+
+/// Builds the client options for `settings`: name, credentials, TLS, the
+/// reconnection backoff, and a callback that logs disconnections and reconnections.
 pub async fn connect_options(settings: &NatsSettings) -> Result<ConnectOptions, GatewayError> {
     let mut options = ConnectOptions::new()
         .name(format!("{}-{}", settings.service_name, std::process::id()))
+        .reconnect_delay_callback(reconnect_delay)
         .event_callback(|event| async move {
             match event {
                 async_nats::Event::Connected => tracing::info!("connected to NATS"),
@@ -100,6 +118,13 @@ mod tests {
             Err(GatewayError::Credentials { setting, problem }) => format!("{setting}: {problem}"),
             other => panic!("expected a credentials error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn reconnection_waits_double_from_nothing_and_never_exceed_half_a_second() {
+        let waits: Vec<u128> = (1..=12).map(|attempt| reconnect_delay(attempt).as_millis()).collect();
+        assert_eq!(waits, [0, 2, 4, 8, 16, 32, 64, 128, 256, 500, 500, 500]);
+        assert_eq!(reconnect_delay(usize::MAX), MAX_RECONNECT_DELAY);
     }
 
     #[test]

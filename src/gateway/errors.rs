@@ -29,6 +29,8 @@ pub enum ErrorKind {
     DiscoveryFailed,
     /// A mutation is in the index log but was not applied here in time.
     ApplyTimeout,
+    /// The data dir is under its free-space reserve: writes are refused, reads work.
+    StorageFull,
     /// The request breaks a rule of its domain; the domain names the code
     /// (an SCG map or memory error, an invalid capability record or binding).
     Invalid(&'static str),
@@ -48,7 +50,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// The gateway's own kinds (those whose pair this table defines).
-    pub const GATEWAY: [ErrorKind; 7] = [
+    pub const GATEWAY: [ErrorKind; 8] = [
         ErrorKind::BadRequest,
         ErrorKind::PayloadTooLarge,
         ErrorKind::Internal,
@@ -56,6 +58,7 @@ impl ErrorKind {
         ErrorKind::Unavailable,
         ErrorKind::DiscoveryFailed,
         ErrorKind::ApplyTimeout,
+        ErrorKind::StorageFull,
     ];
 
     /// The table: the `Nats-Service-Error-Code` status and the body's `code`.
@@ -68,6 +71,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => (503, "unavailable"),
             ErrorKind::DiscoveryFailed => (503, "discovery_failed"),
             ErrorKind::ApplyTimeout => (504, "apply_timeout"),
+            ErrorKind::StorageFull => (507, "storage_full"),
             ErrorKind::Invalid(code) => (400, code),
             ErrorKind::Forbidden(code) => (403, code),
             ErrorKind::NotFound(code) => (404, code),

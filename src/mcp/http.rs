@@ -31,6 +31,7 @@ pub struct HttpFace {
     path: String,
     service: StreamableHttpService<Session, LocalSessionManager>,
     token: Option<Arc<str>>,
+    max_json_depth: usize,
 }
 
 impl HttpFace {
@@ -43,6 +44,7 @@ impl HttpFace {
     ) -> Result<HttpFace, HttpError> {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| HttpError::Bind { addr, source })?;
         let token: Option<Arc<str>> = options.token.as_deref().map(Arc::from);
+        let max_json_depth = options.max_json_depth;
         let mut config = StreamableHttpServerConfig::default();
         if token.is_some() {
             // A token guards the face, and it may serve names beyond loopback.
@@ -54,7 +56,7 @@ impl HttpFace {
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        Ok(HttpFace { listener, path: path.to_string(), service, token })
+        Ok(HttpFace { listener, path: path.to_string(), service, token, max_json_depth })
     }
 
     /// The address bound (with the port chosen for port 0).
@@ -81,6 +83,7 @@ impl HttpFace {
             };
             let _ = stream.set_nodelay(true);
             let (service, path, token) = (self.service.clone(), self.path.clone(), self.token.clone());
+            let max_json_depth = self.max_json_depth;
             tokio::spawn(async move {
                 let handler = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let mut service = service.clone();
@@ -89,7 +92,7 @@ impl HttpFace {
                         if let Some(response) = refusal {
                             return Ok::<_, std::convert::Infallible>(response);
                         }
-                        match checked(request).await {
+                        match checked(request, max_json_depth).await {
                             Ok(request) => service.call(request).await,
                             Err(response) => Ok(response),
                         }
@@ -140,6 +143,7 @@ fn refuse<B>(request: &Request<B>, path: &str, token: Option<&str>) -> Option<Re
 /// or the error response of that request. Other methods pass as they are.
 async fn checked(
     request: Request<hyper::body::Incoming>,
+    max_json_depth: usize,
 ) -> Result<Request<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>, Response<Body>> {
     if request.method() != hyper::Method::POST {
         return Ok(request.map(BodyExt::boxed));
@@ -150,7 +154,7 @@ async fn checked(
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Err(json_error(StatusCode::BAD_REQUEST, crate::core::mcp_face::oversized())),
     };
-    if let Some(frame) = crate::core::mcp_face::precheck(&String::from_utf8_lossy(&bytes)) {
+    if let Some(frame) = crate::core::mcp_face::precheck(&String::from_utf8_lossy(&bytes), max_json_depth) {
         let status = if frame["id"].is_null() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
         return Err(json_error(status, frame));
     }

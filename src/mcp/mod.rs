@@ -49,6 +49,7 @@ pub async fn serve_stdio(
     let (sdk_in, mut to_sdk) = tokio::io::duplex(64 * 1024);
     let (from_sdk, sdk_out) = tokio::io::duplex(64 * 1024);
     let (refusals, mut refused) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let max_json_depth = options.max_json_depth;
     let reader = tokio::spawn(async move {
         let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
         let mut line = Vec::new();
@@ -70,7 +71,7 @@ pub async fn serve_stdio(
             if text.is_empty() {
                 continue;
             }
-            match crate::core::mcp_face::precheck(text) {
+            match crate::core::mcp_face::precheck(text, max_json_depth) {
                 Some(frame) => {
                     let _ = refusals.send(frame.to_string());
                 }

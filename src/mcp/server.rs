@@ -47,6 +47,8 @@ pub struct FaceOptions {
     pub how_to_approve: String,
     /// Where recorded outcomes go to have their KPI and alert events published (with NATS).
     pub outcome_events: Option<tokio::sync::mpsc::UnboundedSender<RecordedOutcome>>,
+    /// `limits.max_json_depth`: a JSON-RPC message nested deeper is refused before it is parsed.
+    pub max_json_depth: usize,
 }
 
 impl FaceOptions {
@@ -60,6 +62,7 @@ impl FaceOptions {
             direct_max_tools: settings.direct_max_tools,
             how_to_approve,
             outcome_events: None,
+            max_json_depth: crate::core::limits::DEFAULT_MAX_DEPTH,
         }
     }
 
@@ -463,6 +466,7 @@ mod tests {
             direct_max_tools: 8,
             how_to_approve: String::new(),
             outcome_events: None,
+            max_json_depth: 64,
         }
     }
 

@@ -66,6 +66,7 @@ impl Store {
     }
 
     pub fn put_capability_record(&self, record: &CapabilityRecord) -> Result<(), StoreError> {
+        self.check_space()?;
         put(&self.dispatch.registry, REGISTRY, &record.slug, record)
     }
 
@@ -75,6 +76,7 @@ impl Store {
     }
 
     pub fn put_binding(&self, binding: &Binding) -> Result<(), StoreError> {
+        self.check_space()?;
         put(&self.dispatch.bindings, BINDINGS, &binding_key(&binding.agent_id, &binding.slug), binding)
     }
 
@@ -83,6 +85,7 @@ impl Store {
     }
 
     pub fn put_approval(&self, approval: &Approval) -> Result<(), StoreError> {
+        self.check_space()?;
         put(&self.dispatch.approvals, APPROVALS, &approval.id, approval)
     }
 
@@ -93,6 +96,7 @@ impl Store {
 
     /// Claims an execution key: inserts `entry` (in progress) only if the key is absent.
     pub fn claim_execution(&self, key: &[u8], entry: &CacheEntry) -> Result<Claim, StoreError> {
+        self.check_space()?;
         let bytes = rmp_serde::to_vec_named(entry).map_err(|source| StoreError::Encode { tree: CACHE, source })?;
         match self
             .dispatch
@@ -128,6 +132,7 @@ impl Store {
 
     /// Appends a provenance record.
     pub fn append_provenance(&self, record: &ProvenanceRecord) -> Result<(), StoreError> {
+        self.check_space()?;
         let id = self.db.generate_id().map_err(sled_err("generate an id", PROVENANCE))?;
         let bytes =
             rmp_serde::to_vec_named(record).map_err(|source| StoreError::Encode { tree: PROVENANCE, source })?;

@@ -20,6 +20,14 @@
 //! it applies and flushes. Callers that register while a round runs share the
 //! next one, so under load one batch and one fsync serve thousands.
 //!
+//! The durable mark: at most every [`MARK_EVERY`], a round also writes the
+//! next mark number into sled (tree `meta`) before its flush, and once the
+//! flush returned, the same number to `capdex.mark` beside sled's files (and
+//! so does the thread's last round when the store closes). The file never
+//! names a mark sled has not made durable, so a data dir whose sled mark is
+//! below its file's lost part of its log (a cut or damaged tail that sled's
+//! recovery took for a crash): [`super::Store::open`] refuses it.
+//!
 //! A batch that cannot be applied poisons the queue for good: that round's
 //! waiters and every later one get the error, so nothing is acknowledged
 //! after a lost write, and a restart reloads what is on disk. A failed flush
@@ -53,6 +61,39 @@ struct RoundLogs {
 
 type Waiter = oneshot::Sender<Result<(), String>>;
 
+/// The longest a round goes without also writing the durable mark.
+const MARK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The durable mark of one database: its tree, the file beside sled's, the
+/// last number written, and whether writing is allowed (the space guard).
+pub(crate) struct Mark {
+    pub(crate) tree: sled::Tree,
+    pub(crate) file: std::path::PathBuf,
+    pub(crate) last: u64,
+    pub(crate) writable: Box<dyn Fn() -> bool + Send>,
+}
+
+impl Mark {
+    /// Writes the next number into sled (made durable by the caller's flush).
+    fn stage(&mut self) -> Option<u64> {
+        if !(self.writable)() {
+            return None;
+        }
+        let next = self.last + 1;
+        self.tree.insert(super::MARK_KEY, &next.to_be_bytes()).ok()?;
+        Some(next)
+    }
+
+    /// Records `number`, now durable in sled, in the file (write, then rename).
+    fn record(&mut self, number: u64) {
+        self.last = number;
+        let temporary = self.file.with_extension("mark.tmp");
+        if std::fs::write(&temporary, number.to_string()).is_ok() {
+            let _ = std::fs::rename(&temporary, &self.file);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     ops: Vec<KpiOp>,
@@ -82,7 +123,7 @@ impl std::fmt::Debug for GroupFlush {
 impl GroupFlush {
     /// Starts the thread that applies writes to `kpi` (and processed-outcome
     /// marks to `jetstream`) and flushes `db`.
-    pub(crate) fn start(db: sled::Db, kpi: sled::Tree, jetstream: sled::Tree) -> GroupFlush {
+    pub(crate) fn start(db: sled::Db, kpi: sled::Tree, jetstream: sled::Tree, mark: Mark) -> GroupFlush {
         let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), wake: Condvar::new() });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -94,7 +135,7 @@ impl GroupFlush {
                     .and_then(|key| key.get(super::LOG_PREFIX.len()..)?.try_into().ok())
                     .map_or(0, |round: [u8; 8]| u64::from_be_bytes(round) + 1);
                 let round_logs = RoundLogs { next_round, ..RoundLogs::default() };
-                run(&thread_shared, &db, &kpi, &jetstream, round_logs)
+                run(&thread_shared, &db, &kpi, &jetstream, round_logs, mark)
             })
             .expect("the flush thread starts");
         GroupFlush { shared, thread: Mutex::new(Some(thread)) }
@@ -148,7 +189,15 @@ impl Drop for GroupFlush {
     }
 }
 
-fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree, jetstream: &sled::Tree, mut round_logs: RoundLogs) {
+fn run(
+    shared: &Shared,
+    db: &sled::Db,
+    kpi: &sled::Tree,
+    jetstream: &sled::Tree,
+    mut round_logs: RoundLogs,
+    mut mark: Mark,
+) {
+    let mut marked = Instant::now();
     loop {
         let (ops, waiters) = {
             let mut queue = shared.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -156,12 +205,20 @@ fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree, jetstream: &sled::Tree,
                 queue = shared.wake.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
             if queue.waiters.is_empty() && queue.ops.is_empty() {
+                drop(queue);
+                // The last round: the mark then covers everything written.
+                if let Some(number) = mark.stage() {
+                    if db.flush().is_ok() {
+                        mark.record(number);
+                    }
+                }
                 return;
             }
             (std::mem::take(&mut queue.ops), std::mem::take(&mut queue.waiters))
         };
         let started = Instant::now();
         let n_ops = ops.len();
+        let staged = if marked.elapsed() >= MARK_EVERY { mark.stage() } else { None };
         let result = match apply(kpi, jetstream, ops, &mut round_logs) {
             Ok(()) => db.flush().map(|_| ()).map_err(|err| err.to_string()),
             Err(message) => {
@@ -169,6 +226,10 @@ fn run(shared: &Shared, db: &sled::Db, kpi: &sled::Tree, jetstream: &sled::Tree,
                 Err(message)
             }
         };
+        if let (Some(number), Ok(())) = (staged, &result) {
+            mark.record(number);
+            marked = Instant::now();
+        }
         metrics::histogram!("capdex_store_flush_duration_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("capdex_store_flush_callers").record(waiters.len() as f64);
         metrics::histogram!("capdex_store_flush_writes").record(n_ops as f64);

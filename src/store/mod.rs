@@ -15,6 +15,7 @@
 //! | `scg_sources`, `scg_links` | see [`scg`] | the Source Capability Graph |
 //! | `sources` | see [`sources`] | live sources: settings as given and their last tools |
 //! | `jetstream` | see [`sequence`] | node name, last applied index mutation, processed outcome ids |
+//! | `meta` | `durable_mark` | the last durable mark (8 bytes big-endian), also in `capdex.mark` beside sled's files once flushed (`group_flush.rs`) |
 //! | `dispatch_*` | see [`dispatch`] | registry, bindings, approvals, re-drive cache, provenance |
 //!
 //! [`retention`] prunes the trees that grow (provenance, re-drive results,
@@ -62,6 +63,21 @@ use std::sync::Arc;
 pub enum StoreError {
     #[error("failed to open store at {path}: {source}")]
     Open { path: PathBuf, source: sled::Error },
+    #[error(
+        "the data dir {path} is in use by another capdex process ({holder}): stop that process first, \
+         or give this one a data dir of its own (--data-dir or CAPDEX_DATA_DIR)"
+    )]
+    Locked { path: PathBuf, holder: String },
+    #[error(
+        "the data dir {path} is corrupted or truncated ({problem}); capdex will not start on it. {}",
+        recovery(path)
+    )]
+    Corrupt { path: PathBuf, problem: String },
+    #[error(
+        "the data dir {path} is full: {free_bytes} bytes free, under data_dir_min_free_bytes ({min_free_bytes}); \
+         writes are refused until space is freed (reads keep working)"
+    )]
+    Full { path: PathBuf, free_bytes: u64, min_free_bytes: u64 },
     #[error("failed to {action} in tree {tree}: {source}")]
     Sled { action: &'static str, tree: &'static str, source: sled::Error },
     #[error("failed to encode a value for tree {tree}: {source}")]
@@ -74,6 +90,33 @@ pub enum StoreError {
     Key { tree: &'static str, key: String },
     #[error("malformed value of key {key:?} in tree {tree}: {problem}")]
     Value { tree: &'static str, key: String, problem: &'static str },
+}
+
+/// How to recover from a data dir capdex cannot read (`docs/operations.md`).
+pub fn recovery(path: &Path) -> String {
+    format!(
+        "To recover: stop capdex, move the dir aside (mv {0} {0}.corrupt) and start again on an empty data dir: \
+         capdex rebuilds it from the capability folders and, with [jetstream] on, from JetStream (the index stream's \
+         registrations, the outcome stream, and the buckets of dispatch records, bindings, approvals, re-drive \
+         records, SCG and live sources); what only this dir held (KPI windows of capdex.v1.outcome requests, \
+         provenance) is lost. See docs/operations.md",
+        path.display()
+    )
+}
+
+impl StoreError {
+    /// Whether the error says the data dir's content cannot be read back
+    /// (a corrupted or truncated file, or a value that does not decode).
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Corrupt { .. }
+                | StoreError::Decode { .. }
+                | StoreError::Key { .. }
+                | StoreError::Value { .. }
+                | StoreError::Sled { source: sled::Error::Corruption { .. }, .. }
+        )
+    }
 }
 
 /// Resolves once the writes made before [`Store::durable`] was called are durable.
@@ -253,6 +296,7 @@ pub struct Store {
     text_embeddings: sled::Tree,
     dispatch: dispatch::DispatchTrees,
     group_flush: Arc<group_flush::GroupFlush>,
+    space: Arc<SpaceGuard>,
 }
 
 /// The bytes of pages sled keeps in memory (its default is 1 GiB). capdex
@@ -262,35 +306,145 @@ pub struct Store {
 /// capabilities stood at 1.3 GB resident, most of it sled's cache).
 const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The file beside sled's where the flush thread records the last durable mark (`group_flush.rs`).
+pub const MARK_FILE: &str = "capdex.mark";
+/// The tree and key of the durable mark in sled.
+const META: &str = "meta";
+pub(crate) const MARK_KEY: &[u8] = b"durable_mark";
+
+/// The file next to sled's own where the process that opened the data dir writes its pid.
+pub const PID_FILE: &str = "capdex.pid";
+
+/// Free bytes the data dir keeps by default before writes are refused ([`Store::set_min_free_bytes`]).
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// How often the free space of the data dir is measured again.
+const SPACE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Opens sled under `dir`. sled lets go of its file lock only when its own
 /// background threads have let go of the database, a little after the last
 /// handle of the previous opening dropped (in this process or one that just
 /// exited), so a held lock is tried again for up to two seconds before it is
-/// an error (another process really using the data dir).
-fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
+/// an error (another process really using the data dir, named by its pid file).
+/// A data dir sled cannot read back (a truncated or corrupted file, or its
+/// log gone while its config is there) is refused, never opened empty.
+fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
+    if dir.join("conf").is_file() && !dir.join("db").exists() {
+        return Err(StoreError::Corrupt {
+            path: dir.to_path_buf(),
+            problem: "sled's log file `db` is missing while its `conf` is there".into(),
+        });
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
         match sled::Config::new().path(dir).mode(sled::Mode::HighThroughput).cache_capacity(CACHE_CAPACITY_BYTES).open()
         {
             Err(sled::Error::Io(err)) if err.to_string().contains("could not acquire lock") => {
                 if std::time::Instant::now() >= deadline {
-                    return Err(sled::Error::Io(err));
+                    return Err(StoreError::Locked { path: dir.to_path_buf(), holder: holder(dir) });
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            other => return other,
+            Err(sled::Error::Corruption { at, .. }) => {
+                let problem = match at {
+                    Some(at) => format!("sled found a record it cannot read back at {at:?}"),
+                    None => "sled's snapshot does not match its log".into(),
+                };
+                return Err(StoreError::Corrupt { path: dir.to_path_buf(), problem });
+            }
+            Err(source) => return Err(StoreError::Open { path: dir.to_path_buf(), source }),
+            Ok(db) => return Ok(db),
         }
     }
 }
 
+/// The durable mark sled holds, checked against the one `capdex.mark`
+/// recorded after a flush: sled holding less lost part of its log.
+fn durable_mark(dir: &Path, meta: &sled::Tree) -> Result<u64, StoreError> {
+    let stored = meta
+        .get(MARK_KEY)
+        .map_err(|source| StoreError::Sled { action: "get", tree: META, source })?
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_ref()).ok())
+        .map_or(0, u64::from_be_bytes);
+    let recorded = std::fs::read_to_string(dir.join(MARK_FILE)).ok().and_then(|text| text.trim().parse::<u64>().ok());
+    match recorded {
+        Some(recorded) if recorded > stored => Err(StoreError::Corrupt {
+            path: dir.to_path_buf(),
+            problem: format!(
+                "sled opened only part of its log: it holds durable mark {stored}, but mark {recorded} had been made \
+                 durable ({MARK_FILE}); the rest of the log was cut or damaged"
+            ),
+        }),
+        recorded => Ok(stored.max(recorded.unwrap_or(0))),
+    }
+}
+
+/// Who holds the data dir, as its pid file says.
+fn holder(dir: &Path) -> String {
+    let file = dir.join(PID_FILE);
+    match std::fs::read_to_string(&file).ok().and_then(|text| text.trim().parse::<u32>().ok()) {
+        Some(pid) => format!("pid {pid}, from {}", file.display()),
+        None => format!("its pid is unknown: {} is missing", file.display()),
+    }
+}
+
+/// The free space of the data dir, measured at most every [`SPACE_CHECK_EVERY`].
+#[derive(Debug)]
+struct SpaceGuard {
+    dir: PathBuf,
+    min_free_bytes: std::sync::atomic::AtomicU64,
+    /// When it was last measured, and the free bytes then.
+    last: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl SpaceGuard {
+    fn check(&self) -> Result<(), StoreError> {
+        let min_free_bytes = self.min_free_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        if min_free_bytes == 0 {
+            return Ok(());
+        }
+        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let free_bytes = match *last {
+            Some((at, free)) if at.elapsed() < SPACE_CHECK_EVERY => free,
+            _ => {
+                // A file system that cannot say is not refused.
+                let free = fs2::available_space(&self.dir).unwrap_or(u64::MAX);
+                *last = Some((std::time::Instant::now(), free));
+                free
+            }
+        };
+        if free_bytes < min_free_bytes {
+            return Err(StoreError::Full { path: self.dir.clone(), free_bytes, min_free_bytes });
+        }
+        Ok(())
+    }
+}
+
 impl Store {
-    /// Opens (or creates) the store under `dir`.
+    /// Opens (or creates) the store under `dir`, and writes this process's pid
+    /// next to it ([`PID_FILE`]) so a second process can name the holder.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         let open_err = |source| StoreError::Open { path: dir.to_path_buf(), source };
         // HighThroughput: capdex's steady load is small writes (one per outcome)
         // behind frequent flushes; benches/kpi.rs measured it faster than the default.
-        let db = open_db(dir).map_err(open_err)?;
+        let db = open_db(dir)?;
+        // Best effort: a missing pid file only makes a refusal less precise.
+        let _ = std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()));
         let tree = |name: &'static str| db.open_tree(name).map_err(open_err);
+        let meta = tree(META)?;
+        let mark = durable_mark(dir, &meta)?;
+        let space = Arc::new(SpaceGuard {
+            dir: dir.to_path_buf(),
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES.into(),
+            last: std::sync::Mutex::new(None),
+        });
+        let guard = space.clone();
+        let mark = group_flush::Mark {
+            tree: meta,
+            file: dir.join(MARK_FILE),
+            last: mark,
+            writable: Box::new(move || guard.check().is_ok()),
+        };
         Ok(Store {
             descriptors: tree(DESCRIPTORS)?,
             embeddings: tree(EMBEDDINGS)?,
@@ -299,9 +453,25 @@ impl Store {
             presets: tree(PRESETS)?,
             text_embeddings: tree(TEXT_EMBEDDINGS)?,
             dispatch: dispatch::DispatchTrees::open(&db).map_err(open_err)?,
-            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?, tree(sequence::TREE)?)),
+            group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?, tree(sequence::TREE)?, mark)),
+            space,
             db,
         })
+    }
+
+    /// Sets the free bytes the data dir keeps: below them, writes that
+    /// acknowledge something (outcomes, registrations, dispatch claims,
+    /// bindings, approvals) are refused with [`StoreError::Full`] before sled
+    /// runs out of space (a write sled cannot make stops its log for good).
+    /// 0 turns the check off.
+    pub fn set_min_free_bytes(&self, bytes: u64) {
+        self.space.min_free_bytes.store(bytes, std::sync::atomic::Ordering::Relaxed);
+        *self.space.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+
+    /// Refuses a write while the data dir is under its free-space reserve.
+    pub fn check_space(&self) -> Result<(), StoreError> {
+        self.space.check()
     }
 
     /// Returns every stored descriptor with its origin, in id order.
@@ -310,6 +480,7 @@ impl Store {
     }
 
     pub fn put_descriptor(&self, origin: &str, descriptor: &CapabilityDescriptor) -> Result<(), StoreError> {
+        self.check_space()?;
         put(
             &self.descriptors,
             DESCRIPTORS,

@@ -9,6 +9,7 @@ mod dispatch;
 mod embedder_http;
 mod eval;
 mod exact_names;
+mod faults;
 mod hostile_manifests;
 mod identity;
 mod kpi_over_nats;

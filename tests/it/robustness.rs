@@ -203,7 +203,7 @@ async fn capdex_reconnects_and_answers_again_after_the_nats_server_restarts() {
     nats.restart();
 
     // capdex reconnects and re-subscribes by itself (its reconnect backoff is
-    // at most 4 s); so does the test's client.
+    // at most 500 ms, `gateway::connect`); so does the test's client.
     let deadline = Instant::now() + Duration::from_secs(30);
     let answer = loop {
         let attempt =

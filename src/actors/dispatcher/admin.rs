@@ -34,7 +34,8 @@ impl AdminError {
 
 impl From<StoreError> for AdminError {
     fn from(err: StoreError) -> AdminError {
-        AdminError::new(ErrorKind::Internal, err.to_string())
+        let kind = if matches!(err, StoreError::Full { .. }) { ErrorKind::StorageFull } else { ErrorKind::Internal };
+        AdminError::new(kind, err.to_string())
     }
 }
 
@@ -97,6 +98,10 @@ impl Handler<RegisterCapability> for Dispatcher {
     type Result = ResponseActFuture<Self, Result<CapabilityRecord, AdminError>>;
 
     fn handle(&mut self, msg: RegisterCapability, _: &mut Context<Self>) -> Self::Result {
+        // Refused before the cluster is written: a refusal keeps nothing anywhere.
+        if let Err(full) = self.store.check_space() {
+            return Box::pin(fut::ready(Err(full.into())));
+        }
         let record = match self.prepare_record(msg) {
             Ok(record) => record,
             Err(err) => return Box::pin(fut::ready(Err(err))),
@@ -240,6 +245,9 @@ impl Handler<SetBinding> for Dispatcher {
     type Result = ResponseActFuture<Self, Result<Vec<String>, AdminError>>;
 
     fn handle(&mut self, msg: SetBinding, _: &mut Context<Self>) -> Self::Result {
+        if let Err(full) = self.store.check_space() {
+            return Box::pin(fut::ready(Err(full.into())));
+        }
         let binding = msg.0;
         let env = self.env.clone();
         let checked = registry::validate_binding(&binding, &|name| env(name))
@@ -293,6 +301,9 @@ impl Handler<DecideApproval> for Dispatcher {
     type Result = ResponseFuture<Result<Approval, AdminError>>;
 
     fn handle(&mut self, msg: DecideApproval, _: &mut Context<Self>) -> Self::Result {
+        if let Err(full) = self.store.check_space() {
+            return Box::pin(futures::future::ready(Err(full.into())));
+        }
         let store = self.store.clone();
         let shared = self.shared.clone();
         Box::pin(async move {

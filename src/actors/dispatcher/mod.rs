@@ -645,6 +645,8 @@ impl Dispatcher {
         }
         match self.store.claim_execution(storage, entry) {
             Ok(claim) => KeyState::Claim(claim),
+            // Nothing was written: the caller may retry once space is freed.
+            Err(err @ crate::store::StoreError::Full { .. }) => KeyState::Unavailable(err.to_string()),
             Err(err) => KeyState::Unreadable(err.to_string()),
         }
     }
