@@ -23,14 +23,15 @@
 //! Scope is applied before seeding, so out-of-scope sources never crowd in-scope ones out;
 //! an empty scope routes nothing and observes nothing.
 
-use super::align::Links;
+use super::align::{split_words, Links};
 use super::concepts::{
     ConceptIndex, ConceptStep, GraphView, Lexicon, NodeConcept, RecipeConcept, Resolved, ResolvedConcept,
 };
+use super::mcp::singular;
 use super::memory::{self, MemoryBias, Note};
 use super::model::{node_id, Edge, EdgeKind, Node, NodeKind, RouteRecipe, SourceGraph};
 use crate::core::embedder::{dot, Embed};
-use crate::core::text::{for_each_index_term, word_tokens};
+use crate::core::text::{for_each_index_term, is_stopword, word_tokens};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -48,6 +49,9 @@ pub const SURVEY_ABOVE_EDGES: usize = 40;
 pub const SOURCE_REPEAT_PENALTY: f32 = 0.15;
 /// The most steps a recipe's chain grows to along CONSUMES.
 pub const MAX_CHAIN_STEPS: usize = 3;
+/// What a capability's name gains when it names, in the plural, a thing the question names
+/// in the plural (`comments` → `issueGetComments` over `issueGetComment`): a list is asked for.
+pub const PLURAL_AGREEMENT: f32 = 0.1;
 /// A producer joins a chain backwards only when its similarity to the query is at least
 /// this fraction of the best seed's.
 pub const CHAIN_MIN_RELATIVE: f32 = 0.6;
@@ -130,6 +134,8 @@ pub struct RouteIndex {
     embedder_model: Option<String>,
     /// Concepts and their carriers (see [`super::concepts`]).
     concepts: ConceptIndex,
+    /// Capability node index → the stems its name has in the plural (only when it has some).
+    plural_names: HashMap<usize, BTreeSet<String>>,
 }
 
 /// Why an observation failed.
@@ -237,7 +243,15 @@ impl RouteIndex {
             Lexicon::builtin(),
             embedder,
         );
+        let plural_names = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| node.kind == NodeKind::Capability)
+            .map(|(at, node)| (at, plural_stems(&node.name)))
+            .filter(|(_, stems)| !stems.is_empty())
+            .collect();
         RouteIndex {
+            plural_names,
             nodes,
             by_id,
             edges,
@@ -442,6 +456,7 @@ impl RouteIndex {
         let resolved = self.concepts.resolve(query, query_vector.as_deref(), &field_name);
         let mut concept_scores: HashMap<usize, f32> = HashMap::new();
         self.concepts.score_into(&resolved, &mut concept_scores);
+        let plurals = plural_stems(query);
         let mut seeds: Vec<(f32, usize)> = self
             .seedable
             .iter()
@@ -451,7 +466,14 @@ impl RouteIndex {
                     Some(query_vector) if query_vector.len() == vector.len() => dot(query_vector, vector),
                     _ => lexical(&query_words, words),
                 };
-                (similarity + concept_scores.get(at).copied().unwrap_or(0.0), *at)
+                let agreement = if !plurals.is_empty()
+                    && self.plural_names.get(at).is_some_and(|stems| stems.intersection(&plurals).next().is_some())
+                {
+                    PLURAL_AGREEMENT
+                } else {
+                    0.0
+                };
+                (similarity + agreement + concept_scores.get(at).copied().unwrap_or(0.0), *at)
             })
             .filter(|(similarity, _)| *similarity > 0.0)
             .collect();
@@ -717,6 +739,19 @@ fn diversify(ranked: Vec<RankedRecipe>, k: usize) -> Vec<RankedRecipe> {
 pub fn node_text(node: &Node) -> String {
     let doc: String = node.doc.chars().take(MAX_DOC_CHARS).collect();
     format!("{} {}\n{doc}", node.name, word_tokens(&node.name).join(" "))
+}
+
+/// The singular stems of the words of a text or a name that are in the plural
+/// (`issueGetComments` → `comment`), stopwords aside.
+fn plural_stems(text: &str) -> BTreeSet<String> {
+    split_words(text)
+        .into_iter()
+        .filter(|word| word.chars().count() > 2 && !is_stopword(word))
+        .filter_map(|word| {
+            let stem = singular(&word);
+            (stem != word).then_some(stem)
+        })
+        .collect()
 }
 
 fn word_set(text: &str) -> BTreeSet<String> {
