@@ -559,6 +559,16 @@ impl ConceptIndex {
         Resolved { concepts: found.into_iter().map(|(concept, (weight, via))| (concept, weight, via)).collect() }
     }
 
+    /// The sources the question names by their id (their `source:<id>` concepts).
+    pub fn named_sources(&self, resolved: &Resolved) -> BTreeSet<String> {
+        resolved
+            .concepts
+            .iter()
+            .filter_map(|(concept, _, _)| self.concepts[*concept].id.strip_prefix("source:"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Adds each node's concept score, times [`CONCEPT_WEIGHT`], into `scores` (by node index).
     pub fn score_into(&self, resolved: &Resolved, scores: &mut HashMap<usize, f32>) {
         let total: f32 = resolved.concepts.iter().map(|(concept, weight, _)| weight * self.idf[*concept]).sum();

@@ -553,7 +553,8 @@ impl RouteIndex {
             })
             .collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.source_key.cmp(&b.source_key)));
-        (diversify(ranked, k), resolved)
+        let named = self.concepts.named_sources(&resolved);
+        (diversify(ranked, k, &named), resolved)
     }
 
     /// Returns a recipe's steps as a chain along CONSUMES: the producer it was reached from
@@ -708,28 +709,40 @@ impl RouteIndex {
 /// Takes the best `k` of `ranked` (sorted best first), each pick's score lowered by
 /// [`SOURCE_REPEAT_PENALTY`] for every recipe of its source already taken, so a close
 /// second source gets a place; within one source the order stays, and scores are kept.
-fn diversify(ranked: Vec<RankedRecipe>, k: usize) -> Vec<RankedRecipe> {
+/// Each source the question names (`named`) that has a ranked recipe gets a place: once
+/// the places left are as few as the named sources not yet taken, only their recipes are.
+fn diversify(ranked: Vec<RankedRecipe>, k: usize, named: &BTreeSet<String>) -> Vec<RankedRecipe> {
+    let source_of = |recipe: &RankedRecipe| -> String {
+        recipe.source_key.split('#').next().unwrap_or(&recipe.source_key).to_string()
+    };
     let mut left: Vec<Option<RankedRecipe>> = ranked.into_iter().map(Some).collect();
     let mut taken: HashMap<String, usize> = HashMap::new();
     let mut out = Vec::with_capacity(k.min(left.len()));
     while out.len() < k {
+        let missing: BTreeSet<String> = left
+            .iter()
+            .flatten()
+            .map(source_of)
+            .filter(|source| named.contains(source) && !taken.contains_key(source))
+            .collect();
+        let reserved = k - out.len() <= missing.len();
         // The first remaining recipe of each source is that source's best.
         let mut best: Option<(f32, usize)> = None;
-        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
         for (at, recipe) in left.iter().enumerate() {
             let Some(recipe) = recipe else { continue };
-            let source = recipe.source_key.split('#').next().unwrap_or(&recipe.source_key);
-            if !seen.insert(source) {
+            let source = source_of(recipe);
+            if (reserved && !missing.contains(&source)) || !seen.insert(source.clone()) {
                 continue;
             }
-            let adjusted = recipe.score - SOURCE_REPEAT_PENALTY * taken.get(source).copied().unwrap_or(0) as f32;
+            let adjusted = recipe.score - SOURCE_REPEAT_PENALTY * taken.get(&source).copied().unwrap_or(0) as f32;
             if best.is_none_or(|(score, _)| adjusted > score) {
                 best = Some((adjusted, at));
             }
         }
         let Some((_, at)) = best else { break };
         let recipe = left[at].take().expect("a remaining recipe");
-        *taken.entry(recipe.source_key.split('#').next().unwrap_or(&recipe.source_key).to_string()).or_insert(0) += 1;
+        *taken.entry(source_of(&recipe)).or_insert(0) += 1;
         out.push(recipe);
     }
     out
@@ -1021,11 +1034,18 @@ mod tests {
         let ranked =
             vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("a#3", 1.9), recipe("b#1", 1.85), recipe("b#2", 1.0)];
         let keys = |list: Vec<RankedRecipe>| list.into_iter().map(|r| r.source_key).collect::<Vec<_>>();
-        assert_eq!(keys(diversify(ranked.clone(), 3)), ["a#1", "b#1", "a#2"]);
-        assert_eq!(keys(diversify(ranked.clone(), 10)), ["a#1", "b#1", "a#2", "a#3", "b#2"]);
+        assert_eq!(keys(diversify(ranked.clone(), 3, &BTreeSet::new())), ["a#1", "b#1", "a#2"]);
+        assert_eq!(keys(diversify(ranked.clone(), 10, &BTreeSet::new())), ["a#1", "b#1", "a#2", "a#3", "b#2"]);
         // A far second source does not.
         let far = vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("b#1", 1.0)];
-        assert_eq!(keys(diversify(far, 2)), ["a#1", "a#2"]);
+        assert_eq!(keys(diversify(far.clone(), 2, &BTreeSet::new())), ["a#1", "a#2"]);
+        // A source the question names gets a place, however far, and the rest stays in order.
+        let named: BTreeSet<String> = ["b".to_string()].into();
+        assert_eq!(keys(diversify(far.clone(), 2, &named)), ["a#1", "b#1"]);
+        assert_eq!(keys(diversify(far.clone(), 3, &named)), ["a#1", "a#2", "b#1"]);
+        // A named source with no ranked recipe reserves nothing.
+        let absent: BTreeSet<String> = ["c".to_string()].into();
+        assert_eq!(keys(diversify(far, 2, &absent)), ["a#1", "a#2"]);
     }
 
     #[test]
