@@ -1022,6 +1022,40 @@ mod tests {
     }
 
     #[test]
+    fn enum_values_resolve_the_field_they_belong_to_and_carry_the_lexicon_concept_they_spell() {
+        let document = serde_json::json!({
+            "openapi": "3.0.0", "info": {"title": "tracker", "version": "1"},
+            "paths": {"/tickets/{id}": {"get": {"operationId": "getTicket",
+                "parameters": [{"name": "id", "in": "path", "schema": {"type": "string"}}],
+                "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ticket"}}}}}}}},
+            "components": {"schemas": {"Ticket": {"properties": {
+                "title": {"type": "string"},
+                "severity": {"type": "string", "enum": ["blocker", "trivial"]},
+                "phase": {"type": "string", "enum": ["open", "closed", "resolved"]},
+                "icon": {"type": "string", "enum": ["open", "rocket", "puzzle", "globe"]}
+            }}}}
+        });
+        let graph = crate::core::scg::map_source("tracker", Some(SourceKind::Openapi), &document.to_string()).unwrap();
+        let severity = graph.nodes.iter().find(|node| node.source_key == "tracker#Ticket.severity").unwrap();
+        assert_eq!(severity.values, ["blocker", "trivial"]);
+        let graphs = vec![graph];
+        let refs: Vec<&SourceGraph> = graphs.iter().collect();
+        let index = RouteIndex::build(&graphs, &TypeAligner.link(&refs), None);
+        // A question word that is a value resolves to the field's own concept, through the source.
+        let answer = index.route_answer("show me the blockers", 3, &Scope::All, None, None);
+        let concept = answer.concepts.iter().find(|concept| concept.concept == "field:severity").expect("resolved");
+        assert_eq!(concept.via[0].through, super::super::concepts::Through::Source);
+        assert!(concept.via[0].detail.contains("tracker#Ticket.severity") && concept.via[0].detail.contains("blocker"));
+        assert_eq!(answer.recipes[0].source_key, "tracker#getTicket", "{:#?}", answer.recipes);
+        // `phase`, whose values are all status words, carries status; `icon`, with one of four, does not.
+        let observed = index.observe("tracker#Ticket", &[], &Scope::All).unwrap();
+        assert!(observed.concepts.iter().any(|concept| concept.concept == "status"), "{:#?}", observed.concepts);
+        let status = index.route_answer("which tickets are resolved", 3, &Scope::All, None, None);
+        let owner = status.recipes.iter().flat_map(|recipe| &recipe.concepts).find(|c| c.concept == "status").unwrap();
+        assert_eq!(owner.steps[0].field.as_deref(), Some("tracker#Ticket.phase"), "{owner:#?}");
+    }
+
+    #[test]
     fn a_second_source_gets_a_close_place_and_order_within_a_source_stays() {
         let recipe = |key: &str, score: f32| RankedRecipe {
             source_key: key.into(),
