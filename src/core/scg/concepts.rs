@@ -201,6 +201,18 @@ impl Lexicon {
     }
 }
 
+/// The texts the lexicon's concepts are embedded with (label, then terms), in order.
+pub fn concept_texts(lexicon: &Lexicon) -> Vec<String> {
+    lexicon
+        .concepts
+        .iter()
+        .map(|concept| {
+            let terms: Vec<String> = concept.terms.iter().map(|term| term.join(" ")).collect();
+            format!("{}: {}", concept.label, terms.join(", "))
+        })
+        .collect()
+}
+
 /// Lower-cased words of a text or a name, camelCase and snake_case split, each in the
 /// singular; one-letter words (the `s` of `else's`) are dropped.
 pub fn normalise_words(text: &str) -> Vec<String> {
@@ -453,17 +465,7 @@ impl ConceptIndex {
             }
         }
         let vectors = match embedder {
-            Some(embedder) => {
-                let texts: Vec<String> = lexicon
-                    .concepts
-                    .iter()
-                    .map(|concept| {
-                        let terms: Vec<String> = concept.terms.iter().map(|term| term.join(" ")).collect();
-                        format!("{}: {}", concept.label, terms.join(", "))
-                    })
-                    .collect();
-                embedder.embed_batch(&texts).unwrap_or_default()
-            }
+            Some(embedder) => embedder.embed_batch(&concept_texts(lexicon)).unwrap_or_default(),
             None => Vec::new(),
         };
         let mut by_node: HashMap<usize, Vec<(usize, f32)>> = HashMap::new();

@@ -263,6 +263,22 @@ impl RouteIndex {
         }
     }
 
+    /// Every text [`RouteIndex::build`] asks its embedder for over `graphs`: the seedable
+    /// nodes' texts and the lexicon's concepts'. A slow embedder embeds them elsewhere
+    /// first, and the build then reads them from a `PrecomputedEmbedder`.
+    pub fn embedding_texts(graphs: &[SourceGraph]) -> Vec<String> {
+        let mut texts: Vec<String> = graphs
+            .iter()
+            .flat_map(|graph| graph.nodes.iter())
+            .filter(|node| matches!(node.kind, NodeKind::Capability | NodeKind::EntityType))
+            .map(node_text)
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect();
+        texts.extend(super::concepts::concept_texts(Lexicon::builtin()));
+        texts
+    }
+
     /// Returns the number of nodes, edges and recipes.
     pub fn counts(&self) -> (usize, usize, usize) {
         (self.nodes.len(), self.edges.len(), self.recipes.len())
@@ -1053,6 +1069,34 @@ mod tests {
         let status = index.route_answer("which tickets are resolved", 3, &Scope::All, None, None);
         let owner = status.recipes.iter().flat_map(|recipe| &recipe.concepts).find(|c| c.concept == "status").unwrap();
         assert_eq!(owner.steps[0].field.as_deref(), Some("tracker#Ticket.phase"), "{owner:#?}");
+    }
+
+    #[test]
+    fn an_index_built_from_precomputed_vectors_routes_as_one_built_with_the_embedder() {
+        let graphs = vec![
+            tracker("gitea", "Issue", "getIssue", "Get an issue"),
+            tracker("asana", "Task", "getTask", "Get a task"),
+        ];
+        let refs: Vec<&SourceGraph> = graphs.iter().collect();
+        let links = TypeAligner.link(&refs);
+        let embedder = HashingEmbedder::new(64).unwrap();
+        let direct = RouteIndex::build(&graphs, &links, Some(&embedder));
+        let texts = RouteIndex::embedding_texts(&graphs);
+        let query = "who is responsible for this ticket".to_string();
+        let mut all = texts.clone();
+        all.push(query.clone());
+        let table = crate::core::embedder::PrecomputedEmbedder::new(
+            embedder.model_id(),
+            64,
+            &all,
+            Embed::embed_batch(&embedder, &all).unwrap(),
+        );
+        let precomputed = RouteIndex::build(&graphs, &links, Some(&table));
+        assert_eq!(precomputed.embedder_model(), direct.embedder_model());
+        let answer =
+            |index: &RouteIndex, embedder: &dyn Embed| index.route_answer(&query, 3, &Scope::All, Some(embedder), None);
+        assert_eq!(answer(&precomputed, &table), answer(&direct, &embedder));
+        assert!(answer(&precomputed, &table).concepts.iter().any(|concept| concept.concept == "owner"));
     }
 
     #[test]
