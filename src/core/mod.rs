@@ -29,6 +29,7 @@ pub mod registration;
 pub mod reindex;
 pub mod retrieval;
 pub mod scg;
+pub mod source_concepts;
 pub mod sources;
 pub mod static_embedder;
 pub mod subject_token;

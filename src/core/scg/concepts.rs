@@ -194,6 +194,44 @@ impl Lexicon {
         Ok(Lexicon { concepts })
     }
 
+    /// The concepts a text's lexicon terms resolve to, the longest term at each place
+    /// winning: (concept index, the term as it matched), by concept, the first term kept.
+    pub fn resolve_terms(&self, text: &str) -> Vec<(usize, String)> {
+        let words = normalise_words(text);
+        let mut found: BTreeMap<usize, String> = BTreeMap::new();
+        let mut at = 0;
+        while at < words.len() {
+            let best = self
+                .concepts
+                .iter()
+                .enumerate()
+                .flat_map(|(concept, entry)| entry.terms.iter().map(move |term| (concept, term)))
+                .filter(|(_, term)| words[at..].starts_with(term))
+                .max_by_key(|(concept, term)| (term.len(), std::cmp::Reverse(*concept)));
+            match best {
+                Some((_, term)) => {
+                    let len = term.len();
+                    for (concept, entry) in self.concepts.iter().enumerate() {
+                        if entry.terms.iter().any(|other| other.len() == len && words[at..].starts_with(other)) {
+                            found.entry(concept).or_insert_with(|| words[at..at + len].join(" "));
+                        }
+                    }
+                    at += len;
+                }
+                None => at += 1,
+            }
+        }
+        found.into_iter().collect()
+    }
+
+    /// Whether a spelling (a field name, or a word of an operation's name) carries a concept.
+    pub fn carried_by(&self, concept: usize, spelling: &str) -> bool {
+        let concept = &self.concepts[concept];
+        let normalised = field_concept(spelling);
+        concept.carriers.contains(&normalised)
+            || (!normalised.is_empty() && concept.carriers.contains(&normalise_words(spelling).join("_")))
+    }
+
     /// The lexicon compiled in from `assets/scg/concepts.json`.
     pub fn builtin() -> &'static Lexicon {
         static LEXICON: OnceLock<Lexicon> = OnceLock::new();
