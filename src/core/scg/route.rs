@@ -728,37 +728,41 @@ impl RouteIndex {
 /// Each source the question names (`named`) that has a ranked recipe gets a place: once
 /// the places left are as few as the named sources not yet taken, only their recipes are.
 fn diversify(ranked: Vec<RankedRecipe>, k: usize, named: &BTreeSet<String>) -> Vec<RankedRecipe> {
-    let source_of = |recipe: &RankedRecipe| -> String {
-        recipe.source_key.split('#').next().unwrap_or(&recipe.source_key).to_string()
-    };
+    let sources: Vec<String> = ranked
+        .iter()
+        .map(|recipe| recipe.source_key.split('#').next().unwrap_or(&recipe.source_key).to_string())
+        .collect();
     let mut left: Vec<Option<RankedRecipe>> = ranked.into_iter().map(Some).collect();
-    let mut taken: HashMap<String, usize> = HashMap::new();
+    let mut taken: HashMap<&str, usize> = HashMap::new();
     let mut out = Vec::with_capacity(k.min(left.len()));
     while out.len() < k {
-        let missing: BTreeSet<String> = left
-            .iter()
-            .flatten()
-            .map(source_of)
-            .filter(|source| named.contains(source) && !taken.contains_key(source))
-            .collect();
+        let missing: BTreeSet<&str> = if named.is_empty() {
+            BTreeSet::new()
+        } else {
+            (0..left.len())
+                .filter(|&at| left[at].is_some())
+                .map(|at| sources[at].as_str())
+                .filter(|source| named.contains(*source) && !taken.contains_key(source))
+                .collect()
+        };
         let reserved = k - out.len() <= missing.len();
         // The first remaining recipe of each source is that source's best.
         let mut best: Option<(f32, usize)> = None;
-        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
         for (at, recipe) in left.iter().enumerate() {
             let Some(recipe) = recipe else { continue };
-            let source = source_of(recipe);
-            if (reserved && !missing.contains(&source)) || !seen.insert(source.clone()) {
+            let source = sources[at].as_str();
+            if (reserved && !missing.contains(source)) || !seen.insert(source) {
                 continue;
             }
-            let adjusted = recipe.score - SOURCE_REPEAT_PENALTY * taken.get(&source).copied().unwrap_or(0) as f32;
+            let adjusted = recipe.score - SOURCE_REPEAT_PENALTY * taken.get(source).copied().unwrap_or(0) as f32;
             if best.is_none_or(|(score, _)| adjusted > score) {
                 best = Some((adjusted, at));
             }
         }
         let Some((_, at)) = best else { break };
         let recipe = left[at].take().expect("a remaining recipe");
-        *taken.entry(source_of(&recipe)).or_insert(0) += 1;
+        *taken.entry(sources[at].as_str()).or_insert(0) += 1;
         out.push(recipe);
     }
     out
