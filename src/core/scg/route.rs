@@ -775,16 +775,23 @@ pub fn node_text(node: &Node) -> String {
 }
 
 /// The singular stems of the words of a text or a name that are in the plural
-/// (`issueGetComments` → `comment`), stopwords aside.
+/// (`issueGetComments` → `comment`), stopwords aside, and never in the singular in the
+/// same text (a text saying both `membership` and `memberships` asks for no list).
 fn plural_stems(text: &str) -> BTreeSet<String> {
-    split_words(text)
-        .into_iter()
-        .filter(|word| word.chars().count() > 2 && !is_stopword(word))
-        .filter_map(|word| {
-            let stem = singular(&word);
-            (stem != word).then_some(stem)
-        })
-        .collect()
+    let words: Vec<String> =
+        split_words(text).into_iter().filter(|word| word.chars().count() > 2 && !is_stopword(word)).collect();
+    let mut singular_words: BTreeSet<&str> = BTreeSet::new();
+    let mut plurals: BTreeSet<String> = BTreeSet::new();
+    for word in &words {
+        let stem = singular(word);
+        if stem == *word {
+            singular_words.insert(word);
+        } else {
+            plurals.insert(stem);
+        }
+    }
+    plurals.retain(|stem| !singular_words.contains(stem.as_str()));
+    plurals
 }
 
 fn word_set(text: &str) -> BTreeSet<String> {
@@ -1101,6 +1108,15 @@ mod tests {
             |index: &RouteIndex, embedder: &dyn Embed| index.route_answer(&query, 3, &Scope::All, Some(embedder), None);
         assert_eq!(answer(&precomputed, &table), answer(&direct, &embedder));
         assert!(answer(&precomputed, &table).concepts.iter().any(|concept| concept.concept == "owner"));
+    }
+
+    #[test]
+    fn plural_stems_are_the_nouns_only_asked_for_in_the_plural() {
+        let stems = |text: &str| plural_stems(text).into_iter().collect::<Vec<_>>();
+        assert_eq!(stems("comments on a ticket"), ["comment"]);
+        assert_eq!(stems("issueGetComments"), ["comment"]);
+        assert!(stems("getTeamMembership: a team membership, of the memberships").is_empty());
+        assert!(stems("the status of this").is_empty());
     }
 
     #[test]
