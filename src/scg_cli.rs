@@ -45,7 +45,21 @@ fn start(settings: &Settings) -> anyhow::Result<ScgActors> {
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("failed to create data_dir {}", settings.data_dir.display()))?;
     let store = Store::open(&settings.data_dir)?;
-    Ok(scg_actors::spawn(settings, &store)?)
+    // A `local` or `http` embedder runs on its own thread, as in `serve`; routes embed there.
+    let remote = match settings.embedder.backend {
+        capdex::config::EmbedderBackend::Local | capdex::config::EmbedderBackend::Http => {
+            let model = std::sync::Mutex::new(Some(capdex::embedders::backend::build(&settings.embedder)?));
+            let batch_size = settings.embedder.batch_size;
+            let embedder = actix::SyncArbiter::start(1, move || {
+                let model = model.lock().ok().and_then(|mut slot| slot.take());
+                let model = model.expect("one Embedder thread, started once");
+                capdex::actors::embedder::Embedder::new(model).with_batch_size(batch_size)
+            });
+            Some(embedder.recipient())
+        }
+        _ => None,
+    };
+    Ok(scg_actors::spawn(settings, &store, remote)?)
 }
 
 fn print_event(event: &ScgEvent) {

@@ -139,7 +139,7 @@ pub async fn spawn_all(
     let scanner = SyncArbiter::start(1, move || {
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
-    let scg = scg::spawn(settings, &store)?;
+    let scg = scg::spawn(settings, &store, Some(embedder.clone().recipient()))?;
     let kpi =
         kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(discoverer.clone().recipient()).start();
     // Dispatch results that reached a handler feed the per-capability success statistics,

@@ -200,7 +200,7 @@ pub struct DiscoveryResult {
 /// ranking used them. With the module docs of [`crate::core::retrieval`]:
 ///
 /// ```text
-/// relevance = clamp((fused + graph) · (1 + prior), 0, 1)
+/// relevance = clamp((fused + graph + concept) · (1 + prior), 0, 1)
 /// ```
 ///
 /// up to float rounding. An entry Tier 1 took in as a dependency or preset
@@ -239,6 +239,18 @@ pub struct Explanation {
     pub part: usize,
     /// The message is exactly this capability's id, name or display name.
     pub exact: bool,
+    /// What the message's concepts added, for a capability that came from a source
+    /// (`core::source_concepts`): after `graph`, before the prior; 0 for any other.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub concept: f32,
+    /// The concepts the message resolved to that this capability carries, each with the
+    /// term that resolved it (`owner (lexicon "responsible")`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub concepts: Vec<String>,
+}
+
+fn is_zero(value: &f32) -> bool {
+    *value == 0.0
 }
 
 /// Runs one discovery: rank the admitted capabilities for `query` (hybrid
@@ -294,8 +306,10 @@ pub fn discover_with_prior(
     } else {
         rank_with(query, indexes, filter, limit, graph_boost, fusion)
     };
-    // The ranking before the prior, to tell the graph's part from the prior's.
+    // The ranking before concepts and the prior, to tell the graph's part from theirs.
     let reranked: Vec<RankedHit> = if explain { ranking.hits.clone() } else { Vec::new() };
+    let message = query.parts.first().map_or("", |part| part.text.as_str());
+    let concepts = crate::core::source_concepts::apply(message, &mut ranking.hits, catalog);
     if let Some(prior) = prior {
         prior.apply(&mut ranking.hits);
     }
@@ -360,7 +374,8 @@ pub fn discover_with_prior(
         },
     };
     debug_assert!(estimate_tokens(&rendered) <= token_estimate.total_tokens);
-    let explanations = if explain { explain_tier1(&tier1, &ranking.signals, &reranked, prior) } else { Vec::new() };
+    let explanations =
+        if explain { explain_tier1(&tier1, &ranking.signals, &reranked, prior, &concepts) } else { Vec::new() };
     DiscoveryResult { tier0, tier1, tier2, token_estimate, rendered, diagnostics, explanations }
 }
 
@@ -372,6 +387,7 @@ fn explain_tier1(
     signals: &[FusionSignals],
     reranked: &[RankedHit],
     prior: Option<&crate::core::outcome_prior::OutcomePrior>,
+    concepts: &crate::core::source_concepts::SourceConcepts,
 ) -> Vec<Explanation> {
     tier1
         .iter()
@@ -394,6 +410,19 @@ fn explain_tier1(
                 fused,
                 part: seen.map_or(0, |seen| seen.part),
                 exact: seen.is_some_and(|seen| seen.exact),
+                concept: concepts.boosted.get(&entry.id).map_or(0.0, |(gain, _)| *gain),
+                concepts: concepts
+                    .boosted
+                    .get(&entry.id)
+                    .map(|(_, carried)| {
+                        concepts
+                            .resolved
+                            .iter()
+                            .filter(|label| carried.iter().any(|id| label.starts_with(&format!("{id} ("))))
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             }
         })
         .collect()

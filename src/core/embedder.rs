@@ -96,6 +96,46 @@ pub trait Embed {
     }
 }
 
+/// Vectors another embedder computed earlier (off the caller's thread), served by text:
+/// lets a pure function that takes an [`Embed`] use a slow embedder's vectors. A text it
+/// was not given is an error, so the caller falls back as it would for a failing embedder.
+#[derive(Clone, Debug, Default)]
+pub struct PrecomputedEmbedder {
+    model_id: String,
+    dimensions: usize,
+    vectors: std::collections::HashMap<String, Vec<f32>>,
+}
+
+impl PrecomputedEmbedder {
+    /// Pairs `texts` with `vectors` (in order) under the model that made them.
+    pub fn new(model_id: String, dimensions: usize, texts: &[String], vectors: Vec<Vec<f32>>) -> PrecomputedEmbedder {
+        let vectors = texts.iter().cloned().zip(vectors).collect();
+        PrecomputedEmbedder { model_id, dimensions, vectors }
+    }
+}
+
+impl Embed for PrecomputedEmbedder {
+    fn model_id(&self) -> String {
+        self.model_id.clone()
+    }
+
+    fn dimensions(&self) -> usize {
+        self.dimensions
+    }
+
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        texts
+            .iter()
+            .map(|text| {
+                self.vectors
+                    .get(text)
+                    .cloned()
+                    .ok_or_else(|| EmbedError::new(EmbedErrorCode::Unavailable, "no precomputed vector for this text"))
+            })
+            .collect()
+    }
+}
+
 /// Embeds `texts` with `embedder` in requests of at most `batch_size` texts
 /// (at least 1), checking that every request gives one vector per text.
 pub fn embed_in_batches(
@@ -272,6 +312,15 @@ pub fn dot(left: &[f32], right: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn precomputed_vectors_are_served_by_text_and_others_fail() {
+        let texts = vec!["a".to_string(), "b".to_string()];
+        let table = PrecomputedEmbedder::new("m".into(), 2, &texts, vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
+        assert_eq!(table.embed_batch(&texts[1..]).unwrap(), [vec![0.0, 1.0]]);
+        assert_eq!((table.model_id().as_str(), table.dimensions()), ("m", 2));
+        assert!(table.embed("c").is_err());
+    }
     use crate::core::text::{stem, word_tokens};
     use std::collections::HashMap;
 

@@ -30,6 +30,7 @@ pub mod reindex;
 pub mod retention;
 pub mod retrieval;
 pub mod scg;
+pub mod source_concepts;
 pub mod sources;
 pub mod static_embedder;
 pub mod subject_token;

@@ -19,6 +19,9 @@ type Seen = Arc<Mutex<Vec<Vec<String>>>>;
 fn vector_of(text: &str) -> Vec<f32> {
     let mut vector = vec![0.0f32; 16];
     for word in text.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        // The server's one piece of meaning, which no word, field or lexicon entry of capdex
+        // knows: `frumious` means `invoice`.
+        let word = if word == "frumious" { "invoice" } else { word };
         let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         vector[(hash % 16) as usize] += 1.0;
     }
@@ -269,4 +272,43 @@ fn eval_with_a_cache_embeds_nothing_twice() {
     assert_eq!(first, second, "cached vectors rank as fresh ones");
     run("another-model", &dir.path().join("run-3.jsonl"));
     assert_eq!(seen.lock().unwrap().iter().map(Vec::len).sum::<usize>(), 2 * asked, "another model shares no vector");
+}
+
+/// `capdex route` with the `http` embedder: the graph's texts and the question are embedded
+/// by the server (on the Embedder's thread, not the graph actor's), and the route follows
+/// the server's meaning, which words alone do not reach.
+#[test]
+fn route_uses_the_configured_http_embedder() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let seen = serve_on(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let ddl = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sql/chinook.sqlite-ddl.sql");
+    let mut map = capdex();
+    http_env(&mut map, &endpoint, &data_dir);
+    let output = map.args(["map", "--source-id", "chinook", "--kind", "sql"]).arg(&ddl).output().unwrap();
+    assert!(output.status.success(), "capdex map failed: {}", String::from_utf8_lossy(&output.stderr));
+    let route = |env: bool| {
+        let mut command = capdex();
+        if env {
+            http_env(&mut command, &endpoint, &data_dir);
+        } else {
+            command.env("CAPDEX_DATA_DIR", &data_dir).env("CAPDEX_CAPABILITY_DIRS", "");
+        }
+        let output = command.args(["route", "--json", "-k", "3", "frumious"]).output().unwrap();
+        assert!(output.status.success(), "capdex route failed: {}", String::from_utf8_lossy(&output.stderr));
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        answer["recipes"].as_array().unwrap().iter().map(|r| r["sourceKey"].as_str().unwrap().to_string()).collect()
+    };
+    let before = seen.lock().unwrap().len();
+    let keys: Vec<String> = route(true);
+    let asked: Vec<Vec<String>> = seen.lock().unwrap()[before..].to_vec();
+    assert!(asked.iter().any(|batch| batch.iter().any(|text| text == "frumious")), "the question went to the server");
+    assert!(asked.iter().flatten().any(|text| text.starts_with("Invoice ")), "the graph's texts went to the server");
+    // (16 hashed dimensions collide, so an invoice is among the top 3 rather than first.)
+    assert!(keys.iter().any(|key| key.contains("Invoice")), "{keys:?}");
+    // With the built-in embedder the same question reaches no invoice.
+    let builtin: Vec<String> = route(false);
+    assert!(!builtin.iter().any(|key| key.contains("Invoice")), "{builtin:?}");
 }

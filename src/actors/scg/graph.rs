@@ -11,12 +11,13 @@
 //! System thread (tens of milliseconds for the shared specs in release; see
 //! `benches/scg.rs`), while parsing, the larger cost, does not.
 
+use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
 use crate::actors::scg::mapper::Parsed;
 use crate::actors::scg::progress::{now_ms, Progress, ScgError};
 use crate::actors::Inspect;
-use crate::core::embedder::Embed;
 #[cfg(test)]
 use crate::core::embedder::HashingEmbedder;
+use crate::core::embedder::{Embed, PrecomputedEmbedder};
 use crate::core::scg::align::{Links, TypeAligner};
 use crate::core::scg::memory::{self, Deposit, Deposited, MemoryError, Note};
 use crate::core::scg::model::{replace_source, Replaced};
@@ -35,8 +36,12 @@ struct Loaded {
     sources: Vec<StoredSource>,
     index: Arc<RouteIndex>,
     notes: Vec<Note>,
-    /// Each note's vector, in the order of `notes`.
+    /// Each note's vector, in the order of `notes` (the in-process embedder's).
     note_vectors: Vec<Vec<f32>>,
+    /// The links `index` was built with, to build it again with the configured embedder.
+    links: Links,
+    /// Whether `index` was built with the configured (remote) embedder's vectors.
+    semantic: bool,
 }
 
 /// The embedder the SCG routes with, shared with the closures that embed notes.
@@ -49,6 +54,13 @@ pub struct ScgGraph {
     half_life_ms: u64,
     events: broadcast::Sender<ScgEvent>,
     loaded: Option<Loaded>,
+    /// The configured embedder when it is slow (`local`, `http`): the discovery Embedder
+    /// actor, on its own thread. Routes then embed there, never on this actor's thread.
+    remote: Option<Recipient<EmbedTexts>>,
+    /// Bumped whenever a new index is installed, so a late remote build is dropped.
+    generation: u64,
+    /// Whether a remote build of the current generation's index is under way.
+    upgrading: bool,
 }
 
 impl Actor for ScgGraph {
@@ -88,7 +100,15 @@ impl ScgGraph {
         half_life_ms: u64,
         events: broadcast::Sender<ScgEvent>,
     ) -> ScgGraph {
-        ScgGraph { store, embedder, half_life_ms, events, loaded: None }
+        ScgGraph { store, embedder, half_life_ms, events, loaded: None, remote: None, generation: 0, upgrading: false }
+    }
+
+    /// Routes with the configured embedder behind `remote` (the Embedder actor): the first
+    /// route after a change embeds the graph's texts there and builds the index from them;
+    /// until then, and whenever the embedder fails, routes use the in-process embedder's index.
+    pub fn with_remote_embedder(mut self, remote: Recipient<EmbedTexts>) -> ScgGraph {
+        self.remote = Some(remote);
+        self
     }
 
     fn loaded(&mut self) -> Result<&mut Loaded, ScgError> {
@@ -105,7 +125,8 @@ impl ScgGraph {
             let index = Arc::new(self.build_index(&sources, &links));
             let notes = self.store.notes()?;
             let note_vectors = notes.iter().map(|note| RouteIndex::note_vector(note, &*self.embedder)).collect();
-            self.loaded = Some(Loaded { sources, index, notes, note_vectors });
+            self.generation += 1;
+            self.loaded = Some(Loaded { sources, index, notes, note_vectors, links, semantic: false });
         }
         Ok(self.loaded.as_mut().expect("loaded above"))
     }
@@ -196,7 +217,7 @@ impl Handler<Finalize> for ScgGraph {
             connection,
             phase_ms,
         };
-        self.install(sources, index);
+        self.install(sources, links, index);
         Ok(report)
     }
 }
@@ -214,15 +235,32 @@ impl ScgGraph {
         self.store.put_links(&stored_links(&sources, &links))?;
         self.store.flush()?;
         let index = self.build_index(&sources, &links);
-        self.install(sources, index);
+        self.install(sources, links, index);
         Ok(())
     }
 
     /// Makes `sources` and their `index` what the graph answers from; the memory notes stay.
-    fn install(&mut self, sources: Vec<StoredSource>, index: RouteIndex) {
+    fn install(&mut self, sources: Vec<StoredSource>, links: Links, index: RouteIndex) {
         let (notes, note_vectors) =
             self.loaded.take().map(|loaded| (loaded.notes, loaded.note_vectors)).unwrap_or_default();
-        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors });
+        self.generation += 1;
+        self.upgrading = false;
+        self.loaded = Some(Loaded { sources, index: Arc::new(index), notes, note_vectors, links, semantic: false });
+    }
+
+    /// Answers a route from the loaded index. A semantic index routes with `remote`'s query
+    /// vector (`None`: by words and concepts only); any other with the in-process embedder.
+    fn route_now(&mut self, request: &Route, remote: Option<&dyn Embed>) -> Result<RouteAnswer, ScgError> {
+        let (half_life_ms, embedder) = (self.half_life_ms, self.embedder.clone());
+        let loaded = self.loaded()?;
+        let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
+        let sources_in_scope = loaded.sources.iter().filter(|s| scope.permits(&s.graph.source_id)).count();
+        // The notes' vectors are the in-process embedder's: a semantic index matches notes by words.
+        let vectors = (!loaded.semantic).then_some(loaded.note_vectors.as_slice());
+        let view = MemoryView { notes: &loaded.notes, now_ms: now_ms(), half_life_ms, vectors };
+        let embedder = if loaded.semantic { remote } else { Some(&*embedder as &dyn Embed) };
+        let answer = loaded.index.route_answer(&request.query, request.k, &scope, embedder, Some(view));
+        Ok(RouteAnswer { sources_in_scope, ..answer })
     }
 }
 
@@ -408,18 +446,53 @@ pub struct Route {
 }
 
 impl Handler<Route> for ScgGraph {
-    type Result = Result<RouteAnswer, ScgError>;
+    type Result = ResponseActFuture<Self, Result<RouteAnswer, ScgError>>;
 
     fn handle(&mut self, request: Route, _: &mut Context<Self>) -> Self::Result {
-        let (half_life_ms, embedder) = (self.half_life_ms, self.embedder.clone());
-        let loaded = self.loaded()?;
-        let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());
-        let sources_in_scope = loaded.sources.iter().filter(|s| scope.permits(&s.graph.source_id)).count();
-        let view =
-            MemoryView { notes: &loaded.notes, now_ms: now_ms(), half_life_ms, vectors: Some(&loaded.note_vectors) };
-        let answer =
-            loaded.index.route_answer(&request.query, request.k, &scope, Some(&*embedder as &dyn Embed), Some(view));
-        Ok(RouteAnswer { sources_in_scope, ..answer })
+        let Some(remote) = self.remote.clone() else {
+            return Box::pin(fut::ready(self.route_now(&request, None)));
+        };
+        let (semantic, graphs) = match self.loaded() {
+            Ok(loaded) if loaded.semantic => (true, Vec::new()),
+            Ok(loaded) => (false, loaded.sources.iter().map(|source| source.graph.clone()).collect::<Vec<_>>()),
+            Err(err) => return Box::pin(fut::ready(Err(err))),
+        };
+        // Another route is building the semantic index: this one uses the in-process one.
+        if !semantic && self.upgrading {
+            return Box::pin(fut::ready(self.route_now(&request, None)));
+        }
+        let mut texts = vec![request.query.clone()];
+        if !semantic {
+            texts.extend(RouteIndex::embedding_texts(&graphs));
+            self.upgrading = true;
+        }
+        let generation = self.generation;
+        Box::pin(remote.send(EmbedTexts { texts: texts.clone() }).into_actor(self).map(move |reply, actor, _| {
+            if !semantic && actor.generation == generation {
+                actor.upgrading = false;
+            }
+            let table = match reply {
+                Ok(EmbeddedTexts { model_id, dimensions, vectors: Ok(vectors) }) => {
+                    Some(PrecomputedEmbedder::new(model_id, dimensions, &texts, vectors))
+                }
+                Ok(EmbeddedTexts { vectors: Err(err), .. }) => {
+                    tracing::warn!(code = %err.code, message = %err.message, "route: the embedder failed");
+                    None
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "route: the embedder is unavailable");
+                    None
+                }
+            };
+            if let (false, Some(table), Some(loaded)) = (semantic, &table, actor.loaded.as_mut()) {
+                if actor.generation == generation {
+                    let index = RouteIndex::build(&graphs, &loaded.links, Some(table as &dyn Embed));
+                    loaded.index = Arc::new(index);
+                    loaded.semantic = true;
+                }
+            }
+            actor.route_now(&request, table.as_ref().map(|table| table as &dyn Embed))
+        }))
     }
 }
 

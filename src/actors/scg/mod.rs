@@ -42,7 +42,13 @@ pub struct ScgActors {
 }
 
 /// Starts the SCG actors on the current actix System.
-pub fn spawn(settings: &Settings, store: &Store) -> Result<ScgActors, StoreError> {
+/// `remote` is the discovery Embedder actor; routes embed there when the configured embedder
+/// is `local` or `http` (slow, or a network call), so never on the graph actor's thread.
+pub fn spawn(
+    settings: &Settings,
+    store: &Store,
+    remote: Option<Recipient<crate::actors::embedder::EmbedTexts>>,
+) -> Result<ScgActors, StoreError> {
     let scg = ScgStore::open(store)?;
     let (events, _) = broadcast::channel(EVENT_BUFFER);
     let roots = settings.scg.map_path_roots.clone();
@@ -54,13 +60,17 @@ pub fn spawn(settings: &Settings, store: &Store) -> Result<ScgActors, StoreError
     let half_life_ms = settings.scg.memory_half_life_ms;
     let graph_events = events.clone();
     // The configured embedder when it runs in process without files (builtin, static): a
-    // route embeds its query on this thread. `local` and `http` are not run here yet (a
-    // model or a network call on the System thread), so they route with the builtin one.
+    // route embeds its query on this thread. `local` and `http` run on the Embedder actor's
+    // thread (`remote`); until their index is built, and when they fail, routes use the builtin one.
     let embedder: graph::SharedEmbedder = match settings.embedder.backend {
         EmbedderBackend::Static => std::sync::Arc::new(StaticEmbedder::new()),
         _ => std::sync::Arc::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")),
     };
-    let graph = ScgGraph::new(scg, embedder, half_life_ms, graph_events).start();
+    let mut graph = ScgGraph::new(scg, embedder, half_life_ms, graph_events);
+    if let (EmbedderBackend::Local | EmbedderBackend::Http, Some(remote)) = (settings.embedder.backend, remote) {
+        graph = graph.with_remote_embedder(remote);
+    }
+    let graph = graph.start();
     Ok(ScgActors { mapper, graph, events })
 }
 

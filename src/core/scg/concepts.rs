@@ -7,7 +7,9 @@
 //!    resolves *through that field*: to the lexicon concept that field spelling carries, or
 //!    else to the field's own concept, carried by every field of that spelling and, over
 //!    `RESOLVES_TO`, by the fields and entity types the aligner (or a foreign key) joined
-//!    it to.
+//!    it to. A question word that is an **enum value** of a field (`closed` of
+//!    `Issue.state`) resolves to that field's concept at [`ENUM_VALUE_WEIGHT`], and a value
+//!    the lexicon spells or uses as a term makes the field carry its concept too.
 //! 2. **The configured embedder** (the one discovery uses): the question's vector is
 //!    compared with each concept's vector (its label and terms); a concept at cosine
 //!    [`EMBED_MIN_COSINE`] or more that words did not resolve is added, weighted by the
@@ -68,6 +70,10 @@ pub const MAX_EMBEDDED_CONCEPTS: usize = 3;
 pub const DEFAULT_READ_WEIGHT: f32 = 0.5;
 /// The lexicon concept a question naming no action resolves to.
 pub const READ: &str = "read";
+/// Weight of a concept resolved by a question word that is an enum value of a field.
+pub const ENUM_VALUE_WEIGHT: f32 = 0.6;
+/// The most field concepts one enum value resolves to.
+const MAX_VALUE_CONCEPTS: usize = 3;
 /// The longest phrase (in words) a lexicon term may be.
 const MAX_TERM_WORDS: usize = 4;
 
@@ -188,11 +194,61 @@ impl Lexicon {
         Ok(Lexicon { concepts })
     }
 
+    /// The concepts a text's lexicon terms resolve to, the longest term at each place
+    /// winning: (concept index, the term as it matched), by concept, the first term kept.
+    pub fn resolve_terms(&self, text: &str) -> Vec<(usize, String)> {
+        let words = normalise_words(text);
+        let mut found: BTreeMap<usize, String> = BTreeMap::new();
+        let mut at = 0;
+        while at < words.len() {
+            let best = self
+                .concepts
+                .iter()
+                .enumerate()
+                .flat_map(|(concept, entry)| entry.terms.iter().map(move |term| (concept, term)))
+                .filter(|(_, term)| words[at..].starts_with(term))
+                .max_by_key(|(concept, term)| (term.len(), std::cmp::Reverse(*concept)));
+            match best {
+                Some((_, term)) => {
+                    let len = term.len();
+                    for (concept, entry) in self.concepts.iter().enumerate() {
+                        if entry.terms.iter().any(|other| other.len() == len && words[at..].starts_with(other)) {
+                            found.entry(concept).or_insert_with(|| words[at..at + len].join(" "));
+                        }
+                    }
+                    at += len;
+                }
+                None => at += 1,
+            }
+        }
+        found.into_iter().collect()
+    }
+
+    /// Whether a spelling (a field name, or a word of an operation's name) carries a concept.
+    pub fn carried_by(&self, concept: usize, spelling: &str) -> bool {
+        let concept = &self.concepts[concept];
+        let normalised = field_concept(spelling);
+        concept.carriers.contains(&normalised)
+            || (!normalised.is_empty() && concept.carriers.contains(&normalise_words(spelling).join("_")))
+    }
+
     /// The lexicon compiled in from `assets/scg/concepts.json`.
     pub fn builtin() -> &'static Lexicon {
         static LEXICON: OnceLock<Lexicon> = OnceLock::new();
         LEXICON.get_or_init(|| Lexicon::parse(LEXICON_JSON).expect("assets/scg/concepts.json is valid (unit test)"))
     }
+}
+
+/// The texts the lexicon's concepts are embedded with (label, then terms), in order.
+pub fn concept_texts(lexicon: &Lexicon) -> Vec<String> {
+    lexicon
+        .concepts
+        .iter()
+        .map(|concept| {
+            let terms: Vec<String> = concept.terms.iter().map(|term| term.join(" ")).collect();
+            format!("{}: {}", concept.label, terms.join(", "))
+        })
+        .collect()
 }
 
 /// Lower-cased words of a text or a name, camelCase and snake_case split, each in the
@@ -226,6 +282,10 @@ pub struct ConceptIndex {
     terms: HashMap<String, Vec<(usize, Vec<String>)>>,
     /// A field spelling of the sources → (concept, an example field node).
     fields: HashMap<String, (usize, usize)>,
+    /// An enum value of the sources' fields, normalised → (the field's concept, the field node, the value).
+    values: HashMap<String, Vec<(usize, usize, String)>>,
+    /// The words of capabilities' and entity types' names (an enum value naming one resolves nothing).
+    name_words: std::collections::HashSet<String>,
     /// Concept vectors (empty without an embedder).
     vectors: Vec<Vec<f32>>,
     /// Node index → the concepts it carries, strongest first.
@@ -254,6 +314,14 @@ impl ConceptIndex {
             }
         }
         let mut fields: HashMap<String, (usize, usize)> = HashMap::new();
+        let mut values: HashMap<String, Vec<(usize, usize, String)>> = HashMap::new();
+        // Lexicon term (words joined by `_`) → lexicon concepts, for enum values.
+        let mut term_of: HashMap<String, Vec<usize>> = HashMap::new();
+        for (at, concept) in lexicon.concepts.iter().enumerate() {
+            for term in &concept.terms {
+                term_of.entry(term.join("_")).or_default().push(at);
+            }
+        }
         let mut field_concepts: Vec<Vec<usize>> = vec![Vec::new(); graph.nodes.len()];
         // Source concepts: a field spelling no lexicon concept carries becomes its own concept.
         let mut own: BTreeMap<String, usize> = BTreeMap::new();
@@ -290,6 +358,36 @@ impl ConceptIndex {
                 }),
             };
             carried.push(primary);
+            // Enum values: a question word that is one resolves to the field's concept, and a
+            // lexicon concept that at least half of the values spell or use as a term (`open`,
+            // `closed` → status) is carried by the field too (an `icon` field whose values
+            // happen to be `ticket` and `people` carries nothing).
+            let mut value_concepts: BTreeMap<usize, usize> = BTreeMap::new();
+            for value in &node.values {
+                let words = normalise_words(value);
+                if words.is_empty() || words.len() > MAX_TERM_WORDS {
+                    continue;
+                }
+                let spelled = words.join("_");
+                let mut of_value: BTreeSet<usize> = BTreeSet::new();
+                for source in [spelling.get(spelled.as_str()), term_of.get(&spelled)] {
+                    of_value.extend(source.into_iter().flatten().filter(|&&c| !lexicon.concepts[c].operations_only));
+                }
+                for concept in of_value {
+                    *value_concepts.entry(concept).or_insert(0) += 1;
+                }
+                let list = values.entry(spelled).or_default();
+                if list.len() < MAX_VALUE_CONCEPTS && !list.iter().any(|(concept, _, _)| *concept == primary) {
+                    list.push((primary, at, value.clone()));
+                }
+            }
+            let n_values = node.values.len();
+            carried.extend(
+                value_concepts
+                    .into_iter()
+                    .filter(|&(_, count)| 2 * count >= n_values && (count >= 2 || n_values == 1))
+                    .map(|(concept, _)| concept),
+            );
             carried.sort_unstable();
             carried.dedup();
             fields.entry(concept).or_insert((primary, at));
@@ -405,17 +503,7 @@ impl ConceptIndex {
             }
         }
         let vectors = match embedder {
-            Some(embedder) => {
-                let texts: Vec<String> = lexicon
-                    .concepts
-                    .iter()
-                    .map(|concept| {
-                        let terms: Vec<String> = concept.terms.iter().map(|term| term.join(" ")).collect();
-                        format!("{}: {}", concept.label, terms.join(", "))
-                    })
-                    .collect();
-                embedder.embed_batch(&texts).unwrap_or_default()
-            }
+            Some(embedder) => embedder.embed_batch(&concept_texts(lexicon)).unwrap_or_default(),
             None => Vec::new(),
         };
         let mut by_node: HashMap<usize, Vec<(usize, f32)>> = HashMap::new();
@@ -428,7 +516,13 @@ impl ConceptIndex {
             list.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         }
         let read = concepts.iter().position(|concept| concept.id == READ);
-        ConceptIndex { concepts, carriers, idf, terms, fields, vectors, by_node, read }
+        let name_words = graph
+            .nodes
+            .iter()
+            .filter(|node| matches!(node.kind, NodeKind::Capability | NodeKind::EntityType))
+            .flat_map(|node| normalise_words(&node.name))
+            .collect();
+        ConceptIndex { concepts, carriers, idf, terms, fields, values, name_words, vectors, by_node, read }
     }
 
     /// Returns the concept with this index.
@@ -484,17 +578,19 @@ impl ConceptIndex {
             matches.iter().filter(|(start, len, _)| (*start..start + len).contains(&at)).map(|m| m.1).max().unwrap_or(0)
         };
         let in_phrase: Vec<bool> = (0..words.len()).map(|at| longest_over(at) > 1).collect();
+        let in_term: Vec<bool> = (0..words.len()).map(|at| longest_over(at) > 0).collect();
         // 1. The sources' own fields: the question's words and adjacent pairs (not stopwords,
         // not inside a lexicon phrase) that name a field.
         let content = |at: usize| !is_stopword(&words[at]) && !in_phrase[at];
-        let mut candidates: Vec<String> =
-            (0..words.len()).filter(|&at| content(at)).map(|at| words[at].clone()).collect();
+        // Each candidate with whether a lexicon term covers it.
+        let mut candidates: Vec<(String, bool)> =
+            (0..words.len()).filter(|&at| content(at)).map(|at| (words[at].clone(), in_term[at])).collect();
         candidates.extend(
             (1..words.len())
                 .filter(|&at| content(at - 1) && content(at))
-                .map(|at| format!("{}_{}", words[at - 1], words[at])),
+                .map(|at| (format!("{}_{}", words[at - 1], words[at]), in_term[at - 1] || in_term[at])),
         );
-        for candidate in &candidates {
+        for (candidate, known) in &candidates {
             let normalised = field_concept(candidate);
             if let Some(&(concept, field)) = self.fields.get(&normalised).or_else(|| self.fields.get(candidate)) {
                 let via = ConceptVia {
@@ -503,6 +599,20 @@ impl ConceptIndex {
                     detail: field_names(field),
                 };
                 add(concept, 1.0, via);
+                continue;
+            }
+            // An enum value resolves only a word nothing else knows (a field's name, a lexicon
+            // term, a word of an operation's or entity type's name).
+            if *known || candidate.split('_').any(|word| self.name_words.contains(word)) {
+                continue;
+            }
+            for (concept, field, value) in self.values.get(candidate).into_iter().flatten() {
+                let via = ConceptVia {
+                    through: Through::Source,
+                    term: candidate.replace('_', " "),
+                    detail: format!("{} = {value:?}", field_names(*field)),
+                };
+                add(*concept, ENUM_VALUE_WEIGHT, via);
             }
         }
         // 2. The embedder.
@@ -557,6 +667,16 @@ impl ConceptIndex {
             found.insert(read, (DEFAULT_READ_WEIGHT, vec![via]));
         }
         Resolved { concepts: found.into_iter().map(|(concept, (weight, via))| (concept, weight, via)).collect() }
+    }
+
+    /// The sources the question names by their id (their `source:<id>` concepts).
+    pub fn named_sources(&self, resolved: &Resolved) -> BTreeSet<String> {
+        resolved
+            .concepts
+            .iter()
+            .filter_map(|(concept, _, _)| self.concepts[*concept].id.strip_prefix("source:"))
+            .map(str::to_string)
+            .collect()
     }
 
     /// Adds each node's concept score, times [`CONCEPT_WEIGHT`], into `scores` (by node index).

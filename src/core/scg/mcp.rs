@@ -56,6 +56,7 @@ pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
                     &field.doc,
                     Some(&capability_key),
                 );
+                builder.values(&field_id, &field.values);
                 builder.edge(&capability_id, &field_id, EdgeKind::SupportsQuery);
             }
         }
@@ -100,6 +101,7 @@ fn add_entity(
             &property.doc,
             Some(&entity_key),
         );
+        builder.values(&field_id, &resolver.enum_values(property.schema));
         builder.edge(&entity_id, &field_id, EdgeKind::HasField);
         builder.edge(capability_id, &field_id, EdgeKind::Produces);
         let resolved = resolver.resolve(property.schema);

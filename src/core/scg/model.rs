@@ -134,6 +134,9 @@ pub struct Node {
     /// For a field, the key of the entity type or capability it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// For a field, its enum values as the source lists them (a concept source, see `concepts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
 }
 
 /// One directed, weighted edge between two node ids.
@@ -251,11 +254,19 @@ impl GraphBuilder {
             name: name.to_string(),
             doc: String::new(),
             owner: owner.map(str::to_string),
+            values: Vec::new(),
         });
         if entry.doc.is_empty() && !doc.trim().is_empty() {
             entry.doc = doc.trim().to_string();
         }
         id
+    }
+
+    /// Gives a node its enum values, unless it has some already.
+    pub fn values(&mut self, id: &str, values: &[String]) {
+        if let Some(node) = self.nodes.get_mut(id).filter(|node| node.values.is_empty()) {
+            node.values = values.to_vec();
+        }
     }
 
     /// Returns whether a node with this id exists.

@@ -72,6 +72,7 @@ pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
             let doc = field_doc(&field.doc, field.refers_to.as_deref());
             let field_id =
                 builder.node(&format!("{name}.{}", field.path), NodeKind::Field, &field.path, &doc, Some(&entity_key));
+            builder.values(&field_id, &field.values);
             builder.edge(&entity_id, &field_id, EdgeKind::HasField);
             if !field.path.contains('.') {
                 top_level.push(field_id);
@@ -98,9 +99,10 @@ pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
             builder.edge(&source_node, &capability_id, EdgeKind::Exposes);
             builder.recipe(&name, vec![capability_key.clone()], &doc);
 
-            let add_input = |builder: &mut GraphBuilder, field: &str, doc: &str| {
+            let add_input = |builder: &mut GraphBuilder, field: &str, doc: &str, values: &[String]| {
                 let field_id =
                     builder.node(&format!("{name}.{field}"), NodeKind::Field, field, doc, Some(&capability_key));
+                builder.values(&field_id, values);
                 builder.edge(&capability_id, &field_id, EdgeKind::SupportsQuery);
             };
             // Operation parameters override path-level ones with the same name and location.
@@ -119,17 +121,19 @@ pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
                 if location == "body" {
                     let body = parameter.get("schema").unwrap_or(&Value::Null);
                     for field in resolver.field_paths(unwrap_envelope(&resolver, body)) {
-                        add_input(&mut builder, &field.path, &field.doc);
+                        add_input(&mut builder, &field.path, &field.doc, &field.values);
                     }
                 } else {
-                    add_input(&mut builder, param_name, &description(parameter).unwrap_or_default());
+                    // OpenAPI 3 keeps a parameter's enum in its schema, Swagger 2 on the parameter.
+                    let values = resolver.enum_values(parameter.get("schema").unwrap_or(parameter));
+                    add_input(&mut builder, param_name, &description(parameter).unwrap_or_default(), &values);
                 }
             }
             if let Some(body) = operation.get("requestBody") {
                 let body = resolver.resolve(body);
                 if let Some(schema) = media_schema(body) {
                     for field in resolver.field_paths(unwrap_envelope(&resolver, schema)) {
-                        add_input(&mut builder, &field.path, &field.doc);
+                        add_input(&mut builder, &field.path, &field.doc, &field.values);
                     }
                 }
             }
@@ -153,6 +157,7 @@ pub fn map(source_id: &str, document: &Value) -> Result<SourceGraph, MapError> {
                                 &field.doc,
                                 Some(&builder.key(&name)),
                             );
+                            builder.values(&field_id, &field.values);
                             builder.edge(&capability_id, &field_id, EdgeKind::Produces);
                         }
                     }

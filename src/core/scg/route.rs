@@ -23,14 +23,15 @@
 //! Scope is applied before seeding, so out-of-scope sources never crowd in-scope ones out;
 //! an empty scope routes nothing and observes nothing.
 
-use super::align::Links;
+use super::align::{split_words, Links};
 use super::concepts::{
     ConceptIndex, ConceptStep, GraphView, Lexicon, NodeConcept, RecipeConcept, Resolved, ResolvedConcept,
 };
+use super::mcp::singular;
 use super::memory::{self, MemoryBias, Note};
 use super::model::{node_id, Edge, EdgeKind, Node, NodeKind, RouteRecipe, SourceGraph};
 use crate::core::embedder::{dot, Embed};
-use crate::core::text::{for_each_index_term, word_tokens};
+use crate::core::text::{for_each_index_term, is_stopword, word_tokens};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -48,6 +49,9 @@ pub const SURVEY_ABOVE_EDGES: usize = 40;
 pub const SOURCE_REPEAT_PENALTY: f32 = 0.15;
 /// The most steps a recipe's chain grows to along CONSUMES.
 pub const MAX_CHAIN_STEPS: usize = 3;
+/// What a capability's name gains when it names, in the plural, a thing the question names
+/// in the plural (`comments` → `issueGetComments` over `issueGetComment`): a list is asked for.
+pub const PLURAL_AGREEMENT: f32 = 0.1;
 /// A producer joins a chain backwards only when its similarity to the query is at least
 /// this fraction of the best seed's.
 pub const CHAIN_MIN_RELATIVE: f32 = 0.6;
@@ -130,6 +134,8 @@ pub struct RouteIndex {
     embedder_model: Option<String>,
     /// Concepts and their carriers (see [`super::concepts`]).
     concepts: ConceptIndex,
+    /// Capability node index → the stems its name has in the plural (only when it has some).
+    plural_names: HashMap<usize, BTreeSet<String>>,
 }
 
 /// Why an observation failed.
@@ -237,7 +243,15 @@ impl RouteIndex {
             Lexicon::builtin(),
             embedder,
         );
+        let plural_names = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| node.kind == NodeKind::Capability)
+            .map(|(at, node)| (at, plural_stems(&node.name)))
+            .filter(|(_, stems)| !stems.is_empty())
+            .collect();
         RouteIndex {
+            plural_names,
             nodes,
             by_id,
             edges,
@@ -247,6 +261,22 @@ impl RouteIndex {
             embedder_model: embedder.map(|e| e.model_id()),
             concepts,
         }
+    }
+
+    /// Every text [`RouteIndex::build`] asks its embedder for over `graphs`: the seedable
+    /// nodes' texts and the lexicon's concepts'. A slow embedder embeds them elsewhere
+    /// first, and the build then reads them from a `PrecomputedEmbedder`.
+    pub fn embedding_texts(graphs: &[SourceGraph]) -> Vec<String> {
+        let mut texts: Vec<String> = graphs
+            .iter()
+            .flat_map(|graph| graph.nodes.iter())
+            .filter(|node| matches!(node.kind, NodeKind::Capability | NodeKind::EntityType))
+            .map(node_text)
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect();
+        texts.extend(super::concepts::concept_texts(Lexicon::builtin()));
+        texts
     }
 
     /// Returns the number of nodes, edges and recipes.
@@ -442,6 +472,7 @@ impl RouteIndex {
         let resolved = self.concepts.resolve(query, query_vector.as_deref(), &field_name);
         let mut concept_scores: HashMap<usize, f32> = HashMap::new();
         self.concepts.score_into(&resolved, &mut concept_scores);
+        let plurals = plural_stems(query);
         let mut seeds: Vec<(f32, usize)> = self
             .seedable
             .iter()
@@ -451,7 +482,14 @@ impl RouteIndex {
                     Some(query_vector) if query_vector.len() == vector.len() => dot(query_vector, vector),
                     _ => lexical(&query_words, words),
                 };
-                (similarity + concept_scores.get(at).copied().unwrap_or(0.0), *at)
+                let agreement = if !plurals.is_empty()
+                    && self.plural_names.get(at).is_some_and(|stems| stems.intersection(&plurals).next().is_some())
+                {
+                    PLURAL_AGREEMENT
+                } else {
+                    0.0
+                };
+                (similarity + agreement + concept_scores.get(at).copied().unwrap_or(0.0), *at)
             })
             .filter(|(similarity, _)| *similarity > 0.0)
             .collect();
@@ -531,7 +569,8 @@ impl RouteIndex {
             })
             .collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.source_key.cmp(&b.source_key)));
-        (diversify(ranked, k), resolved)
+        let named = self.concepts.named_sources(&resolved);
+        (diversify(ranked, k, &named), resolved)
     }
 
     /// Returns a recipe's steps as a chain along CONSUMES: the producer it was reached from
@@ -686,18 +725,34 @@ impl RouteIndex {
 /// Takes the best `k` of `ranked` (sorted best first), each pick's score lowered by
 /// [`SOURCE_REPEAT_PENALTY`] for every recipe of its source already taken, so a close
 /// second source gets a place; within one source the order stays, and scores are kept.
-fn diversify(ranked: Vec<RankedRecipe>, k: usize) -> Vec<RankedRecipe> {
+/// Each source the question names (`named`) that has a ranked recipe gets a place: once
+/// the places left are as few as the named sources not yet taken, only their recipes are.
+fn diversify(ranked: Vec<RankedRecipe>, k: usize, named: &BTreeSet<String>) -> Vec<RankedRecipe> {
+    let sources: Vec<String> = ranked
+        .iter()
+        .map(|recipe| recipe.source_key.split('#').next().unwrap_or(&recipe.source_key).to_string())
+        .collect();
     let mut left: Vec<Option<RankedRecipe>> = ranked.into_iter().map(Some).collect();
-    let mut taken: HashMap<String, usize> = HashMap::new();
+    let mut taken: HashMap<&str, usize> = HashMap::new();
     let mut out = Vec::with_capacity(k.min(left.len()));
     while out.len() < k {
+        let missing: BTreeSet<&str> = if named.is_empty() {
+            BTreeSet::new()
+        } else {
+            (0..left.len())
+                .filter(|&at| left[at].is_some())
+                .map(|at| sources[at].as_str())
+                .filter(|source| named.contains(*source) && !taken.contains_key(source))
+                .collect()
+        };
+        let reserved = k - out.len() <= missing.len();
         // The first remaining recipe of each source is that source's best.
         let mut best: Option<(f32, usize)> = None;
         let mut seen: BTreeSet<&str> = BTreeSet::new();
         for (at, recipe) in left.iter().enumerate() {
             let Some(recipe) = recipe else { continue };
-            let source = recipe.source_key.split('#').next().unwrap_or(&recipe.source_key);
-            if !seen.insert(source) {
+            let source = sources[at].as_str();
+            if (reserved && !missing.contains(source)) || !seen.insert(source) {
                 continue;
             }
             let adjusted = recipe.score - SOURCE_REPEAT_PENALTY * taken.get(source).copied().unwrap_or(0) as f32;
@@ -707,7 +762,7 @@ fn diversify(ranked: Vec<RankedRecipe>, k: usize) -> Vec<RankedRecipe> {
         }
         let Some((_, at)) = best else { break };
         let recipe = left[at].take().expect("a remaining recipe");
-        *taken.entry(recipe.source_key.split('#').next().unwrap_or(&recipe.source_key).to_string()).or_insert(0) += 1;
+        *taken.entry(sources[at].as_str()).or_insert(0) += 1;
         out.push(recipe);
     }
     out
@@ -717,6 +772,26 @@ fn diversify(ranked: Vec<RankedRecipe>, k: usize) -> Vec<RankedRecipe> {
 pub fn node_text(node: &Node) -> String {
     let doc: String = node.doc.chars().take(MAX_DOC_CHARS).collect();
     format!("{} {}\n{doc}", node.name, word_tokens(&node.name).join(" "))
+}
+
+/// The singular stems of the words of a text or a name that are in the plural
+/// (`issueGetComments` → `comment`), stopwords aside, and never in the singular in the
+/// same text (a text saying both `membership` and `memberships` asks for no list).
+fn plural_stems(text: &str) -> BTreeSet<String> {
+    let words: Vec<String> =
+        split_words(text).into_iter().filter(|word| word.chars().count() > 2 && !is_stopword(word)).collect();
+    let mut singular_words: BTreeSet<&str> = BTreeSet::new();
+    let mut plurals: BTreeSet<String> = BTreeSet::new();
+    for word in &words {
+        let stem = singular(word);
+        if stem == *word {
+            singular_words.insert(word);
+        } else {
+            plurals.insert(stem);
+        }
+    }
+    plurals.retain(|stem| !singular_words.contains(stem.as_str()));
+    plurals
 }
 
 fn word_set(text: &str) -> BTreeSet<String> {
@@ -974,6 +1049,77 @@ mod tests {
     }
 
     #[test]
+    fn enum_values_resolve_the_field_they_belong_to_and_carry_the_lexicon_concept_they_spell() {
+        let document = serde_json::json!({
+            "openapi": "3.0.0", "info": {"title": "tracker", "version": "1"},
+            "paths": {"/tickets/{id}": {"get": {"operationId": "getTicket",
+                "parameters": [{"name": "id", "in": "path", "schema": {"type": "string"}}],
+                "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ticket"}}}}}}}},
+            "components": {"schemas": {"Ticket": {"properties": {
+                "title": {"type": "string"},
+                "severity": {"type": "string", "enum": ["blocker", "trivial"]},
+                "phase": {"type": "string", "enum": ["open", "closed", "resolved"]},
+                "icon": {"type": "string", "enum": ["open", "rocket", "puzzle", "globe"]}
+            }}}}
+        });
+        let graph = crate::core::scg::map_source("tracker", Some(SourceKind::Openapi), &document.to_string()).unwrap();
+        let severity = graph.nodes.iter().find(|node| node.source_key == "tracker#Ticket.severity").unwrap();
+        assert_eq!(severity.values, ["blocker", "trivial"]);
+        let graphs = vec![graph];
+        let refs: Vec<&SourceGraph> = graphs.iter().collect();
+        let index = RouteIndex::build(&graphs, &TypeAligner.link(&refs), None);
+        // A question word that is a value resolves to the field's own concept, through the source.
+        let answer = index.route_answer("show me the blockers", 3, &Scope::All, None, None);
+        let concept = answer.concepts.iter().find(|concept| concept.concept == "field:severity").expect("resolved");
+        assert_eq!(concept.via[0].through, super::super::concepts::Through::Source);
+        assert!(concept.via[0].detail.contains("tracker#Ticket.severity") && concept.via[0].detail.contains("blocker"));
+        assert_eq!(answer.recipes[0].source_key, "tracker#getTicket", "{:#?}", answer.recipes);
+        // `phase`, whose values are all status words, carries status; `icon`, with one of four, does not.
+        let observed = index.observe("tracker#Ticket", &[], &Scope::All).unwrap();
+        assert!(observed.concepts.iter().any(|concept| concept.concept == "status"), "{:#?}", observed.concepts);
+        let status = index.route_answer("which tickets are resolved", 3, &Scope::All, None, None);
+        let owner = status.recipes.iter().flat_map(|recipe| &recipe.concepts).find(|c| c.concept == "status").unwrap();
+        assert_eq!(owner.steps[0].field.as_deref(), Some("tracker#Ticket.phase"), "{owner:#?}");
+    }
+
+    #[test]
+    fn an_index_built_from_precomputed_vectors_routes_as_one_built_with_the_embedder() {
+        let graphs = vec![
+            tracker("gitea", "Issue", "getIssue", "Get an issue"),
+            tracker("asana", "Task", "getTask", "Get a task"),
+        ];
+        let refs: Vec<&SourceGraph> = graphs.iter().collect();
+        let links = TypeAligner.link(&refs);
+        let embedder = HashingEmbedder::new(64).unwrap();
+        let direct = RouteIndex::build(&graphs, &links, Some(&embedder));
+        let texts = RouteIndex::embedding_texts(&graphs);
+        let query = "who is responsible for this ticket".to_string();
+        let mut all = texts.clone();
+        all.push(query.clone());
+        let table = crate::core::embedder::PrecomputedEmbedder::new(
+            embedder.model_id(),
+            64,
+            &all,
+            Embed::embed_batch(&embedder, &all).unwrap(),
+        );
+        let precomputed = RouteIndex::build(&graphs, &links, Some(&table));
+        assert_eq!(precomputed.embedder_model(), direct.embedder_model());
+        let answer =
+            |index: &RouteIndex, embedder: &dyn Embed| index.route_answer(&query, 3, &Scope::All, Some(embedder), None);
+        assert_eq!(answer(&precomputed, &table), answer(&direct, &embedder));
+        assert!(answer(&precomputed, &table).concepts.iter().any(|concept| concept.concept == "owner"));
+    }
+
+    #[test]
+    fn plural_stems_are_the_nouns_only_asked_for_in_the_plural() {
+        let stems = |text: &str| plural_stems(text).into_iter().collect::<Vec<_>>();
+        assert_eq!(stems("comments on a ticket"), ["comment"]);
+        assert_eq!(stems("issueGetComments"), ["comment"]);
+        assert!(stems("getTeamMembership: a team membership, of the memberships").is_empty());
+        assert!(stems("the status of this").is_empty());
+    }
+
+    #[test]
     fn a_second_source_gets_a_close_place_and_order_within_a_source_stays() {
         let recipe = |key: &str, score: f32| RankedRecipe {
             source_key: key.into(),
@@ -986,11 +1132,18 @@ mod tests {
         let ranked =
             vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("a#3", 1.9), recipe("b#1", 1.85), recipe("b#2", 1.0)];
         let keys = |list: Vec<RankedRecipe>| list.into_iter().map(|r| r.source_key).collect::<Vec<_>>();
-        assert_eq!(keys(diversify(ranked.clone(), 3)), ["a#1", "b#1", "a#2"]);
-        assert_eq!(keys(diversify(ranked.clone(), 10)), ["a#1", "b#1", "a#2", "a#3", "b#2"]);
+        assert_eq!(keys(diversify(ranked.clone(), 3, &BTreeSet::new())), ["a#1", "b#1", "a#2"]);
+        assert_eq!(keys(diversify(ranked.clone(), 10, &BTreeSet::new())), ["a#1", "b#1", "a#2", "a#3", "b#2"]);
         // A far second source does not.
         let far = vec![recipe("a#1", 2.0), recipe("a#2", 1.95), recipe("b#1", 1.0)];
-        assert_eq!(keys(diversify(far, 2)), ["a#1", "a#2"]);
+        assert_eq!(keys(diversify(far.clone(), 2, &BTreeSet::new())), ["a#1", "a#2"]);
+        // A source the question names gets a place, however far, and the rest stays in order.
+        let named: BTreeSet<String> = ["b".to_string()].into();
+        assert_eq!(keys(diversify(far.clone(), 2, &named)), ["a#1", "b#1"]);
+        assert_eq!(keys(diversify(far.clone(), 3, &named)), ["a#1", "a#2", "b#1"]);
+        // A named source with no ranked recipe reserves nothing.
+        let absent: BTreeSet<String> = ["c".to_string()].into();
+        assert_eq!(keys(diversify(far, 2, &absent)), ["a#1", "a#2"]);
     }
 
     #[test]

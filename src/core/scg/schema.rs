@@ -15,6 +15,10 @@ pub const MAX_REF_HOPS: usize = 32;
 pub const MAX_NEST_DEPTH: usize = 3;
 /// How many composition levels (`allOf` in `allOf`...) are merged.
 pub const MAX_COMPOSITION_DEPTH: usize = 16;
+/// How many enum values of one field are kept.
+pub const MAX_ENUM_VALUES: usize = 32;
+/// The longest enum value (in characters) kept.
+pub const MAX_ENUM_VALUE_CHARS: usize = 64;
 
 static EMPTY: Value = Value::Null;
 
@@ -34,6 +38,8 @@ pub struct FieldPath {
     pub doc: String,
     /// The named schema the field's value is (or is an array of), when it is a `$ref`.
     pub refers_to: Option<String>,
+    /// The field's enum values (strings only), as [`Resolver::enum_values`] finds them.
+    pub values: Vec<String>,
 }
 
 /// Resolves references against one root document.
@@ -96,6 +102,38 @@ impl<'a> Resolver<'a> {
             }
         }
         None
+    }
+
+    /// Returns a schema's string enum values (through `$ref`s, an array's items and one-branch
+    /// compositions), trimmed, deduplicated, at most [`MAX_ENUM_VALUES`] of at most
+    /// [`MAX_ENUM_VALUE_CHARS`] characters each.
+    pub fn enum_values(&self, schema: &'a Value) -> Vec<String> {
+        let mut current = self.element(schema);
+        for _ in 0..MAX_COMPOSITION_DEPTH {
+            if current.get("enum").is_some() {
+                break;
+            }
+            let single = ["allOf", "oneOf", "anyOf"]
+                .iter()
+                .filter_map(|key| current.get(*key).and_then(Value::as_array))
+                .find(|branches| branches.len() == 1);
+            match single {
+                Some(branches) => current = self.element(&branches[0]),
+                None => break,
+            }
+        }
+        let mut out: Vec<String> = Vec::new();
+        for value in current.get("enum").and_then(Value::as_array).into_iter().flatten() {
+            let Some(text) = value.as_str().map(str::trim) else { continue };
+            if text.is_empty() || text.chars().count() > MAX_ENUM_VALUE_CHARS || out.iter().any(|seen| seen == text) {
+                continue;
+            }
+            out.push(text.to_string());
+            if out.len() == MAX_ENUM_VALUES {
+                break;
+            }
+        }
+        out
     }
 
     /// Lists an object schema's properties with composition merged; first definition wins.
@@ -162,7 +200,8 @@ impl<'a> Resolver<'a> {
         for property in self.properties(schema) {
             let path = format!("{prefix}{}", property.name);
             let refers_to = self.ref_name(property.schema);
-            out.push(FieldPath { path: path.clone(), doc: property.doc.clone(), refers_to: refers_to.clone() });
+            let values = self.enum_values(property.schema);
+            out.push(FieldPath { path: path.clone(), doc: property.doc.clone(), refers_to: refers_to.clone(), values });
             if refers_to.is_none() && depth + 1 < MAX_NEST_DEPTH {
                 let element = self.element(property.schema);
                 self.collect_paths(element, &format!("{path}."), depth + 1, out);
@@ -220,6 +259,26 @@ mod tests {
         let fields = Resolver::new(&root).field_paths(&schema);
         assert_eq!(fields.len(), 2);
         assert!(fields.iter().all(|field| field.refers_to.as_deref() == Some("User")));
+    }
+
+    #[test]
+    fn enum_values_are_found_through_refs_items_and_wrappers() {
+        let root = json!({"d": {"State": {"type": "string", "enum": ["open", " closed ", "open", "", 3]}}});
+        let schema = json!({"properties": {
+            "state": {"$ref": "#/d/State"},
+            "states": {"type": "array", "items": {"$ref": "#/d/State"}},
+            "wrapped": {"allOf": [{"$ref": "#/d/State"}], "nullable": true},
+            "plain": {"type": "string"}
+        }});
+        let fields = Resolver::new(&root).field_paths(&schema);
+        let values = |name: &str| fields.iter().find(|field| field.path == name).unwrap().values.clone();
+        assert_eq!(values("state"), ["open", "closed"]);
+        assert_eq!(values("states"), ["open", "closed"]);
+        assert_eq!(values("wrapped"), ["open", "closed"]);
+        assert!(values("plain").is_empty());
+        let many: Vec<String> = (0..100).map(|at| format!("v{at}")).collect();
+        let long = json!({"enum": many});
+        assert_eq!(Resolver::new(&Value::Null).enum_values(&long).len(), MAX_ENUM_VALUES);
     }
 
     #[test]
