@@ -23,11 +23,11 @@ use crate::actors::Inspect;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::graph::Preset;
-use crate::core::index::VectorIndex;
+use crate::core::index::{QuantisedLoader, VectorIndex};
 use crate::core::lexical::LexicalIndex;
 use crate::core::reindex::{
-    apply_change, apply_changes, apply_retry, plan_changes, plan_vectors, restore, retry_targets, AppliedChange,
-    AppliedRetry, BatchChange, KeptVector, Restored,
+    apply_change, apply_changes, apply_retry, plan_changes, plan_vectors, restore_indexed, retry_targets,
+    AppliedChange, AppliedRetry, BatchChange, KeptVector, Restored,
 };
 use crate::store::{Store, StoreError, StoredEmbedding};
 use actix::prelude::*;
@@ -232,32 +232,44 @@ impl Indexer {
         model_id: &str,
         dimensions: usize,
     ) -> Result<Indexer, StoreError> {
-        // Both trees are keyed by id: one ordered pass over each, and each
-        // vector goes into the index as it is read (never all held as f32).
-        let mut failure = None;
-        let mut embeddings = store.embeddings_in_id_order().peekable();
-        let stored = store.descriptors()?.into_iter().map_while(|held| {
-            let id = held.descriptor.id.as_str();
-            let kept = loop {
-                match embeddings.peek() {
-                    Some(Ok((key, _))) if key.as_str() < id => {
-                        embeddings.next();
-                    }
-                    Some(Ok((key, _))) if key == id => break embeddings.next().and_then(Result::ok).map(|(_, e)| e),
-                    Some(Ok(_)) | None => break None,
-                    Some(Err(_)) => {
-                        failure = embeddings.next().and_then(Result::err);
-                        return None;
-                    }
-                }
-            };
-            Some((held.descriptor, held.origin, kept.map(kept_vector)))
+        // The vectors go into the index as they lie in the store (codes, not
+        // `f32`) on one thread while the lexical index is built from the
+        // descriptors on another: a restart of a large catalog is these two.
+        let started = std::time::Instant::now();
+        let held = store.descriptors()?;
+        let read = started.elapsed();
+        let (loaded, lexical) = std::thread::scope(|scope| {
+            let lexical = scope.spawn(|| {
+                let lexical = LexicalIndex::build(held.iter().map(|held| &held.descriptor));
+                (lexical, started.elapsed())
+            });
+            let mut loader = QuantisedLoader::new(dimensions, held.len());
+            let mut refused = 0usize;
+            let loaded = store
+                .visit_embeddings(model_id, |id, codes, scale| {
+                    refused += usize::from(loader.push(id, codes, scale).is_err());
+                })
+                .map(|other_model| (loader.finish(), other_model + refused));
+            let vectors_done = started.elapsed();
+            (
+                loaded.map(|loaded| (loaded, vectors_done)),
+                lexical.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            )
         });
-        let Restored { catalog, index, pending } = restore(model_id, dimensions, stored, store.presets()?);
-        drop(embeddings);
-        if let Some(failure) = failure {
-            return Err(failure);
-        }
+        let (((index, not_kept), vectors_done), (lexical, lexical_done)) = (loaded?, lexical);
+        let presets = store.presets()?;
+        let stored = held.into_iter().map(|held| (held.descriptor, held.origin));
+        let Restored { catalog, index, pending } = restore_indexed(index, stored, presets);
+        tracing::info!(
+            capabilities = catalog.len(),
+            pending = pending.len(),
+            not_kept,
+            read_ms = read.as_millis() as u64,
+            vectors_ms = vectors_done.as_millis() as u64,
+            lexical_ms = lexical_done.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "catalog restored from the store"
+        );
         let stats = IndexerStats {
             version: catalog.version,
             capabilities: catalog.len(),
@@ -265,7 +277,6 @@ impl Indexer {
             ..IndexerStats::default()
         };
         let graph_version = catalog.version;
-        let lexical = LexicalIndex::build(catalog.descriptors.values());
         Ok(Indexer {
             store,
             embedder,

@@ -360,6 +360,44 @@ pub fn restore(
     restored
 }
 
+/// Like [`restore`], over an `index` already loaded with the kept vectors
+/// (read in bulk, beside the descriptors): a descriptor without a row is
+/// pending, and a row without a descriptor (a capability removed while its
+/// vector's removal did not reach the disk) is dropped.
+pub fn restore_indexed(
+    mut index: VectorIndex,
+    stored: impl IntoIterator<Item = (CapabilityDescriptor, String)>,
+    presets: impl IntoIterator<Item = (String, Vec<Preset>)>,
+) -> Restored {
+    let mut restored = Restored::default();
+    let mut descriptors = Vec::new();
+    let mut origins = Vec::new();
+    for (descriptor, origin) in stored {
+        if !index.contains(&descriptor.id) {
+            restored.pending.insert(descriptor.id.clone());
+        }
+        origins.push((descriptor.id.clone(), origin));
+        descriptors.push((descriptor.id.clone(), descriptor));
+    }
+    restored.catalog.origins = origins.into_iter().collect();
+    restored.catalog.descriptors = descriptors.into_iter().collect();
+    if index.len() + restored.pending.len() != restored.catalog.len() {
+        let orphans: Vec<String> = (0..index.len())
+            .map(|row| index.id(row))
+            .filter(|id| !restored.catalog.descriptors.contains_key(*id))
+            .map(str::to_string)
+            .collect();
+        for id in orphans {
+            index.remove(&id);
+        }
+    }
+    index.shrink_to_fit();
+    restored.index = index;
+    restored.catalog.presets = presets.into_iter().collect();
+    restored.catalog.version = u64::from(!restored.catalog.is_empty());
+    restored
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +410,34 @@ mod tests {
 
     fn kept_for(model_id: &str, descriptor: &CapabilityDescriptor, vector: Vec<f32>) -> KeptVector {
         KeptVector { model_id: model_id.into(), text_hash: text_hash(model_id, &embedding_text(descriptor)), vector }
+    }
+
+    #[test]
+    fn restoring_over_a_loaded_index_marks_the_missing_pending_and_drops_orphans() {
+        let (a, b) = (tool("a", "one"), tool("b", "two"));
+        let mut index = VectorIndex::new(2);
+        index.upsert("a", &[1.0, 0.0]).unwrap();
+        index.upsert("gone", &[0.0, 1.0]).unwrap();
+        let stored = vec![(a.clone(), "runtime:r".to_string()), (b.clone(), "runtime:r".to_string())];
+        let restored = restore_indexed(index, stored.clone(), vec![]);
+        assert_eq!(restored.pending, BTreeSet::from(["b".to_string()]));
+        assert_eq!((restored.index.len(), restored.index.contains("gone")), (1, false));
+        assert_eq!(restored.catalog.len(), 2);
+        let by_upserts = restore(
+            "m",
+            2,
+            stored.into_iter().map(|(descriptor, origin)| {
+                let kept = (descriptor.id == "a").then(|| KeptVector {
+                    model_id: "m".into(),
+                    text_hash: String::new(),
+                    vector: vec![1.0, 0.0],
+                });
+                (descriptor, origin, kept)
+            }),
+            vec![],
+        );
+        assert_eq!((by_upserts.pending, by_upserts.catalog.version), (restored.pending, restored.catalog.version));
+        assert_eq!(by_upserts.index.stored_vector("a"), restored.index.stored_vector("a"));
     }
 
     #[test]

@@ -251,20 +251,45 @@ fn encode_embedding(embedding: &StoredEmbedding) -> Vec<u8> {
 /// Reads either encoding of an embedding: the quantised one, or an earlier
 /// release's msgpack `{modelId, textHash, vector}` (quantised when indexed).
 fn decode_embedding(key: &str, bytes: &[u8]) -> Result<StoredEmbedding, StoreError> {
-    let malformed = |problem| StoreError::Value { tree: EMBEDDINGS, key: key.to_string(), problem };
-    let Some((&QUANTISED_EMBEDDING, mut rest)) = bytes.split_first() else {
+    let Some(QuantisedEmbedding { model_id, text_hash, scale, codes }) = quantised_embedding(key, bytes)? else {
         return rmp_serde::from_slice(bytes).map_err(|source| StoreError::Decode {
             tree: EMBEDDINGS,
             key: key.to_string(),
             source,
         });
     };
-    let mut text = || -> Result<String, StoreError> {
+    let text = |text: &[u8]| {
+        String::from_utf8(text.to_vec()).map_err(|_| StoreError::Value {
+            tree: EMBEDDINGS,
+            key: key.to_string(),
+            problem: "a text that is not UTF-8",
+        })
+    };
+    let quantised = Quantised { codes: codes.iter().map(|byte| i8::from_le_bytes([*byte])).collect(), scale };
+    Ok(StoredEmbedding { model_id: text(model_id)?, text_hash: text(text_hash)?, vector: quantised.to_f32() })
+}
+
+/// The parts of a quantised embedding, borrowed from its bytes.
+struct QuantisedEmbedding<'a> {
+    model_id: &'a [u8],
+    text_hash: &'a [u8],
+    scale: f32,
+    codes: &'a [u8],
+}
+
+/// Splits a quantised embedding into its parts; `None` for an earlier
+/// release's msgpack encoding.
+fn quantised_embedding<'a>(key: &str, bytes: &'a [u8]) -> Result<Option<QuantisedEmbedding<'a>>, StoreError> {
+    let malformed = |problem| StoreError::Value { tree: EMBEDDINGS, key: key.to_string(), problem };
+    let Some((&QUANTISED_EMBEDDING, mut rest)) = bytes.split_first() else {
+        return Ok(None);
+    };
+    let mut text = || -> Result<&'a [u8], StoreError> {
         let (length, tail) = rest.split_first_chunk::<2>().ok_or(malformed("truncated"))?;
         let length = usize::from(u16::from_le_bytes(*length));
         let (text, tail) = tail.split_at_checked(length).ok_or(malformed("truncated"))?;
         rest = tail;
-        String::from_utf8(text.to_vec()).map_err(|_| malformed("a text that is not UTF-8"))
+        Ok(text)
     };
     let (model_id, text_hash) = (text()?, text()?);
     let (scale, codes) = rest.split_first_chunk::<4>().ok_or(malformed("truncated"))?;
@@ -272,8 +297,7 @@ fn decode_embedding(key: &str, bytes: &[u8]) -> Result<StoredEmbedding, StoreErr
     if !scale.is_finite() || scale < 0.0 {
         return Err(malformed("a step that is not a finite, non-negative number"));
     }
-    let quantised = Quantised { codes: codes.iter().map(|byte| i8::from_le_bytes([*byte])).collect(), scale };
-    Ok(StoredEmbedding { model_id, text_hash, vector: quantised.to_f32() })
+    Ok(Some(QuantisedEmbedding { model_id, text_hash, scale, codes }))
 }
 
 const DESCRIPTORS: &str = "descriptors";
@@ -541,6 +565,49 @@ impl Store {
             let embedding = decode_embedding(&key, &bytes)?;
             Ok((key, embedding))
         })
+    }
+
+    /// Every stored embedding made by `model_id`, in id order, as the index
+    /// keeps it: `visit(id, codes, step)`, the codes read in place (a restart
+    /// reads them all; nothing is widened to `f32`). An embedding of another
+    /// model is passed over (its capability is embedded again); returns how
+    /// many were.
+    pub fn visit_embeddings(
+        &self,
+        model_id: &str,
+        mut visit: impl FnMut(&str, &[i8], f32),
+    ) -> Result<usize, StoreError> {
+        let mut codes = Vec::new();
+        let mut other_model = 0;
+        for entry in self.embeddings.iter() {
+            let (key, bytes) =
+                entry.map_err(|source| StoreError::Sled { action: "iterate", tree: EMBEDDINGS, source })?;
+            let key = std::str::from_utf8(&key)
+                .map_err(|_| StoreError::Key { tree: EMBEDDINGS, key: String::from_utf8_lossy(&key).into_owned() })?;
+            let scale = match quantised_embedding(key, &bytes)? {
+                Some(QuantisedEmbedding { model_id: made_by, scale, codes: stored, .. }) => {
+                    if made_by != model_id.as_bytes() {
+                        other_model += 1;
+                        continue;
+                    }
+                    codes.clear();
+                    codes.extend(stored.iter().map(|byte| i8::from_le_bytes([*byte])));
+                    scale
+                }
+                None => {
+                    let legacy = decode_embedding(key, &bytes)?;
+                    if legacy.model_id != model_id {
+                        other_model += 1;
+                        continue;
+                    }
+                    let quantised = Quantised::of(&legacy.vector);
+                    codes.clone_from(&quantised.codes);
+                    quantised.scale
+                }
+            };
+            visit(key, &codes, scale);
+        }
+        Ok(other_model)
     }
 
     /// Stores an embedding quantised as the vector index keeps it
