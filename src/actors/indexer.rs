@@ -17,6 +17,7 @@
 //! so a caller that gets the reply can query the Discoverer straight away.
 
 use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
+use crate::core::embedder::TextRole;
 use crate::actors::graph_builder::BuildGraph;
 use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Inspect;
@@ -560,7 +561,7 @@ fn write_change(store: &Store, origin: &str, plan: &ChangePlan, applied: &Applie
 
 /// Sends `texts` to the Embedder.
 async fn ask(embedder: Recipient<EmbedTexts>, texts: Vec<String>) -> Result<EmbeddedTexts, IndexerError> {
-    embedder.send(EmbedTexts { texts }).await.map_err(|err| IndexerError::Embedder(err.to_string()))
+    embedder.send(EmbedTexts { texts, role: TextRole::Document }).await.map_err(|err| IndexerError::Embedder(err.to_string()))
 }
 
 /// Adds the offers a plan did not take to the origin's own refusals.
