@@ -23,7 +23,9 @@ use crate::core::catalog::Catalog;
 use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
-use crate::core::embedder::{embed_in_batches, embed_in_batches_as, Embed, EmbedError, HashingEmbedder, TextRole, DEFAULT_BATCH_SIZE};
+use crate::core::embedder::{
+    embed_in_batches, embed_in_batches_as, Embed, EmbedError, HashingEmbedder, TextRole, DEFAULT_BATCH_SIZE,
+};
 use crate::core::evaluation::ToolRecord;
 use crate::core::graph::{CapabilityGraph, Preset};
 use crate::core::index::VectorIndex;

@@ -218,7 +218,8 @@ fn embedder_mean_id() -> String {
 
 #[test]
 fn the_pooling_file_of_the_model_wins_over_the_configured_pooling() {
-    let cls = br#"{"word_embedding_dimension": 384, "pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#;
+    let cls =
+        br#"{"word_embedding_dimension": 384, "pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#;
     let dir = model_dir_with(&[("1_Pooling/config.json", cls)], &[]);
     let loaded = NeuralEmbedder::load_with(dir.path(), Pooling::Max).expect("load");
     assert_eq!(loaded.pooling(), Pooling::Cls);

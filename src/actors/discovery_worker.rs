@@ -217,7 +217,8 @@ impl DiscoveryLanes {
             None => None,
             Some(embedder) => {
                 let started = Instant::now();
-                let answer = embedder.send(EmbedTexts { texts: query_texts(&discover.query), role: TextRole::Query }).await?;
+                let answer =
+                    embedder.send(EmbedTexts { texts: query_texts(&discover.query), role: TextRole::Query }).await?;
                 Some(QueryVectors { vectors: answer.vectors, embed_us: started.elapsed().as_secs_f64() * 1e6 })
             }
         };

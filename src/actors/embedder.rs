@@ -106,7 +106,10 @@ mod tests {
     #[actix::test]
     async fn embeds_in_order_and_counts() {
         let addr = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::new(16).unwrap())));
-        let out = addr.send(EmbedTexts { texts: vec!["alpha".into(), "beta".into()], role: TextRole::Document }).await.unwrap();
+        let out = addr
+            .send(EmbedTexts { texts: vec!["alpha".into(), "beta".into()], role: TextRole::Document })
+            .await
+            .unwrap();
         let vectors = out.vectors.unwrap();
         assert_eq!(vectors.len(), 2);
         assert_eq!(vectors[0], HashingEmbedder::new(16).unwrap().embed("alpha"));

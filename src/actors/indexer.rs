@@ -17,12 +17,12 @@
 //! so a caller that gets the reply can query the Discoverer straight away.
 
 use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
-use crate::core::embedder::TextRole;
 use crate::actors::graph_builder::BuildGraph;
 use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Inspect;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::embedder::TextRole;
 use crate::core::graph::Preset;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
@@ -561,7 +561,10 @@ fn write_change(store: &Store, origin: &str, plan: &ChangePlan, applied: &Applie
 
 /// Sends `texts` to the Embedder.
 async fn ask(embedder: Recipient<EmbedTexts>, texts: Vec<String>) -> Result<EmbeddedTexts, IndexerError> {
-    embedder.send(EmbedTexts { texts, role: TextRole::Document }).await.map_err(|err| IndexerError::Embedder(err.to_string()))
+    embedder
+        .send(EmbedTexts { texts, role: TextRole::Document })
+        .await
+        .map_err(|err| IndexerError::Embedder(err.to_string()))
 }
 
 /// Adds the offers a plan did not take to the origin's own refusals.

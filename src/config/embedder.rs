@@ -114,7 +114,9 @@ impl EmbedderSettings {
         in_range("embedder.batch_size", self.batch_size, 1..=2048)?;
         in_range("embedder.timeout_ms", self.timeout_ms, 1..=600_000)?;
         at_most("embedder.retries", self.retries, 10)?;
-        for (field, prefix) in [("embedder.query_prefix", &self.query_prefix), ("embedder.document_prefix", &self.document_prefix)] {
+        for (field, prefix) in
+            [("embedder.query_prefix", &self.query_prefix), ("embedder.document_prefix", &self.document_prefix)]
+        {
             at_most(field, prefix.len(), 1024)?;
         }
         if !self.api_key_env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -187,7 +189,10 @@ mod tests {
         .unwrap();
         assert_eq!(http.backend, EmbedderBackend::Http);
         assert_eq!(check(|raw| raw.backend = "static".into()).unwrap().backend, EmbedderBackend::Static);
-        assert_eq!((settings.pooling, settings.query_prefix.as_str(), settings.document_prefix.as_str()), (Pooling::Mean, "", ""));
+        assert_eq!(
+            (settings.pooling, settings.query_prefix.as_str(), settings.document_prefix.as_str()),
+            (Pooling::Mean, "", "")
+        );
         let bge = check(|raw| {
             raw.pooling = "cls".into();
             raw.query_prefix = "Represent this sentence for searching relevant passages: ".into();

@@ -193,7 +193,15 @@ impl<E: Embed> Prefixed<E> {
     fn with_prefix(prefix: &str, texts: &[String]) -> Vec<String> {
         texts
             .iter()
-            .map(|text| if prefix.is_empty() || text.trim().is_empty() { text.clone() } else { format!("{prefix}{text}") })
+            .map(
+                |text| {
+                    if prefix.is_empty() || text.trim().is_empty() {
+                        text.clone()
+                    } else {
+                        format!("{prefix}{text}")
+                    }
+                },
+            )
             .collect()
     }
 }

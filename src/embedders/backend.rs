@@ -64,12 +64,13 @@ fn prefixed(model: BoxedEmbedder, settings: &EmbedderSettings) -> BoxedEmbedder 
 
 #[cfg(feature = "neural")]
 fn local(settings: &EmbedderSettings) -> Result<BoxedEmbedder, EmbedError> {
-    let model = crate::embedders::neural::NeuralEmbedder::load_with(&settings.model_dir, settings.pooling).map_err(|err| {
-        EmbedError::new(
-            EmbedErrorCode::Config,
-            format!("cannot load the model in {}: {err}", settings.model_dir.display()),
-        )
-    })?;
+    let model =
+        crate::embedders::neural::NeuralEmbedder::load_with(&settings.model_dir, settings.pooling).map_err(|err| {
+            EmbedError::new(
+                EmbedErrorCode::Config,
+                format!("cannot load the model in {}: {err}", settings.model_dir.display()),
+            )
+        })?;
     Ok(Box::new(model))
 }
 
@@ -139,7 +140,11 @@ mod tests {
         let mut with_prefix = settings(EmbedderBackend::Http);
         with_prefix.query_prefix = "query: ".into();
         let http_prefixed = build(&with_prefix).unwrap();
-        assert!(http_prefixed.model_id().starts_with(&format!("{}+prefix-", http.model_id())), "{}", http_prefixed.model_id());
+        assert!(
+            http_prefixed.model_id().starts_with(&format!("{}+prefix-", http.model_id())),
+            "{}",
+            http_prefixed.model_id()
+        );
         let distilled = build(&settings(EmbedderBackend::Static)).unwrap();
         assert_eq!(distilled.model_id(), crate::core::static_embedder::MODEL_ID);
         assert_eq!(distilled.embed("web search").unwrap(), StaticEmbedder::new().embed("web search"));
