@@ -127,8 +127,6 @@ pub struct ReplayReport {
     /// The second half ranked with the prior and the outcome memory (the
     /// remembered capabilities' vectors moved towards their requests').
     pub with_memory: Metrics,
-    /// The second half ranked with the outcome memory and without the prior.
-    pub memory_alone: Metrics,
     /// Requests of the second half whose relevant capabilities were in no outcome.
     pub unseen: usize,
     /// Those requests without the prior, and with the prior and the memory:
@@ -491,7 +489,6 @@ fn replay(
         without_prior: score(&second, None, false),
         with_prior: score(&second, Some(&prior), false),
         with_memory: score(&second, Some(&prior), true),
-        memory_alone: score(&second, None, true),
         unseen: unseen.len(),
         unseen_without_prior: score(&unseen, None, false),
         unseen_with_memory: score(&unseen, Some(&prior), true),
