@@ -457,7 +457,7 @@ fn replay(
     let unseen: Vec<usize> = second
         .iter()
         .copied()
-        .filter(|&k| queries[answerable[k]].relevant.iter().all(|id| stats.capabilities.get(id.as_str()).is_none()))
+        .filter(|&k| queries[answerable[k]].relevant.iter().all(|id| !stats.capabilities.contains_key(id.as_str())))
         .collect();
     let score = |half: &[usize], prior: Option<&OutcomePrior>, remembered: bool| {
         let scores: Vec<QueryScores> = half

@@ -192,11 +192,14 @@ fn pooled_embedder(pooling: Pooling) -> &'static NeuralEmbedder {
     })
 }
 
+/// Picks one pooling's reference vector out of a fixture entry.
+type Reference = fn(&FixtureText) -> &Vec<f32>;
+
 #[test]
 fn cls_and_max_pooling_match_the_reference_batched_and_alone() {
     let fixture = fixture();
     let texts: Vec<String> = fixture.texts.iter().map(|entry| entry.text.clone()).collect();
-    let cases: [(Pooling, fn(&FixtureText) -> &Vec<f32>); 2] =
+    let cases: [(Pooling, Reference); 2] =
         [(Pooling::Cls, |entry| &entry.cls_embedding), (Pooling::Max, |entry| &entry.max_embedding)];
     for (pooling, reference) in cases {
         let embedder = pooled_embedder(pooling);
