@@ -13,7 +13,9 @@ sentence-transformers' all-MiniLM-L6-v2 pipeline on top:
      (max_seq_length 256 in sentence_bert_config.json);
   2. BERT: word + position + token-type embeddings, LayerNorm; per layer multi-head
      self-attention, residual + LayerNorm, GELU (erf) feed-forward, residual + LayerNorm;
-  3. mean pooling over the attention mask, then L2 normalisation.
+  3. mean pooling over the attention mask, then L2 normalisation ("embedding"); the same hidden
+     states pooled by their first ([CLS]) token ("clsEmbedding") and by their largest value per
+     dimension ("maxEmbedding"), each L2-normalised, for the other poolings capdex offers.
 
 Why not sentence-transformers itself: its dependency torch from PyPI is the CUDA build
 (gigabytes of wheels), too heavy for this 2-core, registry-only machine. Each text is run
@@ -163,11 +165,16 @@ def main():
         hidden = bert_tokens(weights, config, ids)
         pooled = (hidden * mask[:, None]).sum(axis=0) / max(mask.sum(), 1e-9)
         embedding = pooled / max(np.linalg.norm(pooled), 1e-12)
+        cls = hidden[0] / max(np.linalg.norm(hidden[0]), 1e-12)
+        top = hidden.max(axis=0)
+        top = top / max(np.linalg.norm(top), 1e-12)
         entries.append(
             {
                 "text": text,
                 "nTokens": len(ids),
                 "embedding": [round(float(value), 7) for value in embedding],
+                "clsEmbedding": [round(float(value), 7) for value in cls],
+                "maxEmbedding": [round(float(value), 7) for value in top],
             }
         )
         print(f"{len(ids):4d} tokens  {text[:60]!r}", file=sys.stderr)
@@ -177,7 +184,7 @@ def main():
         "modelSafetensorsSha256": safetensors_sha256,
         "generator": "scripts/minilm_reference.py: independent NumPy float64 BERT forward pass, "
         f"tokenizers {tokenizers.__version__} (padding off, truncation {MAX_SEQ_LENGTH}), "
-        "mean pooling over the attention mask, L2 normalisation",
+        "mean pooling over the attention mask (cls and max pooling beside it), L2 normalisation",
         "maxSeqLength": MAX_SEQ_LENGTH,
         "dimensions": config["hidden_size"],
         "texts": entries,

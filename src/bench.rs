@@ -29,7 +29,9 @@ use crate::core::catalog::Catalog;
 use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
-use crate::core::embedder::{embed_in_batches, Embed, EmbedError, HashingEmbedder, DEFAULT_BATCH_SIZE};
+use crate::core::embedder::{
+    embed_in_batches, embed_in_batches_as, Embed, EmbedError, HashingEmbedder, TextRole, DEFAULT_BATCH_SIZE,
+};
 use crate::core::evaluation::ToolRecord;
 use crate::core::graph::{CapabilityGraph, Preset};
 use crate::core::index::VectorIndex;
@@ -334,7 +336,7 @@ pub fn discover_message(
 ) -> Result<(DiscoveryResult, f64), EmbedError> {
     let started = Instant::now();
     let texts = query_texts(message);
-    let vectors = embed_in_batches(embedder, &texts, batch_size)?;
+    let vectors = embed_in_batches_as(embedder, &texts, batch_size, TextRole::Query)?;
     let embed_us = started.elapsed().as_secs_f64() * 1e6;
     let query = Query::new(texts, vectors);
     let mut result = discover(&query, &built.indexes(), config, &DiscoveryFilter::default(), tier0);

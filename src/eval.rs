@@ -29,7 +29,7 @@
 use crate::config::EmbedderSettings;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{tier1_with_dependencies, DiscoveryConfig, DiscoveryFilter};
-use crate::core::embedder::{embed_in_batches, text_hash, Embed, EmbedError};
+use crate::core::embedder::{embed_in_batches_as, text_hash, Embed, EmbedError, TextRole};
 use crate::core::evaluation::{
     aggregate, replay_outcomes, score_query, seeded_halves, Metrics, NothingFits, QueryRecord, QueryScores, RunLine,
     ToolRecord,
@@ -38,6 +38,8 @@ use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
+use crate::core::nothing_fits::{coverage, generic_likeness, terms_of, GenericFloor, GENERIC_SENTENCES};
+use crate::core::outcome_memory::OutcomeMemory;
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query, RankedHit};
 use crate::core::text::embedding_text;
@@ -74,6 +76,9 @@ pub struct EvalOptions {
     pub replay: Option<u64>,
     /// The outcome prior's settings the replay builds its prior with.
     pub prior_settings: OutcomePriorSettings,
+    /// Write, per request, the signals "nothing fits" can be decided on
+    /// ([`crate::core::nothing_fits`]) as JSON lines here.
+    pub signals: Option<PathBuf>,
 }
 
 /// The outcome of one evaluation.
@@ -99,7 +104,10 @@ pub struct EvalReport {
 /// halves ([`seeded_halves`]); each request of the first half is ranked and
 /// its outcomes ([`replay_outcomes`]) are credited to the outcome
 /// statistics; the second half is then ranked without and with the prior
-/// those statistics give (the configured `outcome_prior_*` settings).
+/// those statistics give (the configured `outcome_prior_*` settings), and with
+/// that prior and the outcome memory ([`OutcomeMemory`]: each succeeding
+/// capability's vector moved towards the vectors of the requests it
+/// succeeded on, its own text weighing `outcome_prior_pseudo_count` requests).
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayReport {
@@ -110,10 +118,21 @@ pub struct ReplayReport {
     pub outcomes: usize,
     /// Capabilities the prior adjusts.
     pub adjusted: usize,
+    /// Capabilities with remembered requests ([`OutcomeMemory`]).
+    pub remembered: usize,
     /// The second half ranked without the prior.
     pub without_prior: Metrics,
     /// The second half ranked with it.
     pub with_prior: Metrics,
+    /// The second half ranked with the prior and the outcome memory (the
+    /// remembered capabilities' vectors moved towards their requests').
+    pub with_memory: Metrics,
+    /// Requests of the second half whose relevant capabilities were in no outcome.
+    pub unseen: usize,
+    /// Those requests without the prior, and with the prior and the memory:
+    /// what the learning costs capabilities it never saw.
+    pub unseen_without_prior: Metrics,
+    pub unseen_with_memory: Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -134,18 +153,23 @@ pub enum EvalError {
     Cache(#[from] StoreError),
 }
 
-/// The vectors of `texts`: from `cache` where it has them, the others
-/// embedded in batches of `batch_size` (and cached).
+/// The vectors of `texts` in their `role`: from `cache` where it has them, the others
+/// embedded in batches of `batch_size` (and cached; a request's vector under its own key,
+/// since a model may embed a request differently from the same text of a capability).
 fn embed_cached(
     embedder: &(impl Embed + ?Sized),
     cache: Option<&Store>,
     texts: &[String],
     batch_size: usize,
+    role: TextRole,
 ) -> Result<Vec<Vec<f32>>, EvalError> {
     let Some(cache) = cache else {
-        return Ok(embed_in_batches(embedder, texts, batch_size)?);
+        return Ok(embed_in_batches_as(embedder, texts, batch_size, role)?);
     };
-    let model_id = embedder.model_id();
+    let model_id = match role {
+        TextRole::Document => embedder.model_id(),
+        TextRole::Query => format!("{}#query", embedder.model_id()),
+    };
     let hashes: Vec<String> = texts.iter().map(|text| text_hash(&model_id, text)).collect();
     let mut vectors = Vec::with_capacity(texts.len());
     let mut missing = Vec::new();
@@ -157,7 +181,7 @@ fn embed_cached(
         vectors.push(cached.unwrap_or_default());
     }
     let texts_missing: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
-    let embedded = embed_in_batches(embedder, &texts_missing, batch_size)?;
+    let embedded = embed_in_batches_as(embedder, &texts_missing, batch_size, role)?;
     for (i, vector) in missing.into_iter().zip(embedded) {
         cache.put_text_embedding(&hashes[i], &vector)?;
         vectors[i] = vector;
@@ -226,7 +250,7 @@ fn index_tools(
         }
     }
     let texts: Vec<String> = unique.iter().map(|descriptor| embedding_text(descriptor)).collect();
-    let embedded = embed_cached(embedder, cache, &texts, options.embedder.batch_size)?;
+    let embedded = embed_cached(embedder, cache, &texts, options.embedder.batch_size, TextRole::Document)?;
     let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), unique.len());
     for (descriptor, vector) in unique.iter().zip(embedded) {
         vectors.upsert(&descriptor.id, &vector).map_err(|_| EvalError::Dimensions)?;
@@ -240,6 +264,8 @@ fn index_tools(
 struct Ranked {
     /// Best first, at most `depth` (and `2 · tier1TopK`) of them, before any prior.
     hits: Vec<RankedHit>,
+    /// The request's texts and vectors (ranked again by the replay).
+    query: Query,
 }
 
 /// Runs the evaluation described by `options`.
@@ -269,7 +295,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     for record in &queries {
         let texts = query_texts(&record.query);
         let embed_started = Instant::now();
-        let query_vectors = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size)?;
+        let query_vectors = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size, TextRole::Query)?;
         embed_seconds += embed_started.elapsed().as_secs_f64();
         let query = Query::new(texts, query_vectors);
         let indexed = match &record.tools {
@@ -278,7 +304,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         };
         let indexes = indexed.as_ref().unwrap_or(&shared).indexes();
         let ranking = rank_with(&query, &indexes, &filter, limit, graph_boost, options.fusion);
-        ranked.push(Ranked { hits: ranking.hits });
+        ranked.push(Ranked { hits: ranking.hits, query });
         own.push(indexed);
     }
     let query_ms_mean = started.elapsed().as_secs_f64() * 1e3 / queries.len().max(1) as f64;
@@ -328,7 +354,12 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let answerable: Vec<usize> = (0..queries.len()).filter(|&i| queries[i].answerable()).collect();
     let scores: Vec<QueryScores> =
         answerable.iter().map(|&i| score_query(&runs[i].ranked, &queries[i].relevant)).collect();
-    let replay = options.replay.map(|seed| replay(seed, options, &queries, &ranked, &answerable));
+    let replay = options.replay.map(|seed| replay(seed, options, &queries, &ranked, &answerable, &shared));
+    if let Some(path) = &options.signals {
+        let generic_texts: Vec<String> = GENERIC_SENTENCES.iter().map(|text| text.to_string()).collect();
+        let generic = embed_cached(embedder.as_ref(), cache.as_ref(), &generic_texts, batch_size, TextRole::Query)?;
+        write_signals(path, &queries, &ranked, &shared, &own, &generic)?;
+    }
     Ok(EvalReport {
         tools: shared.catalog.len(),
         metrics: aggregate(&scores, answerable.len()),
@@ -341,6 +372,57 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     })
 }
 
+/// Writes, per request, its first hits' signals for "nothing fits": relevance,
+/// whole-message cosine, coverage of the request's words, whether relevant;
+/// and the request's likeness to chatter beside the catalog's generic floor.
+fn write_signals(
+    path: &Path,
+    queries: &[QueryRecord],
+    ranked: &[Ranked],
+    shared: &Indexed,
+    own: &[Option<Indexed>],
+    generic: &[Vec<f32>],
+) -> Result<(), EvalError> {
+    let write_error = |source| EvalError::Write { path: path.into(), source };
+    let file = std::fs::File::create(path).map_err(write_error)?;
+    let mut writer = std::io::BufWriter::new(file);
+    let shared_floor = GenericFloor::measure(generic, &shared.vectors);
+    for (i, (record, ranking)) in queries.iter().zip(ranked).enumerate() {
+        let indexes = own[i].as_ref().unwrap_or(shared).indexes();
+        let floor = match record.tools {
+            Some(_) => GenericFloor::measure(generic, indexes.vectors),
+            None => shared_floor.clone(),
+        };
+        let whole = ranking.query.parts.first().map(|part| part.vector.as_slice()).unwrap_or(&[]);
+        let hits: Vec<serde_json::Value> = ranking
+            .hits
+            .iter()
+            .take(5)
+            .map(|hit| {
+                let text = indexes.catalog.descriptors.get(&hit.id).map(embedding_text).unwrap_or_default();
+                serde_json::json!({
+                    "relevant": record.relevant.contains(&hit.id),
+                    "relevance": hit.relevance,
+                    "cosine": indexes.vectors.cosine(&hit.id, whole),
+                    "coverage": coverage(&record.query, &terms_of(&text)),
+                    "exact": hit.exact.is_some(),
+                })
+            })
+            .collect();
+        let line = serde_json::json!({
+            "queryIdx": i,
+            "answerable": record.answerable(),
+            "genericLikeness": generic_likeness(whole, generic),
+            "floorMax": floor.floor(),
+            "floorMedian": floor.quantile(0.5),
+            "floorQ90": floor.quantile(0.9),
+            "hits": hits,
+        });
+        writeln!(writer, "{line}").map_err(write_error)?;
+    }
+    writer.flush().map_err(write_error)
+}
+
 /// The replay protocol of [`ReplayReport`] over the rankings of the answerable requests.
 fn replay(
     seed: u64,
@@ -348,9 +430,11 @@ fn replay(
     queries: &[QueryRecord],
     ranked: &[Ranked],
     answerable: &[usize],
+    shared: &Indexed,
 ) -> ReplayReport {
     let (first, second) = seeded_halves(answerable.len(), seed);
     let mut stats = OutcomeStats::default();
+    let mut memory = OutcomeMemory::new(shared.vectors.dimensions());
     let mut outcomes = 0;
     for &k in &first {
         let i = answerable[k];
@@ -358,15 +442,35 @@ fn replay(
         for (id, score) in replay_outcomes(&ids, &queries[i].relevant) {
             stats.credit(&id, score, 0, options.prior_settings.half_life_ms);
             outcomes += 1;
+            // The whole message's vector (the first part), for requests ranked against the shared catalog.
+            if let (true, None, Some(part)) = (score >= 0.5, &queries[i].tools, ranked[i].query.parts.first()) {
+                memory.remember(&id, &part.vector);
+            }
         }
     }
     let prior = stats.snapshot(&options.prior_settings, 0);
-    let score_half = |prior: Option<&OutcomePrior>| {
-        let scores: Vec<QueryScores> = second
+    let adapted = memory.adapt_index(&shared.vectors, options.prior_settings.pseudo_count);
+    let filter = DiscoveryFilter::default();
+    let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
+    let limit = options.depth.max(options.config.tier1_top_k * 2);
+    // The second half's requests whose relevant capabilities were never in an outcome.
+    let unseen: Vec<usize> = second
+        .iter()
+        .copied()
+        .filter(|&k| queries[answerable[k]].relevant.iter().all(|id| !stats.capabilities.contains_key(id.as_str())))
+        .collect();
+    let score = |half: &[usize], prior: Option<&OutcomePrior>, remembered: bool| {
+        let scores: Vec<QueryScores> = half
             .iter()
             .map(|&k| {
                 let i = answerable[k];
-                let mut hits = ranked[i].hits.clone();
+                let mut hits = match (remembered, &queries[i].tools) {
+                    (true, None) => {
+                        let indexes = Indexes { vectors: &adapted, ..shared.indexes() };
+                        rank_with(&ranked[i].query, &indexes, &filter, limit, graph_boost, options.fusion).hits
+                    }
+                    _ => ranked[i].hits.clone(),
+                };
                 if let Some(prior) = prior {
                     prior.apply(&mut hits);
                 }
@@ -374,14 +478,19 @@ fn replay(
                 score_query(&ids, &queries[i].relevant)
             })
             .collect();
-        aggregate(&scores, second.len())
+        aggregate(&scores, half.len())
     };
     ReplayReport {
         seed,
         first_half: first.len(),
         outcomes,
         adjusted: prior.len(),
-        without_prior: score_half(None),
-        with_prior: score_half(Some(&prior)),
+        remembered: memory.len(),
+        without_prior: score(&second, None, false),
+        with_prior: score(&second, Some(&prior), false),
+        with_memory: score(&second, Some(&prior), true),
+        unseen: unseen.len(),
+        unseen_without_prior: score(&unseen, None, false),
+        unseen_with_memory: score(&unseen, Some(&prior), true),
     }
 }

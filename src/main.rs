@@ -210,6 +210,11 @@ enum Command {
         /// tier1_min_relevance: "nothing fits"); by default the run holds every ranking.
         #[arg(long)]
         empty_when_nothing_fits: bool,
+        /// Write, per query, the signals "nothing fits" can be decided on (its first hits'
+        /// relevance, cosine and coverage of the query's words; its likeness to chatter beside
+        /// the catalog's generic floor) as JSON lines to FILE.
+        #[arg(long, value_name = "FILE")]
+        signals: Option<PathBuf>,
         #[command(flatten)]
         embedder: EmbedderFlags,
     },
@@ -512,6 +517,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         cache_dir,
         replay,
         empty_when_nothing_fits,
+        signals,
         embedder,
         route: None,
     } = cli.command
@@ -545,6 +551,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             replay,
             empty_when_nothing_fits,
             prior_settings: settings.kpi.prior,
+            signals,
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }

@@ -7,7 +7,7 @@
 //! independent NumPy BERT forward pass over the same files; see its header).
 #![cfg(feature = "neural")]
 
-use capdex::core::embedder::{dot, Embed};
+use capdex::core::embedder::{dot, Embed, Pooling};
 use capdex::embedders::neural::{NeuralEmbedder, NeuralError};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -27,6 +27,9 @@ struct FixtureText {
     text: String,
     n_tokens: usize,
     embedding: Vec<f32>,
+    /// The same hidden states pooled by the [CLS] token, and by the max per dimension.
+    cls_embedding: Vec<f32>,
+    max_embedding: Vec<f32>,
 }
 
 fn model_dir() -> PathBuf {
@@ -61,10 +64,20 @@ fn cosine(left: &[f32], right: &[f32]) -> f32 {
 }
 
 fn assert_matches_reference(fixture: &Fixture, vectors: &[Vec<f32>], how: &str) {
+    assert_matches_pooled(fixture, vectors, how, |entry| &entry.embedding);
+}
+
+fn assert_matches_pooled(
+    fixture: &Fixture,
+    vectors: &[Vec<f32>],
+    how: &str,
+    pooled: impl Fn(&FixtureText) -> &Vec<f32>,
+) {
     assert_eq!(vectors.len(), fixture.texts.len());
     for (reference, vector) in fixture.texts.iter().zip(vectors) {
+        let reference_embedding = pooled(reference);
         assert_eq!(vector.len(), fixture.dimensions);
-        let similarity = cosine(&reference.embedding, vector);
+        let similarity = cosine(reference_embedding, vector);
         assert!(
             similarity >= 0.999,
             "{how}: cosine {similarity:.6} < 0.999 for {:?} ({} tokens)",
@@ -154,7 +167,81 @@ fn model_dir_with(overrides: &[(&str, &[u8])], omit: &[&str]) -> tempfile::TempD
             None => std::os::unix::fs::symlink(source.join(name), temp.path().join(name)).unwrap(),
         }
     }
+    // Files the model directory does not have (sentence-transformers' pooling file).
+    for (name, bytes) in overrides.iter().filter(|(name, _)| !temp.path().join(name).exists()) {
+        let path = temp.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
     temp
+}
+
+/// The model pooling by `pooling` (no pooling file in its directory), loaded once per pooling.
+fn pooled_embedder(pooling: Pooling) -> &'static NeuralEmbedder {
+    static CLS: OnceLock<NeuralEmbedder> = OnceLock::new();
+    static MAX: OnceLock<NeuralEmbedder> = OnceLock::new();
+    let cell = match pooling {
+        Pooling::Mean => return embedder(),
+        Pooling::Cls => &CLS,
+        Pooling::Max => &MAX,
+    };
+    cell.get_or_init(|| {
+        let dir = model_dir();
+        assert!(!dir.join("1_Pooling/config.json").exists(), "the test model directory must have no pooling file");
+        NeuralEmbedder::load_with(&dir, pooling).expect("load with another pooling")
+    })
+}
+
+/// Picks one pooling's reference vector out of a fixture entry.
+type Reference = fn(&FixtureText) -> &Vec<f32>;
+
+#[test]
+fn cls_and_max_pooling_match_the_reference_batched_and_alone() {
+    let fixture = fixture();
+    let texts: Vec<String> = fixture.texts.iter().map(|entry| entry.text.clone()).collect();
+    let cases: [(Pooling, Reference); 2] =
+        [(Pooling::Cls, |entry| &entry.cls_embedding), (Pooling::Max, |entry| &entry.max_embedding)];
+    for (pooling, reference) in cases {
+        let embedder = pooled_embedder(pooling);
+        assert_eq!(embedder.pooling(), pooling);
+        // Batched, most rows padded: padding must reach neither the [CLS] row nor the max.
+        let batched = embedder.embed_texts(&texts).expect("embed fixture texts");
+        assert_matches_pooled(&fixture, &batched, &format!("{pooling:?} batched"), reference);
+        let alone: Vec<Vec<f32>> =
+            texts.iter().map(|text| embedder.embed_texts(std::slice::from_ref(text)).unwrap().remove(0)).collect();
+        assert_matches_pooled(&fixture, &alone, &format!("{pooling:?} alone"), reference);
+        // Another pooling is another model: its vectors are never mixed with the mean's.
+        assert_ne!(embedder.model_id(), embedder_mean_id());
+    }
+}
+
+fn embedder_mean_id() -> String {
+    embedder().model_id()
+}
+
+#[test]
+fn the_pooling_file_of_the_model_wins_over_the_configured_pooling() {
+    let cls =
+        br#"{"word_embedding_dimension": 384, "pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#;
+    let dir = model_dir_with(&[("1_Pooling/config.json", cls)], &[]);
+    let loaded = NeuralEmbedder::load_with(dir.path(), Pooling::Max).expect("load");
+    assert_eq!(loaded.pooling(), Pooling::Cls);
+    assert_eq!(loaded.model_id(), pooled_embedder(Pooling::Cls).model_id());
+    let mean = br#"{"pooling_mode_mean_tokens": true}"#;
+    let dir = model_dir_with(&[("1_Pooling/config.json", mean)], &[]);
+    assert_eq!(NeuralEmbedder::load_with(dir.path(), Pooling::Cls).unwrap().model_id(), embedder().model_id());
+
+    for bad in [
+        &br#"{"pooling_mode_mean_tokens": true, "pooling_mode_max_tokens": true}"#[..],
+        br#"{"pooling_mode_mean_sqrt_len_tokens": true}"#,
+        br#"{"pooling_mode_mean_tokens": false}"#,
+        br#"[1, 2]"#,
+    ] {
+        let dir = model_dir_with(&[("1_Pooling/config.json", bad)], &[]);
+        let error = load_error(dir.path());
+        assert_eq!(error.code(), "model_config_invalid", "{error}");
+        assert!(error.to_string().contains("1_Pooling"), "{error}");
+    }
 }
 
 #[test]
@@ -222,4 +309,35 @@ fn bad_model_directories_give_typed_errors() {
     let wider = config.replace("\"intermediate_size\": 1536", "\"intermediate_size\": 1024");
     let dir = model_dir_with(&[("config.json", wider.as_bytes())], &[]);
     assert_eq!(load_error(dir.path()).code(), "model_weights_invalid");
+}
+
+#[test]
+fn the_local_backend_puts_the_configured_prefixes_in_front_of_queries_and_documents() {
+    use capdex::config::{EmbedderBackend, EmbedderSettings};
+    let settings = EmbedderSettings {
+        backend: EmbedderBackend::Local,
+        dimensions: 512,
+        model_dir: model_dir(),
+        endpoint: String::new(),
+        model: String::new(),
+        api_key_env: String::new(),
+        batch_size: 32,
+        timeout_ms: 1000,
+        retries: 0,
+        pooling: Pooling::Mean,
+        query_prefix: "query: ".into(),
+        document_prefix: "passage: ".into(),
+    };
+    let built = capdex::embedders::backend::build(&settings).expect("build local");
+    let text = vec!["book a flight to Paris".to_string()];
+    let as_query = built.embed_queries(&text).unwrap().remove(0);
+    let as_document = built.embed_batch(&text).unwrap().remove(0);
+    let model = embedder();
+    let expected_query = model.embed_texts(&["query: book a flight to Paris".to_string()]).unwrap().remove(0);
+    let expected_document = model.embed_texts(&["passage: book a flight to Paris".to_string()]).unwrap().remove(0);
+    assert!(cosine(&as_query, &expected_query) > 0.99999);
+    assert!(cosine(&as_document, &expected_document) > 0.99999);
+    assert!(cosine(&as_query, &as_document) < 0.9999, "the prefixes must change the vectors");
+    assert_ne!(built.model_id(), model.model_id());
+    assert!(built.model_id().starts_with(&model.model_id()));
 }

@@ -18,7 +18,7 @@ use crate::actors::snapshot::{DiscoverySnapshot, SnapshotCell};
 use crate::actors::Inspect;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{discover_with_prior, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
-use crate::core::embedder::EmbedError;
+use crate::core::embedder::{EmbedError, TextRole};
 use crate::core::retrieval::{query_texts, Indexes, Query};
 use crate::core::tiers::TokenBudget;
 use actix::prelude::*;
@@ -166,7 +166,7 @@ impl Handler<Discover> for Discoverer {
         let started = Instant::now();
         // The whole message and its clauses are embedded in one request.
         let texts = query_texts(&msg.query);
-        let request = self.embedder.send(EmbedTexts { texts: texts.clone() });
+        let request = self.embedder.send(EmbedTexts { texts: texts.clone(), role: TextRole::Query });
         Box::pin(request.into_actor(self).map(move |embedded, actor, _| {
             let embedded = embedded.map_err(|err| DiscovererError::Embedder(err.to_string()))?;
             let embed_us = started.elapsed().as_secs_f64() * 1e6;

@@ -21,7 +21,7 @@ use crate::actors::embedder::EmbedTexts;
 use crate::actors::snapshot::SnapshotCell;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryResult};
-use crate::core::embedder::{embed_in_batches, Embed, EmbedError};
+use crate::core::embedder::{embed_in_batches_as, Embed, EmbedError, TextRole};
 use crate::core::retrieval::query_texts;
 use actix::prelude::*;
 use std::collections::VecDeque;
@@ -74,7 +74,7 @@ impl DiscoveryWorker {
             (Some(embedded), _) => (embedded.vectors, embedded.embed_us),
             (None, Some(model)) => {
                 let started = Instant::now();
-                let vectors = embed_in_batches(model.as_ref(), &texts, self.batch_size);
+                let vectors = embed_in_batches_as(model.as_ref(), &texts, self.batch_size, TextRole::Query);
                 (vectors, started.elapsed().as_secs_f64() * 1e6)
             }
             (None, None) => {
@@ -217,7 +217,8 @@ impl DiscoveryLanes {
             None => None,
             Some(embedder) => {
                 let started = Instant::now();
-                let answer = embedder.send(EmbedTexts { texts: query_texts(&discover.query) }).await?;
+                let answer =
+                    embedder.send(EmbedTexts { texts: query_texts(&discover.query), role: TextRole::Query }).await?;
                 Some(QueryVectors { vectors: answer.vectors, embed_us: started.elapsed().as_secs_f64() * 1e6 })
             }
         };

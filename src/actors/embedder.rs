@@ -5,14 +5,15 @@
 //! answered, not hidden: the reply carries the typed [`EmbedError`].
 
 use crate::actors::Inspect;
-use crate::core::embedder::{embed_in_batches, Embed, EmbedError, DEFAULT_BATCH_SIZE};
+use crate::core::embedder::{embed_in_batches_as, Embed, EmbedError, TextRole, DEFAULT_BATCH_SIZE};
 use actix::prelude::*;
 
-/// Embeds texts, in order.
+/// Embeds texts, in order, as capabilities' texts or as requests (`role`).
 #[derive(Message, Debug)]
 #[rtype(result = "EmbeddedTexts")]
 pub struct EmbedTexts {
     pub texts: Vec<String>,
+    pub role: TextRole,
 }
 
 /// Vectors for the texts of an [`EmbedTexts`] (or why there are none), and the model asked.
@@ -66,7 +67,7 @@ impl Handler<EmbedTexts> for Embedder {
 
     fn handle(&mut self, msg: EmbedTexts, _: &mut SyncContext<Self>) -> Self::Result {
         self.stats.batches += msg.texts.len().div_ceil(self.batch_size) as u64;
-        let vectors = embed_in_batches(self.model.as_ref(), &msg.texts, self.batch_size);
+        let vectors = embed_in_batches_as(self.model.as_ref(), &msg.texts, self.batch_size, msg.role);
         match &vectors {
             Ok(_) => {
                 self.stats.texts_embedded += msg.texts.len() as u64;
@@ -105,7 +106,10 @@ mod tests {
     #[actix::test]
     async fn embeds_in_order_and_counts() {
         let addr = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::new(16).unwrap())));
-        let out = addr.send(EmbedTexts { texts: vec!["alpha".into(), "beta".into()] }).await.unwrap();
+        let out = addr
+            .send(EmbedTexts { texts: vec!["alpha".into(), "beta".into()], role: TextRole::Document })
+            .await
+            .unwrap();
         let vectors = out.vectors.unwrap();
         assert_eq!(vectors.len(), 2);
         assert_eq!(vectors[0], HashingEmbedder::new(16).unwrap().embed("alpha"));
@@ -114,11 +118,23 @@ mod tests {
     }
 
     #[actix::test]
+    async fn requests_are_embedded_as_queries_and_capabilities_as_documents() {
+        use crate::core::embedder::Prefixed;
+        let model = || Prefixed::new(HashingEmbedder::new(64).unwrap(), "find a tool to ", "a tool that can ");
+        let addr = SyncArbiter::start(1, move || Embedder::new(Box::new(model())));
+        let hashing = HashingEmbedder::new(64).unwrap();
+        for (role, prefix) in [(TextRole::Query, "find a tool to "), (TextRole::Document, "a tool that can ")] {
+            let out = addr.send(EmbedTexts { texts: vec!["book flights".into()], role }).await.unwrap();
+            assert_eq!(out.vectors.unwrap(), vec![hashing.embed(&format!("{prefix}book flights"))], "{role:?}");
+        }
+    }
+
+    #[actix::test]
     async fn batches_hold_at_most_batch_size_texts() {
         let addr =
             SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::new(8).unwrap())).with_batch_size(32));
         let texts: Vec<String> = (0..65).map(|i| format!("text {i}")).collect();
-        let out = addr.send(EmbedTexts { texts }).await.unwrap();
+        let out = addr.send(EmbedTexts { texts, role: TextRole::Query }).await.unwrap();
         assert_eq!(out.vectors.unwrap().len(), 65);
         let stats = addr.send(Inspect::<EmbedderStats>::new()).await.unwrap();
         assert_eq!(stats.batches, 3);
@@ -132,7 +148,7 @@ mod tests {
                 error: EmbedError::new(EmbedErrorCode::Unavailable, "connection refused"),
             }))
         });
-        let out = addr.send(EmbedTexts { texts: vec!["a".into()] }).await.unwrap();
+        let out = addr.send(EmbedTexts { texts: vec!["a".into()], role: TextRole::Document }).await.unwrap();
         assert_eq!(out.model_id, "remote");
         assert_eq!(out.vectors.unwrap_err().code, EmbedErrorCode::Unavailable);
         let stats = addr.send(Inspect::<EmbedderStats>::new()).await.unwrap();

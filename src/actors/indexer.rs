@@ -22,6 +22,7 @@ use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Inspect;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
 use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::embedder::TextRole;
 use crate::core::graph::Preset;
 use crate::core::index::{QuantisedLoader, VectorIndex};
 use crate::core::lexical::LexicalIndex;
@@ -571,7 +572,10 @@ fn write_change(store: &Store, origin: &str, plan: &ChangePlan, applied: &Applie
 
 /// Sends `texts` to the Embedder.
 async fn ask(embedder: Recipient<EmbedTexts>, texts: Vec<String>) -> Result<EmbeddedTexts, IndexerError> {
-    embedder.send(EmbedTexts { texts }).await.map_err(|err| IndexerError::Embedder(err.to_string()))
+    embedder
+        .send(EmbedTexts { texts, role: TextRole::Document })
+        .await
+        .map_err(|err| IndexerError::Embedder(err.to_string()))
 }
 
 /// Adds the offers a plan did not take to the origin's own refusals.

@@ -1,6 +1,7 @@
 //! The `[embedder]` section: which backend makes the vectors, and what it needs.
 
 use super::error::{at_most, in_range, InvalidKind, InvalidSetting};
+pub use crate::core::embedder::Pooling;
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -17,6 +18,9 @@ pub struct RawEmbedder {
     pub batch_size: usize,
     pub timeout_ms: u64,
     pub retries: u32,
+    pub pooling: String,
+    pub query_prefix: String,
+    pub document_prefix: String,
 }
 
 /// Which embedder turns texts into vectors.
@@ -71,6 +75,12 @@ pub struct EmbedderSettings {
     pub batch_size: usize,
     pub timeout_ms: u64,
     pub retries: u32,
+    /// The local model's pooling when its folder has no `1_Pooling/config.json`.
+    pub pooling: Pooling,
+    /// Put in front of every request before it is embedded (local and http).
+    pub query_prefix: String,
+    /// Put in front of every capability's text before it is embedded (local and http).
+    pub document_prefix: String,
 }
 
 impl EmbedderSettings {
@@ -78,8 +88,13 @@ impl EmbedderSettings {
     pub fn from_raw(raw: RawEmbedder) -> Result<EmbedderSettings, InvalidSetting> {
         let backend = EmbedderBackend::parse(&raw.backend)
             .map_err(|problem| InvalidSetting::new("embedder.backend", InvalidKind::UnknownChoice, problem))?;
+        let pooling = Pooling::parse(&raw.pooling)
+            .map_err(|problem| InvalidSetting::new("embedder.pooling", InvalidKind::UnknownChoice, problem))?;
         let settings = EmbedderSettings {
             backend,
+            pooling,
+            query_prefix: raw.query_prefix,
+            document_prefix: raw.document_prefix,
             dimensions: raw.dimensions,
             model_dir: raw.model_dir,
             endpoint: raw.endpoint,
@@ -99,6 +114,11 @@ impl EmbedderSettings {
         in_range("embedder.batch_size", self.batch_size, 1..=2048)?;
         in_range("embedder.timeout_ms", self.timeout_ms, 1..=600_000)?;
         at_most("embedder.retries", self.retries, 10)?;
+        for (field, prefix) in
+            [("embedder.query_prefix", &self.query_prefix), ("embedder.document_prefix", &self.document_prefix)]
+        {
+            at_most(field, prefix.len(), 1024)?;
+        }
         if !self.api_key_env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(InvalidSetting::new(
                 "embedder.api_key_env",
@@ -169,6 +189,17 @@ mod tests {
         .unwrap();
         assert_eq!(http.backend, EmbedderBackend::Http);
         assert_eq!(check(|raw| raw.backend = "static".into()).unwrap().backend, EmbedderBackend::Static);
+        assert_eq!(
+            (settings.pooling, settings.query_prefix.as_str(), settings.document_prefix.as_str()),
+            (Pooling::Mean, "", "")
+        );
+        let bge = check(|raw| {
+            raw.pooling = "cls".into();
+            raw.query_prefix = "Represent this sentence for searching relevant passages: ".into();
+        })
+        .unwrap();
+        assert_eq!(bge.pooling, Pooling::Cls);
+        assert!(bge.query_prefix.starts_with("Represent"));
     }
 
     #[test]
@@ -182,6 +213,9 @@ mod tests {
             (Box::new(|r| r.timeout_ms = 0), "embedder.timeout_ms", OutOfRange),
             (Box::new(|r| r.retries = 11), "embedder.retries", OutOfRange),
             (Box::new(|r| r.api_key_env = "sk-live".into()), "embedder.api_key_env", Malformed),
+            (Box::new(|r| r.pooling = "sum".into()), "embedder.pooling", UnknownChoice),
+            (Box::new(|r| r.query_prefix = "q".repeat(1025)), "embedder.query_prefix", OutOfRange),
+            (Box::new(|r| r.document_prefix = "d".repeat(1025)), "embedder.document_prefix", OutOfRange),
             (Box::new(|r| r.backend = "http".into()), "embedder.endpoint", Incomplete),
             (
                 Box::new(|r| {
@@ -207,7 +241,14 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_section() {
-        let settings = load(&[("CAPDEX_EMBEDDER_BATCH_SIZE", "64"), ("CAPDEX_EMBEDDER_RETRIES", "0")]).unwrap();
+        let settings = load(&[
+            ("CAPDEX_EMBEDDER_BATCH_SIZE", "64"),
+            ("CAPDEX_EMBEDDER_RETRIES", "0"),
+            ("CAPDEX_EMBEDDER_POOLING", "max"),
+            ("CAPDEX_EMBEDDER_QUERY_PREFIX", "query: "),
+        ])
+        .unwrap();
         assert_eq!((settings.embedder.batch_size, settings.embedder.retries), (64, 0));
+        assert_eq!((settings.embedder.pooling, settings.embedder.query_prefix.as_str()), (Pooling::Max, "query: "));
     }
 }

@@ -35,7 +35,7 @@ mod sources;
 pub use console::{ConsoleSettings, RawConsole};
 pub use discovery::{DiscoverySection, LexicalWeight, RawDiscovery, MAX_DISCOVERY_WORKERS};
 pub use dispatch::{DispatchSettings, RawDispatch};
-pub use embedder::{EmbedderBackend, EmbedderSettings, RawEmbedder};
+pub use embedder::{EmbedderBackend, EmbedderSettings, Pooling, RawEmbedder};
 pub use environment::Environment;
 pub use error::{ConfigError, InvalidKind, InvalidSetting};
 pub use jetstream::{JetStreamSettings, RawJetStream};

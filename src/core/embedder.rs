@@ -94,6 +94,156 @@ pub trait Embed {
             _ => Err(EmbedError::new(EmbedErrorCode::BadResponse, "expected one vector for one text")),
         }
     }
+    /// Embeds a batch of requests (a discovery query and its clauses), in
+    /// order. The same as [`Embed::embed_batch`] unless the model embeds
+    /// queries differently from the texts they are matched against
+    /// ([`Prefixed`]: an instruction or prefix in front of queries only).
+    fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_batch(texts)
+    }
+}
+
+/// How a sentence model turns its token states into one vector
+/// (sentence-transformers' `1_Pooling/config.json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean of the tokens' states (all-MiniLM-L6-v2, e5, gte).
+    #[default]
+    Mean,
+    /// The first token's (`[CLS]`) state (bge).
+    Cls,
+    /// The largest value of each dimension over the tokens.
+    Max,
+}
+
+impl Pooling {
+    /// Parses `mean`, `cls` or `max`.
+    pub fn parse(text: &str) -> Result<Pooling, String> {
+        match text {
+            "mean" => Ok(Pooling::Mean),
+            "cls" => Ok(Pooling::Cls),
+            "max" => Ok(Pooling::Max),
+            other => Err(format!("must be \"mean\", \"cls\" or \"max\", got {other:?}")),
+        }
+    }
+
+    /// The name [`Pooling::parse`] reads.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Max => "max",
+        }
+    }
+}
+
+/// What a text is to the model: a capability's text, or a request matched against them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TextRole {
+    /// A capability's embedding text ([`Embed::embed_batch`]).
+    #[default]
+    Document,
+    /// A request or one of its clauses ([`Embed::embed_queries`]).
+    Query,
+}
+
+/// Embeds `texts` in their `role` in requests of at most `batch_size` texts
+/// ([`embed_in_batches`] for documents).
+pub fn embed_in_batches_as(
+    embedder: &(impl Embed + ?Sized),
+    texts: &[String],
+    batch_size: usize,
+    role: TextRole,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    match role {
+        TextRole::Document => embed_in_batches(embedder, texts, batch_size),
+        TextRole::Query => batched(texts, batch_size, |chunk| embedder.embed_queries(chunk)),
+    }
+}
+
+/// An embedder whose queries and documents get a fixed text in front before
+/// the inner model sees them: the instruction or prefix models such as
+/// bge (`"Represent this sentence for searching relevant passages: "` on
+/// queries) or e5 (`"query: "` / `"passage: "`) were trained with.
+///
+/// A blank text stays blank (no prefix), so it keeps the inner model's
+/// meaning of "no text" (a zero vector). The model id names both prefixes
+/// (by hash), so vectors made with other prefixes are never reused.
+pub struct Prefixed<E> {
+    inner: E,
+    query_prefix: String,
+    document_prefix: String,
+    model_id: String,
+}
+
+impl<E: Embed> Prefixed<E> {
+    /// Wraps `inner`; with both prefixes empty it embeds exactly as `inner`
+    /// (and keeps its model id).
+    pub fn new(inner: E, query_prefix: impl Into<String>, document_prefix: impl Into<String>) -> Prefixed<E> {
+        let (query_prefix, document_prefix) = (query_prefix.into(), document_prefix.into());
+        let model_id = if query_prefix.is_empty() && document_prefix.is_empty() {
+            inner.model_id()
+        } else {
+            let hash = text_hash(&query_prefix, &document_prefix);
+            format!("{}+prefix-{}", inner.model_id(), &hash[..12])
+        };
+        Prefixed { inner, query_prefix, document_prefix, model_id }
+    }
+
+    fn with_prefix(prefix: &str, texts: &[String]) -> Vec<String> {
+        texts
+            .iter()
+            .map(
+                |text| {
+                    if prefix.is_empty() || text.trim().is_empty() {
+                        text.clone()
+                    } else {
+                        format!("{prefix}{text}")
+                    }
+                },
+            )
+            .collect()
+    }
+}
+
+impl<E: Embed> Embed for Prefixed<E> {
+    fn model_id(&self) -> String {
+        self.model_id.clone()
+    }
+
+    fn dimensions(&self) -> usize {
+        self.inner.dimensions()
+    }
+
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.inner.embed_batch(&Self::with_prefix(&self.document_prefix, texts))
+    }
+
+    fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.inner.embed_batch(&Self::with_prefix(&self.query_prefix, texts))
+    }
+}
+
+impl<E: Embed + ?Sized> Embed for Box<E> {
+    fn model_id(&self) -> String {
+        (**self).model_id()
+    }
+
+    fn dimensions(&self) -> usize {
+        (**self).dimensions()
+    }
+
+    fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        (**self).embed_batch(texts)
+    }
+
+    fn embed(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        (**self).embed(text)
+    }
+
+    fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        (**self).embed_queries(texts)
+    }
 }
 
 /// Vectors another embedder computed earlier (off the caller's thread), served by text:
@@ -143,9 +293,19 @@ pub fn embed_in_batches(
     texts: &[String],
     batch_size: usize,
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
+    batched(texts, batch_size, |chunk| embedder.embed_batch(chunk))
+}
+
+/// Calls `embed` on chunks of at most `batch_size` texts (at least 1),
+/// checking that each call gives one vector per text.
+fn batched(
+    texts: &[String],
+    batch_size: usize,
+    embed: impl Fn(&[String]) -> Result<Vec<Vec<f32>>, EmbedError>,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
     let mut vectors = Vec::with_capacity(texts.len());
     for chunk in texts.chunks(batch_size.max(1)) {
-        let embedded = embedder.embed_batch(chunk)?;
+        let embedded = embed(chunk)?;
         if embedded.len() != chunk.len() {
             return Err(EmbedError::new(
                 EmbedErrorCode::BadResponse,
@@ -334,6 +494,43 @@ mod tests {
         assert!((norm - 1.0).abs() < 1e-5);
         assert!(embedder.embed("the of and").iter().all(|x| *x == 0.0));
         assert!(HashingEmbedder::new(0).is_none());
+    }
+
+    /// Records the texts it is asked to embed (the prefixes, seen from inside).
+    struct Recording(std::sync::Mutex<Vec<String>>);
+
+    impl Embed for Recording {
+        fn model_id(&self) -> String {
+            "rec".into()
+        }
+        fn dimensions(&self) -> usize {
+            1
+        }
+        fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.0.lock().unwrap().extend(texts.iter().cloned());
+            Ok(texts.iter().map(|_| vec![1.0]).collect())
+        }
+    }
+
+    #[test]
+    fn prefixes_go_in_front_of_queries_and_documents_apart_and_name_the_model() {
+        let texts = vec!["find flights".to_string(), "  ".to_string()];
+        let prefixed = Prefixed::new(Recording(Default::default()), "query: ", "passage: ");
+        embed_in_batches_as(&prefixed, &texts, 1, TextRole::Query).unwrap();
+        embed_in_batches_as(&prefixed, &texts[..1], 8, TextRole::Document).unwrap();
+        let seen = prefixed.inner.0.lock().unwrap().clone();
+        assert_eq!(seen, ["query: find flights", "  ", "passage: find flights"]);
+        assert!(prefixed.model_id().starts_with("rec+prefix-"), "{}", prefixed.model_id());
+        let other = Prefixed::new(Recording(Default::default()), "query: ", "");
+        assert_ne!(other.model_id(), prefixed.model_id());
+        // Without prefixes the wrapper is the model itself, id included.
+        let plain = Prefixed::new(Recording(Default::default()), "", "");
+        assert_eq!(plain.model_id(), "rec");
+        plain.embed_queries(&texts[..1]).unwrap();
+        assert_eq!(plain.inner.0.lock().unwrap().as_slice(), ["find flights"]);
+        // Every other embedder embeds a query as any text.
+        let hashing = HashingEmbedder::default();
+        assert_eq!(hashing.embed_queries(&texts[..1]).unwrap(), vec![hashing.embed("find flights")]);
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub mod limits;
 pub mod manifest;
 pub mod mcp_face;
 pub mod meta_tool;
+pub mod nothing_fits;
+pub mod outcome_memory;
 pub mod outcome_prior;
 pub mod registration;
 pub mod reindex;

@@ -6,7 +6,7 @@
 //! configuration error (the settings refuse it first).
 
 use crate::config::{EmbedderBackend, EmbedderSettings};
-use crate::core::embedder::{Embed, EmbedError, EmbedErrorCode, HashingEmbedder};
+use crate::core::embedder::{Embed, EmbedError, EmbedErrorCode, HashingEmbedder, Prefixed};
 use crate::core::static_embedder::StaticEmbedder;
 use crate::embedders::http::{HttpEmbedder, HttpEmbedderConfig};
 use std::time::Duration;
@@ -46,21 +46,31 @@ pub fn build_with_env(
                 retries: settings.retries,
                 ..HttpEmbedderConfig::new(&settings.endpoint, &settings.model)
             };
-            Ok(Box::new(HttpEmbedder::new(config)?))
+            Ok(prefixed(Box::new(HttpEmbedder::new(config)?), settings))
         }
-        EmbedderBackend::Local => local(settings),
+        EmbedderBackend::Local => local(settings).map(|model| prefixed(model, settings)),
         EmbedderBackend::Static => Ok(Box::new(StaticEmbedder::new())),
     }
 }
 
+/// `model` with the configured query and document prefixes in front of its texts
+/// (itself, id included, when both are empty).
+fn prefixed(model: BoxedEmbedder, settings: &EmbedderSettings) -> BoxedEmbedder {
+    if settings.query_prefix.is_empty() && settings.document_prefix.is_empty() {
+        return model;
+    }
+    Box::new(Prefixed::new(model, settings.query_prefix.clone(), settings.document_prefix.clone()))
+}
+
 #[cfg(feature = "neural")]
 fn local(settings: &EmbedderSettings) -> Result<BoxedEmbedder, EmbedError> {
-    let model = crate::embedders::neural::NeuralEmbedder::load(&settings.model_dir).map_err(|err| {
-        EmbedError::new(
-            EmbedErrorCode::Config,
-            format!("cannot load the model in {}: {err}", settings.model_dir.display()),
-        )
-    })?;
+    let model =
+        crate::embedders::neural::NeuralEmbedder::load_with(&settings.model_dir, settings.pooling).map_err(|err| {
+            EmbedError::new(
+                EmbedErrorCode::Config,
+                format!("cannot load the model in {}: {err}", settings.model_dir.display()),
+            )
+        })?;
     Ok(Box::new(model))
 }
 
@@ -113,6 +123,9 @@ mod tests {
             batch_size: 32,
             timeout_ms: 1000,
             retries: 0,
+            pooling: crate::config::Pooling::Mean,
+            query_prefix: String::new(),
+            document_prefix: String::new(),
         }
     }
 
@@ -124,6 +137,14 @@ mod tests {
         let http = build(&settings(EmbedderBackend::Http)).unwrap();
         assert_eq!(http.model_id(), "openai-compatible:http://127.0.0.1:9/v1/embeddings#m");
         assert_eq!(http.dimensions(), 0);
+        let mut with_prefix = settings(EmbedderBackend::Http);
+        with_prefix.query_prefix = "query: ".into();
+        let http_prefixed = build(&with_prefix).unwrap();
+        assert!(
+            http_prefixed.model_id().starts_with(&format!("{}+prefix-", http.model_id())),
+            "{}",
+            http_prefixed.model_id()
+        );
         let distilled = build(&settings(EmbedderBackend::Static)).unwrap();
         assert_eq!(distilled.model_id(), crate::core::static_embedder::MODEL_ID);
         assert_eq!(distilled.embed("web search").unwrap(), StaticEmbedder::new().embed("web search"));

@@ -8,7 +8,10 @@
 //! - `tokenizer.json`: the Hugging Face tokenizer;
 //! - `model.safetensors`: the weights;
 //! - optionally `sentence_bert_config.json`, whose `max_seq_length` bounds the tokens per text
-//!   (256 when absent, sentence-transformers' value for all-MiniLM-L6-v2).
+//!   (256 when absent, sentence-transformers' value for all-MiniLM-L6-v2);
+//! - optionally `1_Pooling/config.json`, sentence-transformers' pooling (`pooling_mode_mean_tokens`,
+//!   `pooling_mode_cls_token` or `pooling_mode_max_tokens`); when absent, the pooling the caller
+//!   gives ([`NeuralEmbedder::load_with`], `[embedder] pooling`), mean by default.
 //!
 //! [`NeuralEmbedder::embed_texts`] does what sentence-transformers' `encode` does:
 //!
@@ -17,14 +20,16 @@
 //!    sentence-transformers does) and truncation at `max_seq_length` tokens (the file says 128);
 //! 2. sort the texts by token count and run them in batches of [`BATCH_SIZE`], each batch padded
 //!    to its longest text, with an attention mask that hides the padding;
-//! 3. mean-pool the last hidden states over the attention mask, then L2-normalise,
-//!    and return the vectors in input order.
+//! 3. pool the last hidden states over the attention mask ([`Pooling`]: mean, the `[CLS]` token,
+//!    or max), then L2-normalise, and return the vectors in input order.
 //!
 //! [`NeuralEmbedder::model_id`] is derived from the directory's contents (a SHA-256 of
-//! `config.json`, `tokenizer.json`, `model.safetensors` and the sequence limit), so vectors cached
-//! under one model are never reused for another.
+//! `config.json`, `tokenizer.json`, `model.safetensors`, the sequence limit and the pooling), so
+//! vectors cached under one model are never reused for another. A query instruction or prefix
+//! is not this module's: `core::embedder::Prefixed` puts it in front (`[embedder] query_prefix`).
 
-use candle_core::{DType, Device, Tensor};
+use crate::core::embedder::Pooling;
+use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use serde::Deserialize;
@@ -45,8 +50,10 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 pub const CONFIG_FILE: &str = "config.json";
 /// Name of sentence-transformers' optional settings file (for `max_seq_length`).
 pub const SENTENCE_CONFIG_FILE: &str = "sentence_bert_config.json";
-/// Version of the pipeline around the model (pooling, normalisation); part of the model id.
-const PIPELINE_VERSION: &str = "mean-l2-v1";
+/// Name of sentence-transformers' optional pooling file, relative to the model directory.
+pub const POOLING_FILE: &str = "1_Pooling/config.json";
+/// Version of the normalisation after pooling; part of the model id (after the pooling's name).
+const PIPELINE_VERSION: &str = "l2-v1";
 
 /// Why a model directory could not be loaded, or texts not embedded.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +116,7 @@ pub struct NeuralEmbedder {
     dimensions: usize,
     max_seq_length: usize,
     pad_token_id: u32,
+    pooling: Pooling,
     model_id: String,
 }
 
@@ -119,6 +127,7 @@ impl fmt::Debug for NeuralEmbedder {
             .field("model_id", &self.model_id)
             .field("dimensions", &self.dimensions)
             .field("max_seq_length", &self.max_seq_length)
+            .field("pooling", &self.pooling)
             .finish_non_exhaustive()
     }
 }
@@ -135,10 +144,18 @@ pub fn load(dir: &Path) -> Result<NeuralEmbedder, NeuralError> {
 }
 
 impl NeuralEmbedder {
-    /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir` (CPU, f32).
+    /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir` (CPU, f32),
+    /// pooling as `1_Pooling/config.json` says, or by the mean without it.
     ///
     /// Every problem with the directory is a typed [`NeuralError`] naming the file.
     pub fn load(dir: &Path) -> Result<NeuralEmbedder, NeuralError> {
+        NeuralEmbedder::load_with(dir, Pooling::Mean)
+    }
+
+    /// [`NeuralEmbedder::load`], pooling by `fallback` when the directory has no
+    /// `1_Pooling/config.json` (the model's own file wins when it is there).
+    pub fn load_with(dir: &Path, fallback: Pooling) -> Result<NeuralEmbedder, NeuralError> {
+        let pooling = read_pooling(dir)?.unwrap_or(fallback);
         let config_path = dir.join(CONFIG_FILE);
         let tokenizer_path = dir.join(TOKENIZER_FILE);
         let weights_path = dir.join(WEIGHTS_FILE);
@@ -170,7 +187,8 @@ impl NeuralEmbedder {
             .with_truncation(Some(TruncationParams { max_length: max_seq_length, ..TruncationParams::default() }))
             .map_err(|error| NeuralError::BadTokenizer { path: tokenizer_path.clone(), message: error.to_string() })?;
 
-        let model_id = derive_model_id(&config, &config_bytes, &tokenizer_bytes, &weights_bytes, max_seq_length);
+        let model_id =
+            derive_model_id(&config, &config_bytes, &tokenizer_bytes, &weights_bytes, max_seq_length, pooling);
         let device = Device::Cpu;
         let var_builder = VarBuilder::from_buffered_safetensors(weights_bytes, DType::F32, &device)
             .map_err(|error| NeuralError::BadWeights { path: weights_path.clone(), message: error.to_string() })?;
@@ -184,6 +202,7 @@ impl NeuralEmbedder {
             dimensions: config.hidden_size,
             max_seq_length,
             pad_token_id,
+            pooling,
             model_id,
         })
     }
@@ -196,6 +215,11 @@ impl NeuralEmbedder {
     /// Returns the number of dimensions of every vector (the model's hidden size).
     pub fn dimensions(&self) -> usize {
         self.dimensions
+    }
+
+    /// Returns how token states become one vector.
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
     }
 
     /// Returns the token limit per text, special tokens included.
@@ -251,11 +275,22 @@ impl NeuralEmbedder {
         let token_type_ids = input_ids.zeros_like()?;
         let hidden = self.model.forward(&input_ids, &token_type_ids, Some(&attention_mask))?;
 
-        // Mean pooling over real tokens: sum(hidden * mask) / max(sum(mask), tiny).
         let mask = attention_mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-        let counts = mask.sum(1)?.clamp(1e-9f32, f32::MAX)?;
-        let pooled = summed.broadcast_div(&counts)?;
+        let pooled = match self.pooling {
+            // Mean over real tokens: sum(hidden * mask) / max(sum(mask), tiny).
+            Pooling::Mean => {
+                let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+                let counts = mask.sum(1)?.clamp(1e-9f32, f32::MAX)?;
+                summed.broadcast_div(&counts)?
+            }
+            // The first token, [CLS], is never padding.
+            Pooling::Cls => hidden.i((.., 0, ..))?.contiguous()?,
+            // Max over real tokens: padding is pushed to -1e9 first, as sentence-transformers does.
+            Pooling::Max => {
+                let push_down = mask.affine(1e9, -1e9)?;
+                hidden.broadcast_add(&push_down)?.max(1)?
+            }
+        };
         // L2 normalisation, guarded like torch's F.normalize (eps 1e-12).
         let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12f32, f32::MAX)?;
         pooled.broadcast_div(&norms)?.to_vec2::<f32>()
@@ -318,6 +353,54 @@ fn parse_config(path: &Path, bytes: &[u8]) -> Result<BertConfig, NeuralError> {
     Ok(config)
 }
 
+/// The part of `1_Pooling/config.json` capdex reads: one `pooling_mode_*` flag must be set.
+#[derive(Deserialize)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(flatten)]
+    others: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Reads the pooling from the optional `1_Pooling/config.json`: `None` without the file; a
+/// file that asks for no pooling, several at once, or one capdex does not do is an error.
+fn read_pooling(dir: &Path) -> Result<Option<Pooling>, NeuralError> {
+    let path = dir.join(POOLING_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(NeuralError::ReadFile { path, source }),
+    };
+    let bad = |message: String| NeuralError::BadConfig { path: path.clone(), message };
+    let config: PoolingConfig = serde_json::from_slice(&bytes).map_err(|error| bad(error.to_string()))?;
+    let unsupported: Vec<&str> = config
+        .others
+        .iter()
+        .filter(|(key, value)| key.starts_with("pooling_mode_") && value.as_bool() == Some(true))
+        .map(|(key, _)| key.as_str())
+        .collect();
+    if !unsupported.is_empty() {
+        return Err(bad(format!("{} is not supported (mean, cls or max tokens only)", unsupported.join(", "))));
+    }
+    let chosen: Vec<Pooling> = [
+        (config.pooling_mode_mean_tokens, Pooling::Mean),
+        (config.pooling_mode_cls_token, Pooling::Cls),
+        (config.pooling_mode_max_tokens, Pooling::Max),
+    ]
+    .into_iter()
+    .filter_map(|(on, pooling)| on.then_some(pooling))
+    .collect();
+    match chosen.as_slice() {
+        [one] => Ok(Some(*one)),
+        [] => Err(bad("no pooling_mode_* is true".to_string())),
+        _ => Err(bad("several pooling modes at once (concatenated vectors) are not supported".to_string())),
+    }
+}
+
 /// Reads `max_seq_length` from the optional `sentence_bert_config.json`.
 fn read_max_seq_length(dir: &Path) -> Result<usize, NeuralError> {
     let path = dir.join(SENTENCE_CONFIG_FILE);
@@ -341,9 +424,11 @@ fn derive_model_id(
     tokenizer_bytes: &[u8],
     weights_bytes: &[u8],
     max_seq_length: usize,
+    pooling: Pooling,
 ) -> String {
     let mut hasher = Sha256::new();
-    let settings = format!("{PIPELINE_VERSION}|max_seq_length={max_seq_length}");
+    // Mean pooling hashes as before pooling was a choice ("mean-l2-v1"), so cached vectors stay valid.
+    let settings = format!("{}-{PIPELINE_VERSION}|max_seq_length={max_seq_length}", pooling.as_str());
     for part in [config_bytes, tokenizer_bytes, weights_bytes, settings.as_bytes()] {
         hasher.update((part.len() as u64).to_le_bytes());
         hasher.update(part);

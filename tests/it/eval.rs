@@ -237,6 +237,32 @@ fn nothing_fits_is_measured_on_empty_rankings() {
     }
     let kept = fits["keptShare"].as_f64().unwrap();
     assert!((0.0..=100.0).contains(&kept), "{fits}");
+    // --signals: one line per request, in order, with its first hits' signals.
+    let signals = dir.path().join("signals.jsonl");
+    let signals_arg = signals.to_str().unwrap();
+    eval_report(&tools, &[&queries, &small_talk, &irrelevance], &["--signals", signals_arg]);
+    let signal_lines: Vec<Value> = std::fs::read_to_string(&signals)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .collect();
+    assert_eq!(signal_lines.len(), 130);
+    for (i, line) in signal_lines.iter().enumerate() {
+        assert_eq!(line["queryIdx"].as_u64(), Some(i as u64));
+        assert_eq!(line["answerable"].as_bool(), Some(i < 40), "{line}");
+        let hits = line["hits"].as_array().unwrap();
+        assert!(hits.len() <= 5, "{line}");
+        for hit in hits {
+            let coverage = hit["coverage"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&coverage), "{line}");
+        }
+        assert!(line["floorMax"].as_f64().unwrap() >= line["floorMedian"].as_f64().unwrap(), "{line}");
+    }
+    let relevant_found = signal_lines[..40]
+        .iter()
+        .filter(|line| line["hits"].as_array().unwrap().iter().any(|hit| hit["relevant"] == true))
+        .count();
+    assert_eq!(relevant_found as u64, fits["answerableInReach"].as_u64().unwrap(), "the same first five hits");
     assert!(fits["answerableInReach"].as_u64().unwrap() > 10, "many sample requests find a relevant tool: {fits}");
 }
 
@@ -258,6 +284,15 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     assert!(replay["outcomes"].as_u64().unwrap() >= 60, "{replay}");
     assert!(replay["adjusted"].as_u64().unwrap() > 0, "{replay}");
     assert_ne!(replay["withPrior"], replay["withoutPrior"], "the prior moved some ranking: {replay}");
+    // The outcome memory: the capabilities that succeeded move towards their requests, and the
+    // requests whose relevant capabilities were in no outcome are scored apart.
+    assert!(replay["remembered"].as_u64().unwrap() > 0, "{replay}");
+    assert_eq!(replay["withMemory"]["queries"], 60);
+    assert_ne!(replay["withMemory"], replay["withPrior"], "the memory moved some ranking: {replay}");
+    let unseen = replay["unseen"].as_u64().unwrap();
+    assert!(unseen < 60, "{replay}");
+    assert_eq!(replay["unseenWithMemory"]["queries"].as_u64(), Some(unseen));
+    assert_eq!(replay["unseenWithoutPrior"]["queries"].as_u64(), Some(unseen));
     let (again, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
     assert_eq!(again["replay"], report["replay"]);
     let (other, _) = eval_report(&tools, &[&queries], &["--replay", "8"]);

@@ -1,0 +1,167 @@
+//! Signals for "nothing fits": whether a request's best capabilities
+//! really answer it, from evidence with a reason to generalise rather than
+//! from the relevance scale alone.
+//!
+//! - [`coverage`]: the share of the request's content words (index terms,
+//!   [`index_terms`]) that a capability's own text uses. A request whose
+//!   words the best capability does not use is about something else, even
+//!   when one shared word ("height", "calculate") lifts its BM25F score.
+//! - [`GenericFloor`]: how close text that asks for no capability at all
+//!   comes to the catalog. [`GENERIC_SENTENCES`] (conversation, opinions,
+//!   everyday statements: no tool request) are embedded with the catalog's
+//!   model when the index is built; a request is semantically nearer a
+//!   capability than chatter only when its cosine with that capability
+//!   passes what those sentences reach against the same catalog. The
+//!   floor is thus measured per model and per catalog, never a fixed cosine.
+
+use crate::core::embedder::dot;
+use crate::core::index::VectorIndex;
+use crate::core::text::index_terms;
+use std::collections::HashSet;
+
+/// Sentences that ask for no capability: greetings, thanks, feelings,
+/// opinions, remarks about the conversation, everyday statements. Written
+/// for capdex (not taken from any benchmark), embedded once per index.
+pub const GENERIC_SENTENCES: &[&str] = &[
+    "hello",
+    "hi, nice to meet you",
+    "good afternoon, how has your week been?",
+    "thank you, I really appreciate it",
+    "thanks a lot for your help earlier",
+    "alright, that works for me",
+    "sure, no problem",
+    "I understand now, thanks for explaining",
+    "that is interesting, tell me more about yourself",
+    "I am not sure how I feel about that",
+    "this is so exciting",
+    "I feel great today",
+    "I'm a little sad this evening",
+    "the weekend went by too quickly",
+    "it has been a busy morning",
+    "my neighbour's dog barks all night",
+    "we had pasta for dinner yesterday",
+    "I'm going to make some tea",
+    "what a beautiful day it is",
+    "I love spending time with my family",
+    "do you ever get tired of talking?",
+    "are you real?",
+    "what is your name?",
+    "how old are you?",
+    "do you dream?",
+    "what do you like to do for fun?",
+    "tell me something about you",
+    "please be more concise",
+    "that was not quite what I meant",
+    "let me rephrase my question",
+    "wait, I need to think",
+    "hold on a minute",
+    "never mind that",
+    "I changed my mind",
+    "ok thanks, that's all for now",
+    "see you tomorrow",
+    "take care",
+    "goodbye",
+    "yes please",
+    "no thanks",
+    "I don't know",
+    "fine",
+    "really?",
+    "interesting",
+    "you are very kind",
+    "sorry about that",
+    "my apologies for the confusion",
+    "I'm just chatting",
+    "nothing in particular, just saying hello",
+    "this conversation is fun",
+];
+
+/// The share of `request`'s distinct content words (index terms) found in
+/// `capability_terms`; 0 for a request without content words.
+pub fn coverage(request: &str, capability_terms: &HashSet<String>) -> f32 {
+    let terms: HashSet<String> = index_terms(request).into_iter().collect();
+    if terms.is_empty() {
+        return 0.0;
+    }
+    terms.iter().filter(|term| capability_terms.contains(*term)).count() as f32 / terms.len() as f32
+}
+
+/// The index terms of a capability's text, for [`coverage`].
+pub fn terms_of(text: &str) -> HashSet<String> {
+    index_terms(text).into_iter().collect()
+}
+
+/// What requests that ask for nothing reach against one catalog: for each
+/// generic sentence its best cosine with any capability; the floor is the
+/// largest of them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenericFloor {
+    /// Per generic sentence, its best cosine with the catalog.
+    pub best: Vec<f32>,
+}
+
+impl GenericFloor {
+    /// Measures `generic` (the vectors of [`GENERIC_SENTENCES`]) against
+    /// `vectors`; sentences without a vector are skipped.
+    pub fn measure(generic: &[Vec<f32>], vectors: &VectorIndex) -> GenericFloor {
+        let best = generic
+            .iter()
+            .filter(|vector| dot(vector, vector) > 0.0)
+            .filter_map(|vector| vectors.search(vector, 1, |_| true).first().map(|hit| hit.score))
+            .collect();
+        GenericFloor { best }
+    }
+
+    /// The highest cosine a generic sentence reached with the catalog
+    /// (0 with no vectors: every cosine passes).
+    pub fn floor(&self) -> f32 {
+        self.best.iter().copied().fold(0.0, f32::max)
+    }
+
+    /// The `q`-quantile (in [0, 1]) of the generic sentences' best cosines.
+    pub fn quantile(&self, q: f32) -> f32 {
+        if self.best.is_empty() {
+            return 0.0;
+        }
+        let mut sorted = self.best.clone();
+        sorted.sort_by(f32::total_cmp);
+        let at = ((sorted.len() - 1) as f32 * q.clamp(0.0, 1.0)).round() as usize;
+        sorted[at]
+    }
+}
+
+/// The best cosine of `request` with any of `generic` (the request's own
+/// likeness to chatter).
+pub fn generic_likeness(request: &[f32], generic: &[Vec<f32>]) -> f32 {
+    generic.iter().filter(|vector| vector.len() == request.len()).map(|vector| dot(request, vector)).fold(0.0, f32::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coverage_counts_the_requests_content_words_the_capability_uses() {
+        let bmi = terms_of("determine_body_mass_index Calculate body mass index given weight and height.");
+        let triangle = terms_of("calculate_triangle_area Calculate the area of a triangle given base and height.");
+        let request = "Calculate the area of a triangle given the base is 10 meters and height is 5 meters.";
+        assert!(coverage(request, &triangle) > 0.6, "{}", coverage(request, &triangle));
+        assert!(coverage(request, &bmi) < 0.4, "{}", coverage(request, &bmi));
+        assert_eq!(coverage("the of and", &triangle), 0.0);
+    }
+
+    #[test]
+    fn the_floor_is_what_generic_sentences_reach_against_the_catalog() {
+        let mut index = VectorIndex::new(2);
+        index.upsert("a", &[1.0, 0.0]).unwrap();
+        index.upsert("b", &[0.0, 1.0]).unwrap();
+        let generic = vec![vec![0.6, 0.8], vec![0.0, 0.0], vec![1.0, 0.0]];
+        let floor = GenericFloor::measure(&generic, &index);
+        assert_eq!(floor.best.len(), 2);
+        assert!((floor.floor() - 1.0).abs() < 0.02);
+        assert!((floor.quantile(0.0) - 0.8).abs() < 0.02);
+        assert_eq!(GenericFloor::default().floor(), 0.0);
+        assert!((generic_likeness(&[0.6, 0.8], &generic) - 1.0).abs() < 1e-6);
+        let unique: HashSet<&str> = GENERIC_SENTENCES.iter().copied().collect();
+        assert_eq!(unique.len(), GENERIC_SENTENCES.len());
+    }
+}
