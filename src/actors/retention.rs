@@ -204,7 +204,7 @@ mod tests {
             .unwrap();
         }
         let graph =
-            crate::actors::scg::spawn(&crate::config::Settings::load(None, &Default::default()).unwrap(), &store)
+            crate::actors::scg::spawn(&crate::config::Settings::load(None, &Default::default()).unwrap(), &store, None)
                 .unwrap()
                 .graph;
         let retention =

@@ -17,7 +17,7 @@ use crate::actors::scg::progress::{now_ms, Progress, ScgError};
 use crate::actors::Inspect;
 #[cfg(test)]
 use crate::core::embedder::HashingEmbedder;
-use crate::core::embedder::{Embed, PrecomputedEmbedder};
+use crate::core::embedder::{Embed, PrecomputedEmbedder, TextRole};
 use crate::core::scg::align::{Links, TypeAligner};
 use crate::core::scg::memory::{self, Deposit, Deposited, MemoryError, Note};
 use crate::core::scg::model::{replace_source, Replaced};
@@ -461,26 +461,36 @@ impl Handler<Route> for ScgGraph {
         if !semantic && self.upgrading {
             return Box::pin(fut::ready(self.route_now(&request, None)));
         }
-        let mut texts = vec![request.query.clone()];
-        if !semantic {
-            texts.extend(RouteIndex::embedding_texts(&graphs));
+        // The question is embedded as a query, the graph's texts as documents
+        // (a model with prefixes tells the two apart).
+        let question = remote.send(EmbedTexts { texts: vec![request.query.clone()], role: TextRole::Query });
+        let document_texts = if semantic { Vec::new() } else { RouteIndex::embedding_texts(&graphs) };
+        let documents = (!semantic).then(|| {
             self.upgrading = true;
-        }
+            remote.send(EmbedTexts { texts: document_texts.clone(), role: TextRole::Document })
+        });
+        let both = async move {
+            let question = question.await;
+            let documents = match documents {
+                Some(documents) => Some(documents.await),
+                None => None,
+            };
+            (question, documents)
+        };
+        let query = request.query.clone();
         let generation = self.generation;
-        Box::pin(remote.send(EmbedTexts { texts: texts.clone() }).into_actor(self).map(move |reply, actor, _| {
+        Box::pin(both.into_actor(self).map(move |(question, documents), actor, _| {
             if !semantic && actor.generation == generation {
                 actor.upgrading = false;
             }
-            let table = match reply {
-                Ok(EmbeddedTexts { model_id, dimensions, vectors: Ok(vectors) }) => {
+            let table = match embedded(question, documents) {
+                Ok((model_id, dimensions, vectors)) => {
+                    let mut texts = vec![query];
+                    texts.extend(document_texts);
                     Some(PrecomputedEmbedder::new(model_id, dimensions, &texts, vectors))
                 }
-                Ok(EmbeddedTexts { vectors: Err(err), .. }) => {
-                    tracing::warn!(code = %err.code, message = %err.message, "route: the embedder failed");
-                    None
-                }
                 Err(err) => {
-                    tracing::warn!(error = %err, "route: the embedder is unavailable");
+                    tracing::warn!(error = %err, "route: the embedder failed");
                     None
                 }
             };
@@ -494,6 +504,23 @@ impl Handler<Route> for ScgGraph {
             actor.route_now(&request, table.as_ref().map(|table| table as &dyn Embed))
         }))
     }
+}
+
+type Embedded = Result<EmbeddedTexts, actix::MailboxError>;
+
+/// The question's vector then the documents' (when asked), with the model
+/// that made them, or why there are none.
+fn embedded(question: Embedded, documents: Option<Embedded>) -> Result<(String, usize, Vec<Vec<f32>>), String> {
+    let unwrap = |reply: Embedded| match reply {
+        Ok(EmbeddedTexts { model_id, dimensions, vectors: Ok(vectors) }) => Ok((model_id, dimensions, vectors)),
+        Ok(EmbeddedTexts { vectors: Err(err), .. }) => Err(format!("{}: {}", err.code, err.message)),
+        Err(err) => Err(format!("the embedder is unavailable: {err}")),
+    };
+    let (model_id, dimensions, mut vectors) = unwrap(question)?;
+    if let Some(documents) = documents {
+        vectors.extend(unwrap(documents)?.2);
+    }
+    Ok((model_id, dimensions, vectors))
 }
 
 /// Reads a node's neighbourhood.
