@@ -11,6 +11,14 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The highest [`LIVE`] reached since the last [`Meter::now`].
+static HIGH: AtomicIsize = AtomicIsize::new(0);
+
+/// Counts `size` more live bytes, raising the high-water mark.
+fn grow(size: isize) {
+    let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
+    HIGH.fetch_max(live, Ordering::Relaxed);
+}
 
 /// `A`, counting live bytes after [`start`].
 pub struct Counting<A>(pub A);
@@ -22,7 +30,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         // SAFETY: the caller's contract is `A`'s.
         let pointer = unsafe { self.0.alloc(layout) };
         if !pointer.is_null() && COUNTING.load(Ordering::Relaxed) {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            grow(layout.size() as isize);
         }
         pointer
     }
@@ -31,7 +39,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         // SAFETY: the caller's contract is `A`'s.
         let pointer = unsafe { self.0.alloc_zeroed(layout) };
         if !pointer.is_null() && COUNTING.load(Ordering::Relaxed) {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+            grow(layout.size() as isize);
         }
         pointer
     }
@@ -48,7 +56,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         // SAFETY: the caller's contract is `A`'s.
         let moved = unsafe { self.0.realloc(pointer, layout, new_size) };
         if !moved.is_null() && COUNTING.load(Ordering::Relaxed) {
-            LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+            grow(new_size as isize - layout.size() as isize);
         }
         moved
     }
@@ -73,18 +81,28 @@ pub fn live_bytes() -> isize {
     LIVE.load(Ordering::SeqCst)
 }
 
-/// The live bytes at a point, to measure what a step left allocated.
+/// The live bytes at a point, to measure what a step left allocated and
+/// the most it held on the way. One meter at a time: reading one restarts
+/// the high-water mark.
 #[derive(Clone, Copy, Debug)]
 pub struct Meter(isize);
 
 impl Meter {
     pub fn now() -> Meter {
-        Meter(live_bytes())
+        let live = live_bytes();
+        HIGH.store(live, Ordering::SeqCst);
+        Meter(live)
     }
 
     /// The bytes allocated since this meter was read, net of frees.
     pub fn grown(self) -> isize {
         live_bytes() - self.0
+    }
+
+    /// The most bytes held at once since this meter was read, above what
+    /// is held now: a step's temporaries (buffers, growing tables).
+    pub fn transient(self) -> isize {
+        HIGH.load(Ordering::SeqCst).max(live_bytes()) - live_bytes()
     }
 }
 

@@ -417,6 +417,9 @@ pub struct MemoryPart {
     /// Heap bytes its construction left allocated.
     pub bytes: i64,
     pub bytes_per_capability: f64,
+    /// The most heap bytes its construction held at once above what it
+    /// left: the step's temporaries, which raise the peak but not the rest.
+    pub transient_bytes: i64,
 }
 
 /// `capdex bench --memory`: where the bytes of a built catalog go.
@@ -462,6 +465,7 @@ pub fn memory_account(
     let meter = Meter::now();
     let (descriptors, presets) = make();
     let all_descriptors = meter.grown();
+    let descriptors_transient = meter.transient();
     // The schemas' share: a copy of them weighs what they do.
     let meter = Meter::now();
     let schemas: Vec<Option<CompactJson>> = descriptors.iter().map(|d| d.full_schema.clone()).collect();
@@ -469,8 +473,10 @@ pub fn memory_account(
     drop(schemas);
 
     let n = descriptors.len();
-    let mut parts =
-        vec![("descriptors (ids, names, texts, tags)", all_descriptors - schema_bytes), ("schemas", schema_bytes)];
+    let mut parts = vec![
+        ("descriptors (ids, names, texts, tags)", all_descriptors - schema_bytes, descriptors_transient),
+        ("schemas", schema_bytes, 0),
+    ];
     let mut meter = Meter::now();
     let built = build_marked(descriptors, presets, embedder, batch_size, &mut |step| {
         let structure = match step {
@@ -479,27 +485,28 @@ pub fn memory_account(
             BuildStep::Graph => "capability graph",
             BuildStep::Catalog => "catalog map (id keys, tree nodes)",
         };
-        parts.push((structure, meter.grown()));
+        parts.push((structure, meter.grown(), meter.transient()));
         meter = Meter::now();
     })?;
     let meter = Meter::now();
     let filter = DiscoveryFilter::default();
     let tier0 = built.catalog.tier0(&filter, TokenBudget::new(config.tier0_token_budget));
-    parts.push(("tier 0 text", meter.grown()));
+    parts.push(("tier 0 text", meter.grown(), meter.transient()));
     for message in queries {
         discover_message(message, &built, embedder, batch_size, config, tier0.clone())?;
     }
-    let live_bytes: i64 = parts.iter().map(|(_, bytes)| *bytes as i64).sum();
+    let live_bytes: i64 = parts.iter().map(|(_, bytes, _)| *bytes as i64).sum();
     let rss_bytes = current_rss_bytes();
     let account = MemoryAccount {
         n: built.catalog.len(),
         model_id: embedder.model_id(),
         parts: parts
             .into_iter()
-            .map(|(structure, bytes)| MemoryPart {
+            .map(|(structure, bytes, transient)| MemoryPart {
                 structure,
                 bytes: bytes as i64,
                 bytes_per_capability: bytes as f64 / n.max(1) as f64,
+                transient_bytes: transient as i64,
             })
             .collect(),
         live_bytes,

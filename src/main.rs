@@ -1099,9 +1099,15 @@ fn print_memory_account(account: &capdex::bench::MemoryAccount, json: bool) -> a
     let mb = |bytes: i64| bytes as f64 / 1e6;
     let per = |bytes: i64| bytes as f64 / account.n.max(1) as f64;
     println!("memory account: {} capabilities, embedder {}", account.n, account.model_id);
-    println!("{:<44} {:>10} {:>16}", "structure", "MB", "bytes/capability");
+    println!("{:<44} {:>10} {:>16} {:>14}", "structure", "MB", "bytes/capability", "transient MB");
     for part in &account.parts {
-        println!("{:<44} {:>10.2} {:>16.0}", part.structure, mb(part.bytes), part.bytes_per_capability);
+        println!(
+            "{:<44} {:>10.2} {:>16.0} {:>14.2}",
+            part.structure,
+            mb(part.bytes),
+            part.bytes_per_capability,
+            mb(part.transient_bytes)
+        );
     }
     let rows = [
         ("heap, all structures", account.live_bytes),

@@ -14,6 +14,7 @@
 //! overwritten by a weaker or different one.
 
 use crate::core::descriptor::CapabilityDescriptor;
+use crate::core::id_table::IdTable;
 use foldhash::HashMap;
 use petgraph::graph::{NodeIndex, UnGraph};
 use petgraph::visit::EdgeRef;
@@ -74,15 +75,22 @@ pub struct GraphStats {
 /// Typed relations over capability ids, on petgraph.
 #[derive(Clone, Debug, Default)]
 pub struct CapabilityGraph {
-    graph: UnGraph<String, Edge>,
-    nodes: HashMap<String, NodeIndex>,
+    /// The relations; node `n` is the capability `ids[n]`.
+    graph: UnGraph<(), Edge>,
+    /// Each node's capability id, by node index: ascending, as the nodes were
+    /// added in id order.
+    ids: Vec<Box<str>>,
+    /// The node of each id (read through `ids`).
+    nodes: IdTable,
     /// The direction the undirected graph forgets: dependent id → the ids it
     /// depends on (resolved `requiredTools`), sorted.
     dependencies: HashMap<String, Vec<String>>,
-    /// Per node (by index), its neighbours with the edges to them in
-    /// [`CapabilityGraph::neighbours`] order, sorted once at build time so a
-    /// query never sorts (or compares ids) to walk them.
-    adjacency: Vec<Vec<(NodeIndex, Edge)>>,
+    /// Every node's neighbours with the edges to them in
+    /// [`CapabilityGraph::neighbours`] order, node after node, sorted once at
+    /// build time so a query never sorts (or compares ids) to walk them: node
+    /// `n`'s are `adjacency[adjacency_starts[n]..adjacency_starts[n + 1]]`.
+    adjacency: Vec<(NodeIndex, Edge)>,
+    adjacency_starts: Vec<u32>,
 }
 
 impl CapabilityGraph {
@@ -101,10 +109,15 @@ impl CapabilityGraph {
         let mut sorted: Vec<&CapabilityDescriptor> = descriptors.into_iter().collect();
         sorted.sort_by(|a, b| a.id.cmp(&b.id));
         sorted.dedup_by(|a, b| a.id == b.id);
-        let mut graph = CapabilityGraph::default();
-        for descriptor in &sorted {
-            let index = graph.graph.add_node(descriptor.id.clone());
-            graph.nodes.insert(descriptor.id.clone(), index);
+        let mut graph = CapabilityGraph {
+            graph: UnGraph::with_capacity(sorted.len(), 0),
+            ids: sorted.iter().map(|descriptor| descriptor.id.as_str().into()).collect(),
+            nodes: IdTable::with_capacity(sorted.len()),
+            ..CapabilityGraph::default()
+        };
+        for (row, descriptor) in sorted.iter().enumerate() {
+            graph.graph.add_node(());
+            graph.nodes.insert(&graph.ids, &descriptor.id, row as u32);
         }
         let mut edges: BTreeMap<(String, String, EdgeKind), f32> = BTreeMap::new();
         let mut add = |a: &str, b: &str, kind: EdgeKind, weight: f32| {
@@ -116,16 +129,18 @@ impl CapabilityGraph {
             *slot = slot.max(weight);
         };
 
-        let resolver = NameResolver::new(&sorted);
-        for descriptor in &sorted {
-            for required in &descriptor.required_tools {
-                if let Some(target) = resolver.resolve(required) {
-                    add(&descriptor.id, target, EdgeKind::DependsOn, DEPENDS_ON_WEIGHT);
-                    if target != descriptor.id {
-                        let targets = graph.dependencies.entry(descriptor.id.clone()).or_default();
-                        if !targets.iter().any(|existing| existing == target) {
-                            targets.push(target.to_string());
-                            targets.sort();
+        {
+            let resolver = NameResolver::new(&sorted);
+            for descriptor in &sorted {
+                for required in &descriptor.required_tools {
+                    if let Some(target) = resolver.resolve(required) {
+                        add(&descriptor.id, target, EdgeKind::DependsOn, DEPENDS_ON_WEIGHT);
+                        if target != descriptor.id {
+                            let targets = graph.dependencies.entry(descriptor.id.clone()).or_default();
+                            if !targets.iter().any(|existing| existing == target) {
+                                targets.push(target.to_string());
+                                targets.sort();
+                            }
                         }
                     }
                 }
@@ -133,7 +148,7 @@ impl CapabilityGraph {
         }
         for preset in presets {
             let members: BTreeSet<&str> =
-                preset.capability_ids.iter().map(String::as_str).filter(|id| graph.nodes.contains_key(*id)).collect();
+                preset.capability_ids.iter().map(String::as_str).filter(|id| graph.node(id).is_some()).collect();
             let members: Vec<&str> = members.into_iter().collect();
             for (i, a) in members.iter().enumerate() {
                 for b in &members[i + 1..] {
@@ -141,15 +156,31 @@ impl CapabilityGraph {
                 }
             }
         }
-        let mut by_tag: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        // Groups are gathered in two passes, counting first, so that only
+        // groups small enough to relate their members are ever held: at a
+        // million capabilities, every id listed under each of its tags and
+        // its category would be a transient hundred megabytes.
+        let tags_of = |descriptor: &'a CapabilityDescriptor| {
+            let lowered: BTreeSet<String> = descriptor.tags.iter().map(|tag| tag.to_lowercase()).collect();
+            lowered.into_iter().map(|tag| leak_free(&tag, &descriptor.tags)).collect::<Vec<&'a str>>()
+        };
+        let mut tag_counts: HashMap<&str, usize> = HashMap::default();
         for descriptor in &sorted {
-            let tags: BTreeSet<String> = descriptor.tags.iter().map(|tag| tag.to_lowercase()).collect();
-            for tag in tags {
-                by_tag.entry(leak_free(&tag, &descriptor.tags)).or_default().push(&descriptor.id);
+            for tag in tags_of(descriptor) {
+                *tag_counts.entry(tag).or_insert(0) += 1;
             }
         }
+        let mut by_tag: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for descriptor in &sorted {
+            for tag in tags_of(descriptor) {
+                if (2..=TAG_MAX_FANOUT).contains(&tag_counts[tag]) {
+                    by_tag.entry(tag).or_default().push(&descriptor.id);
+                }
+            }
+        }
+        drop(tag_counts);
         let mut shared: BTreeMap<(&str, &str), u32> = BTreeMap::new();
-        for ids in by_tag.values().filter(|ids| ids.len() >= 2 && ids.len() <= TAG_MAX_FANOUT) {
+        for ids in by_tag.values() {
             for (i, a) in ids.iter().enumerate() {
                 for b in &ids[i + 1..] {
                     *shared.entry((a, b)).or_insert(0) += 1;
@@ -161,25 +192,60 @@ impl CapabilityGraph {
                 add(a, b, EdgeKind::TaggedWith, TAGGED_WITH_WEIGHT_PER_TAG * count as f32);
             }
         }
-        let mut by_category: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+        drop(by_tag);
+        let category_of = |descriptor: &CapabilityDescriptor| (descriptor.kind, descriptor.category.to_lowercase());
+        let mut category_counts: HashMap<_, usize> = HashMap::default();
         for descriptor in &sorted {
-            by_category
-                .entry((descriptor.kind.to_string(), descriptor.category.to_lowercase()))
-                .or_default()
-                .push(&descriptor.id);
+            *category_counts.entry(category_of(descriptor)).or_insert(0) += 1;
         }
-        for ids in by_category.values().filter(|ids| (2..=SAME_CATEGORY_MAX_GROUP).contains(&ids.len())) {
+        let mut by_category: BTreeMap<_, Vec<&str>> = BTreeMap::new();
+        for descriptor in &sorted {
+            let category = category_of(descriptor);
+            if (2..=SAME_CATEGORY_MAX_GROUP).contains(&category_counts[&category]) {
+                by_category.entry(category).or_default().push(&descriptor.id);
+            }
+        }
+        drop(category_counts);
+        for ids in by_category.values() {
             for (i, a) in ids.iter().enumerate() {
                 for b in &ids[i + 1..] {
                     add(a, b, EdgeKind::SameCategory, SAME_CATEGORY_WEIGHT);
                 }
             }
         }
+        graph.graph.reserve_exact_edges(edges.len());
         for ((a, b, kind), weight) in edges {
-            graph.graph.add_edge(graph.nodes[&a], graph.nodes[&b], Edge { kind, weight });
+            if let (Some(a), Some(b)) = (graph.node(&a), graph.node(&b)) {
+                graph.graph.add_edge(a, b, Edge { kind, weight });
+            }
         }
-        graph.adjacency = graph.graph.node_indices().map(|node| graph.sorted_neighbours(node)).collect();
+        let mut adjacency = Vec::with_capacity(2 * graph.graph.edge_count());
+        let mut starts = Vec::with_capacity(graph.graph.node_count() + 1);
+        starts.push(0);
+        for node in graph.graph.node_indices() {
+            adjacency.extend(graph.sorted_neighbours(node));
+            starts.push(adjacency.len() as u32);
+        }
+        (graph.adjacency, graph.adjacency_starts) = (adjacency, starts);
         graph
+    }
+
+    /// The node of `id`.
+    fn node(&self, id: &str) -> Option<NodeIndex> {
+        self.nodes.get(&self.ids, id).map(|row| NodeIndex::new(row as usize))
+    }
+
+    /// The capability id of `node`.
+    fn id(&self, node: NodeIndex) -> &str {
+        &self.ids[node.index()]
+    }
+
+    /// The precomputed neighbours of `node`.
+    fn adjacent_to(&self, node: NodeIndex) -> &[(NodeIndex, Edge)] {
+        match (self.adjacency_starts.get(node.index()), self.adjacency_starts.get(node.index() + 1)) {
+            (Some(&start), Some(&end)) => &self.adjacency[start as usize..end as usize],
+            _ => &[],
+        }
     }
 
     /// The neighbours of `node` with the edges to them, strongest first, then
@@ -193,7 +259,7 @@ impl CapabilityGraph {
         out.sort_by(|a, b| {
             b.1.weight
                 .total_cmp(&a.1.weight)
-                .then_with(|| self.graph[a.0].cmp(&self.graph[b.0]))
+                .then_with(|| self.id(a.0).cmp(self.id(b.0)))
                 .then_with(|| a.1.kind.cmp(&b.1.kind))
         });
         out
@@ -201,8 +267,8 @@ impl CapabilityGraph {
 
     /// The precomputed [`CapabilityGraph::neighbours`] of `id`, by node.
     fn adjacent(&self, id: &str) -> &[(NodeIndex, Edge)] {
-        match self.nodes.get(id) {
-            Some(node) => self.adjacency.get(node.index()).map(Vec::as_slice).unwrap_or(&[]),
+        match self.node(id) {
+            Some(node) => self.adjacent_to(node),
             None => &[],
         }
     }
@@ -210,7 +276,7 @@ impl CapabilityGraph {
     /// Returns the neighbours of `id` with the edges to them, strongest first
     /// (then by id, then by kind).
     pub fn neighbours(&self, id: &str) -> Vec<(&str, Edge)> {
-        self.adjacent(id).iter().map(|&(node, edge)| (self.graph[node].as_str(), edge)).collect()
+        self.adjacent(id).iter().map(|&(node, edge)| (self.id(node), edge)).collect()
     }
 
     /// Returns the capabilities `id` depends on (its `DEPENDS_ON` edges in
@@ -225,7 +291,7 @@ impl CapabilityGraph {
             .adjacent(id)
             .iter()
             .filter(|(_, edge)| edge.kind == EdgeKind::ComposedWith)
-            .map(|&(partner, _)| self.graph[partner].as_str())
+            .map(|&(partner, _)| self.id(partner))
             .collect();
         partners.sort_unstable();
         partners
@@ -260,7 +326,7 @@ impl CapabilityGraph {
         // A query holds a few hits, so a neighbour is found among them by node
         // number, without hashing or comparing ids; strings are made once, for
         // the answer.
-        let nodes: Vec<Option<NodeIndex>> = hits.iter().map(|(id, _)| self.nodes.get(id.as_ref()).copied()).collect();
+        let nodes: Vec<Option<NodeIndex>> = hits.iter().map(|(id, _)| self.node(id.as_ref())).collect();
         let mut scores: Vec<(&str, Option<NodeIndex>, f32)> = Vec::with_capacity(hits.len() * 2);
         for ((id, score), &node) in hits.iter().zip(&nodes) {
             let id = id.as_ref();
@@ -272,14 +338,14 @@ impl CapabilityGraph {
         let n_hits = scores.len();
         for ((_, parent_score), node) in hits.iter().zip(&nodes) {
             let Some(node) = node else { continue };
-            for &(neighbour, edge) in self.adjacency.get(node.index()).map(Vec::as_slice).unwrap_or(&[]) {
+            for &(neighbour, edge) in self.adjacent_to(*node) {
                 if let Some(hit) = scores[..n_hits].iter_mut().find(|(_, hit_node, _)| *hit_node == Some(neighbour)) {
                     hit.2 += boost * edge.weight;
-                } else if edge.kind.pulls_in() && keep(&self.graph[neighbour]) {
+                } else if edge.kind.pulls_in() && keep(self.id(neighbour)) {
                     let pulled = parent_score * boost * edge.weight;
                     match scores[n_hits..].iter_mut().find(|(_, pulled_node, _)| *pulled_node == Some(neighbour)) {
                         Some(slot) => slot.2 = slot.2.max(pulled),
-                        None => scores.push((self.graph[neighbour].as_str(), Some(neighbour), 0.0f32.max(pulled))),
+                        None => scores.push((self.id(neighbour), Some(neighbour), 0.0f32.max(pulled))),
                     }
                 }
             }
@@ -306,17 +372,35 @@ fn leak_free<'a>(lowered: &str, original: &'a [String]) -> &'a str {
 /// Resolves a `requiredTools` entry to a capability id: an exact id, then
 /// `tool:<name>`, then a capability whose name matches once case, `-` and `_`
 /// are ignored (`github_search` meets `githubSearch`).
-struct NameResolver<'a> {
-    ids: BTreeSet<&'a str>,
+///
+/// Loose names are kept only for the entries that are no id, bare or as
+/// `tool:<name>` (most name their dependency exactly): the resolver's size
+/// follows the dependencies, not the catalog.
+struct NameResolver<'s, 'a> {
+    /// Sorted by id, no id twice.
+    sorted: &'s [&'a CapabilityDescriptor],
     by_loose_name: BTreeMap<String, &'a str>,
 }
 
-impl<'a> NameResolver<'a> {
-    fn new(descriptors: &[&'a CapabilityDescriptor]) -> NameResolver<'a> {
-        let mut by_loose_name: BTreeMap<String, &'a str> = BTreeMap::new();
-        for descriptor in descriptors {
+impl<'s, 'a> NameResolver<'s, 'a> {
+    fn new(sorted: &'s [&'a CapabilityDescriptor]) -> NameResolver<'s, 'a> {
+        let mut resolver = NameResolver { sorted, by_loose_name: BTreeMap::new() };
+        let wanted: BTreeSet<String> = sorted
+            .iter()
+            .flat_map(|descriptor| &descriptor.required_tools)
+            .filter(|required| resolver.exact(required).is_none())
+            .map(|required| loose(required))
+            .collect();
+        if wanted.is_empty() {
+            return resolver;
+        }
+        for descriptor in sorted {
             // Tools win over other kinds for the same loose name: dependencies are tools.
             let key = loose(&descriptor.name);
+            if !wanted.contains(&key) {
+                continue;
+            }
+            let by_loose_name = &mut resolver.by_loose_name;
             let replace = match by_loose_name.get(&key) {
                 None => true,
                 Some(existing) => !existing.starts_with("tool:") && descriptor.id.starts_with("tool:"),
@@ -325,17 +409,20 @@ impl<'a> NameResolver<'a> {
                 by_loose_name.insert(key, &descriptor.id);
             }
         }
-        NameResolver { ids: descriptors.iter().map(|d| d.id.as_str()).collect(), by_loose_name }
+        resolver
+    }
+
+    /// The id `id` itself, or `tool:<id>`.
+    fn exact(&self, required: &str) -> Option<&'a str> {
+        let find = |id: &str| {
+            let at = self.sorted.binary_search_by(|descriptor| descriptor.id.as_str().cmp(id)).ok()?;
+            Some(self.sorted[at].id.as_str())
+        };
+        find(required).or_else(|| find(&format!("tool:{required}")))
     }
 
     fn resolve(&self, required: &str) -> Option<&'a str> {
-        if let Some(id) = self.ids.get(required) {
-            return Some(id);
-        }
-        if let Some(id) = self.ids.get(format!("tool:{required}").as_str()) {
-            return Some(id);
-        }
-        self.by_loose_name.get(&loose(required)).copied()
+        self.exact(required).or_else(|| self.by_loose_name.get(&loose(required)).copied())
     }
 }
 
@@ -432,11 +519,11 @@ mod tests {
         }
         let hit_ids: BTreeSet<&str> = hits.iter().map(|(id, _)| id.as_str()).collect();
         for (id, parent_score) in hits {
-            let Some(&node) = graph.nodes.get(id.as_str()) else { continue };
+            let Some(node) = graph.node(id) else { continue };
             let mut neighbours: Vec<(&str, Edge)> = graph
                 .graph
                 .edges(node)
-                .map(|edge| (graph.graph[other_end(edge.source(), edge.target(), node)].as_str(), *edge.weight()))
+                .map(|edge| (graph.id(other_end(edge.source(), edge.target(), node)), *edge.weight()))
                 .collect();
             neighbours.sort_by(|a, b| {
                 b.1.weight.total_cmp(&a.1.weight).then_with(|| a.0.cmp(b.0)).then_with(|| a.1.kind.cmp(&b.1.kind))

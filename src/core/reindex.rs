@@ -416,18 +416,18 @@ mod tests {
     fn restoring_over_a_loaded_index_marks_the_missing_pending_and_drops_orphans() {
         let (a, b) = (tool("a", "one"), tool("b", "two"));
         let mut index = VectorIndex::new(2);
-        index.upsert("a", &[1.0, 0.0]).unwrap();
+        index.upsert(&a.id, &[1.0, 0.0]).unwrap();
         index.upsert("gone", &[0.0, 1.0]).unwrap();
         let stored = vec![(a.clone(), "runtime:r".to_string()), (b.clone(), "runtime:r".to_string())];
         let restored = restore_indexed(index, stored.clone(), vec![]);
-        assert_eq!(restored.pending, BTreeSet::from(["b".to_string()]));
+        assert_eq!(restored.pending, BTreeSet::from([b.id.clone()]));
         assert_eq!((restored.index.len(), restored.index.contains("gone")), (1, false));
         assert_eq!(restored.catalog.len(), 2);
         let by_upserts = restore(
             "m",
             2,
             stored.into_iter().map(|(descriptor, origin)| {
-                let kept = (descriptor.id == "a").then(|| KeptVector {
+                let kept = (descriptor.id == a.id).then(|| KeptVector {
                     model_id: "m".into(),
                     text_hash: String::new(),
                     vector: vec![1.0, 0.0],
@@ -437,7 +437,7 @@ mod tests {
             vec![],
         );
         assert_eq!((by_upserts.pending, by_upserts.catalog.version), (restored.pending, restored.catalog.version));
-        assert_eq!(by_upserts.index.stored_vector("a"), restored.index.stored_vector("a"));
+        assert_eq!(by_upserts.index.stored_vector(&a.id), restored.index.stored_vector(&a.id));
     }
 
     #[test]
