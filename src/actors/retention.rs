@@ -20,6 +20,7 @@ use crate::core::retention::{StoreSize, Swept};
 use crate::store::{Store, StoreError};
 use actix::prelude::*;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The stores whose size is only measured, not pruned: `(label, tree)`.
@@ -49,11 +50,14 @@ pub struct Retention {
     graph: Addr<ScgGraph>,
     settings: RetentionSettings,
     running: bool,
+    /// Held by a sweep from start to end: sweeps take turns, so a report's
+    /// sizes are never read while another sweep is deleting.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Retention {
     pub fn new(store: Store, graph: Addr<ScgGraph>, settings: RetentionSettings) -> Retention {
-        Retention { store, graph, settings, running: false }
+        Retention { store, graph, settings, running: false, turn: Arc::default() }
     }
 }
 
@@ -75,8 +79,15 @@ fn sweep_store(store: &Store, settings: &RetentionSettings, now_ms: u64) -> Resu
     Ok(report)
 }
 
-/// One whole sweep: the store's on the blocking pool, then the memory notes.
-async fn sweep(store: Store, graph: Addr<ScgGraph>, settings: RetentionSettings) -> Result<SweepReport, String> {
+/// One whole sweep, after any running one: the store's on the blocking pool,
+/// then the memory notes.
+async fn sweep(
+    turn: Arc<tokio::sync::Mutex<()>>,
+    store: Store,
+    graph: Addr<ScgGraph>,
+    settings: RetentionSettings,
+) -> Result<SweepReport, String> {
+    let _turn = turn.lock_owned().await;
     let now_ms = crate::clock::epoch_ms();
     let mut report = tokio::task::spawn_blocking(move || sweep_store(&store, &settings, now_ms))
         .await
@@ -111,7 +122,7 @@ impl Retention {
             return;
         }
         self.running = true;
-        let job = sweep(self.store.clone(), self.graph.clone(), self.settings);
+        let job = sweep(self.turn.clone(), self.store.clone(), self.graph.clone(), self.settings);
         ctx.spawn(job.into_actor(self).map(|result, act, _| {
             act.running = false;
             match result {
@@ -143,7 +154,7 @@ impl Handler<SweepNow> for Retention {
     type Result = ResponseFuture<Result<SweepReport, String>>;
 
     fn handle(&mut self, _: SweepNow, _: &mut Context<Self>) -> Self::Result {
-        Box::pin(sweep(self.store.clone(), self.graph.clone(), self.settings))
+        Box::pin(sweep(self.turn.clone(), self.store.clone(), self.graph.clone(), self.settings))
     }
 }
 
@@ -154,7 +165,6 @@ mod tests {
     use crate::core::retention::Limits;
     use crate::core::scg::memory::{Note, Polarity};
     use crate::store::scg::ScgStore;
-    use serde_json::json;
 
     fn settings(limits: Limits) -> RetentionSettings {
         RetentionSettings {
@@ -173,21 +183,7 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let now = crate::clock::epoch_ms();
         for at in 0..5 {
-            store
-                .append_provenance(&ProvenanceRecord {
-                    at_ms: now - 10_000 + at,
-                    slug: "s".into(),
-                    agent_id: "a".into(),
-                    execution_key: None,
-                    approval_id: None,
-                    args: json!({}),
-                    result_preview: "{}".into(),
-                    success: true,
-                    error_code: None,
-                    replayed: false,
-                    latency_us: 1,
-                })
-                .unwrap();
+            store.append_provenance(&ProvenanceRecord::test_record(now - 10_000 + at)).unwrap();
         }
         let scg = ScgStore::open(&store).unwrap();
         for (id, at) in [("n1", now - 10_000), ("n2", now - 5), ("n3", now - 4), ("n4", now - 3)] {

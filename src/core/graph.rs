@@ -156,29 +156,10 @@ impl CapabilityGraph {
                 }
             }
         }
-        // Groups are gathered in two passes, counting first, so that only
-        // groups small enough to relate their members are ever held: at a
-        // million capabilities, every id listed under each of its tags and
-        // its category would be a transient hundred megabytes.
-        let tags_of = |descriptor: &'a CapabilityDescriptor| {
+        let by_tag = small_groups(&sorted, 2..=TAG_MAX_FANOUT, |descriptor: &'a CapabilityDescriptor| {
             let lowered: BTreeSet<String> = descriptor.tags.iter().map(|tag| tag.to_lowercase()).collect();
-            lowered.into_iter().map(|tag| leak_free(&tag, &descriptor.tags)).collect::<Vec<&'a str>>()
-        };
-        let mut tag_counts: HashMap<&str, usize> = HashMap::default();
-        for descriptor in &sorted {
-            for tag in tags_of(descriptor) {
-                *tag_counts.entry(tag).or_insert(0) += 1;
-            }
-        }
-        let mut by_tag: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for descriptor in &sorted {
-            for tag in tags_of(descriptor) {
-                if (2..=TAG_MAX_FANOUT).contains(&tag_counts[tag]) {
-                    by_tag.entry(tag).or_default().push(&descriptor.id);
-                }
-            }
-        }
-        drop(tag_counts);
+            lowered.into_iter().map(|tag| leak_free(&tag, &descriptor.tags)).collect()
+        });
         let mut shared: BTreeMap<(&str, &str), u32> = BTreeMap::new();
         for ids in by_tag.values() {
             for (i, a) in ids.iter().enumerate() {
@@ -193,19 +174,9 @@ impl CapabilityGraph {
             }
         }
         drop(by_tag);
-        let category_of = |descriptor: &CapabilityDescriptor| (descriptor.kind, descriptor.category.to_lowercase());
-        let mut category_counts: HashMap<_, usize> = HashMap::default();
-        for descriptor in &sorted {
-            *category_counts.entry(category_of(descriptor)).or_insert(0) += 1;
-        }
-        let mut by_category: BTreeMap<_, Vec<&str>> = BTreeMap::new();
-        for descriptor in &sorted {
-            let category = category_of(descriptor);
-            if (2..=SAME_CATEGORY_MAX_GROUP).contains(&category_counts[&category]) {
-                by_category.entry(category).or_default().push(&descriptor.id);
-            }
-        }
-        drop(category_counts);
+        let by_category = small_groups(&sorted, 2..=SAME_CATEGORY_MAX_GROUP, |descriptor| {
+            vec![(descriptor.kind, descriptor.category.to_lowercase())]
+        });
         for ids in by_category.values() {
             for (i, a) in ids.iter().enumerate() {
                 for b in &ids[i + 1..] {
@@ -353,6 +324,34 @@ impl CapabilityGraph {
         scores.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(b.0)));
         scores.into_iter().map(|(id, _, score)| (id.to_string(), score)).collect()
     }
+}
+
+/// The ids of `sorted` grouped by each of their `keys` (a key listed once per
+/// descriptor), only the groups whose size is in `sizes`, ids in `sorted`'s
+/// order. Counted first, gathered second, so that only groups small enough to
+/// relate their members are ever held: at a million capabilities, every id
+/// listed under each of its tags and its category would be a transient
+/// hundred megabytes.
+fn small_groups<'a, K: Ord + std::hash::Hash + Clone>(
+    sorted: &[&'a CapabilityDescriptor],
+    sizes: std::ops::RangeInclusive<usize>,
+    keys: impl Fn(&'a CapabilityDescriptor) -> Vec<K>,
+) -> BTreeMap<K, Vec<&'a str>> {
+    let mut counts: HashMap<K, usize> = HashMap::default();
+    for descriptor in sorted {
+        for key in keys(descriptor) {
+            *counts.entry(key).or_insert(0) += 1;
+        }
+    }
+    let mut groups: BTreeMap<K, Vec<&'a str>> = BTreeMap::new();
+    for descriptor in sorted {
+        for key in keys(descriptor) {
+            if sizes.contains(&counts[&key]) {
+                groups.entry(key).or_default().push(&descriptor.id);
+            }
+        }
+    }
+    groups
 }
 
 fn other_end(source: NodeIndex, target: NodeIndex, node: NodeIndex) -> NodeIndex {

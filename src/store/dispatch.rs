@@ -200,21 +200,7 @@ mod tests {
             assert_eq!(store.claim_execution(b"e\0t", &entry("p1")).unwrap(), Claim::Claimed);
             store.release_execution(b"e\0t").unwrap();
             for n in 0..3 {
-                store
-                    .append_provenance(&ProvenanceRecord {
-                        at_ms: n,
-                        slug: "lookup".into(),
-                        agent_id: "a".into(),
-                        execution_key: None,
-                        approval_id: None,
-                        args: json!({}),
-                        result_preview: "{}".into(),
-                        success: true,
-                        error_code: None,
-                        replayed: false,
-                        latency_us: 1,
-                    })
-                    .unwrap();
+                store.append_provenance(&ProvenanceRecord::test_record(n)).unwrap();
             }
             store.flush().unwrap();
         }

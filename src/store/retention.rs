@@ -153,22 +153,6 @@ mod tests {
     use crate::store::KpiOp;
     use serde_json::json;
 
-    fn provenance(at_ms: u64) -> ProvenanceRecord {
-        ProvenanceRecord {
-            at_ms,
-            slug: "lookup".into(),
-            agent_id: "a".into(),
-            execution_key: None,
-            approval_id: None,
-            args: json!({}),
-            result_preview: "{}".into(),
-            success: true,
-            error_code: None,
-            replayed: false,
-            latency_us: 1,
-        }
-    }
-
     fn times(store: &Store) -> Vec<u64> {
         store.provenance(usize::MAX).unwrap().iter().map(|r| r.at_ms).collect()
     }
@@ -178,7 +162,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         for at in [10, 20, 30, 40, 50] {
-            store.append_provenance(&provenance(at)).unwrap();
+            store.append_provenance(&ProvenanceRecord::test_record(at)).unwrap();
         }
         let swept = store.sweep_provenance(100, Limits::OFF).unwrap();
         assert_eq!((swept.pruned, swept.size.entries), (0, 5));
@@ -187,7 +171,7 @@ mod tests {
         let swept = store.sweep_provenance(100, Limits { max_age_ms: 65, max_count: 0 }).unwrap();
         assert_eq!((swept.pruned, swept.size.entries), (3, 2));
         assert_eq!(times(&store), vec![40, 50]);
-        store.append_provenance(&provenance(60)).unwrap();
+        store.append_provenance(&ProvenanceRecord::test_record(60)).unwrap();
         let swept = store.sweep_provenance(100, Limits { max_age_ms: 0, max_count: 1 }).unwrap();
         assert_eq!((swept.pruned, swept.size.entries), (2, 1));
         assert_eq!(times(&store), vec![60]);

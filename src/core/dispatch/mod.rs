@@ -234,6 +234,26 @@ pub struct ProvenanceRecord {
     pub latency_us: u64,
 }
 
+impl ProvenanceRecord {
+    /// A successful call of `lookup` by agent `a` at `at_ms`, for tests anywhere in the crate.
+    #[cfg(test)]
+    pub(crate) fn test_record(at_ms: u64) -> ProvenanceRecord {
+        ProvenanceRecord {
+            at_ms,
+            slug: "lookup".into(),
+            agent_id: "a".into(),
+            execution_key: None,
+            approval_id: None,
+            args: Value::Object(Default::default()),
+            result_preview: "{}".into(),
+            success: true,
+            error_code: None,
+            replayed: false,
+            latency_us: 1,
+        }
+    }
+}
+
 /// What a handler service receives on `<prefix>.exec.<slug>` (JSON), and an in-process handler as its argument.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
