@@ -14,6 +14,7 @@ pub struct RawLimits {
     pub max_yaml_aliases: usize,
     pub max_tools_per_source: usize,
     pub max_operations_per_spec: usize,
+    pub max_ref_hops: usize,
 }
 
 /// The deepest nesting a setting may allow: serde_json and serde_norway refuse
@@ -32,6 +33,7 @@ pub fn limits_from_raw(raw: RawLimits) -> Result<Limits, InvalidSetting> {
             raw.max_operations_per_spec,
             1..=1_000_000,
         )?,
+        max_ref_hops: in_range("limits.max_ref_hops", raw.max_ref_hops, 1..=crate::core::scg::schema::MAX_REF_HOPS)?,
     })
 }
 
@@ -55,6 +57,8 @@ mod tests {
             ("CAPDEX_LIMITS_MAX_JSON_DEPTH", "0", "limits.max_json_depth"),
             ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "129", "limits.max_yaml_depth"),
             ("CAPDEX_LIMITS_MAX_OPERATIONS_PER_SPEC", "0", "limits.max_operations_per_spec"),
+            ("CAPDEX_LIMITS_MAX_REF_HOPS", "0", "limits.max_ref_hops"),
+            ("CAPDEX_LIMITS_MAX_REF_HOPS", "33", "limits.max_ref_hops"),
         ] {
             let err = load(&[(variable, value)]).unwrap_err().to_string();
             assert!(err.contains(field), "{variable}={value}: {err}");

@@ -1,10 +1,11 @@
 //! Limits on everything that comes from outside (`[limits]` in `config/capdex.toml`):
 //! nesting depth of JSON and msgpack bodies and of YAML documents, YAML
-//! aliases, tools per source, operations per spec. Each refusal is a
-//! [`LimitExceeded`] naming its setting. Payload sizes are `[nats]
+//! aliases, tools per source, operations per spec, `$ref` hops in a chain. Each
+//! refusal is a [`LimitExceeded`] naming its setting. Payload sizes are `[nats]
 //! max_payload_bytes` and the scanner's `max_manifest_bytes`; the length of an
-//! id that becomes a subject token is `subject_token::MAX_TOKEN_BYTES`; `$ref`
-//! chains stop after `scg::schema::MAX_REF_HOPS` and at cycles.
+//! id that becomes a subject token is `subject_token::MAX_TOKEN_BYTES`. A `$ref`
+//! chain that comes back on itself ends where it repeats (the mappers treat it
+//! as an empty schema).
 //!
 //! The scanners read the raw bytes before any parser sees them, without
 //! recursion, so a document too deep for a recursive parser is refused first.
@@ -25,6 +26,9 @@ pub struct Limits {
     pub max_tools_per_source: usize,
     /// Most operations one OpenAPI document offers.
     pub max_operations_per_spec: usize,
+    /// Most `$ref` hops one chain in an OpenAPI document or MCP tool list
+    /// takes (a `$ref` to a schema that is itself a `$ref`, and so on).
+    pub max_ref_hops: usize,
 }
 
 /// The default depth of JSON and YAML nesting (serde_json refuses at 128 on its own).
@@ -38,6 +42,7 @@ impl Default for Limits {
             max_yaml_aliases: 64,
             max_tools_per_source: 5_000,
             max_operations_per_spec: 5_000,
+            max_ref_hops: 16,
         }
     }
 }
@@ -50,6 +55,7 @@ pub enum Limit {
     YamlAliases,
     ToolsPerSource,
     OperationsPerSpec,
+    RefHops,
 }
 
 impl Limit {
@@ -61,6 +67,7 @@ impl Limit {
             Limit::YamlAliases => "limits.max_yaml_aliases",
             Limit::ToolsPerSource => "limits.max_tools_per_source",
             Limit::OperationsPerSpec => "limits.max_operations_per_spec",
+            Limit::RefHops => "limits.max_ref_hops",
         }
     }
 
@@ -72,6 +79,7 @@ impl Limit {
             Limit::YamlAliases => "too_many_yaml_aliases",
             Limit::ToolsPerSource => "too_many_tools",
             Limit::OperationsPerSpec => "too_many_operations",
+            Limit::RefHops => "ref_chain_too_long",
         }
     }
 }

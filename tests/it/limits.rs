@@ -58,6 +58,7 @@ async fn each_limit_accepts_its_value_and_refuses_one_more_naming_the_setting() 
             ("CAPDEX_LIMITS_MAX_OPERATIONS_PER_SPEC", "2"),
             ("CAPDEX_LIMITS_MAX_YAML_ALIASES", "1"),
             ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "4"),
+            ("CAPDEX_LIMITS_MAX_REF_HOPS", "2"),
         ],
     )
     .await;
@@ -106,6 +107,22 @@ async fn each_limit_accepts_its_value_and_refuses_one_more_naming_the_setting() 
     let (over, status) = send(&client, "capdex.v1.map", &map("api3", "openapi", openapi(3)), false).await;
     assert_eq!((status.as_deref(), over["code"].as_str()), (Some("413"), Some("too_many_operations")), "{over}");
     assert!(over["message"].as_str().unwrap().contains("limits.max_operations_per_spec"), "{over}");
+
+    // $ref hops: the tool's input schema is `$ref` S0, S0 is `$ref` S1, ..., the last an object.
+    let chained = |hops: usize| {
+        let mut schemas = serde_json::Map::new();
+        for i in 0..hops - 1 {
+            schemas.insert(format!("S{i}"), json!({"$ref": format!("#/components/schemas/S{}", i + 1)}));
+        }
+        schemas.insert(format!("S{}", hops - 1), json!({"type": "object"}));
+        json!({"tools": [{"name": "t", "description": "t", "inputSchema": {"$ref": "#/components/schemas/S0"}}],
+            "components": {"schemas": schemas}})
+    };
+    let (ok, status) = send(&client, "capdex.v1.map", &map("refs2", "mcp", chained(2)), false).await;
+    assert_eq!(status, None, "two hops: {ok}");
+    let (over, status) = send(&client, "capdex.v1.map", &map("refs3", "mcp", chained(3)), false).await;
+    assert_eq!((status.as_deref(), over["code"].as_str()), (Some("413"), Some("ref_chain_too_long")), "{over}");
+    assert!(over["message"].as_str().unwrap().contains("limits.max_ref_hops"), "{over}");
 
     // YAML aliases and depth, in an OpenAPI document sent as text.
     let yaml = |aliases: usize, deep: bool| {

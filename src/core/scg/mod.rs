@@ -133,6 +133,17 @@ pub fn check_counts(kind: SourceKind, document: &Value, limits: &Limits) -> Resu
     counted.map_err(MapError::Limit)
 }
 
+/// Checks the longest `$ref` chain of an OpenAPI document or MCP tool list
+/// against `limits.max_ref_hops`.
+pub fn check_refs(document: &Value, limits: &Limits) -> Result<(), MapError> {
+    crate::core::limits::check(
+        crate::core::limits::Limit::RefHops,
+        schema::longest_ref_chain(document),
+        limits.max_ref_hops,
+    )
+    .map_err(MapError::Limit)
+}
+
 /// Guesses the kind of a source from its text: SQL DDL, an MCP tool list, or OpenAPI.
 pub fn infer_kind(text: &str) -> Result<SourceKind, MapError> {
     // Documents first: an OpenAPI description may well mention CREATE TABLE.
@@ -177,6 +188,7 @@ pub fn map_source_limited(
         SourceKind::Openapi | SourceKind::Mcp => {
             let document = parse_document_limited(text, limits)?;
             check_counts(kind, &document, limits)?;
+            check_refs(&document, limits)?;
             match kind {
                 SourceKind::Openapi => openapi::map(source_id, &document)?,
                 _ => mcp::map(source_id, &document)?,
@@ -226,6 +238,53 @@ pub(crate) mod tests {
             parse_document_limited(&deep(7), &limits),
             Err(MapError::Limit(LimitExceeded { limit: Limit::JsonDepth, found: 7, max: 6 }))
         );
+    }
+
+    /// A chain of `$ref`s as long as the limit maps (as an OpenAPI document
+    /// and as an MCP tool list); one hop more is refused naming the setting
+    /// (`sources::tools` checks its entry point the same way); a cycle ends
+    /// where it repeats.
+    #[test]
+    fn ref_chains_are_refused_one_hop_over_their_limit() {
+        use crate::core::limits::{Limit, LimitExceeded};
+        let limits = Limits { max_ref_hops: 3, ..Limits::default() };
+        // The operation's body is `$ref` S0, S0 is `$ref` S1, ... S(hops-1) is an object: `hops` hops.
+        let schemas = |hops: usize| {
+            let mut schemas: Vec<String> =
+                (0..hops - 1).map(|i| format!(r##""S{i}": {{"$ref": "#/components/schemas/S{}"}}"##, i + 1)).collect();
+            schemas
+                .push(format!(r#""S{}": {{"type": "object", "properties": {{"a": {{"type": "string"}}}}}}"#, hops - 1));
+            schemas.join(", ")
+        };
+        let spec = |hops: usize| {
+            format!(
+                r##"{{"openapi": "3.0.0", "info": {{"title": "t", "version": "1"}},
+                "paths": {{"/p": {{"post": {{"operationId": "make", "requestBody": {{"content": {{"application/json":
+                {{"schema": {{"$ref": "#/components/schemas/S0"}}}}}}}}, "responses": {{}}}}}}}},
+                "components": {{"schemas": {{{}}}}}}}"##,
+                schemas(hops)
+            )
+        };
+        let tools = |hops: usize| {
+            format!(
+                r##"{{"tools": [{{"name": "make", "description": "d", "inputSchema": {{"$ref": "#/components/schemas/S0"}}}}],
+                "components": {{"schemas": {{{}}}}}}}"##,
+                schemas(hops)
+            )
+        };
+        let over = MapError::Limit(LimitExceeded { limit: Limit::RefHops, found: 4, max: 3 });
+        let texts: [(SourceKind, &dyn Fn(usize) -> String); 2] =
+            [(SourceKind::Openapi, &spec), (SourceKind::Mcp, &tools)];
+        for (kind, text) in texts {
+            assert!(map_source_limited("s", Some(kind), &text(3), &limits).is_ok(), "{kind:?}");
+            assert_eq!(map_source_limited("s", Some(kind), &text(4), &limits).unwrap_err(), over, "{kind:?}");
+        }
+        assert_eq!(over.code(), "ref_chain_too_long");
+        assert!(over.to_string().contains("limits.max_ref_hops"), "{over}");
+        let cycle = serde_json::json!({"a": {"$ref": "#/b"}, "b": {"$ref": "#/c"}, "c": {"$ref": "#/a"}});
+        assert_eq!(schema::longest_ref_chain(&cycle), 3);
+        assert_eq!(schema::longest_ref_chain(&serde_json::json!({"x": {"$ref": "#/missing"}})), 1);
+        assert_eq!(schema::longest_ref_chain(&serde_json::json!({"x": 1})), 0);
     }
 
     #[test]

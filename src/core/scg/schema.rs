@@ -9,7 +9,9 @@
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-/// How many `$ref` hops one resolution may take.
+/// How many `$ref` hops one resolution may take: the ceiling of
+/// `limits.max_ref_hops`, which a document is checked against first
+/// ([`longest_ref_chain`]).
 pub const MAX_REF_HOPS: usize = 32;
 /// How many levels of inline nested objects become dotted field paths.
 pub const MAX_NEST_DEPTH: usize = 3;
@@ -42,6 +44,31 @@ pub struct FieldPath {
     pub values: Vec<String>,
 }
 
+/// The most `$ref` hops any reference in `document` takes to resolve: a
+/// `$ref` to a schema that is itself a `$ref` is two. A chain ends at a target
+/// that is no `$ref`, cannot be found, or was met before on the chain (a
+/// cycle). Linear in the document and its references (each reference's
+/// length is worked out once); no recursion, so any depth is safe.
+pub fn longest_ref_chain(document: &Value) -> usize {
+    let resolver = Resolver::new(document);
+    let mut lengths: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut longest = 0;
+    let mut stack = vec![document];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+                    longest = longest.max(resolver.chain_length(reference, &mut lengths));
+                }
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    longest
+}
+
 /// Resolves references against one root document.
 #[derive(Clone, Copy, Debug)]
 pub struct Resolver<'a> {
@@ -61,6 +88,33 @@ impl<'a> Resolver<'a> {
             return Some(self.root);
         }
         self.root.pointer(pointer)
+    }
+
+    /// The hops `{"$ref": reference}` takes to resolve (see
+    /// [`longest_ref_chain`]), with the lengths already known in `lengths`,
+    /// to which it adds every reference it walked.
+    fn chain_length(&self, reference: &'a str, lengths: &mut std::collections::HashMap<&'a str, usize>) -> usize {
+        let mut walked: Vec<&'a str> = Vec::new();
+        let mut on_chain: BTreeSet<&'a str> = BTreeSet::new();
+        let mut current = reference;
+        let rest = loop {
+            if let Some(&known) = lengths.get(current) {
+                break known;
+            }
+            if !on_chain.insert(current) {
+                break 0;
+            }
+            walked.push(current);
+            match self.pointer(current).and_then(|target| target.get("$ref")).and_then(Value::as_str) {
+                Some(next) => current = next,
+                None => break 0,
+            }
+        };
+        let n = walked.len();
+        for (i, walked) in walked.into_iter().enumerate() {
+            lengths.entry(walked).or_insert(n - i + rest);
+        }
+        lengths.get(reference).copied().unwrap_or(rest)
     }
 
     /// Follows a chain of `$ref`s; an unresolvable or cyclic chain gives `null`.

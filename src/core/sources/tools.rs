@@ -19,7 +19,9 @@ use super::{HttpOperation, Invocation, OperationParam, ParamLocation, SourceTool
 use crate::core::limits::{Limit, Limits};
 use crate::core::scg::model::SourceKind;
 use crate::core::scg::schema::{description, Resolver, MAX_COMPOSITION_DEPTH};
-use crate::core::scg::{check_counts, mcp, openapi, parse_document_limited, sql, MapError, MAX_SOURCE_BYTES};
+use crate::core::scg::{
+    check_counts, check_refs, mcp, openapi, parse_document_limited, sql, MapError, MAX_SOURCE_BYTES,
+};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 
@@ -42,6 +44,7 @@ pub fn tools_of_limited(kind: SourceKind, text: &str, limits: &Limits) -> Result
     let document = || -> Result<Value, MapError> {
         let document = parse_document_limited(text, limits)?;
         check_counts(kind, &document, limits)?;
+        check_refs(&document, limits)?;
         Ok(document)
     };
     let mut tools = match kind {
@@ -414,6 +417,27 @@ mod tests {
         "put": {"requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Pet"}}}}},
         "post": {"operationId": "tagPet", "requestBody": {"content": {"application/json": {"schema": {"type": "array", "items": {"type": "string"}}}}}}
       }}}"##;
+
+    /// The tools of a document whose `$ref` chain is one hop over the limit
+    /// are refused, naming the setting; at the limit they are listed.
+    #[test]
+    fn a_ref_chain_one_hop_over_its_limit_is_refused() {
+        let limits = Limits { max_ref_hops: 2, ..Limits::default() };
+        let list = |hops: usize| {
+            let mut schemas = serde_json::Map::new();
+            for i in 0..hops - 1 {
+                schemas.insert(format!("S{i}"), json!({"$ref": format!("#/components/schemas/S{}", i + 1)}));
+            }
+            schemas.insert(format!("S{}", hops - 1), json!({"type": "object"}));
+            json!({"tools": [{"name": "t", "description": "t", "inputSchema": {"$ref": "#/components/schemas/S0"}}],
+                "components": {"schemas": schemas}})
+            .to_string()
+        };
+        assert_eq!(tools_of_limited(SourceKind::Mcp, &list(2), &limits).unwrap().len(), 1);
+        let over = tools_of_limited(SourceKind::Mcp, &list(3), &limits).unwrap_err();
+        assert_eq!(over.code(), "ref_chain_too_long");
+        assert!(over.to_string().contains("limits.max_ref_hops"), "{over}");
+    }
 
     #[test]
     fn a_source_over_its_tool_limit_offers_none() {
