@@ -662,6 +662,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     actors.dispatcher.do_send(crate::actors::dispatcher::AddEventSink(std::sync::Arc::new(move |event| {
         let _ = dispatch_events.send(event.clone());
     })));
+    let indexer = actors.indexer.clone();
     let api = crate::shared_state::SharedApi::new(actor_api(settings, actors, replication, Some(live)), shared);
     let (mcp_stop, mcp_stopped) = tokio::sync::oneshot::channel::<()>();
     let mcp_task = match settings.mcp.listen {
@@ -700,6 +701,8 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     if let Some(console) = console {
         console.stop().await;
     }
+    // The next start loads the lexical index instead of building it.
+    let _ = indexer.send(crate::actors::indexer::FlushLexicalSnapshot).await;
     served?;
     Ok(())
 }
@@ -775,8 +778,10 @@ pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Resul
     options.max_json_depth = settings.limits.max_json_depth;
     // Live sources too: an MCP client that launches capdex gets the servers and APIs it was given.
     let live = crate::live::start(settings, &store, &actors)?;
+    let indexer = actors.indexer.clone();
     let bridge = mcp_bridge(settings, actors, Some(live));
     crate::mcp::serve_stdio(options, bridge, direct, shutdown_signal()).await?;
+    let _ = indexer.send(crate::actors::indexer::FlushLexicalSnapshot).await;
     Ok(())
 }
 

@@ -18,6 +18,7 @@
 
 use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
 use crate::actors::graph_builder::BuildGraph;
+use crate::actors::lexical_snapshot::SnapshotWriter;
 use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Inspect;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
@@ -25,12 +26,12 @@ use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::embedder::TextRole;
 use crate::core::graph::Preset;
 use crate::core::index::{QuantisedLoader, VectorIndex};
-use crate::core::lexical::LexicalIndex;
+use crate::core::lexical::{Fingerprint, LexicalIndex};
 use crate::core::reindex::{
     apply_change, apply_changes, apply_retry, plan_changes, plan_vectors, restore_indexed, retry_targets,
     AppliedChange, AppliedRetry, BatchChange, KeptVector, Restored,
 };
-use crate::store::{Store, StoreError, StoredEmbedding};
+use crate::store::{Store, StoreError, StoredDescriptor, StoredEmbedding};
 use actix::prelude::*;
 use futures::future::OptionFuture;
 use std::collections::BTreeSet;
@@ -199,6 +200,8 @@ pub struct IndexerStats {
     pub reused_total: u64,
     /// Capabilities indexed without a vector for now.
     pub pending: usize,
+    /// Whether the lexical index was loaded from its snapshot at start (else built).
+    pub lexical_from_snapshot: bool,
 }
 
 pub struct Indexer {
@@ -218,6 +221,8 @@ pub struct Indexer {
     /// Ids in the catalog without a vector in the index (the embedder failed).
     pending: BTreeSet<String>,
     stats: IndexerStats,
+    /// Writes the lexical index's snapshot, so a restart loads it.
+    lexical_snapshots: SnapshotWriter,
 }
 
 impl Indexer {
@@ -234,30 +239,35 @@ impl Indexer {
         dimensions: usize,
     ) -> Result<Indexer, StoreError> {
         // The vectors go into the index as they lie in the store (codes, not
-        // `f32`) on one thread while the lexical index is built from the
-        // descriptors on another: a restart of a large catalog is these two.
+        // `f32`) on one thread while this one reads the descriptors and takes
+        // the lexical index from its snapshot (or builds it when the snapshot
+        // is missing, stale or disagrees): a restart of a large catalog is these two.
         let started = std::time::Instant::now();
-        let held = store.descriptors()?;
-        let read = started.elapsed();
-        let (loaded, lexical) = std::thread::scope(|scope| {
-            let lexical = scope.spawn(|| {
-                let lexical = LexicalIndex::build(held.iter().map(|held| &held.descriptor));
-                (lexical, started.elapsed())
+        let snapshot = store.read_lexical_snapshot();
+        // The snapshot's header counts the capabilities it was made for: a
+        // good guess of the vectors to come, so their columns grow once.
+        let expected =
+            snapshot.as_deref().and_then(|bytes| LexicalIndex::snapshot_fingerprint(bytes).ok()).map_or(0, |f| f.count);
+        let (loaded, read) = std::thread::scope(|scope| {
+            let vectors = scope.spawn(|| {
+                let mut loader = QuantisedLoader::new(dimensions, expected as usize);
+                let mut refused = 0usize;
+                let loaded = store
+                    .visit_embeddings(model_id, |id, codes, scale| {
+                        refused += usize::from(loader.push(id, codes, scale).is_err());
+                    })
+                    .map(|other_model| (loader.finish(), other_model + refused));
+                (loaded, started.elapsed())
             });
-            let mut loader = QuantisedLoader::new(dimensions, held.len());
-            let mut refused = 0usize;
-            let loaded = store
-                .visit_embeddings(model_id, |id, codes, scale| {
-                    refused += usize::from(loader.push(id, codes, scale).is_err());
-                })
-                .map(|other_model| (loader.finish(), other_model + refused));
-            let vectors_done = started.elapsed();
-            (
-                loaded.map(|loaded| (loaded, vectors_done)),
-                lexical.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            )
+            let read = store.descriptors_fingerprinted().map(|(held, fingerprint)| {
+                let read = started.elapsed();
+                let (lexical, from_snapshot) = restored_lexical(snapshot.as_deref(), &held, fingerprint);
+                (held, lexical, from_snapshot, read, started.elapsed())
+            });
+            (vectors.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), read)
         });
-        let (((index, not_kept), vectors_done), (lexical, lexical_done)) = (loaded?, lexical);
+        let ((loaded, vectors_done), (held, lexical, from_snapshot, read, lexical_done)) = (loaded, read?);
+        let (index, not_kept) = loaded?;
         let presets = store.presets()?;
         let stored = held.into_iter().map(|held| (held.descriptor, held.origin));
         let Restored { catalog, index, pending } = restore_indexed(index, stored, presets);
@@ -265,16 +275,24 @@ impl Indexer {
             capabilities = catalog.len(),
             pending = pending.len(),
             not_kept,
+            lexical_from_snapshot = from_snapshot,
             read_ms = read.as_millis() as u64,
             vectors_ms = vectors_done.as_millis() as u64,
             lexical_ms = lexical_done.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             "catalog restored from the store"
         );
+        let catalog = Arc::new(catalog);
+        let lexical = Arc::new(lexical);
+        let snapshots = SnapshotWriter::start(store.clone(), if from_snapshot { lexical.generation() } else { 0 });
+        // A built index is written at once, so even a crash before the next
+        // change leaves a snapshot for the restart after it.
+        snapshots.offer(catalog.clone(), lexical.clone());
         let stats = IndexerStats {
             version: catalog.version,
             capabilities: catalog.len(),
             pending: pending.len(),
+            lexical_from_snapshot: from_snapshot,
             ..IndexerStats::default()
         };
         let graph_version = catalog.version;
@@ -283,12 +301,13 @@ impl Indexer {
             embedder,
             graph_builder,
             subscribers,
-            catalog: Arc::new(catalog),
+            catalog,
             index: Arc::new(index),
             graph_version,
             events: None,
-            lexical: Arc::new(lexical),
+            lexical,
             snapshots: None,
+            lexical_snapshots: snapshots,
             pending,
             stats,
         })
@@ -309,6 +328,7 @@ impl Indexer {
     }
 
     fn publish(&self) {
+        self.lexical_snapshots.offer(self.catalog.clone(), self.lexical.clone());
         if let Some(snapshots) = &self.snapshots {
             snapshots.publish_catalog(&self.catalog, &self.index, &self.lexical);
         }
@@ -436,6 +456,24 @@ impl Indexer {
             result
         }
     }
+}
+
+/// The lexical index of `held` (the stored descriptors, whose stored bytes
+/// have `fingerprint`): from the snapshot file when it was made from exactly
+/// these and agrees with them, else built. Says which.
+fn restored_lexical(
+    snapshot: Option<&[u8]>,
+    held: &[StoredDescriptor],
+    fingerprint: Fingerprint,
+) -> (LexicalIndex, bool) {
+    let descriptors: Vec<&CapabilityDescriptor> = held.iter().map(|held| &held.descriptor).collect();
+    if let Some(bytes) = snapshot {
+        match LexicalIndex::from_snapshot(bytes, fingerprint, &descriptors) {
+            Ok(lexical) => return (lexical, true),
+            Err(err) => tracing::info!(%err, "the lexical snapshot is not used; building the index"),
+        }
+    }
+    (LexicalIndex::build(descriptors), false)
 }
 
 /// A change as planned, and what carrying it out did.
@@ -682,6 +720,20 @@ impl Handler<RetryEmbeddings> for Indexer {
     }
 }
 
+/// Writes the lexical index's snapshot now if one is waiting, and answers
+/// once it is on disk (at the end of `capdex index` and of `capdex serve`).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct FlushLexicalSnapshot;
+
+impl Handler<FlushLexicalSnapshot> for Indexer {
+    type Result = ();
+
+    fn handle(&mut self, _: FlushLexicalSnapshot, _: &mut Context<Self>) {
+        self.lexical_snapshots.flush();
+    }
+}
+
 impl Handler<Inspect<IndexerStats>> for Indexer {
     type Result = MessageResult<Inspect<IndexerStats>>;
 
@@ -810,6 +862,42 @@ mod tests {
         let stats = stats(&restarted).await;
         assert_eq!((stats.version, stats.capabilities, stats.pending, stats.embedded_total), (1, 1, 0, 0));
         assert!(restarted.cell.load().index.contains("tool:gauge"));
+    }
+
+    #[actix::test]
+    async fn a_restart_takes_the_lexical_index_from_its_snapshot_only_while_it_is_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let harness = start(&store);
+        let offer = vec![
+            tool("gauge", "Read the gauge of a coil"),
+            tool("valve", "Open or close a valve"),
+            tool("pump", "Start the pump of a coil"),
+        ];
+        sync(&harness, SyncCapabilities::merge("runtime:r", offer)).await;
+        harness.indexer.send(FlushLexicalSnapshot).await.unwrap();
+        assert!(!stats(&harness).await.lexical_from_snapshot);
+        let built = harness.cell.load().lexical.clone();
+        drop(harness);
+        let restarted = start(&store);
+        assert!(stats(&restarted).await.lexical_from_snapshot);
+        let loaded = restarted.cell.load().lexical.clone();
+        let scores = |index: &LexicalIndex, query: &str| {
+            let mut scores: Vec<(u32, u32)> =
+                index.score(query).scores.into_iter().map(|(doc, score)| (doc, score.to_bits())).collect();
+            scores.sort_unstable();
+            scores
+        };
+        for query in ["gauge of a coil", "open valve", "pump", "nothing at all"] {
+            assert_eq!(scores(&built, query), scores(&loaded, query), "{query}");
+        }
+        assert_eq!(loaded.exact_matches("gauge"), built.exact_matches("gauge"));
+        // A change the snapshot never saw (written by another process, say): built again.
+        store.put_descriptor("runtime:r", &tool("fan", "Spin the fan")).unwrap();
+        drop(restarted);
+        let changed = start(&store);
+        assert!(!stats(&changed).await.lexical_from_snapshot);
+        assert_eq!(changed.cell.load().lexical.len(), 4);
     }
 
     #[actix::test]

@@ -48,6 +48,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::OnceLock;
 
+mod snapshot;
+pub use snapshot::{Fingerprint, FingerprintHasher, SnapshotError, SNAPSHOT_FORMAT};
+
 /// BM25 saturation.
 pub const K1: f32 = 1.2;
 /// BM25 length normalisation.
@@ -92,6 +95,8 @@ pub struct LexicalIndex {
     idf: Vec<f32>,
     /// `k1·(1 − b + b·len/avglen)` per document.
     length_norms: Vec<f32>,
+    /// `avglen`, the mean weighted document length the norms were made with.
+    average_length: f32,
     /// Loose spelling of each id, name and display name → documents, best match kind first.
     exact: HashMap<Box<str>, Box<[(u32, ExactMatch)]>>,
     /// What the discovery filters read of each document.
@@ -263,26 +268,38 @@ impl LexicalIndex {
         }
         drop(next);
         index.posting_starts = starts;
+        index.fill_idf();
         let n_docs = index.ids.len() as f32;
-        index.idf = (0..index.terms.len())
-            .map(|term| {
-                let df = index.term_postings(term as u32).len() as f32;
-                (1.0 + (n_docs - df + 0.5) / (df + 0.5)).ln()
-            })
-            .collect();
         let average = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f32>() / n_docs };
         let average = if average > 0.0 { average } else { 1.0 };
-        index.length_norms = lengths.iter().map(|length| K1 * (1.0 - B + B * length / average)).collect();
+        index.length_norms = lengths.iter().map(|&length| length_norm(length, average)).collect();
+        index.average_length = average;
         for matches in index.exact.values_mut().filter(|matches| matches.len() > 1) {
             matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         }
-        let mut by_id: Vec<u32> = (0..index.ids.len() as u32).collect();
-        by_id.sort_unstable_by(|&a, &b| index.ids[a as usize].cmp(&index.ids[b as usize]));
-        index.id_rank = vec![0; by_id.len()];
-        for (rank, doc) in by_id.into_iter().enumerate() {
-            index.id_rank[doc as usize] = rank as u32;
-        }
+        index.rank_ids();
         index
+    }
+
+    /// Fills `idf` from the postings.
+    fn fill_idf(&mut self) {
+        let n_docs = self.ids.len() as f32;
+        self.idf = (0..self.terms.len())
+            .map(|term| {
+                let df = self.term_postings(term as u32).len() as f32;
+                (1.0 + (n_docs - df + 0.5) / (df + 0.5)).ln()
+            })
+            .collect();
+    }
+
+    /// Fills `id_rank` from `ids`.
+    fn rank_ids(&mut self) {
+        let mut by_id: Vec<u32> = (0..self.ids.len() as u32).collect();
+        by_id.sort_unstable_by(|&a, &b| self.ids[a as usize].cmp(&self.ids[b as usize]));
+        self.id_rank = vec![0; by_id.len()];
+        for (rank, doc) in by_id.into_iter().enumerate() {
+            self.id_rank[doc as usize] = rank as u32;
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -430,6 +447,11 @@ impl LexicalScores {
         }
         top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect()
     }
+}
+
+/// BM25's length normalisation of a document of weighted length `length`.
+fn length_norm(length: f32, average: f32) -> f32 {
+    K1 * (1.0 - B + B * length / average)
 }
 
 /// Fills `doc_terms` with the weighted frequency (BM25F's `tf`) of each term

@@ -45,6 +45,8 @@ pub mod dispatch;
 pub mod retention;
 pub mod scg;
 pub mod sequence;
+mod snapshot;
+pub use snapshot::LEXICAL_SNAPSHOT_FILE;
 pub mod sources;
 
 use crate::core::descriptor::CapabilityDescriptor;
