@@ -287,7 +287,7 @@ impl KpiTelemetry {
 
     /// Validates and applies one outcome, and queues its writes.
     fn apply(&mut self, report: &OutcomeReport, at_ms: u64) -> Result<(KpiUpdate, bool), KpiError> {
-        let sample = report.validate(at_ms)?;
+        let sample = report.validate(at_ms, self.settings.max_id_bytes)?;
         if let Some(message) = self.store.kpi_failed() {
             return Err(StoreError::Durable { message }.into());
         }
