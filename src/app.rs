@@ -625,6 +625,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     let _retention = actix::Actor::start(crate::actors::retention::Retention::new(
         store.clone(),
         actors.scg.graph.clone(),
+        actors.kpi.clone().recipient(),
         settings.retention,
     ));
     let outcome = scan(&actors).await?;
