@@ -140,7 +140,9 @@ fn bridge_cost(env: &[(String, String)], sources: &std::path::Path, queries: &[S
     let queries = queries.to_vec();
     actix_rt::System::new().block_on(async move {
         let actors = capdex::app::start(&settings).await.expect("the actors start");
-        capdex::app::load_file(&actors, &sources, capdex::app::FileShape::Sources).await.expect("the catalog loads");
+        capdex::app::load_file(&actors, &sources, capdex::app::FileShape::Sources, settings.limits.max_id_bytes)
+            .await
+            .expect("the catalog loads");
         let bridge = capdex::app::mcp_bridge(&settings, actors, None);
         let timed = tokio::spawn(async move {
             let mut hop = Vec::with_capacity(requests);

@@ -117,12 +117,14 @@ pub enum FileShape {
     Catalog,
 }
 
-/// Reads a sources or catalog file and indexes it as the origin `file:<path>`;
-/// returns the sync report and the items left out.
+/// Reads a sources or catalog file and indexes it as the origin `file:<path>`,
+/// each name at most `max_id_bytes` (`[limits]`); returns the sync report and
+/// the items left out.
 pub async fn load_file(
     actors: &Actors,
     path: &std::path::Path,
     shape: FileShape,
+    max_id_bytes: usize,
 ) -> anyhow::Result<(SyncReport, Normalised)> {
     let size = std::fs::metadata(path).with_context(|| format!("failed to read {}", path.display()))?.len();
     anyhow::ensure!(
@@ -136,12 +138,12 @@ pub async fn load_file(
             let payload: RegistrationPayload = serde_json::from_str(&text).with_context(|| {
                 format!("{} is not a sources file ({{tools, skills, extensions, channels, presets}})", path.display())
             })?;
-            normalise_registration(&payload)
+            normalise_registration(&payload, max_id_bytes)
         }
         FileShape::Catalog => {
             let items: Vec<serde_json::Value> = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not a catalog (an array of descriptors)", path.display()))?;
-            normalise_catalog(&items)
+            normalise_catalog(&items, max_id_bytes)
         }
     };
     let mut sync = SyncCapabilities::replace(&format!("file:{}", path.display()), normalised.descriptors.clone());
@@ -184,6 +186,8 @@ struct ActorApi {
     replication: Option<std::rc::Rc<crate::replication::Replication>>,
     /// The live sources (`sources.*`).
     live: Option<crate::live::LiveSources>,
+    /// `[limits] max_id_bytes`: the longest runtime id and capability name a registration gives.
+    max_id_bytes: usize,
 }
 
 /// How often a failed discovery is tried again before a plan falls back, and the pause between tries.
@@ -253,24 +257,26 @@ impl ActorApi {
 impl Api for ActorApi {
     fn register(&self, payload: RegistrationPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
         if let Some(replication) = self.replication.clone() {
+            let max_id_bytes = self.max_id_bytes;
             return async move {
-                runtime_id(payload.runtime_id.as_deref())?;
+                runtime_id(payload.runtime_id.as_deref(), max_id_bytes)?;
                 replication.submit(crate::gateway::jetstream::IndexMutation::Upsert { payload }).await
             }
             .boxed_local();
         }
-        apply_upsert(self.actors.indexer.clone(), payload).boxed_local()
+        apply_upsert(self.actors.indexer.clone(), payload, self.max_id_bytes).boxed_local()
     }
 
     fn unregister(&self, request: RemoveRequest) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
         if let Some(replication) = self.replication.clone() {
+            let max_id_bytes = self.max_id_bytes;
             return async move {
-                runtime_id(request.runtime_id.as_deref())?;
+                runtime_id(request.runtime_id.as_deref(), max_id_bytes)?;
                 replication.submit(crate::gateway::jetstream::IndexMutation::Remove { request }).await
             }
             .boxed_local();
         }
-        apply_remove(self.actors.indexer.clone(), request).boxed_local()
+        apply_remove(self.actors.indexer.clone(), request, self.max_id_bytes).boxed_local()
     }
 
     fn search(
@@ -619,6 +625,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
     let _retention = actix::Actor::start(crate::actors::retention::Retention::new(
         store.clone(),
         actors.scg.graph.clone(),
+        actors.kpi.clone().recipient(),
         settings.retention,
     ));
     let outcome = scan(&actors).await?;
@@ -671,6 +678,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
             let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how);
             options.outcome_events = Some(gateway.outcome_event_publisher());
             options.max_json_depth = settings.limits.max_json_depth;
+            options.max_id_bytes = settings.limits.max_id_bytes;
             let bridge = crate::mcp::bridge::Bridge::spawn(api.clone());
             let face = crate::mcp::http::HttpFace::bind(addr, &settings.mcp.path, options, bridge).await?;
             Some(tokio::task::spawn_local(face.serve(async {
@@ -725,6 +733,7 @@ fn actor_api(
         discovery: settings.discovery.clone(),
         replication,
         live,
+        max_id_bytes: settings.limits.max_id_bytes,
     }
 }
 
@@ -776,6 +785,7 @@ pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Resul
     };
     let mut options = crate::mcp::server::FaceOptions::new(&settings.mcp, how_to_approve(settings, false));
     options.max_json_depth = settings.limits.max_json_depth;
+    options.max_id_bytes = settings.limits.max_id_bytes;
     // Live sources too: an MCP client that launches capdex gets the servers and APIs it was given.
     let live = crate::live::start(settings, &store, &actors)?;
     let indexer = actors.indexer.clone();

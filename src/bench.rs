@@ -544,9 +544,11 @@ pub fn load_sources(path: &Path) -> Result<(Vec<CapabilityDescriptor>, Vec<Prese
         Ok(descriptors)
     };
     let normalised = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(serde_json::Value::Array(items)) => normalise_catalog(&items),
+        Ok(serde_json::Value::Array(items)) => {
+            normalise_catalog(&items, crate::core::limits::Limits::default().max_id_bytes)
+        }
         Ok(value @ serde_json::Value::Object(_)) => match serde_json::from_value::<RegistrationPayload>(value) {
-            Ok(payload) => normalise_registration(&payload),
+            Ok(payload) => normalise_registration(&payload, crate::core::limits::Limits::default().max_id_bytes),
             // One line of a tools file is an object too.
             Err(err) => match tools_lines() {
                 Ok(descriptors) => crate::core::registration::Normalised { descriptors, ..Default::default() },

@@ -195,11 +195,9 @@ pub fn prior_from_outcomes(path: &Path, settings: &OutcomePriorSettings) -> Resu
     let reports: Vec<OutcomeReport> = read_jsonl(path)?;
     let mut stats = OutcomeStats::default();
     for (i, report) in reports.iter().enumerate() {
-        let sample = report.validate(0).map_err(|err| EvalError::Outcome {
-            path: path.into(),
-            number: i + 1,
-            problem: err.to_string(),
-        })?;
+        let sample = report
+            .validate(0, crate::core::limits::Limits::default().max_id_bytes)
+            .map_err(|err| EvalError::Outcome { path: path.into(), number: i + 1, problem: err.to_string() })?;
         for capability_id in distinct_ids(&report.capabilities) {
             stats.credit(capability_id, sample.score, 0, settings.half_life_ms);
         }

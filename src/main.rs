@@ -745,7 +745,7 @@ fn manifest_path(definition_ref: &capdex::core::descriptor::DefinitionRef) -> &s
 }
 
 /// Indexes the `--sources` and `--catalog` files; reports items left out on stderr.
-async fn load_files(actors: &capdex::actors::Actors, files: &SourceFiles) -> anyhow::Result<()> {
+async fn load_files(actors: &capdex::actors::Actors, files: &SourceFiles, max_id_bytes: usize) -> anyhow::Result<()> {
     let given: Vec<PathBuf> = files.sources.iter().chain(&files.catalogs).cloned().collect();
     capdex::app::drop_other_files(actors, &given).await?;
     let shaped = files
@@ -754,7 +754,7 @@ async fn load_files(actors: &capdex::actors::Actors, files: &SourceFiles) -> any
         .map(|path| (path, capdex::app::FileShape::Sources))
         .chain(files.catalogs.iter().map(|path| (path, capdex::app::FileShape::Catalog)));
     for (path, shape) in shaped {
-        let (report, normalised) = capdex::app::load_file(actors, path, shape).await?;
+        let (report, normalised) = capdex::app::load_file(actors, path, shape, max_id_bytes).await?;
         for diagnostic in &normalised.diagnostics {
             eprintln!(
                 "left out {} {}[{}] ({}: {})",
@@ -791,7 +791,7 @@ async fn start_and_index(
     let spinner = spinner("scanning and indexing capability folders");
     let actors = capdex::app::start(settings).await?;
     let outcome = capdex::app::scan(&actors).await?;
-    load_files(&actors, files).await?;
+    load_files(&actors, files, settings.limits.max_id_bytes).await?;
     if let Some(bar) = spinner {
         bar.finish_and_clear();
     }

@@ -24,12 +24,14 @@ fn registration_reply(report: SyncReport, diagnostics: Vec<serde_json::Value>) -
     }
 }
 
-/// Upserts a runtime's batch of capabilities through the Indexer.
+/// Upserts a runtime's batch of capabilities through the Indexer; ids are at
+/// most `max_id_bytes` (`[limits]`).
 pub(crate) async fn apply_upsert(
     indexer: actix::Addr<Indexer>,
     payload: RegistrationPayload,
+    max_id_bytes: usize,
 ) -> Result<RegistrationReply, ApiError> {
-    let (sync, diagnostics) = upsert_sync(&payload)?;
+    let (sync, diagnostics) = upsert_sync(&payload, max_id_bytes)?;
     let report =
         indexer.send(sync).await.map_err(ApiError::unavailable)?.map_err(|err| ApiError::internal(err.to_string()))?;
     Ok(registration_reply(report, diagnostics))
@@ -39,9 +41,10 @@ pub(crate) async fn apply_upsert(
 pub(crate) async fn apply_remove(
     indexer: actix::Addr<Indexer>,
     request: RemoveRequest,
+    max_id_bytes: usize,
 ) -> Result<RegistrationReply, ApiError> {
     let report = indexer
-        .send(remove_sync(request)?)
+        .send(remove_sync(request, max_id_bytes)?)
         .await
         .map_err(ApiError::unavailable)?
         .map_err(|err| ApiError::internal(err.to_string()))?;
@@ -49,9 +52,12 @@ pub(crate) async fn apply_remove(
 }
 
 /// The sync an upsert asks of the Indexer, and the diagnostics of its normalisation.
-fn upsert_sync(payload: &RegistrationPayload) -> Result<(SyncCapabilities, Vec<serde_json::Value>), ApiError> {
-    let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref())?);
-    let normalised = normalise_registration(payload);
+fn upsert_sync(
+    payload: &RegistrationPayload,
+    max_id_bytes: usize,
+) -> Result<(SyncCapabilities, Vec<serde_json::Value>), ApiError> {
+    let origin = runtime_origin(&runtime_id(payload.runtime_id.as_deref(), max_id_bytes)?);
+    let normalised = normalise_registration(payload, max_id_bytes);
     let mut sync = SyncCapabilities::merge(&origin, normalised.descriptors);
     if !payload.presets.is_empty() {
         sync.presets = Some(normalised.presets);
@@ -61,8 +67,8 @@ fn upsert_sync(payload: &RegistrationPayload) -> Result<(SyncCapabilities, Vec<s
 }
 
 /// The sync a removal asks of the Indexer.
-fn remove_sync(request: RemoveRequest) -> Result<SyncCapabilities, ApiError> {
-    let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref())?);
+fn remove_sync(request: RemoveRequest, max_id_bytes: usize) -> Result<SyncCapabilities, ApiError> {
+    let origin = runtime_origin(&runtime_id(request.runtime_id.as_deref(), max_id_bytes)?);
     Ok(SyncCapabilities::remove(&origin, request.ids))
 }
 
@@ -78,14 +84,15 @@ pub(crate) enum Mutation {
 pub(crate) async fn apply_batch(
     indexer: actix::Addr<Indexer>,
     mutations: Vec<Mutation>,
+    max_id_bytes: usize,
 ) -> Vec<Result<RegistrationReply, ApiError>> {
     let mut replies: Vec<Option<Result<RegistrationReply, ApiError>>> = Vec::with_capacity(mutations.len());
     let mut syncs = Vec::new();
     let mut diagnostics = Vec::new();
     for mutation in mutations {
         let sync = match mutation {
-            Mutation::Upsert(payload) => upsert_sync(&payload),
-            Mutation::Remove(request) => remove_sync(request).map(|sync| (sync, Vec::new())),
+            Mutation::Upsert(payload) => upsert_sync(&payload, max_id_bytes),
+            Mutation::Remove(request) => remove_sync(request, max_id_bytes).map(|sync| (sync, Vec::new())),
         };
         match sync {
             Ok((sync, notes)) => {

@@ -139,6 +139,7 @@ pub async fn start(
     let applied = store.applied_index_sequence()?;
     let target = jetstream.index_last_sequence().await?;
     let (applied_tx, mut applied_rx) = tokio::sync::watch::channel(applied);
+    let max_id_bytes = settings.limits.max_id_bytes;
     let follower = {
         let (replication, store, indexer) = (replication.clone(), store.clone(), actors.indexer.clone());
         async move {
@@ -149,7 +150,7 @@ pub async fn start(
                     let applied_tx = applied_tx.clone();
                     async move {
                         let sequence = messages.last().map_or(0, |message| message.sequence);
-                        let replies = apply_mutations(&indexer, &messages).await;
+                        let replies = apply_mutations(&indexer, &messages, max_id_bytes).await;
                         if let Err(err) = store.set_applied_index_sequence(sequence) {
                             tracing::error!(%err, sequence, "failed to store the applied index sequence");
                         }
@@ -262,6 +263,7 @@ async fn share_dispatch(settings: &Settings, gateway: &Gateway, actors: &Actors,
 async fn apply_mutations(
     indexer: &actix::Addr<crate::actors::indexer::Indexer>,
     messages: &[StreamMessage],
+    max_id_bytes: usize,
 ) -> Vec<Result<RegistrationReply, ApiError>> {
     let mut decoded = Vec::with_capacity(messages.len());
     let mut mutations = Vec::new();
@@ -278,7 +280,7 @@ async fn apply_mutations(
             Err(err) => decoded.push(Some(Err(ApiError::bad_request(format!("malformed index mutation: {err}"))))),
         }
     }
-    let mut applied = apply_batch(indexer.clone(), mutations).await.into_iter();
+    let mut applied = apply_batch(indexer.clone(), mutations, max_id_bytes).await.into_iter();
     decoded.into_iter().map(|reply| reply.unwrap_or_else(|| applied.next().expect("one reply per mutation"))).collect()
 }
 

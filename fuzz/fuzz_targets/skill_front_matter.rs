@@ -13,6 +13,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = front;
     let payload = serde_json::json!({"runtimeId": "fuzz", "skills": [{"name": "fuzz", "content": text}]});
     if let Ok(payload) = serde_json::from_value::<capdex::core::registration::RegistrationPayload>(payload) {
-        let _ = capdex::core::registration::normalise_registration(&payload);
+        let _ = capdex::core::registration::normalise_registration(&payload, 128);
     }
 });

@@ -181,6 +181,11 @@ struct Scope {
     meta: ScopeMeta,
     next_seq: u64,
     gauges: Option<ScopeGauges>,
+    /// The newest sample's time: when the scope was last updated, for retention.
+    last_at_ms: u64,
+    /// The actor's update counter when the scope last took a sample (0 for a
+    /// restored one): orders scopes updated in the same millisecond.
+    touched: u64,
 }
 
 /// Outcome counters, registered once instead of looked up per outcome.
@@ -215,6 +220,8 @@ pub struct KpiTelemetry {
     /// The newest alert and recovery events raised since the node started,
     /// newest first, at most [`RECENT_ALERTS`].
     recent_alerts: VecDeque<AlertEvent>,
+    /// Counts the samples taken, to order scope updates (`Scope::touched`).
+    updates: u64,
 }
 
 impl KpiTelemetry {
@@ -244,6 +251,7 @@ impl KpiTelemetry {
             prior_scheduled: false,
             prior_published_at: None,
             recent_alerts: VecDeque::with_capacity(RECENT_ALERTS),
+            updates: 0,
             settings,
         };
         for stored in stored.scopes {
@@ -260,7 +268,9 @@ impl KpiTelemetry {
             }
             telemetry.alerting += usize::from(meta.alert.degraded);
             telemetry.adaptive_degraded += usize::from(meta.adaptive.degraded);
-            telemetry.scopes.insert(key.clone(), Scope { key, window, meta, next_seq, gauges });
+            let last_at_ms = window.samples().map(|sample| sample.at_ms).max().unwrap_or(0);
+            let scope = Scope { key: key.clone(), window, meta, next_seq, gauges, last_at_ms, touched: 0 };
+            telemetry.scopes.insert(key, scope);
         }
         telemetry.publish_gauges();
         Ok(telemetry)
@@ -287,7 +297,7 @@ impl KpiTelemetry {
 
     /// Validates and applies one outcome, and queues its writes.
     fn apply(&mut self, report: &OutcomeReport, at_ms: u64) -> Result<(KpiUpdate, bool), KpiError> {
-        let sample = report.validate(at_ms)?;
+        let sample = report.validate(at_ms, self.settings.max_id_bytes)?;
         if let Some(message) = self.store.kpi_failed() {
             return Err(StoreError::Durable { message }.into());
         }
@@ -302,7 +312,16 @@ impl KpiTelemetry {
             let key: Arc<str> = Arc::from(self.scope_key.as_str());
             let gauges = self.gauges_for(&key);
             let window = KpiWindow::new(self.settings.window);
-            self.scopes.insert(key.clone(), Scope { key, window, meta: ScopeMeta::default(), next_seq: 0, gauges });
+            let scope = Scope {
+                key: key.clone(),
+                window,
+                meta: ScopeMeta::default(),
+                next_seq: 0,
+                gauges,
+                last_at_ms: 0,
+                touched: 0,
+            };
+            self.scopes.insert(key, scope);
         }
         let scope = self.scopes.get_mut(self.scope_key.as_str()).expect("the scope was just ensured");
         let flags = |meta: &ScopeMeta| (usize::from(meta.alert.degraded), usize::from(meta.adaptive.degraded));
@@ -327,6 +346,9 @@ impl KpiTelemetry {
             sample: stored_sample,
         });
         scope.next_seq += 1;
+        self.updates += 1;
+        scope.last_at_ms = scope.last_at_ms.max(stored_sample.at_ms);
+        scope.touched = self.updates;
         if recorded.meta_changed {
             self.ops.push(KpiOp::Meta { scope_key: scope.key.clone(), meta: scope.meta.clone() });
         }
@@ -493,6 +515,55 @@ impl Handler<ViewScope> for KpiTelemetry {
             },
         };
         MessageResult(view)
+    }
+}
+
+/// Prunes the scopes over `[retention] kpi_max_age_ms` and `kpi_max_count` at
+/// `now_ms`: a scope not updated within the age goes, then the least recently
+/// updated ones beyond the count (`core::retention::plan`). A pruned scope's
+/// window and state leave memory and the store together (`KpiOp::ForgetScope`);
+/// an outcome for it later starts it again.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<PrunedScopes, KpiError>")]
+pub struct PruneScopes {
+    pub now_ms: u64,
+    pub limits: crate::core::retention::Limits,
+}
+
+/// What [`PruneScopes`] did; await `durable` before measuring the store.
+#[derive(Debug)]
+pub struct PrunedScopes {
+    pub pruned: u64,
+    /// Scopes kept.
+    pub scopes: u64,
+    pub durable: Durable,
+}
+
+impl Handler<PruneScopes> for KpiTelemetry {
+    type Result = Result<PrunedScopes, KpiError>;
+
+    fn handle(&mut self, msg: PruneScopes, _: &mut Context<Self>) -> Self::Result {
+        use crate::core::retention::{plan, Record};
+        let mut by_age: Vec<(u64, u64, Arc<str>)> =
+            self.scopes.values().map(|scope| (scope.last_at_ms, scope.touched, scope.key.clone())).collect();
+        // Oldest first, so the plan's ties (by index) fall to the least recently updated.
+        by_age.sort_unstable();
+        let records: Vec<Record> = by_age.iter().map(|(at_ms, _, _)| Record { at_ms: *at_ms, exempt: false }).collect();
+        let doomed = plan(&records, msg.now_ms, msg.limits);
+        let mut ops = Vec::with_capacity(doomed.len());
+        for at in &doomed {
+            let scope_key = &by_age[*at].2;
+            if let Some(scope) = self.scopes.remove(scope_key) {
+                self.alerting -= usize::from(scope.meta.alert.degraded);
+                self.adaptive_degraded -= usize::from(scope.meta.adaptive.degraded);
+                ops.push(KpiOp::ForgetScope { scope_key: scope.key });
+            }
+        }
+        if !doomed.is_empty() {
+            self.publish_gauges();
+        }
+        let durable = self.store.commit_kpi(ops);
+        Ok(PrunedScopes { pruned: doomed.len() as u64, scopes: self.scopes.len() as u64, durable })
     }
 }
 

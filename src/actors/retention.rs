@@ -5,15 +5,18 @@
 //! store's sweeps (`store::retention`: provenance, re-drive results,
 //! approvals, processed outcome ids) on tokio's blocking pool, so a scan of a
 //! large tree never holds the System thread, then asks the ScgGraph, the only
-//! writer of the memory notes, to prune them ([`PruneNotes`]). What to prune
-//! is decided by `core::retention::plan`. One sweep runs at a time.
+//! writer of the memory notes, to prune them ([`PruneNotes`]), and
+//! KpiTelemetry, the only writer of the KPI windows, to prune its scopes
+//! ([`PruneScopes`]; the `kpi` tree is measured once that is durable). What to
+//! prune is decided by `core::retention::plan`. One sweep runs at a time.
 //!
 //! Gauges, per `store` label: `capdex_store_entries` and `capdex_store_bytes`
 //! (keys and values) for the pruned stores and for the others that matter to
-//! size (`descriptors`, `embeddings`, `kpi`, `registry`, `bindings`), and
+//! size (`descriptors`, `embeddings`, `registry`, `bindings`), and
 //! `capdex_store_disk_bytes` (sled's files); `capdex_retention_pruned_total`
 //! counts what each store's sweeps pruned.
 
+use crate::actors::kpi::PruneScopes;
 use crate::actors::scg::graph::{PruneNotes, ScgGraph};
 use crate::config::RetentionSettings;
 use crate::core::retention::{StoreSize, Swept};
@@ -24,10 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The stores whose size is only measured, not pruned: `(label, tree)`.
-const MEASURED: [(&str, &str); 5] = [
+const MEASURED: [(&str, &str); 4] = [
     ("descriptors", "descriptors"),
     ("embeddings", "embeddings"),
-    ("kpi", "kpi"),
     ("registry", "dispatch_registry"),
     ("bindings", "dispatch_bindings"),
 ];
@@ -36,7 +38,8 @@ const MEASURED: [(&str, &str); 5] = [
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SweepReport {
-    /// Each pruned store's sweep, by label (`provenance`, `redrive`, `approvals`, `outcome_ids`, `memory`).
+    /// Each pruned store's sweep, by label (`provenance`, `redrive`, `approvals`, `outcome_ids`, `memory`,
+    /// and `kpi`: its `pruned` counts scopes, its size is the `kpi` tree's).
     pub swept: BTreeMap<String, Swept>,
     /// The measured stores' sizes, by label.
     pub sizes: BTreeMap<String, StoreSize>,
@@ -48,6 +51,7 @@ pub struct SweepReport {
 pub struct Retention {
     store: Store,
     graph: Addr<ScgGraph>,
+    kpi: Recipient<PruneScopes>,
     settings: RetentionSettings,
     running: bool,
     /// Held by a sweep from start to end: sweeps take turns, so a report's
@@ -56,8 +60,13 @@ pub struct Retention {
 }
 
 impl Retention {
-    pub fn new(store: Store, graph: Addr<ScgGraph>, settings: RetentionSettings) -> Retention {
-        Retention { store, graph, settings, running: false, turn: Arc::default() }
+    pub fn new(
+        store: Store,
+        graph: Addr<ScgGraph>,
+        kpi: Recipient<PruneScopes>,
+        settings: RetentionSettings,
+    ) -> Retention {
+        Retention { store, graph, kpi, settings, running: false, turn: Arc::default() }
     }
 }
 
@@ -80,16 +89,18 @@ fn sweep_store(store: &Store, settings: &RetentionSettings, now_ms: u64) -> Resu
 }
 
 /// One whole sweep, after any running one: the store's on the blocking pool,
-/// then the memory notes.
+/// then the memory notes, then the KPI scopes.
 async fn sweep(
     turn: Arc<tokio::sync::Mutex<()>>,
     store: Store,
     graph: Addr<ScgGraph>,
+    kpi: Recipient<PruneScopes>,
     settings: RetentionSettings,
 ) -> Result<SweepReport, String> {
     let _turn = turn.lock_owned().await;
     let now_ms = crate::clock::epoch_ms();
-    let mut report = tokio::task::spawn_blocking(move || sweep_store(&store, &settings, now_ms))
+    let swept_store = store.clone();
+    let mut report = tokio::task::spawn_blocking(move || sweep_store(&swept_store, &settings, now_ms))
         .await
         .map_err(|err| format!("the sweep stopped: {err}"))?
         .map_err(|err| err.to_string())?;
@@ -99,6 +110,17 @@ async fn sweep(
         .map_err(|err| format!("the SCG graph is gone: {err}"))?
         .map_err(|err| err.to_string())?;
     report.swept.insert("memory".into(), notes);
+    let scopes = kpi
+        .send(PruneScopes { now_ms, limits: settings.kpi })
+        .await
+        .map_err(|err| format!("the KPI telemetry is gone: {err}"))?
+        .map_err(|err| err.to_string())?;
+    scopes.durable.await.map_err(|err| err.to_string())?;
+    let size = tokio::task::spawn_blocking(move || store.tree_size("kpi"))
+        .await
+        .map_err(|err| format!("the sweep stopped: {err}"))?
+        .map_err(|err| err.to_string())?;
+    report.swept.insert("kpi".into(), Swept { pruned: scopes.pruned, size });
     publish(&report);
     Ok(report)
 }
@@ -122,7 +144,7 @@ impl Retention {
             return;
         }
         self.running = true;
-        let job = sweep(self.turn.clone(), self.store.clone(), self.graph.clone(), self.settings);
+        let job = sweep(self.turn.clone(), self.store.clone(), self.graph.clone(), self.kpi.clone(), self.settings);
         ctx.spawn(job.into_actor(self).map(|result, act, _| {
             act.running = false;
             match result {
@@ -154,14 +176,16 @@ impl Handler<SweepNow> for Retention {
     type Result = ResponseFuture<Result<SweepReport, String>>;
 
     fn handle(&mut self, _: SweepNow, _: &mut Context<Self>) -> Self::Result {
-        Box::pin(sweep(self.turn.clone(), self.store.clone(), self.graph.clone(), self.settings))
+        Box::pin(sweep(self.turn.clone(), self.store.clone(), self.graph.clone(), self.kpi.clone(), self.settings))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actors::kpi::{KpiSnapshot, KpiTelemetry, RecordOutcome};
     use crate::core::dispatch::ProvenanceRecord;
+    use crate::core::kpi_window::{OutcomeReport, OutcomeStatus};
     use crate::core::retention::Limits;
     use crate::core::scg::memory::{Note, Polarity};
     use crate::store::scg::ScgStore;
@@ -174,7 +198,79 @@ mod tests {
             approvals: limits,
             memory: limits,
             outcome_ids: limits,
+            kpi: limits,
         }
+    }
+
+    fn kpi_telemetry(store: &Store) -> Addr<KpiTelemetry> {
+        let settings = crate::config::Settings::load(None, &Default::default()).unwrap();
+        KpiTelemetry::load(store.clone(), settings.kpi).unwrap().start()
+    }
+
+    fn graph(store: &Store) -> Addr<ScgGraph> {
+        crate::actors::scg::spawn(&crate::config::Settings::load(None, &Default::default()).unwrap(), store, None)
+            .unwrap()
+            .graph
+    }
+
+    async fn outcome(kpi: &Addr<KpiTelemetry>, organization: &str, turn: &str, at_ms: u64) {
+        let report = OutcomeReport {
+            turn_id: Some(turn.into()),
+            organization_id: Some(organization.into()),
+            status: Some(OutcomeStatus::Success),
+            ..Default::default()
+        };
+        kpi.send(RecordOutcome { report, at_ms }).await.unwrap().unwrap().once_durable().await.unwrap();
+    }
+
+    fn stored_scopes(store: &Store) -> Vec<(String, usize)> {
+        let mut scopes: Vec<(String, usize)> =
+            store.kpi_scopes().unwrap().into_iter().map(|scope| (scope.scope_key, scope.samples.len())).collect();
+        scopes.sort();
+        scopes
+    }
+
+    #[actix::test]
+    async fn kpi_scopes_are_pruned_least_recently_updated_first_by_count_and_by_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let kpi = kpi_telemetry(&store);
+        let now = crate::clock::epoch_ms();
+        // Updated in the order o1, o2, o3, o4, then o1 again: o2 and o3 are the least recently updated.
+        for (organization, at) in [("o1", 400_000), ("o2", 300_000), ("o3", 200_000), ("o4", 100_000), ("o1", 10)] {
+            outcome(&kpi, organization, &format!("{organization}-{at}"), now - at).await;
+        }
+        assert_eq!(stored_scopes(&store).len(), 4);
+        let by_count = settings(Limits::OFF);
+        let by_count = RetentionSettings { kpi: Limits { max_age_ms: 0, max_count: 2 }, ..by_count };
+        // One sweep, called as the actor calls it (a started actor also sweeps at start).
+        let sweep_with = |settings: RetentionSettings| {
+            sweep(Arc::default(), store.clone(), graph(&store), kpi.clone().recipient(), settings)
+        };
+        let report = sweep_with(by_count).await.unwrap();
+        assert_eq!(report.swept["kpi"].pruned, 2);
+        assert_eq!(report.swept["kpi"].size, store.tree_size("kpi").unwrap(), "the gauge is the kpi tree's size");
+        assert_eq!(stored_scopes(&store), [("o1".to_string(), 2), ("o4".to_string(), 1)]);
+        let in_memory: Vec<String> = kpi
+            .send(crate::actors::Inspect::<KpiSnapshot>::new())
+            .await
+            .unwrap()
+            .kpis
+            .into_iter()
+            .map(|kpi| kpi.scope_key)
+            .collect();
+        assert_eq!(in_memory, ["o1", "o4"], "memory and store agree");
+        let again = sweep_with(by_count).await.unwrap();
+        assert_eq!(again.swept["kpi"].pruned, 0, "at the count, nothing more goes");
+        // A pruned scope's samples never come back: not from a reload, not under a new outcome.
+        outcome(&kpi, "o2", "o2-new", now).await;
+        assert_eq!(store.load_kpi(100).unwrap().scopes.len(), 3);
+        assert!(stored_scopes(&store).contains(&("o2".to_string(), 1)), "{:?}", stored_scopes(&store));
+        // By age: o4's newest sample is 100 s old, over 50 s; o1 and o2 are younger.
+        let by_age = RetentionSettings { kpi: Limits { max_age_ms: 50_000, max_count: 0 }, ..settings(Limits::OFF) };
+        let report = sweep_with(by_age).await.unwrap();
+        assert_eq!(report.swept["kpi"].pruned, 1);
+        assert_eq!(stored_scopes(&store), [("o1".to_string(), 2), ("o2".to_string(), 1)]);
     }
 
     #[actix::test]
@@ -199,12 +295,8 @@ mod tests {
             })
             .unwrap();
         }
-        let graph =
-            crate::actors::scg::spawn(&crate::config::Settings::load(None, &Default::default()).unwrap(), &store, None)
-                .unwrap()
-                .graph;
-        let retention =
-            Retention::new(store.clone(), graph, settings(Limits { max_age_ms: 60_000, max_count: 2 })).start();
+        let limits = settings(Limits { max_age_ms: 60_000, max_count: 2 });
+        let retention = Retention::new(store.clone(), graph(&store), kpi_telemetry(&store).recipient(), limits).start();
         let report = retention.send(SweepNow).await.unwrap().unwrap();
         assert_eq!(report.swept["provenance"].size.entries, 2);
         assert_eq!(report.swept["memory"].size.entries, 2);
@@ -213,6 +305,7 @@ mod tests {
         for label in ["redrive", "approvals", "outcome_ids"] {
             assert_eq!(report.swept[label], Swept::default(), "{label}");
         }
+        assert_eq!(report.swept["kpi"].pruned, 0);
         for (label, _) in MEASURED {
             assert!(report.sizes.contains_key(label), "{label}");
         }

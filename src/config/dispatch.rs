@@ -27,11 +27,14 @@ pub struct DispatchSettings {
     pub ssrf_allowlist: Vec<Cidr>,
     /// The variables a client's `${env:VAR}` may read (`env_allow`).
     pub env_allow: EnvAllow,
+    /// The longest id a call, a registration or a binding may give (`[limits] max_id_bytes`).
+    pub max_id_bytes: usize,
 }
 
 impl DispatchSettings {
-    /// Checks the bounds, the binding mode and every allowlist CIDR.
-    pub fn from_raw(raw: RawDispatch) -> Result<DispatchSettings, InvalidSetting> {
+    /// Checks the bounds, the binding mode and every allowlist CIDR; ids are
+    /// at most `max_id_bytes` (`[limits]`, checked there).
+    pub fn from_raw(raw: RawDispatch, max_id_bytes: usize) -> Result<DispatchSettings, InvalidSetting> {
         in_range("dispatch.default_timeout_ms", raw.default_timeout_ms, 1..=registry::MAX_CALL_TIMEOUT_MS)?;
         in_range("dispatch.approval_ttl_ms", raw.approval_ttl_ms, 1..=7 * 86_400_000)?;
         in_range("dispatch.rate_window_ms", raw.rate_window_ms, 1_000..=3_600_000)?;
@@ -63,6 +66,7 @@ impl DispatchSettings {
             rate_window_ms: raw.rate_window_ms,
             ssrf_allowlist,
             env_allow,
+            max_id_bytes,
         })
     }
 }
@@ -75,7 +79,7 @@ mod tests {
     fn check(edit: impl FnOnce(&mut RawDispatch)) -> Result<DispatchSettings, InvalidSetting> {
         let mut raw = defaults().dispatch;
         edit(&mut raw);
-        DispatchSettings::from_raw(raw)
+        DispatchSettings::from_raw(raw, crate::core::limits::Limits::default().max_id_bytes)
     }
 
     #[test]

@@ -40,16 +40,20 @@ pub struct KpiSettings {
     pub prior_publish_interval_ms: u64,
     /// Scopes that get per-scope Prometheus gauges (the first ones seen).
     pub metrics_max_scopes: usize,
+    /// The longest `organizationId` or `personaId` an outcome may give (`[limits] max_id_bytes`).
+    pub max_id_bytes: usize,
 }
 
 const DAY_MS: u64 = 86_400_000;
 
 impl KpiSettings {
-    /// Checks the section; `prior` and `prior_publish_interval_ms` come validated from `[discovery]`.
+    /// Checks the section; `prior` and `prior_publish_interval_ms` come
+    /// validated from `[discovery]`, `max_id_bytes` from `[limits]`.
     pub fn from_raw(
         raw: RawKpi,
         prior: OutcomePriorSettings,
         prior_publish_interval_ms: u64,
+        max_id_bytes: usize,
     ) -> Result<KpiSettings, InvalidSetting> {
         let window_size = in_range("kpi.rolling_window_size", raw.rolling_window_size, 1..=100_000)?;
         let threshold = unit_rate("kpi.alert_below_weighted_success_rate", raw.alert_below_weighted_success_rate)?;
@@ -100,6 +104,7 @@ impl KpiSettings {
             prior,
             prior_publish_interval_ms,
             metrics_max_scopes: raw.metrics_max_scopes,
+            max_id_bytes,
         })
     }
 }
@@ -112,7 +117,12 @@ mod tests {
     fn check(edit: impl FnOnce(&mut RawKpi)) -> Result<KpiSettings, InvalidSetting> {
         let mut raw = defaults().kpi;
         edit(&mut raw);
-        KpiSettings::from_raw(raw, OutcomePriorSettings::default(), 0)
+        KpiSettings::from_raw(
+            raw,
+            OutcomePriorSettings::default(),
+            0,
+            crate::core::limits::Limits::default().max_id_bytes,
+        )
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub struct RawLimits {
     pub max_tools_per_source: usize,
     pub max_operations_per_spec: usize,
     pub max_ref_hops: usize,
+    pub max_id_bytes: usize,
 }
 
 /// The deepest nesting a setting may allow: serde_json and serde_norway refuse
@@ -34,6 +35,7 @@ pub fn limits_from_raw(raw: RawLimits) -> Result<Limits, InvalidSetting> {
             1..=1_000_000,
         )?,
         max_ref_hops: in_range("limits.max_ref_hops", raw.max_ref_hops, 1..=crate::core::scg::schema::MAX_REF_HOPS)?,
+        max_id_bytes: in_range("limits.max_id_bytes", raw.max_id_bytes, crate::core::limits::MAX_ID_BYTES_RANGE)?,
     })
 }
 
@@ -53,12 +55,21 @@ mod tests {
         let settings =
             load(&[("CAPDEX_LIMITS_MAX_JSON_DEPTH", "12"), ("CAPDEX_LIMITS_MAX_TOOLS_PER_SOURCE", "7")]).unwrap();
         assert_eq!((settings.limits.max_json_depth, settings.limits.max_tools_per_source), (12, 7));
+        let settings = load(&[("CAPDEX_LIMITS_MAX_ID_BYTES", "256")]).unwrap();
+        assert_eq!(settings.limits.max_id_bytes, 256);
+        assert_eq!(
+            (settings.dispatch.max_id_bytes, settings.kpi.max_id_bytes),
+            (256, 256),
+            "the dispatcher and the KPI read the one setting"
+        );
         for (variable, value, field) in [
             ("CAPDEX_LIMITS_MAX_JSON_DEPTH", "0", "limits.max_json_depth"),
             ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "129", "limits.max_yaml_depth"),
             ("CAPDEX_LIMITS_MAX_OPERATIONS_PER_SPEC", "0", "limits.max_operations_per_spec"),
             ("CAPDEX_LIMITS_MAX_REF_HOPS", "0", "limits.max_ref_hops"),
             ("CAPDEX_LIMITS_MAX_REF_HOPS", "33", "limits.max_ref_hops"),
+            ("CAPDEX_LIMITS_MAX_ID_BYTES", "63", "limits.max_id_bytes"),
+            ("CAPDEX_LIMITS_MAX_ID_BYTES", "257", "limits.max_id_bytes"),
         ] {
             let err = load(&[(variable, value)]).unwrap_err().to_string();
             assert!(err.contains(field), "{variable}={value}: {err}");

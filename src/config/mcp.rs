@@ -45,8 +45,9 @@ pub struct McpSettings {
 pub const MAX_DIRECT_TOOLS: u64 = 64;
 
 impl McpSettings {
-    /// Checks the address, the path, the ids and the token; `${env:VAR}` in the token is read from `env`.
-    pub fn from_raw(raw: RawMcp, env: &Environment) -> Result<McpSettings, InvalidSetting> {
+    /// Checks the address, the path, the ids (at most `max_id_bytes`, `[limits]`)
+    /// and the token; `${env:VAR}` in the token is read from `env`.
+    pub fn from_raw(raw: RawMcp, env: &Environment, max_id_bytes: usize) -> Result<McpSettings, InvalidSetting> {
         let Listener { listen, token } = listener("mcp", &raw.listen, &raw.token, env)?;
         if !raw.path.starts_with('/') || raw.path.chars().any(|c| c.is_whitespace() || c == '?' || c == '#') {
             return Err(InvalidSetting::new(
@@ -58,12 +59,19 @@ impl McpSettings {
         let agent = |key: &str, text: &str| -> Result<Option<String>, InvalidSetting> {
             match text.trim() {
                 "" => Ok(None),
-                id if crate::core::subject_token::is_token(id) => Ok(Some(id.to_string())),
-                _ => Err(InvalidSetting::new(
-                    key,
-                    InvalidKind::Malformed,
-                    "1 to 128 bytes, no '.', '*', '>', whitespace or control characters (an agent id is a subject token)",
-                )),
+                id => match crate::core::subject_token::problem(id, max_id_bytes) {
+                    None => Ok(Some(id.to_string())),
+                    Some(crate::core::subject_token::TokenProblem::TooLong(exceeded)) => Err(InvalidSetting::new(
+                        key,
+                        InvalidKind::OutOfRange,
+                        crate::core::subject_token::too_long_text(&exceeded),
+                    )),
+                    Some(_) => Err(InvalidSetting::new(
+                        key,
+                        InvalidKind::Malformed,
+                        "no '.', '*', '>', whitespace or control characters (an agent id is a subject token)",
+                    )),
+                },
             }
         };
         let token_agent_id = agent("mcp.token_agent_id", &raw.token_agent_id)?;
@@ -93,7 +101,7 @@ mod tests {
 
     #[test]
     fn the_defaults_serve_no_http_and_no_direct_mode() {
-        let settings = McpSettings::from_raw(raw(), &Environment::default()).unwrap();
+        let settings = McpSettings::from_raw(raw(), &Environment::default(), 128).unwrap();
         assert_eq!(settings.listen, None);
         assert_eq!(settings.path, "/mcp");
         assert_eq!((settings.token, settings.agent_id, settings.direct), (None, None, false));
@@ -107,11 +115,11 @@ mod tests {
         given.token = "${env:MCP_TOKEN}".into();
         given.listen = "0.0.0.0:8765".into();
         given.token_agent_id = "desk".into();
-        let settings = McpSettings::from_raw(given.clone(), &env).unwrap();
+        let settings = McpSettings::from_raw(given.clone(), &env, 128).unwrap();
         assert_eq!(settings.token.as_ref().unwrap().expose(), "0123456789abcdef-xyz");
         assert_eq!(settings.token_agent_id.as_deref(), Some("desk"));
         assert!(!format!("{settings:?}").contains("0123456789abcdef"));
-        let err = McpSettings::from_raw(given, &Environment::default()).unwrap_err();
+        let err = McpSettings::from_raw(given, &Environment::default(), 128).unwrap_err();
         assert_eq!((err.field.as_str(), err.kind), ("mcp.token", InvalidKind::Incomplete));
     }
 
@@ -130,12 +138,19 @@ mod tests {
         for (edit, field, kind) in cases {
             let mut given = raw();
             edit(&mut given);
-            let err = McpSettings::from_raw(given, &Environment::default()).unwrap_err();
+            let err = McpSettings::from_raw(given, &Environment::default(), 128).unwrap_err();
             assert_eq!((err.field.as_str(), err.kind), (field, kind));
         }
         let mut loopback = raw();
         loopback.listen = "127.0.0.1:0".into();
-        assert!(McpSettings::from_raw(loopback, &Environment::default()).is_ok());
+        assert!(McpSettings::from_raw(loopback, &Environment::default(), 128).is_ok());
+        let mut long = raw();
+        long.agent_id = "a".repeat(10);
+        assert!(McpSettings::from_raw(long.clone(), &Environment::default(), 10).is_ok(), "at limits.max_id_bytes");
+        long.agent_id.push('a');
+        let err = McpSettings::from_raw(long, &Environment::default(), 10).unwrap_err();
+        assert_eq!((err.field.as_str(), err.kind), ("mcp.agent_id", InvalidKind::OutOfRange));
+        assert!(err.to_string().contains("limits.max_id_bytes"), "{err}");
     }
 
     #[test]

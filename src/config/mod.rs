@@ -164,7 +164,9 @@ impl Settings {
         let embedder = EmbedderSettings::from_raw(raw.embedder)?;
         let discovery = DiscoverySection::from_raw(raw.discovery, embedder.backend)?;
         let nats = NatsSettings::from_raw(raw.nats)?;
-        let kpi = KpiSettings::from_raw(raw.kpi, discovery.prior, discovery.prior_publish_interval_ms)?;
+        let limits = limits::limits_from_raw(raw.limits)?;
+        let kpi =
+            KpiSettings::from_raw(raw.kpi, discovery.prior, discovery.prior_publish_interval_ms, limits.max_id_bytes)?;
         let planner = PlannerSection::from_raw(raw.planner)?;
         let metrics_listen_addr = observability::metrics_listen_addr(&raw.metrics)?;
         let scanning = ScanningSection::from_raw(
@@ -177,7 +179,6 @@ impl Settings {
             },
             env,
         )?;
-        let limits = limits::limits_from_raw(raw.limits)?;
         Ok(Settings {
             data_dir,
             data_dir_min_free_bytes: raw.data_dir_min_free_bytes,
@@ -200,9 +201,9 @@ impl Settings {
             discovery_workers: discovery.workers,
             jetstream: JetStreamSettings::from_raw(raw.jetstream)?,
             scg: ScgSettings::from_raw(raw.scg)?,
-            dispatch: DispatchSettings::from_raw(raw.dispatch)?,
+            dispatch: DispatchSettings::from_raw(raw.dispatch, limits.max_id_bytes)?,
             sources: sources::sources_from_raw(raw.sources)?,
-            mcp: McpSettings::from_raw(raw.mcp, env)?,
+            mcp: McpSettings::from_raw(raw.mcp, env, limits.max_id_bytes)?,
             console: ConsoleSettings::from_raw(raw.console, env)?,
             limits,
             retention: RetentionSettings::from_raw(raw.retention)?,

@@ -20,6 +20,8 @@ pub struct RawRetention {
     pub memory_max_count: usize,
     pub outcome_ids_max_age_ms: u64,
     pub outcome_ids_max_count: usize,
+    pub kpi_max_age_ms: u64,
+    pub kpi_max_count: usize,
 }
 
 /// The limits of each store that grows, and the sweep's interval.
@@ -31,6 +33,8 @@ pub struct RetentionSettings {
     pub approvals: Limits,
     pub memory: Limits,
     pub outcome_ids: Limits,
+    /// KPI scopes (their windows and alert state), by their last update.
+    pub kpi: Limits,
 }
 
 /// The longest age a limit may name: ten years, in milliseconds.
@@ -54,6 +58,7 @@ impl RetentionSettings {
             approvals: limits("approvals", raw.approvals_max_age_ms, raw.approvals_max_count)?,
             memory: limits("memory", raw.memory_max_age_ms, raw.memory_max_count)?,
             outcome_ids: limits("outcome_ids", raw.outcome_ids_max_age_ms, raw.outcome_ids_max_count)?,
+            kpi: limits("kpi", raw.kpi_max_age_ms, raw.kpi_max_count)?,
         })
     }
 }
@@ -67,8 +72,14 @@ mod tests {
     fn defaults_bound_every_store_and_bad_values_are_named() {
         let settings = RetentionSettings::from_raw(defaults().retention).unwrap();
         assert_eq!(settings.sweep_interval_ms, 60_000);
-        for limits in [settings.provenance, settings.redrive, settings.approvals, settings.memory, settings.outcome_ids]
-        {
+        for limits in [
+            settings.provenance,
+            settings.redrive,
+            settings.approvals,
+            settings.memory,
+            settings.outcome_ids,
+            settings.kpi,
+        ] {
             assert!(limits.max_age_ms > 0 && limits.max_count > 0, "{limits:?}");
         }
         let mut raw = defaults().retention;
@@ -77,6 +88,15 @@ mod tests {
         let mut raw = defaults().retention;
         raw.memory_max_age_ms = MAX_AGE_MS + 1;
         assert_eq!(RetentionSettings::from_raw(raw).unwrap_err().field, "retention.memory_max_age_ms");
+        let mut raw = defaults().retention;
+        raw.kpi_max_count = MAX_COUNT + 1;
+        assert_eq!(RetentionSettings::from_raw(raw).unwrap_err().field, "retention.kpi_max_count");
+        let settings = crate::config::tests::load(&[
+            ("CAPDEX_RETENTION_KPI_MAX_AGE_MS", "1000"),
+            ("CAPDEX_RETENTION_KPI_MAX_COUNT", "3"),
+        ])
+        .unwrap();
+        assert_eq!(settings.retention.kpi, Limits { max_age_ms: 1000, max_count: 3 });
         let mut raw = defaults().retention;
         raw.provenance_max_count = 0;
         assert_eq!(

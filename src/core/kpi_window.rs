@@ -196,23 +196,24 @@ fn band(status: OutcomeStatus) -> &'static str {
 
 impl OutcomeReport {
     /// Checks every field and returns the sample the report stands for; it
-    /// changes nothing, so a refused report leaves no trace.
+    /// changes nothing, so a refused report leaves no trace. `organizationId`
+    /// and `personaId` are subject tokens of at most `max_id_bytes` (`[limits]`).
     ///
     /// # Examples
     ///
     /// ```
     /// use capdex::core::kpi_window::{OutcomeReport, OutcomeStatus};
     /// let report = OutcomeReport { status: Some(OutcomeStatus::Partial), ..Default::default() };
-    /// assert_eq!(report.validate(7).unwrap().score, 0.5);
-    /// assert!(OutcomeReport::default().validate(7).is_err());
+    /// assert_eq!(report.validate(7, 128).unwrap().score, 0.5);
+    /// assert!(OutcomeReport::default().validate(7, 128).is_err());
     /// ```
-    pub fn validate(&self, at_ms: u64) -> Result<Sample, OutcomeError> {
+    pub fn validate(&self, at_ms: u64, max_id_bytes: usize) -> Result<Sample, OutcomeError> {
         check_id("turnId", self.turn_id.as_deref())?;
         check_id("organizationId", self.organization_id.as_deref())?;
         check_id("personaId", self.persona_id.as_deref())?;
         // Both become the `kpi.<scope>` subject's token.
         for (field, id) in [("organizationId", &self.organization_id), ("personaId", &self.persona_id)] {
-            if let Some(Err(err)) = id.as_deref().map(|id| crate::core::subject_token::check(field, id)) {
+            if let Some(Err(err)) = id.as_deref().map(|id| crate::core::subject_token::check(field, id, max_id_bytes)) {
                 return Err(OutcomeError::BadId { field, problem: crate::core::subject_token::problem_text(&err) });
             }
         }
@@ -752,16 +753,16 @@ mod tests {
     fn retried_turns_count_once() {
         let mut window = KpiWindow::new(spec(10));
         let report = OutcomeReport { turn_id: Some("t1".into()), score: Some(0.9), ..Default::default() };
-        assert_eq!(window.push(report.validate(1).unwrap()), Pushed::Appended { evicted: 0 });
-        assert_eq!(window.push(report.validate(2).unwrap()), Pushed::Duplicate);
+        assert_eq!(window.push(report.validate(1, 128).unwrap()), Pushed::Appended { evicted: 0 });
+        assert_eq!(window.push(report.validate(2, 128).unwrap()), Pushed::Duplicate);
         let other = OutcomeReport { turn_id: Some("t2".into()), score: Some(0.9), ..Default::default() };
-        assert_eq!(window.push(other.validate(3).unwrap()), Pushed::Appended { evicted: 0 });
+        assert_eq!(window.push(other.validate(3, 128).unwrap()), Pushed::Appended { evicted: 0 });
         assert_eq!(window.kpi("s", 3).sample_count, 2);
         // Only live samples count: past the horizon the same turn is a new sample.
         let mut window = KpiWindow::new(WindowSpec::new(10, 100).unwrap());
-        window.push(report.validate(1).unwrap());
-        assert_eq!(window.push(report.validate(101).unwrap()), Pushed::Duplicate);
-        assert_eq!(window.push(report.validate(102).unwrap()), Pushed::Appended { evicted: 1 });
+        window.push(report.validate(1, 128).unwrap());
+        assert_eq!(window.push(report.validate(101, 128).unwrap()), Pushed::Duplicate);
+        assert_eq!(window.push(report.validate(102, 128).unwrap()), Pushed::Appended { evicted: 1 });
     }
 
     #[test]
@@ -790,7 +791,7 @@ mod tests {
     }
 
     fn refused(report: OutcomeReport) -> String {
-        report.validate(0).unwrap_err().to_string()
+        report.validate(0, 128).unwrap_err().to_string()
     }
 
     #[test]
@@ -813,7 +814,24 @@ mod tests {
         assert!(refused(OutcomeReport { capabilities: vec![String::new()], ..base.clone() }).starts_with("capab"));
         let many = vec!["tool:x".to_string(); MAX_CAPABILITIES + 1];
         assert!(refused(OutcomeReport { capabilities: many, ..base.clone() }).contains("limit"));
-        assert!(base.validate(0).is_ok());
+        assert!(base.validate(0, 128).is_ok());
+    }
+
+    #[test]
+    fn organization_and_persona_ids_one_byte_over_max_id_bytes_are_refused_naming_the_setting() {
+        let base = OutcomeReport { status: Some(OutcomeStatus::Success), ..Default::default() };
+        let max = 9;
+        for field in ["organizationId", "personaId"] {
+            let with = |id: String| match field {
+                "organizationId" => OutcomeReport { organization_id: Some(id), ..base.clone() },
+                _ => OutcomeReport { persona_id: Some(id), ..base.clone() },
+            };
+            assert!(with("o".repeat(max)).validate(0, max).is_ok(), "{field}");
+            let err = with("o".repeat(max + 1)).validate(0, max).unwrap_err().to_string();
+            assert!(err.starts_with(field), "{err}");
+            assert!(err.contains("is 10 bytes, over limits.max_id_bytes: at most 9"), "{err}");
+            assert!(with("o".repeat(max + 1)).validate(0, max + 1).is_ok(), "{field}: the setting is read");
+        }
     }
 
     #[test]

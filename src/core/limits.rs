@@ -1,9 +1,10 @@
 //! Limits on everything that comes from outside (`[limits]` in `config/capdex.toml`):
 //! nesting depth of JSON and msgpack bodies and of YAML documents, YAML
-//! aliases, tools per source, operations per spec, `$ref` hops in a chain. Each
-//! refusal is a [`LimitExceeded`] naming its setting. Payload sizes are `[nats]
-//! max_payload_bytes` and the scanner's `max_manifest_bytes`; the length of an
-//! id that becomes a subject token is `subject_token::MAX_TOKEN_BYTES`. A `$ref`
+//! aliases, tools per source, operations per spec, `$ref` hops in a chain, the
+//! bytes of an id. Each refusal is a [`LimitExceeded`] naming its setting.
+//! Payload sizes are `[nats] max_payload_bytes` and the scanner's
+//! `max_manifest_bytes`; the grammar of an id that becomes a subject token is
+//! `subject_token`'s, its length `max_id_bytes`. A `$ref`
 //! chain that comes back on itself ends where it repeats (the mappers treat it
 //! as an empty schema).
 //!
@@ -29,7 +30,20 @@ pub struct Limits {
     /// Most `$ref` hops one chain in an OpenAPI document or MCP tool list
     /// takes (a `$ref` to a schema that is itself a `$ref`, and so on).
     pub max_ref_hops: usize,
+    /// Longest id from outside, in bytes: every id that becomes a NATS subject
+    /// token or a store key (agent, approval, runtime, organisation and persona
+    /// ids, a capability's slug or source id, execution and step ids, the
+    /// names a registration gives its capabilities).
+    pub max_id_bytes: usize,
 }
+
+/// The range `max_id_bytes` may take. At most 256: an id is one token of a
+/// subject that also holds the prefix and an operation, and one part of a
+/// store key, so ids stay short beside the server's payload and the store's
+/// page. At least 64: the ids with a grammar of their own (a registered slug,
+/// an OpenAI function name; a live source's id) are up to 64 bytes, and a
+/// smaller setting would refuse at one edge what another accepted.
+pub const MAX_ID_BYTES_RANGE: std::ops::RangeInclusive<usize> = 64..=256;
 
 /// The default depth of JSON and YAML nesting (serde_json refuses at 128 on its own).
 pub const DEFAULT_MAX_DEPTH: usize = 64;
@@ -43,6 +57,7 @@ impl Default for Limits {
             max_tools_per_source: 5_000,
             max_operations_per_spec: 5_000,
             max_ref_hops: 16,
+            max_id_bytes: 128,
         }
     }
 }
@@ -56,6 +71,7 @@ pub enum Limit {
     ToolsPerSource,
     OperationsPerSpec,
     RefHops,
+    IdBytes,
 }
 
 impl Limit {
@@ -68,6 +84,7 @@ impl Limit {
             Limit::ToolsPerSource => "limits.max_tools_per_source",
             Limit::OperationsPerSpec => "limits.max_operations_per_spec",
             Limit::RefHops => "limits.max_ref_hops",
+            Limit::IdBytes => "limits.max_id_bytes",
         }
     }
 
@@ -80,6 +97,7 @@ impl Limit {
             Limit::ToolsPerSource => "too_many_tools",
             Limit::OperationsPerSpec => "too_many_operations",
             Limit::RefHops => "ref_chain_too_long",
+            Limit::IdBytes => "id_too_long",
         }
     }
 }
@@ -352,7 +370,7 @@ mod tests {
 
     #[test]
     fn counts_are_refused_above_their_limit_only() {
-        for limit in [Limit::YamlAliases, Limit::ToolsPerSource, Limit::OperationsPerSpec] {
+        for limit in [Limit::YamlAliases, Limit::ToolsPerSource, Limit::OperationsPerSpec, Limit::IdBytes] {
             assert_eq!(check(limit, 10, 10), Ok(()));
             let err = check(limit, 11, 10).unwrap_err();
             assert!(err.to_string().contains(limit.setting()), "{err}");

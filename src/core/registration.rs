@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 /// A field at fault and the problem with it.
 type Problem = (String, String);
 /// Normalises one item of a section.
-type Normaliser = fn(&Map<String, Value>) -> Result<CapabilityDescriptor, Problem>;
+type Normaliser = fn(&Map<String, Value>, usize) -> Result<CapabilityDescriptor, Problem>;
 
 /// A registration payload, as runtimes send it (and as `--sources` files hold it).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -65,8 +65,9 @@ pub struct Normalised {
 }
 
 /// Normalises a registration payload. Sections are visited in the design's
-/// order: tools, skills, extensions, channels.
-pub fn normalise_registration(payload: &RegistrationPayload) -> Normalised {
+/// order: tools, skills, extensions, channels. A name is at most
+/// `max_id_bytes` (`[limits]`).
+pub fn normalise_registration(payload: &RegistrationPayload, max_id_bytes: usize) -> Normalised {
     let mut out = Normalised::default();
     let sections: [(&str, &Vec<Value>, Normaliser); 4] = [
         ("tools", &payload.tools, tool),
@@ -77,7 +78,7 @@ pub fn normalise_registration(payload: &RegistrationPayload) -> Normalised {
     for (section, items, normalise) in sections {
         for (index, item) in items.iter().enumerate() {
             let result = match item {
-                Value::Object(map) => normalise(map),
+                Value::Object(map) => normalise(map, max_id_bytes),
                 _ => Err(("(item)".to_string(), "must be an object".to_string())),
             };
             match result {
@@ -103,11 +104,11 @@ pub fn normalise_registration(payload: &RegistrationPayload) -> Normalised {
 /// (`id, kind, name, displayName, description, category, tags, requiredSecrets,
 /// requiredTools, hasSideEffects`, optional `skillContent`, `inputSchema`, and
 /// `available` or `extra.available`).
-pub fn normalise_catalog(items: &[Value]) -> Normalised {
+pub fn normalise_catalog(items: &[Value], max_id_bytes: usize) -> Normalised {
     let mut out = Normalised::default();
     for (index, item) in items.iter().enumerate() {
         let result = match item {
-            Value::Object(map) => catalog_entry(map),
+            Value::Object(map) => catalog_entry(map, max_id_bytes),
             _ => Err(("(item)".to_string(), "must be an object".to_string())),
         };
         match result {
@@ -170,16 +171,20 @@ fn schema(map: &Map<String, Value>, field: &str) -> Result<Option<Value>, Proble
     }
 }
 
-/// A name usable in an id: no whitespace, no `:` (which separates kind and name).
-fn checked_name(field: &str, name: String) -> Result<String, Problem> {
-    if name.chars().any(|c| c.is_whitespace() || c.is_control()) || name.contains(':') || name.len() > 200 {
-        return Err(problem(field, format!("{name:?} is not a usable name (no spaces, no ':', at most 200 bytes)")));
+/// A name usable in an id: no whitespace, no `:` (which separates kind and
+/// name), at most `max_id_bytes` (`[limits]`).
+fn checked_name(field: &str, name: String, max_id_bytes: usize) -> Result<String, Problem> {
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) || name.contains(':') {
+        return Err(problem(field, format!("{name:?} is not a usable name (no spaces, no ':')")));
+    }
+    if let Err(exceeded) = crate::core::subject_token::check_len(&name, max_id_bytes) {
+        return Err(problem(field, crate::core::subject_token::too_long_text(&exceeded)));
     }
     Ok(name)
 }
 
-fn tool(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
-    let name = checked_name("name", required(map, "name")?)?;
+fn tool(map: &Map<String, Value>, max_id_bytes: usize) -> Result<CapabilityDescriptor, Problem> {
+    let name = checked_name("name", required(map, "name")?, max_id_bytes)?;
     Ok(CapabilityDescriptor {
         id: format!("tool:{name}"),
         kind: CapabilityKind::Tool,
@@ -198,8 +203,8 @@ fn tool(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
     })
 }
 
-fn skill(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
-    let name = checked_name("name", required(map, "name")?)?;
+fn skill(map: &Map<String, Value>, max_id_bytes: usize) -> Result<CapabilityDescriptor, Problem> {
+    let name = checked_name("name", required(map, "name")?, max_id_bytes)?;
     let content = text(map, "content")?;
     let (front, body) = content.as_deref().map(split_front_matter).unwrap_or((Map::new(), None));
     let from_front = |keys: &[&str]| keys.iter().find_map(|key| front.get(*key)).cloned();
@@ -243,8 +248,8 @@ fn skill(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
     })
 }
 
-fn extension(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
-    let name = checked_name("name", required(map, "name")?)?;
+fn extension(map: &Map<String, Value>, max_id_bytes: usize) -> Result<CapabilityDescriptor, Problem> {
+    let name = checked_name("name", required(map, "name")?, max_id_bytes)?;
     Ok(CapabilityDescriptor {
         id: format!("extension:{name}"),
         kind: CapabilityKind::Extension,
@@ -266,8 +271,8 @@ fn extension(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> 
     })
 }
 
-fn channel(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
-    let platform = checked_name("platform", required(map, "platform")?)?;
+fn channel(map: &Map<String, Value>, max_id_bytes: usize) -> Result<CapabilityDescriptor, Problem> {
+    let platform = checked_name("platform", required(map, "platform")?, max_id_bytes)?;
     let display_name = text(map, "displayName")?.unwrap_or_else(|| platform.clone());
     Ok(CapabilityDescriptor {
         id: format!("channel:{platform}"),
@@ -295,11 +300,11 @@ fn preset(item: &Value) -> Result<Preset, Problem> {
     Ok(Preset { name, capability_ids })
 }
 
-fn catalog_entry(map: &Map<String, Value>) -> Result<CapabilityDescriptor, Problem> {
+fn catalog_entry(map: &Map<String, Value>, max_id_bytes: usize) -> Result<CapabilityDescriptor, Problem> {
     let kind_text = required(map, "kind")?;
     let kind =
         CapabilityKind::parse(&kind_text).ok_or_else(|| problem("kind", format!("unknown kind {kind_text:?}")))?;
-    let name = checked_name("name", required(map, "name")?)?;
+    let name = checked_name("name", required(map, "name")?, max_id_bytes)?;
     let available = match flag(map, "available")? {
         Some(available) => available,
         None => match map.get("extra").and_then(|extra| extra.get("available")) {
@@ -391,7 +396,7 @@ mod tests {
             "presets": [{"presetName": "research", "capabilityIds": ["tool:web-search", "skill:github-issues"]}]
         }))
         .unwrap();
-        let out = normalise_registration(&payload);
+        let out = normalise_registration(&payload, 128);
         assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
         let ids: Vec<&str> = out.descriptors.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, vec!["tool:web-search", "skill:github-issues", "extension:giphy", "channel:telegram"]);
@@ -418,7 +423,7 @@ mod tests {
             "channels": [{"displayName": "no platform"}]
         }))
         .unwrap();
-        let out = normalise_registration(&payload);
+        let out = normalise_registration(&payload, 128);
         assert_eq!(out.descriptors.len(), 1);
         let fields: Vec<(&str, usize, &str)> =
             out.diagnostics.iter().map(|d| (d.section.as_str(), d.index, d.field.as_str())).collect();
@@ -436,13 +441,38 @@ mod tests {
     }
 
     #[test]
+    fn a_name_one_byte_over_max_id_bytes_is_refused_naming_the_setting() {
+        let max = 16;
+        let payload: RegistrationPayload = serde_json::from_value(json!({
+            "tools": [{"name": "t".repeat(max), "description": "d"}, {"name": "t".repeat(max + 1), "description": "d"}],
+            "skills": [{"name": "s".repeat(max + 1), "description": "d"}],
+            "channels": [{"platform": "p".repeat(max + 1)}]
+        }))
+        .unwrap();
+        let out = normalise_registration(&payload, max);
+        let ids: Vec<&str> = out.descriptors.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, [format!("tool:{}", "t".repeat(max))]);
+        let refused: Vec<(&str, &str, &str)> =
+            out.diagnostics.iter().map(|d| (d.section.as_str(), d.field.as_str(), d.problem.as_str())).collect();
+        let problem = "is 17 bytes, over limits.max_id_bytes: at most 16";
+        assert_eq!(
+            refused,
+            [("tools", "name", problem), ("skills", "name", problem), ("channels", "platform", problem)]
+        );
+        assert_eq!(normalise_registration(&payload, max + 1).descriptors.len(), 4, "the setting is read");
+        let items = vec![json!({"kind": "tool", "name": "c".repeat(max + 1), "description": "d"})];
+        assert_eq!(normalise_catalog(&items, max).diagnostics[0].problem, problem);
+        assert_eq!(normalise_catalog(&items, max + 1).descriptors.len(), 1);
+    }
+
+    #[test]
     fn catalog_entries_keep_ids_and_availability() {
         let items = vec![
             json!({"id": "extension:auth", "kind": "extension", "name": "auth", "displayName": "Authentication", "description": "Auth", "category": "tool", "extra": {"available": false, "packageName": "@x/auth"}}),
             json!({"id": "skill:notes", "kind": "skill", "name": "notes", "description": "Notes", "skillContent": "---\nname: notes\n---\n\n# Notes\n"}),
             json!({"kind": "gadget", "name": "x", "description": "d"}),
         ];
-        let out = normalise_catalog(&items);
+        let out = normalise_catalog(&items, 128);
         assert_eq!(out.descriptors[0].id, "extension:auth");
         assert!(!out.descriptors[0].available);
         assert_eq!(out.descriptors[1].full_content.as_deref(), Some("# Notes"));

@@ -2,7 +2,7 @@
 //! records, the time and the store's limits.
 //!
 //! Every store that grows (provenance, re-drive results, approvals, memory
-//! notes, the ids of processed stream outcomes) is described to [`plan`] as a
+//! notes, the ids of processed stream outcomes, KPI scopes) is described to [`plan`] as a
 //! list of [`Record`]s: a time and whether the record is still needed
 //! (`exempt`). [`plan`] never prunes an exempt record; of the others it prunes
 //! every one older than `max_age_ms` and then, oldest first, as many as keep

@@ -1,20 +1,20 @@
 //! The grammar of an id that may become a NATS subject token (agent ids,
 //! capability slugs, source ids, approval ids, runtime ids, organisation and
-//! persona ids): non-empty, at most [`MAX_TOKEN_BYTES`] bytes, and none of
-//! `.` (a token separator), `*` and `>` (wildcards), whitespace or control
-//! characters. Edges check every such id with [`check`] and refuse it with a
-//! typed error naming the field, so one id never reads as two tokens or as a
+//! persona ids): non-empty, at most `[limits] max_id_bytes` bytes, and none
+//! of `.` (a token separator), `*` and `>` (wildcards), whitespace or control
+//! characters. Edges check every such id with [`check`], given the configured
+//! `max_id_bytes`, and refuse it with a typed error naming the field (and, for
+//! a long one, the setting), so one id never reads as two tokens or as a
 //! wildcard, and two different ids never share a subject.
 
-/// The longest token, in bytes.
-pub const MAX_TOKEN_BYTES: usize = 128;
+use crate::core::limits::{Limit, LimitExceeded};
 
 /// Why a value is not a subject token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TokenProblem {
     Empty,
-    /// Its length in bytes.
-    TooLong(usize),
+    /// Its length in bytes is over `limits.max_id_bytes`.
+    TooLong(LimitExceeded),
     /// The first character a token cannot hold.
     Forbidden(char),
 }
@@ -28,9 +28,12 @@ pub struct TokenError {
 }
 
 impl TokenError {
-    /// The stable code, `bad_token`.
+    /// The stable code: `id_too_long` for a long id, else `bad_token`.
     pub fn code(&self) -> &'static str {
-        "bad_token"
+        match self.problem {
+            TokenProblem::TooLong(exceeded) => exceeded.limit.code(),
+            _ => "bad_token",
+        }
     }
 }
 
@@ -42,11 +45,23 @@ pub fn problem_text(err: &TokenError) -> String {
 fn describe(problem: &TokenProblem) -> String {
     match problem {
         TokenProblem::Empty => "must not be empty".to_string(),
-        TokenProblem::TooLong(len) => format!("is {len} bytes, more than {MAX_TOKEN_BYTES}"),
+        TokenProblem::TooLong(exceeded) => too_long_text(exceeded),
         TokenProblem::Forbidden(c) => {
             format!("must not hold {c:?} ('.', '*', '>', whitespace and control characters are not allowed)")
         }
     }
+}
+
+/// How a refusal of a long id reads after its field:
+/// `is 129 bytes, over limits.max_id_bytes: at most 128`.
+pub fn too_long_text(exceeded: &LimitExceeded) -> String {
+    format!("is {} bytes, over {}: at most {}", exceeded.found, exceeded.limit.setting(), exceeded.max)
+}
+
+/// Checks an id's length alone against `max_id_bytes` (for ids with a grammar
+/// of their own that do not become subject tokens, such as execution ids).
+pub fn check_len(value: &str, max_id_bytes: usize) -> Result<(), LimitExceeded> {
+    crate::core::limits::check(Limit::IdBytes, value.len(), max_id_bytes)
 }
 
 /// True for a character a token cannot hold.
@@ -54,27 +69,35 @@ pub fn forbidden(c: char) -> bool {
     matches!(c, '.' | '*' | '>') || c.is_whitespace() || c.is_control()
 }
 
-/// What is wrong with `value` as a token, if anything.
-pub fn problem(value: &str) -> Option<TokenProblem> {
+/// What is wrong with `value` as a token of at most `max_id_bytes` bytes, if anything.
+pub fn problem(value: &str, max_id_bytes: usize) -> Option<TokenProblem> {
     if value.is_empty() {
         Some(TokenProblem::Empty)
     } else if let Some(c) = value.chars().find(|&c| forbidden(c)) {
         Some(TokenProblem::Forbidden(c))
-    } else if value.len() > MAX_TOKEN_BYTES {
-        Some(TokenProblem::TooLong(value.len()))
     } else {
-        None
+        check_len(value, max_id_bytes).err().map(TokenProblem::TooLong)
     }
 }
 
-/// True when `value` is a subject token.
-pub fn is_token(value: &str) -> bool {
-    problem(value).is_none()
+/// True when `value` is a subject token of at most `max_id_bytes` bytes.
+pub fn is_token(value: &str, max_id_bytes: usize) -> bool {
+    problem(value, max_id_bytes).is_none()
 }
 
-/// Checks `value`, the value of `field`, as a subject token.
-pub fn check(field: &str, value: &str) -> Result<(), TokenError> {
-    match problem(value) {
+/// Checks `value`, the value of `field`, as a subject token of at most `max_id_bytes` bytes.
+///
+/// # Examples
+///
+/// ```
+/// use capdex::core::subject_token::check;
+/// assert!(check("agentId", "bot-1", 128).is_ok());
+/// let err = check("agentId", "bot-12", 5).unwrap_err();
+/// assert_eq!(err.to_string(), "agentId is 6 bytes, over limits.max_id_bytes: at most 5");
+/// assert_eq!(err.code(), "id_too_long");
+/// ```
+pub fn check(field: &str, value: &str, max_id_bytes: usize) -> Result<(), TokenError> {
+    match problem(value, max_id_bytes) {
         None => Ok(()),
         Some(problem) => Err(TokenError { field: field.to_string(), problem }),
     }
@@ -85,10 +108,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// `[limits] max_id_bytes` as shipped.
+    const MAX: usize = 128;
+
     #[test]
     fn tokens_refuse_separators_wildcards_and_blanks() {
-        for ok in ["agent-1", "tool:lookup_order", "acme/bot", "a#B", "ü", &"x".repeat(MAX_TOKEN_BYTES)] {
-            assert_eq!(check("agentId", ok), Ok(()), "{ok}");
+        for ok in ["agent-1", "tool:lookup_order", "acme/bot", "a#B", "ü", &"x".repeat(MAX)] {
+            assert_eq!(check("agentId", ok, MAX), Ok(()), "{ok}");
         }
         for (bad, problem) in [
             ("", TokenProblem::Empty),
@@ -100,28 +126,55 @@ mod tests {
             ("a\u{0}", TokenProblem::Forbidden('\u{0}')),
             ("a\u{a0}b", TokenProblem::Forbidden('\u{a0}')),
         ] {
-            let err = check("agentId", bad).unwrap_err();
+            let err = check("agentId", bad, MAX).unwrap_err();
             assert_eq!(err.problem, problem, "{bad:?}");
             assert!(err.to_string().starts_with("agentId "), "{err}");
         }
         let long = "é".repeat(65);
-        assert_eq!(problem(&long), Some(TokenProblem::TooLong(130)), "bytes, not characters");
+        assert_eq!(
+            problem(&long, MAX),
+            Some(TokenProblem::TooLong(LimitExceeded { limit: Limit::IdBytes, found: 130, max: MAX })),
+            "bytes, not characters"
+        );
+    }
+
+    #[test]
+    fn an_id_at_the_configured_limit_passes_and_one_byte_more_is_refused_naming_the_setting() {
+        for max in [1, 7, 128, 256] {
+            assert_eq!(check("agentId", &"a".repeat(max), max), Ok(()), "{max}");
+            let err = check("agentId", &"a".repeat(max + 1), max).unwrap_err();
+            assert_eq!(
+                err.problem,
+                TokenProblem::TooLong(LimitExceeded { limit: Limit::IdBytes, found: max + 1, max })
+            );
+            assert_eq!(err.code(), "id_too_long");
+            assert_eq!(
+                err.to_string(),
+                format!("agentId is {} bytes, over limits.max_id_bytes: at most {max}", max + 1)
+            );
+            assert_eq!(check_len(&"a".repeat(max), max), Ok(()));
+            assert_eq!(check_len(&"a".repeat(max + 1), max).unwrap_err().limit, Limit::IdBytes);
+        }
+        assert_eq!(check("agentId", "a.b", 1).unwrap_err().code(), "bad_token", "the grammar is checked first");
     }
 
     proptest! {
-        /// A token is exactly a non-empty string of at most 128 bytes free of the forbidden characters.
+        /// A token is exactly a non-empty string of at most `max_id_bytes` bytes free of the forbidden characters.
         #[test]
-        fn the_check_matches_the_grammar(value in "\\PC{0,70}|[a-z.*> \t]{0,8}|[a-z]{120,140}") {
+        fn the_check_matches_the_grammar(
+            value in "\\PC{0,70}|[a-z.*> \t]{0,8}|[a-z]{120,140}",
+            max in prop::sample::select(vec![1usize, 16, 64, 128, 130, 256]),
+        ) {
             let expected = !value.is_empty()
-                && value.len() <= MAX_TOKEN_BYTES
+                && value.len() <= max
                 && !value.chars().any(|c| c == '.' || c == '*' || c == '>' || c.is_whitespace() || c.is_control());
-            prop_assert_eq!(is_token(&value), expected);
+            prop_assert_eq!(is_token(&value, max), expected);
         }
 
         /// A token never splits into two subject tokens or reads as a wildcard.
         #[test]
         fn a_token_is_one_literal_subject_token(value in "\\PC{1,40}") {
-            if is_token(&value) {
+            if is_token(&value, MAX) {
                 let subject = format!("capdex.v1.kpi.{value}");
                 prop_assert_eq!(subject.split('.').count(), 4);
                 prop_assert!(subject.split('.').all(|part| part != "*" && part != ">"));
@@ -136,7 +189,7 @@ mod tests {
             suffix in "[a-zA-Z0-9_-]{0,20}",
         ) {
             let value = format!("{prefix}{bad}{suffix}");
-            let err = check("slug", &value).unwrap_err();
+            let err = check("slug", &value, MAX).unwrap_err();
             prop_assert_eq!(err.problem, TokenProblem::Forbidden(bad));
             prop_assert_eq!(err.field, "slug");
         }

@@ -670,7 +670,7 @@ async fn handle<A: Api>(
             }
             EndpointKind::AgentDispatch => {
                 let mut call: serde_json::Value = codec.decode(&payload, max)?;
-                bind_identity(&mut call, "agentId", proven()?)?;
+                bind_identity(&mut call, "agentId", proven()?, shared.limits.max_id_bytes)?;
                 codec.encode(&api.dispatch(call).await?)
             }
             EndpointKind::Upsert => {
@@ -697,8 +697,12 @@ async fn handle<A: Api>(
                 let mut body: serde_json::Value =
                     if empty { serde_json::json!({}) } else { codec.decode(&payload, max)? };
                 match op {
-                    AdminOp::AgentBindings | AdminOp::AgentApprovals => bind_identity(&mut body, "agentId", proven()?)?,
-                    AdminOp::ApproverApprove | AdminOp::ApproverReject => bind_identity(&mut body, "by", proven()?)?,
+                    AdminOp::AgentBindings | AdminOp::AgentApprovals => {
+                        bind_identity(&mut body, "agentId", proven()?, shared.limits.max_id_bytes)?
+                    }
+                    AdminOp::ApproverApprove | AdminOp::ApproverReject => {
+                        bind_identity(&mut body, "by", proven()?, shared.limits.max_id_bytes)?
+                    }
                     _ => {}
                 }
                 // `<prefix>.approval.<id>.<action>` (or `<prefix>.approver.<name>.approval.<id>.<action>`):

@@ -439,19 +439,18 @@ impl ListRequest {
     }
 }
 
-/// The runtime id a registration belongs to: `default` when none is given.
-pub fn runtime_id(given: Option<&str>) -> Result<String, ApiError> {
+/// The runtime id a registration belongs to: `default` when none is given;
+/// letters, digits, `-` and `_`, at most `max_id_bytes` (`[limits]`).
+pub fn runtime_id(given: Option<&str>, max_id_bytes: usize) -> Result<String, ApiError> {
     match given.map(str::trim) {
         None | Some("") => Ok("default".to_string()),
-        Some(id)
-            if crate::core::subject_token::is_token(id)
-                && id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) =>
-        {
-            Ok(id.to_string())
+        Some(id) if !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) => {
+            Err(ApiError::bad_request(format!("runtimeId {id:?} must be letters, digits, '-' or '_'")))
         }
-        Some(id) => {
-            Err(ApiError::bad_request(format!("runtimeId {id:?} must be 1 to 128 letters, digits, '-' or '_'")))
-        }
+        Some(id) => match crate::core::subject_token::check("runtimeId", id, max_id_bytes) {
+            Ok(()) => Ok(id.to_string()),
+            Err(err) => Err(ApiError::bad_request(err.to_string())),
+        },
     }
 }
 
@@ -639,12 +638,16 @@ mod tests {
         let request: DiscoverRequest =
             Codec::from_content_type(Some("application/msgpack")).decode(&packed, 1024).unwrap();
         assert_eq!(request.message, "hi");
-        assert_eq!(runtime_id(None).unwrap(), "default");
-        assert!(runtime_id(Some("a b")).is_err());
+        assert_eq!(runtime_id(None, 128).unwrap(), "default");
+        assert!(runtime_id(Some("a b"), 128).is_err());
         for bad in ["a.b", "a*", ">", &"r".repeat(129)] {
-            let err = runtime_id(Some(bad)).unwrap_err();
+            let err = runtime_id(Some(bad), 128).unwrap_err();
             assert!(err.message.contains("runtimeId"), "{}", err.message);
         }
+        assert_eq!(runtime_id(Some(&"r".repeat(10)), 10).unwrap(), "r".repeat(10));
+        let over = runtime_id(Some(&"r".repeat(11)), 10).unwrap_err();
+        assert_eq!(over.code(), "bad_request");
+        assert_eq!(over.message, "runtimeId is 11 bytes, over limits.max_id_bytes: at most 10");
         let with_plan: DiscoverRequest = decode(
             br#"{"message":"x","plan":{"organizationId":"acme","toolFailureMode":"fail_closed","taskOutcome":0.4,"capabilityDiscoveryKind":"skill"}}"#,
             1024,
@@ -675,21 +678,27 @@ mod tests {
     fn a_subject_s_identity_is_the_body_s_or_the_body_is_refused() {
         use serde_json::json;
         let mut call = json!({"slug": "refund"});
-        bind_identity(&mut call, "agentId", "alpha").unwrap();
+        bind_identity(&mut call, "agentId", "alpha", 128).unwrap();
         assert_eq!(call["agentId"], "alpha", "an absent agentId is the subject's");
         let mut null = json!({"agentId": null});
-        bind_identity(&mut null, "agentId", "alpha").unwrap();
+        bind_identity(&mut null, "agentId", "alpha", 128).unwrap();
         assert_eq!(null["agentId"], "alpha");
         let mut same = json!({"agentId": "alpha"});
-        bind_identity(&mut same, "agentId", "alpha").unwrap();
+        bind_identity(&mut same, "agentId", "alpha", 128).unwrap();
         for other in [json!({"agentId": "beta"}), json!({"agentId": 7}), json!({"agentId": "Alpha"})] {
             let mut body = other.clone();
-            let err = bind_identity(&mut body, "agentId", "alpha").unwrap_err();
+            let err = bind_identity(&mut body, "agentId", "alpha", 128).unwrap_err();
             assert_eq!((err.status(), err.code()), (403, "identity_mismatch"), "{other}");
             assert_eq!(body, other, "a refused body is unchanged");
         }
-        assert_eq!(bind_identity(&mut json!([1]), "agentId", "alpha").unwrap_err().code(), "bad_request");
-        assert_eq!(bind_identity(&mut json!({}), "by", "a b").unwrap_err().code(), "bad_request");
+        assert_eq!(bind_identity(&mut json!([1]), "agentId", "alpha", 128).unwrap_err().code(), "bad_request");
+        assert_eq!(bind_identity(&mut json!({}), "by", "a b", 128).unwrap_err().code(), "bad_request");
+        assert!(bind_identity(&mut json!({}), "agentId", "alpha", 5).is_ok(), "at the limit");
+        let over = bind_identity(&mut json!({}), "agentId", "alphas", 5).unwrap_err();
+        assert_eq!(
+            (over.code(), over.message.as_str()),
+            ("bad_request", "agentId is 6 bytes, over limits.max_id_bytes: at most 5")
+        );
     }
 
     #[test]
@@ -796,9 +805,16 @@ impl DecideRequest {
 /// (`<prefix>.agent.<agentId>.*`, `<prefix>.approver.<name>.*`): the body's
 /// `field` (`agentId`, `by`) is set to `proven` when absent or null, and a
 /// body that names anyone else is refused (403 `identity_mismatch`), never
-/// silently re-addressed. `proven` must be a subject token (`subject_token::check`).
-pub fn bind_identity(body: &mut serde_json::Value, field: &str, proven: &str) -> Result<(), ApiError> {
-    crate::core::subject_token::check(field, proven).map_err(|problem| ApiError::bad_request(problem.to_string()))?;
+/// silently re-addressed. `proven` must be a subject token of at most
+/// `max_id_bytes` (`subject_token::check`).
+pub fn bind_identity(
+    body: &mut serde_json::Value,
+    field: &str,
+    proven: &str,
+    max_id_bytes: usize,
+) -> Result<(), ApiError> {
+    crate::core::subject_token::check(field, proven, max_id_bytes)
+        .map_err(|problem| ApiError::bad_request(problem.to_string()))?;
     let Some(object) = body.as_object_mut() else {
         return Err(ApiError::bad_request(format!("the request must be a JSON object with an optional {field}")));
     };

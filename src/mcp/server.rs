@@ -49,6 +49,8 @@ pub struct FaceOptions {
     pub outcome_events: Option<tokio::sync::mpsc::UnboundedSender<RecordedOutcome>>,
     /// `limits.max_json_depth`: a JSON-RPC message nested deeper is refused before it is parsed.
     pub max_json_depth: usize,
+    /// `limits.max_id_bytes`: the longest agent id a client's name gives.
+    pub max_id_bytes: usize,
 }
 
 impl FaceOptions {
@@ -63,6 +65,7 @@ impl FaceOptions {
             how_to_approve,
             outcome_events: None,
             max_json_depth: crate::core::limits::DEFAULT_MAX_DEPTH,
+            max_id_bytes: crate::core::limits::Limits::default().max_id_bytes,
         }
     }
 
@@ -79,11 +82,11 @@ impl FaceOptions {
             return agent.clone();
         }
         // An agent id is a subject token: the client's name with `.`, `*`, `>`
-        // and whitespace as `_`, control characters dropped, within 128 bytes.
+        // and whitespace as `_`, control characters dropped, within `max_id_bytes`.
         let mut name = String::new();
         for c in client_name.trim().chars().filter(|c| !c.is_control()) {
             let c = if crate::core::subject_token::forbidden(c) { '_' } else { c };
-            if "mcp:".len() + name.len() + c.len_utf8() > crate::core::subject_token::MAX_TOKEN_BYTES {
+            if "mcp:".len() + name.len() + c.len_utf8() > self.max_id_bytes {
                 break;
             }
             name.push(c);
@@ -467,6 +470,7 @@ mod tests {
             how_to_approve: String::new(),
             outcome_events: None,
             max_json_depth: 64,
+            max_id_bytes: 128,
         }
     }
 
@@ -478,7 +482,10 @@ mod tests {
         assert_eq!(options.agent_for(None, " \n"), "mcp");
         assert_eq!(options.agent_for(None, "My Client v1.2 *"), "mcp:My_Client_v1_2__");
         let long = options.agent_for(None, &"é".repeat(200));
-        assert!(crate::core::subject_token::is_token(&long), "{long}");
+        assert!(crate::core::subject_token::is_token(&long, 128), "{long}");
+        assert_eq!(long.len(), 128, "as long as limits.max_id_bytes allows: {long}");
+        let short = FaceOptions { max_id_bytes: 10, ..options.clone() };
+        assert_eq!(short.agent_for(None, "abcdefghijkl"), "mcp:abcdef", "within the configured limits.max_id_bytes");
         let fixed = FaceOptions { agent_id: Some("ci".into()), ..options };
         assert_eq!(fixed.agent_for(None, "claude"), "ci");
         assert_eq!(fixed.agent_for(Some("0123456789abcdef"), "claude"), "desk");

@@ -269,10 +269,21 @@ fn apply(kpi: &sled::Tree, jetstream: &sled::Tree, ops: Vec<KpiOp>, round_logs: 
         return Ok(());
     }
     let (mut batch, mut marks, mut n_marks) = (sled::Batch::default(), sled::Batch::default(), 0);
-    let mut n_samples = 0;
+    let (mut n_samples, mut n_forgotten) = (0, 0);
     super::log_start(&mut round_logs.buffer);
     for op in &ops {
         let target = match op {
+            KpiOp::ForgetScope { scope_key } => {
+                // Its samples queued so far (this round's and the logged ones)
+                // are never folded; a sample queued after this starts the
+                // scope again and is folded over these removals.
+                round_logs.pending.retain(|(pending_scope, _), _| pending_scope != scope_key);
+                for slot in kpi.scan_prefix(super::ring_prefix(scope_key)).keys() {
+                    batch.remove(slot.map_err(|err| format!("failed to read the KPI ring of a pruned scope: {err}"))?);
+                }
+                n_forgotten += 1;
+                &mut batch
+            }
             KpiOp::Sample { scope_key, seq, capacity, sample } => {
                 super::log_sample(&mut round_logs.buffer, scope_key, *seq, sample);
                 let slot = super::ring_slot(*seq, *capacity);
@@ -292,9 +303,14 @@ fn apply(kpi: &sled::Tree, jetstream: &sled::Tree, ops: Vec<KpiOp>, round_logs: 
             Err(err) => return Err(format!("failed to encode a KPI write: {err}")),
         }
     }
-    if n_samples > 0 {
+    if n_samples > 0 || n_forgotten > 0 {
         round_logs.n_logged += n_samples;
-        if round_logs.n_logged >= FOLD_AFTER_SAMPLES || round_logs.logs.len() + 1 >= FOLD_AFTER_ROUNDS {
+        // A round that forgets a scope folds: its logs still hold the scope's
+        // samples, and a restart would fold them back (`Store::load_kpi`).
+        let fold = n_forgotten > 0
+            || round_logs.n_logged >= FOLD_AFTER_SAMPLES
+            || round_logs.logs.len() + 1 >= FOLD_AFTER_ROUNDS;
+        if fold {
             for ((scope_key, slot), entry) in round_logs.pending.drain() {
                 let value =
                     rmp_serde::to_vec_named(&entry).map_err(|err| format!("failed to encode a KPI write: {err}"))?;

@@ -168,6 +168,10 @@ pub enum KpiOp {
     Capability { capability_id: String, stat: DecayedStat },
     /// A capability whose statistics were forgotten.
     ForgetCapability { capability_id: String },
+    /// A scope pruned by retention: its ring slots and its meta are removed,
+    /// and its samples still in round logs are never folded back (the round
+    /// that applies this folds every log first, so no log outlives it).
+    ForgetScope { scope_key: Arc<str> },
     /// The statistics of every capability together.
     PriorGlobal { stat: DecayedStat },
     /// An outcome from the JetStream outcome stream, recorded: its id (with
@@ -191,6 +195,8 @@ impl KpiOp {
                 (capability_key(capability_id), Some(rmp_serde::to_vec_named(stat)?))
             }
             KpiOp::ForgetCapability { capability_id } => (capability_key(capability_id), None),
+            // Its ring slots are removed by the group-commit thread (`group_flush::apply`).
+            KpiOp::ForgetScope { scope_key } => (meta_key(scope_key), None),
             KpiOp::PriorGlobal { stat } => (PRIOR_GLOBAL_KEY.to_vec(), Some(rmp_serde::to_vec_named(stat)?)),
             KpiOp::OutcomeProcessed { outcome_id, sequence, at_ms } => {
                 (sequence::outcome_key(outcome_id), Some(sequence::outcome_value(*sequence, *at_ms)))
@@ -898,6 +904,12 @@ fn ring_key(scope_key: &str, slot: u32) -> Vec<u8> {
     key
 }
 
+/// The prefix of every ring slot key of a scope (`r\0<scope>\0`; a scope key
+/// holds no control characters, so no other scope's keys share it).
+fn ring_prefix(scope_key: &str) -> Vec<u8> {
+    [b"r\0".as_slice(), scope_key.as_bytes(), b"\0"].concat()
+}
+
 fn capability_key(capability_id: &str) -> Vec<u8> {
     [b"c\0".as_slice(), capability_id.as_bytes()].concat()
 }
@@ -949,6 +961,52 @@ mod tests {
     use super::*;
     use crate::core::dispatch_rules::Builtin;
     use crate::core::kpi_window::OutcomeStatus;
+
+    #[test]
+    fn a_forgotten_scope_leaves_slots_logs_and_state_and_a_later_sample_starts_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let sample = |at| Sample::new(Some(OutcomeStatus::Success), None, at).unwrap();
+        let (gone, kept): (Arc<str>, Arc<str>) = (Arc::from("gone"), Arc::from("kept"));
+        let op = |scope: &Arc<str>, seq: u64| KpiOp::Sample {
+            scope_key: scope.clone(),
+            seq,
+            capacity: 3,
+            sample: sample(seq),
+        };
+        {
+            let store = Store::open(dir.path()).unwrap();
+            // A fold writes slots, later rounds only round logs: the scope is in both.
+            let fold_rounds = group_flush::FOLD_AFTER_ROUNDS as u64;
+            for seq in 0..fold_rounds + 2 {
+                futures::executor::block_on(store.commit_kpi([op(&gone, seq), op(&kept, seq)])).unwrap();
+            }
+            let meta = KpiOp::Meta { scope_key: gone.clone(), meta: ScopeMeta::default() };
+            futures::executor::block_on(store.commit_kpi([meta])).unwrap();
+            assert!(store.kpi.scan_prefix(LOG_PREFIX).next().is_some(), "samples wait in round logs");
+            // One round: a sample before the forget goes with it, one after starts the scope again.
+            let forget = KpiOp::ForgetScope { scope_key: gone.clone() };
+            futures::executor::block_on(store.commit_kpi([op(&gone, 99), forget, op(&kept, 99)])).unwrap();
+            assert!(store.kpi.scan_prefix(LOG_PREFIX).next().is_none(), "a forgetting round folds every log");
+            let scopes: Vec<String> = store.kpi_scopes().unwrap().into_iter().map(|scope| scope.scope_key).collect();
+            assert_eq!(scopes, ["kept"]);
+            assert!(store.kpi.get(meta_key("gone")).unwrap().is_none(), "its state went too");
+            let forget = KpiOp::ForgetScope { scope_key: gone.clone() };
+            futures::executor::block_on(store.commit_kpi([forget, op(&gone, 0)])).unwrap();
+            store.flush().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let loaded = store.load_kpi(3).unwrap();
+        let scopes: Vec<(String, Vec<u64>)> = loaded
+            .scopes
+            .into_iter()
+            .map(|scope| (scope.scope_key, scope.samples.into_iter().map(|(seq, _)| seq).collect()))
+            .collect();
+        let fold_rounds = group_flush::FOLD_AFTER_ROUNDS as u64;
+        assert_eq!(
+            scopes,
+            [("gone".to_string(), vec![0]), ("kept".to_string(), vec![fold_rounds, fold_rounds + 1, 99])]
+        );
+    }
 
     #[test]
     fn values_survive_a_reopen() {

@@ -195,7 +195,7 @@ fn vectors_missed_while_down_are_fetched_later() {
     let catalog = dir.path().join("catalog.json");
     write_catalog(&catalog, 10, None);
     let items: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&catalog).unwrap()).unwrap();
-    let descriptors = capdex::core::registration::normalise_catalog(&items).descriptors;
+    let descriptors = capdex::core::registration::normalise_catalog(&items, 128).descriptors;
     actix_rt::System::new().block_on(async move {
         let actors = capdex::app::start(&settings).await.unwrap();
         let report = actors.indexer.send(SyncCapabilities::replace("file:test", descriptors)).await.unwrap().unwrap();

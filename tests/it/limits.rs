@@ -2,9 +2,11 @@
 //! limit set small through its `CAPDEX_LIMITS_*` variable and tried at the
 //! limit (accepted) and one over it (refused 413 with the limit's code and a
 //! message naming the setting): JSON and msgpack nesting, tools per source,
-//! operations per OpenAPI spec, YAML aliases and YAML depth.
+//! operations per OpenAPI spec, YAML aliases and YAML depth. The length of an
+//! id (`max_id_bytes`) is tried the same way, each refusal keeping the code of
+//! the request it is in.
 
-use crate::dispatch::serve;
+use crate::dispatch::{ask, call, code, serve};
 use crate::support::nats_server::NatsServer;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -141,4 +143,76 @@ async fn each_limit_accepts_its_value_and_refuses_one_more_naming_the_setting() 
     let (over, status) = send(&client, "capdex.v1.map", &map("yaml3", "openapi", json!(yaml(0, true))), false).await;
     assert_eq!((status.as_deref(), over["code"].as_str()), (Some("413"), Some("yaml_too_deep")), "{over}");
     assert!(over["message"].as_str().unwrap().contains("limits.max_yaml_depth"), "{over}");
+}
+
+#[tokio::test]
+async fn ids_are_refused_one_byte_over_the_configured_max_id_bytes_naming_the_setting() {
+    // Not the default (128): the setting is what is read.
+    const MAX: usize = 70;
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (_serving, client) = serve(&nats, data.path(), &[("CAPDEX_LIMITS_MAX_ID_BYTES", "70")]).await;
+    let (at, over) = ("a".repeat(MAX), "a".repeat(MAX + 1));
+    let names_the_setting = |answer: &Value, message: &str| {
+        let expected = format!("is {} bytes, over limits.max_id_bytes: at most {MAX}", MAX + 1);
+        assert!(message.contains(&expected), "{expected:?} in {answer}");
+    };
+
+    // Capability ids on registration: the names a runtime gives its capabilities, and its runtimeId.
+    let upsert = |runtime: &str, names: &[&str]| {
+        let tools: Vec<Value> = names.iter().map(|name| tool(name)).collect();
+        json!({"runtimeId": runtime, "tools": tools})
+    };
+    let (tool_at, tool_over) = ("t".repeat(MAX), "u".repeat(MAX + 1));
+    let reply = ask(&client, "capdex.v1.capabilities.upsert", upsert(&at, &[&tool_at, &tool_over])).await;
+    assert_eq!(reply["added"], json!([format!("tool:{tool_at}")]), "{reply}");
+    assert_eq!(
+        (reply["diagnostics"][0]["index"].as_u64(), &reply["diagnostics"][0]["field"]),
+        (Some(1), &json!("name"))
+    );
+    names_the_setting(&reply, reply["diagnostics"][0]["problem"].as_str().unwrap());
+    let refused = ask(&client, "capdex.v1.capabilities.upsert", upsert(&over, &["x"])).await;
+    assert_eq!(refused["code"], "bad_request", "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
+
+    // The agent id and the re-drive key of a call.
+    let echo = json!({"slug": "echo_ids", "name": "echo_ids", "description": "the built-in echo", "category": "test",
+        "executionType": "internal", "handler": "builtin:echo",
+        "functionDefinition": {"name": "echo_ids", "description": "the built-in echo",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}});
+    let registered = ask(&client, "capdex.v1.capability.register", echo).await;
+    assert!(registered["policyVersion"].as_u64().is_some(), "{registered}");
+    let go = |agent: &str, execution: &str, step: &str| json!({"slug": "echo_ids", "agentId": agent, "arguments": {"text": "hi"}, "executionId": execution, "stepId": step});
+    let ran = call(&client, go(&at, &at, &at)).await;
+    assert_eq!(ran["success"], true, "an agentId, executionId and stepId of {MAX} bytes: {ran}");
+    for refused in [
+        call(&client, go(&over, "e", "s")).await,
+        call(&client, go("a", &over, "s")).await,
+        call(&client, go("a", "e", &over)).await,
+    ] {
+        assert_eq!(code(&refused), "invalid_request", "{refused}");
+        names_the_setting(&refused, refused["error"]["message"].as_str().unwrap());
+    }
+    // The agent's own subject: its token is the id.
+    let own =
+        ask(&client, &format!("capdex.v1.agent.{at}.dispatch"), json!({"slug": "echo_ids", "arguments": {}})).await;
+    assert_eq!(own["success"], true, "{own}");
+    let refused = ask(&client, &format!("capdex.v1.agent.{over}.dispatch"), json!({"slug": "echo_ids"})).await;
+    assert_eq!(refused["code"], "bad_request", "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
+    // A binding's agent.
+    let bind = |agent: &str| json!({"agentId": agent, "slug": "echo_ids", "isEnabled": true});
+    let bound = ask(&client, "capdex.v1.binding.set", bind(&at)).await;
+    assert!(bound["binding"].is_object(), "{bound}");
+    let refused = ask(&client, "capdex.v1.binding.set", bind(&over)).await;
+    assert_eq!(refused["code"], "invalid_binding", "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
+
+    // An outcome's organisation.
+    let outcome = |org: &str| json!({"turnId": "t1", "organizationId": org, "status": "success"});
+    let recorded = ask(&client, "capdex.v1.outcome", outcome(&at)).await;
+    assert_eq!(recorded["kpi"]["scopeKey"], at.as_str(), "{recorded}");
+    let refused = ask(&client, "capdex.v1.outcome", outcome(&over)).await;
+    assert!(refused["message"].as_str().unwrap_or_default().starts_with("organizationId"), "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
 }

@@ -1,7 +1,8 @@
 //! Retention over NATS: a real nats-server and `capdex serve` fed dispatches,
 //! approval rounds and JetStream outcomes over NATS, with short `[retention]`
 //! limits; each store is pruned to its count (and, in the second test, by
-//! age), and the store-size gauges at the metrics endpoint say so. Also the
+//! age), and the store-size gauges at the metrics endpoint say so; KPI scopes
+//! beyond their count go least recently updated first. Also the
 //! soak benchmark's smoke run (`capdex bench --soak`), its report's shape.
 
 use crate::cli::capdex;
@@ -181,6 +182,61 @@ async fn records_older_than_their_age_are_pruned_continuously() {
     assert_eq!(metric(&metrics, "capdex_retention_pruned_total", "provenance"), Some(5.0), "{metrics}");
     let provenance = ask(&client, "capdex.v1.provenance.list", json!({"limit": 100})).await;
     assert_eq!(provenance["provenance"].as_array().unwrap().len(), 0, "{provenance}");
+}
+
+/// The value of the unlabelled gauge `name`, if scraped.
+fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    let prefix = format!("{name} ");
+    metrics.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn kpi_scopes_beyond_their_count_are_pruned_least_recently_updated_first() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let addr = metrics_addr();
+    let (serving, client) = serve(
+        &nats,
+        data.path(),
+        &[
+            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
+            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
+            ("CAPDEX_RETENTION_KPI_MAX_COUNT", "2"),
+        ],
+    )
+    .await;
+    // Four organisations updated in turn, then the first again: o2 and o3 are
+    // the least recently updated. Whenever a sweep runs in between, the two
+    // kept at the end are the two updated last.
+    for (n, organization) in ["o1", "o2", "o3", "o4", "o1"].into_iter().enumerate() {
+        let outcome = json!({"turnId": format!("t{n}"), "organizationId": organization, "status": "success"});
+        let recorded = ask(&client, "capdex.v1.outcome", outcome).await;
+        assert_eq!(recorded["kpi"]["scopeKey"], organization, "{recorded}");
+    }
+    // After the last outcome at least three scopes are held; the gauge reaches 2 only by pruning.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        let metrics = scrape(&addr);
+        if gauge(&metrics, "capdex_kpi_scopes") == Some(2.0)
+            && metric(&metrics, "capdex_retention_pruned_total", "kpi").unwrap_or(0.0) >= 2.0
+        {
+            break metrics;
+        }
+        assert!(Instant::now() < deadline, "the KPI scopes were never pruned to 2:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(metric(&metrics, "capdex_store_entries", "kpi").unwrap_or(0.0) > 0.0, "{metrics}");
+    assert!(metric(&metrics, "capdex_store_bytes", "kpi").unwrap_or(0.0) > 0.0, "{metrics}");
+    // Later sweeps (each after the one before is durable) keep the count.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(gauge(&scrape(&addr), "capdex_kpi_scopes"), Some(2.0));
+    serving.kill_9();
+    let output = capdex().args(["kpi", "--json", "--data-dir"]).arg(data.path()).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let kpis: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut kept: Vec<&str> = kpis.as_array().unwrap().iter().map(|kpi| kpi["scopeKey"].as_str().unwrap()).collect();
+    kept.sort_unstable();
+    assert_eq!(kept, ["o1", "o4"], "the least recently updated went first: {kpis}");
 }
 
 #[test]

@@ -14,6 +14,8 @@ use capdex::gateway::wire::{
 };
 
 const MAX: usize = 1024 * 1024;
+/// `[limits] max_id_bytes` as shipped.
+const MAX_ID_BYTES: usize = 128;
 
 fn exercise(codec: Codec, data: &[u8]) {
     // discover, search, plan
@@ -30,11 +32,11 @@ fn exercise(codec: Codec, data: &[u8]) {
     }
     // outcome
     if let Ok(report) = codec.decode::<OutcomeReport>(data, MAX) {
-        let _ = report.validate(1_700_000_000_000);
+        let _ = report.validate(1_700_000_000_000, MAX_ID_BYTES);
     }
     // capabilities.upsert, .remove, .list
     if let Ok(payload) = codec.decode::<RegistrationPayload>(data, MAX) {
-        let _ = normalise_registration(&payload);
+        let _ = normalise_registration(&payload, MAX_ID_BYTES);
     }
     let _ = codec.decode::<RemoveRequest>(data, MAX);
     let _ = codec.decode::<ListRequest>(data, MAX);
@@ -51,20 +53,20 @@ fn exercise(codec: Codec, data: &[u8]) {
     // dispatch administration, approvals (plain and per approver), sources.
     let Ok(body) = codec.decode::<serde_json::Value>(data, MAX) else { return };
     let mut bound = body.clone();
-    if bind_identity(&mut bound, "agentId", "alpha").is_ok() {
+    if bind_identity(&mut bound, "agentId", "alpha", MAX_ID_BYTES).is_ok() {
         assert_eq!(bound["agentId"], "alpha", "a bound body names the subject's agent");
     }
-    if let Ok(call) = serde_json::from_value::<DispatchCall>(body.clone()) {
-        let _ = call;
+    if let Ok(mut call) = serde_json::from_value::<DispatchCall>(body.clone()) {
+        let _ = call.check(MAX_ID_BYTES);
     }
     if let Ok(record) = serde_json::from_value::<CapabilityRecord>(body.clone()) {
-        let _ = validate_record(&record);
+        let _ = validate_record(&record, MAX_ID_BYTES);
     }
     if let Ok(binding) = serde_json::from_value::<Binding>(body.clone()) {
-        let _ = validate_binding(&binding, &|_| None);
+        let _ = validate_binding(&binding, &|_| None, MAX_ID_BYTES);
     }
     let mut by = body.clone();
-    if bind_identity(&mut by, "by", "ops").is_ok() {
+    if bind_identity(&mut by, "by", "ops", MAX_ID_BYTES).is_ok() {
         assert_eq!(DecideRequest::decider(by).ok().as_deref().unwrap_or("ops"), "ops");
     }
     let _ = DecideRequest::decider(body.clone());

@@ -140,7 +140,7 @@ impl Dispatcher {
                 format!("{} is a built-in capability", record.slug),
             ));
         }
-        registry::validate_record(&record)
+        registry::validate_record(&record, self.settings.max_id_bytes)
             .map_err(|err| AdminError::new(ErrorKind::Invalid(err.code()), err.to_string()))?;
         registry::check_record_env(&record, &self.settings.env_allow)
             .map_err(|err| AdminError::new(ErrorKind::Invalid(err.code()), err.to_string()))?;
@@ -250,7 +250,7 @@ impl Handler<SetBinding> for Dispatcher {
         }
         let binding = msg.0;
         let env = self.env.clone();
-        let checked = registry::validate_binding(&binding, &|name| env(name))
+        let checked = registry::validate_binding(&binding, &|name| env(name), self.settings.max_id_bytes)
             .map_err(|err| AdminError::new(ErrorKind::Invalid("invalid_binding"), err.to_string()))
             .and_then(|missing| {
                 registry::check_binding_env(&binding, &self.settings.env_allow)

@@ -872,7 +872,7 @@ impl Handler<Dispatch> for Dispatcher {
     fn handle(&mut self, msg: Dispatch, _: &mut Context<Self>) -> Self::Result {
         let started = Instant::now();
         let mut call = msg.call;
-        let key = match call.check() {
+        let key = match call.check(self.settings.max_id_bytes) {
             Ok(key) => key,
             Err(result) => return self.answer(&call, None, *result, false, started),
         };

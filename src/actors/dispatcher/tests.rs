@@ -17,6 +17,7 @@ fn settings() -> DispatchSettings {
         rate_window_ms: 60_000,
         ssrf_allowlist: Vec::new(),
         env_allow: crate::core::dispatch::env_template::EnvAllow::default(),
+        max_id_bytes: crate::core::limits::Limits::default().max_id_bytes,
     }
 }
 

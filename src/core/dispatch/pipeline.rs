@@ -9,7 +9,7 @@ use crate::core::dispatch::approval::{self, Approval};
 use crate::core::dispatch::env_template::{self, EnvAllow, EnvRefusal};
 use crate::core::dispatch::rate_limit::{RateLimiter, RateRefusal};
 use crate::core::dispatch::redact;
-use crate::core::dispatch::registry::{valid_id, Binding, CapabilityRecord, HttpConfig, MAX_ID_BYTES};
+use crate::core::dispatch::registry::{valid_id, Binding, CapabilityRecord, HttpConfig};
 use crate::core::dispatch::{CallResult, DispatchEvent, ErrorCode, ProvenanceRecord};
 use crate::core::subject_token;
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The longest `slug` a call may give: a source capability id is a source id
-/// (at most 128 bytes), `#` and a tool name (the MCP mapper's limit, 256 bytes), with room to spare.
+/// (at most `[limits] max_id_bytes`, itself at most 256 bytes), `#` and a tool name (the MCP mapper's limit, 256 bytes), with room to spare.
 pub const MAX_CAPABILITY_ID_BYTES: usize = 512;
 
 /// A call as capdex receives it.
@@ -72,29 +72,36 @@ impl std::fmt::Display for ExecutionKey {
 }
 
 impl DispatchCall {
-    /// Checks the request's own fields; `Err` is the `invalid_request` answer.
-    pub fn check(&mut self) -> Result<Option<ExecutionKey>, Box<CallResult>> {
+    /// Checks the request's own fields, each id within `max_id_bytes`
+    /// (`[limits]`); `Err` is the `invalid_request` answer.
+    pub fn check(&mut self, max_id_bytes: usize) -> Result<Option<ExecutionKey>, Box<CallResult>> {
         let bad = |message: String| Err(Box::new(CallResult::fail(ErrorCode::InvalidRequest, message)));
         if self.slug.is_empty() || self.slug.len() > MAX_CAPABILITY_ID_BYTES {
             return bad(format!("slug must be 1-{MAX_CAPABILITY_ID_BYTES} bytes"));
         }
         // The slug may name a source capability (`<source_id>#<Name>`): its source id is the token.
         let slug_token = self.slug.split_once('#').map_or(self.slug.as_str(), |(source, _)| source);
-        if let Err(err) = subject_token::check("slug", slug_token) {
+        if let Err(err) = subject_token::check("slug", slug_token, max_id_bytes) {
             return bad(err.to_string());
         }
-        if let Err(err) = subject_token::check("agentId", &self.agent_id) {
+        if let Err(err) = subject_token::check("agentId", &self.agent_id, max_id_bytes) {
             return bad(err.to_string());
         }
-        if let Some(Err(err)) = self.approval_id.as_deref().map(|id| subject_token::check("approvalId", id)) {
+        if let Some(Err(err)) =
+            self.approval_id.as_deref().map(|id| subject_token::check("approvalId", id, max_id_bytes))
+        {
             return bad(err.to_string());
         }
         if self.arguments.is_null() {
             self.arguments = json!({});
         }
-        for id in [&self.execution_id, &self.step_id, &self.approval_id].into_iter().flatten() {
+        for (field, id) in [("executionId", &self.execution_id), ("stepId", &self.step_id)] {
+            let Some(id) = id else { continue };
+            if let Err(exceeded) = subject_token::check_len(id, max_id_bytes) {
+                return bad(format!("{field} {}", subject_token::too_long_text(&exceeded)));
+            }
             if !valid_id(id) {
-                return bad(format!("ids must be 1-{MAX_ID_BYTES} bytes without control characters"));
+                return bad(format!("{field} must not be empty nor hold control characters"));
             }
         }
         match (&self.execution_id, &self.step_id) {
@@ -626,10 +633,38 @@ mod tests {
         pipeline.set_source_records("pets", Vec::new());
         assert_eq!(pipeline.resolve("pets#showPet"), None);
         let long_id = format!("{}#{}", "s".repeat(128), "n".repeat(MAX_CAPABILITY_ID_BYTES - 129));
-        assert!(call(&long_id, "a", json!({})).check().is_ok(), "a source capability id of the longest names");
-        let over = call(&format!("{long_id}n"), "a", json!({})).check().unwrap_err();
+        assert!(call(&long_id, "a", json!({})).check(128).is_ok(), "a source capability id of the longest names");
+        let over = call(&format!("{long_id}n"), "a", json!({})).check(128).unwrap_err();
         assert_eq!(over.code(), Some("invalid_request"));
         assert!(pipeline.source_ids().is_empty());
+    }
+
+    #[test]
+    fn every_id_of_a_call_is_refused_one_byte_over_max_id_bytes_naming_the_setting() {
+        let max = 12;
+        let at = "a".repeat(max);
+        let over = "a".repeat(max + 1);
+        let with = |field: &str, id: &str| {
+            let mut call = call("lookup", "agent", json!({}));
+            match field {
+                "slug" => call.slug = id.to_string(),
+                "sourceId" => call.slug = format!("{id}#{}", "n".repeat(100)),
+                "agentId" => call.agent_id = id.to_string(),
+                "approvalId" => call.approval_id = Some(id.to_string()),
+                "executionId" => (call.execution_id, call.step_id) = (Some(id.to_string()), Some("s".into())),
+                _ => (call.execution_id, call.step_id) = (Some("e".into()), Some(id.to_string())),
+            }
+            call
+        };
+        for field in ["slug", "sourceId", "agentId", "approvalId", "executionId", "stepId"] {
+            assert!(with(field, &at).check(max).is_ok(), "{field} at the limit");
+            let refused = with(field, &over).check(max).unwrap_err();
+            assert_eq!(refused.code(), Some("invalid_request"), "{field}");
+            let message = refused.error.unwrap().message;
+            assert!(message.contains("limits.max_id_bytes: at most 12"), "{field}: {message}");
+            assert!(message.contains(&format!("is {} bytes", max + 1)), "{field}: {message}");
+            assert!(with(field, &over).check(max + 1).is_ok(), "{field}: the setting is what is read");
+        }
     }
 
     #[test]

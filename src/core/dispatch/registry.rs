@@ -214,7 +214,7 @@ pub const MAX_RATE_LIMIT: u32 = 10_000;
 pub const MAX_APPROVAL_TIMEOUT_MS: u64 = 3_600_000;
 /// Longest call timeout, in ms.
 pub const MAX_CALL_TIMEOUT_MS: u64 = 600_000;
-/// Longest agent id, slug, execution or step id, in bytes.
+/// Longest source capability id (`<source_id>#<Name>`) a binding may name, in bytes.
 pub const MAX_ID_BYTES: usize = 200;
 
 /// A slug: 1 to 64 of `A-Z a-z 0-9 _ -` (an OpenAI function name, and a NATS subject token).
@@ -222,9 +222,10 @@ pub fn valid_slug(slug: &str) -> bool {
     (1..=64).contains(&slug.len()) && slug.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// An id (agent, execution, step): 1 to [`MAX_ID_BYTES`] bytes, no control characters.
+/// An id (execution, step): not empty, no control characters; its length is
+/// checked against `[limits] max_id_bytes` (`subject_token::check_len`).
 pub fn valid_id(id: &str) -> bool {
-    (1..=MAX_ID_BYTES).contains(&id.len()) && !id.chars().any(char::is_control)
+    !id.is_empty() && !id.chars().any(char::is_control)
 }
 
 /// `http://` or `https://` followed by a host.
@@ -242,8 +243,12 @@ fn check_limit(field: &str, limit: Option<u32>) -> Result<(), RegistrationError>
     }
 }
 
-/// Checks a record before it enters the registry.
-pub fn validate_record(record: &CapabilityRecord) -> Result<(), RegistrationError> {
+/// Checks a record before it enters the registry; its slug is at most
+/// `max_id_bytes` (`[limits]`) as well as 64 bytes.
+pub fn validate_record(record: &CapabilityRecord, max_id_bytes: usize) -> Result<(), RegistrationError> {
+    if let Err(exceeded) = crate::core::subject_token::check_len(&record.slug, max_id_bytes) {
+        return Err(refuse("slug", crate::core::subject_token::too_long_text(&exceeded)));
+    }
     if !valid_slug(&record.slug) {
         return Err(refuse("slug", format!("must be 1-64 of A-Z a-z 0-9 _ -, got {:?}", record.slug)));
     }
@@ -292,8 +297,9 @@ pub fn validate_record(record: &CapabilityRecord) -> Result<(), RegistrationErro
 pub fn validate_binding(
     binding: &Binding,
     lookup: &dyn Fn(&str) -> Option<String>,
+    max_id_bytes: usize,
 ) -> Result<Vec<String>, RegistrationError> {
-    if let Err(err) = crate::core::subject_token::check("agentId", &binding.agent_id) {
+    if let Err(err) = crate::core::subject_token::check("agentId", &binding.agent_id, max_id_bytes) {
         return Err(refuse("agentId", crate::core::subject_token::problem_text(&err)));
     }
     let source_capability = binding.slug.len() <= MAX_ID_BYTES
@@ -441,33 +447,33 @@ pub(crate) mod tests {
 
     #[test]
     fn registrations_are_checked() {
-        assert_eq!(validate_record(&record("lookup_order")), Ok(()));
+        assert_eq!(validate_record(&record("lookup_order"), 128), Ok(()));
         let mut bad = record("lookup_order");
         bad.function_definition.name = "lookupOrder".into();
-        assert_eq!(validate_record(&bad).unwrap_err().code(), "slug_mismatch");
+        assert_eq!(validate_record(&bad, 128).unwrap_err().code(), "slug_mismatch");
         let mut pii = record("read_memory");
         pii.processes_pii = true;
-        assert_eq!(validate_record(&pii).unwrap_err().code(), "pii_without_redaction");
+        assert_eq!(validate_record(&pii, 128).unwrap_err().code(), "pii_without_redaction");
         pii.redaction = Some(RedactionRule::default());
-        assert_eq!(validate_record(&pii), Ok(()));
+        assert_eq!(validate_record(&pii, 128), Ok(()));
         let mut api = record("call_api");
         api.execution_type = ExecutionType::Api;
-        assert_eq!(validate_record(&api).unwrap_err().field, "handler");
+        assert_eq!(validate_record(&api, 128).unwrap_err().field, "handler");
         api.handler = "https://api.example.com/x".into();
-        assert_eq!(validate_record(&api), Ok(()));
+        assert_eq!(validate_record(&api, 128), Ok(()));
         let mut limited = record("x");
         limited.rate_limit = Some(0);
-        assert_eq!(validate_record(&limited).unwrap_err().field, "rateLimit");
+        assert_eq!(validate_record(&limited, 128).unwrap_err().field, "rateLimit");
         let mut schema = record("x");
         schema.function_definition.parameters = json!({"type": 17});
-        assert_eq!(validate_record(&schema).unwrap_err().field, "functionDefinition.parameters");
-        assert_eq!(validate_record(&record("a.b")).unwrap_err().field, "slug");
+        assert_eq!(validate_record(&schema, 128).unwrap_err().field, "functionDefinition.parameters");
+        assert_eq!(validate_record(&record("a.b"), 128).unwrap_err().field, "slug");
         let mut source = record("x");
         source.execution_type = ExecutionType::Source;
-        assert_eq!(validate_record(&source).unwrap_err().field, "executionType", "never registered");
+        assert_eq!(validate_record(&source, 128).unwrap_err().field, "executionType", "never registered");
         let mut invoked = record("x");
         invoked.invocation = Some(crate::core::sources::Invocation::NotCallable);
-        assert_eq!(validate_record(&invoked).unwrap_err().field, "invocation");
+        assert_eq!(validate_record(&invoked, 128).unwrap_err().field, "invocation");
         assert_eq!(record("x").discovery_id(), "tool:x");
         let descriptor = record("x").descriptor();
         assert_eq!((descriptor.id.as_str(), descriptor.category.as_str()), ("tool:x", "test"));
@@ -485,6 +491,28 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_slug_and_an_agent_id_one_byte_over_max_id_bytes_are_refused_naming_the_setting() {
+        let max = 20;
+        assert_eq!(validate_record(&record(&"s".repeat(max)), max), Ok(()));
+        let err = validate_record(&record(&"s".repeat(max + 1)), max).unwrap_err();
+        assert_eq!((err.field.as_str(), err.code()), ("slug", "invalid_registration"));
+        assert!(err.to_string().contains("is 21 bytes, over limits.max_id_bytes: at most 20"), "{err}");
+        assert_eq!(validate_record(&record(&"s".repeat(max + 1)), max + 1), Ok(()), "the setting is read");
+        let lookup = |_: &str| None;
+        let binding = |agent_id: String| Binding {
+            agent_id,
+            slug: "x".into(),
+            is_enabled: true,
+            custom_rate_limit: None,
+            custom_config: json!({}),
+        };
+        assert_eq!(validate_binding(&binding("a".repeat(max)), &lookup, max), Ok(vec![]));
+        let err = validate_binding(&binding("a".repeat(max + 1)), &lookup, max).unwrap_err();
+        assert_eq!(err.field, "agentId");
+        assert!(err.to_string().contains("over limits.max_id_bytes: at most 20"), "{err}");
+    }
+
+    #[test]
     fn bindings_report_missing_env_vars() {
         let binding = Binding {
             agent_id: "a".into(),
@@ -494,12 +522,12 @@ pub(crate) mod tests {
             custom_config: json!({"url": "https://${env:HOST_A}/x", "headers": {"Authorization": "Bearer ${env:TOKEN_B}"}}),
         };
         let lookup = |name: &str| (name == "HOST_A").then(|| "h".to_string());
-        assert_eq!(validate_binding(&binding, &lookup), Ok(vec!["TOKEN_B".to_string()]));
+        assert_eq!(validate_binding(&binding, &lookup, 128), Ok(vec!["TOKEN_B".to_string()]));
         let mut bad = binding.clone();
         bad.custom_config = json!({"headers": {"X": 1}});
-        assert_eq!(validate_binding(&bad, &lookup).unwrap_err().field, "customConfig");
+        assert_eq!(validate_binding(&bad, &lookup, 128).unwrap_err().field, "customConfig");
         bad.custom_config = json!(3);
-        assert!(validate_binding(&bad, &lookup).is_err());
+        assert!(validate_binding(&bad, &lookup, 128).is_err());
     }
 
     #[test]
