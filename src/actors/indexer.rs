@@ -26,7 +26,8 @@ use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::embedder::TextRole;
 use crate::core::graph::Preset;
 use crate::core::index::{QuantisedLoader, VectorIndex};
-use crate::core::lexical::{Fingerprint, LexicalIndex};
+use crate::core::lexical::snapshot::Fingerprint;
+use crate::core::lexical::LexicalIndex;
 use crate::core::reindex::{
     apply_change, apply_changes, apply_retry, plan_changes, plan_vectors, restore_indexed, retry_targets,
     AppliedChange, AppliedRetry, BatchChange, KeptVector, Restored,

@@ -48,8 +48,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::OnceLock;
 
-mod snapshot;
-pub use snapshot::{Fingerprint, FingerprintHasher, SnapshotError, SNAPSHOT_FORMAT};
+pub mod snapshot;
 
 /// BM25 saturation.
 pub const K1: f32 = 1.2;

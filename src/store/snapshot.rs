@@ -9,7 +9,7 @@
 
 use super::{StoreError, StoredDescriptor, DESCRIPTORS};
 use crate::core::descriptor::CapabilityDescriptor;
-use crate::core::lexical::{Fingerprint, FingerprintHasher};
+use crate::core::lexical::snapshot::{Fingerprint, FingerprintHasher};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
