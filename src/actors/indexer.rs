@@ -263,11 +263,11 @@ impl Indexer {
             let read = store.descriptors_fingerprinted().map(|(held, fingerprint)| {
                 let read = started.elapsed();
                 let (lexical, from_snapshot) = restored_lexical(snapshot.as_deref(), &held, fingerprint);
-                (held, lexical, from_snapshot, read, started.elapsed())
+                (held, fingerprint, lexical, from_snapshot, read, started.elapsed())
             });
             (vectors.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), read)
         });
-        let ((loaded, vectors_done), (held, lexical, from_snapshot, read, lexical_done)) = (loaded, read?);
+        let ((loaded, vectors_done), (held, fingerprint, lexical, from_snapshot, read, lexical_done)) = (loaded, read?);
         let (index, not_kept) = loaded?;
         let presets = store.presets()?;
         let stored = held.into_iter().map(|held| (held.descriptor, held.origin));
@@ -286,9 +286,10 @@ impl Indexer {
         let catalog = Arc::new(catalog);
         let lexical = Arc::new(lexical);
         let snapshots = SnapshotWriter::start(store.clone(), if from_snapshot { lexical.generation() } else { 0 });
-        // A built index is written at once, so even a crash before the next
-        // change leaves a snapshot for the restart after it.
-        snapshots.offer(catalog.clone(), lexical.clone());
+        // A built index is offered at once (written once 2 s pass without a
+        // change), so even a crash before the next change leaves a snapshot
+        // for the restart after it; it names the bytes it was built from.
+        snapshots.offer_made_from(catalog.clone(), lexical.clone(), Some(fingerprint));
         let stats = IndexerStats {
             version: catalog.version,
             capabilities: catalog.len(),
@@ -899,6 +900,28 @@ mod tests {
         let changed = start(&store);
         assert!(!stats(&changed).await.lexical_from_snapshot);
         assert_eq!(changed.cell.load().lexical.len(), 4);
+    }
+
+    #[actix::test]
+    async fn descriptors_stored_in_another_encoding_still_restart_from_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // As an earlier version might have stored them: with a field this one
+        // no longer has. They decode as before, but this version would encode
+        // them otherwise, so only the stored bytes' own fingerprint names them.
+        for name in ["gauge", "valve"] {
+            let held = StoredDescriptor { origin: "runtime:r".into(), descriptor: tool(name, "an old entry") };
+            let mut value = serde_json::to_value(&held).unwrap();
+            value["descriptor"]["retiredField"] = serde_json::json!(1);
+            store.put_descriptor_bytes(&held.descriptor.id, rmp_serde::to_vec_named(&value).unwrap());
+        }
+        let first = start(&store);
+        assert!(!stats(&first).await.lexical_from_snapshot);
+        first.indexer.send(FlushLexicalSnapshot).await.unwrap();
+        drop(first);
+        let second = start(&store);
+        assert!(stats(&second).await.lexical_from_snapshot);
+        assert_eq!(second.cell.load().lexical.len(), 2);
     }
 
     #[actix::test]

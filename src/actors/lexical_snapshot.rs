@@ -8,6 +8,7 @@
 //! dropped: the next restart builds the index, as it would without a file.
 
 use crate::core::catalog::Catalog;
+use crate::core::lexical::snapshot::Fingerprint;
 use crate::core::lexical::LexicalIndex;
 use crate::store::Store;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -16,10 +17,20 @@ use std::time::{Duration, Instant};
 /// How long the catalog must stay unchanged before its snapshot is written.
 pub const QUIET: Duration = Duration::from_secs(2);
 
+/// An index offered for writing, with its catalog.
+struct Offer {
+    catalog: Arc<Catalog>,
+    lexical: Arc<LexicalIndex>,
+    /// When it was offered.
+    at: Instant,
+    /// The fingerprint of its stored descriptors, when the offer knew it.
+    made_from: Option<Fingerprint>,
+}
+
 #[derive(Default)]
 struct State {
-    /// The newest offer not yet written, and when it came.
-    pending: Option<(Arc<Catalog>, Arc<LexicalIndex>, Instant)>,
+    /// The newest offer not yet written.
+    pending: Option<Offer>,
     /// The generation of the last index written (or being written).
     written: u64,
     writing: bool,
@@ -61,13 +72,28 @@ impl SnapshotWriter {
         SnapshotWriter { shared, thread }
     }
 
-    /// Offers the index of `catalog` to be written once changes stop.
+    /// Offers the index of `catalog` to be written once changes stop; the
+    /// fingerprint it names is computed from `catalog` with the store's encoding.
     pub fn offer(&self, catalog: Arc<Catalog>, lexical: Arc<LexicalIndex>) {
+        self.offer_made_from(catalog, lexical, None);
+    }
+
+    /// Like [`SnapshotWriter::offer`], naming `made_from` when given: the
+    /// fingerprint the store gave for the very bytes the index was built from
+    /// (at start), which stays right even for descriptors stored by an
+    /// earlier version in an encoding this one would not write.
+    pub fn offer_made_from(&self, catalog: Arc<Catalog>, lexical: Arc<LexicalIndex>, made_from: Option<Fingerprint>) {
         let mut state = self.shared.lock();
         if state.written == lexical.generation() {
             return;
         }
-        state.pending = Some((catalog, lexical, Instant::now()));
+        // The same index offered again (a catalog version that changed only
+        // vectors) keeps the fingerprint its first offer knew.
+        let made_from = made_from.or_else(|| {
+            let pending = state.pending.as_ref()?;
+            (pending.lexical.generation() == lexical.generation()).then_some(pending.made_from)?
+        });
+        state.pending = Some(Offer { catalog, lexical, at: Instant::now(), made_from });
         self.shared.changed.notify_all();
     }
 
@@ -103,7 +129,7 @@ fn run(shared: &Shared, store: &Store) {
         if state.stop {
             return;
         }
-        let Some((_, _, offered)) = &state.pending else {
+        let Some(Offer { at: offered, .. }) = &state.pending else {
             state = shared.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
             continue;
         };
@@ -112,26 +138,31 @@ fn run(shared: &Shared, store: &Store) {
             state = shared.changed.wait_timeout(state, QUIET - waited).unwrap_or_else(PoisonError::into_inner).0;
             continue;
         }
-        let (catalog, lexical, _) = state.pending.take().expect("checked above");
+        let Offer { catalog, lexical, made_from, .. } = state.pending.take().expect("checked above");
         state.written = lexical.generation();
         state.writing = true;
         drop(state);
-        write(store, &catalog, &lexical);
+        write(store, &catalog, &lexical, made_from);
         state = shared.lock();
         state.writing = false;
         shared.changed.notify_all();
     }
 }
 
-/// Writes `lexical`'s snapshot, naming the stored bytes of `catalog`'s descriptors.
-fn write(store: &Store, catalog: &Catalog, lexical: &LexicalIndex) {
+/// Writes `lexical`'s snapshot, naming the stored bytes of `catalog`'s
+/// descriptors (`made_from`, or computed from `catalog`).
+fn write(store: &Store, catalog: &Catalog, lexical: &LexicalIndex, made_from: Option<Fingerprint>) {
     let started = Instant::now();
     let held = catalog
         .descriptors
         .iter()
         .map(|(id, descriptor)| (catalog.origins.get(id).map_or("", String::as_str), descriptor));
-    let written = Store::descriptor_fingerprint(held)
-        .and_then(|fingerprint| store.write_lexical_snapshot(&lexical.encode_snapshot(fingerprint)));
+    let fingerprint = match made_from {
+        Some(fingerprint) => Ok(fingerprint),
+        None => Store::descriptor_fingerprint(held),
+    };
+    let written =
+        fingerprint.and_then(|fingerprint| store.write_lexical_snapshot(&lexical.encode_snapshot(fingerprint)));
     match written {
         Ok(()) => tracing::debug!(
             capabilities = lexical.len(),

@@ -66,6 +66,13 @@ impl super::Store {
         Ok(hasher.finish())
     }
 
+    /// Stores `value` as the stored bytes of descriptor `id`, as they are: a
+    /// test's stand-in for a descriptor an earlier version stored.
+    #[cfg(test)]
+    pub(crate) fn put_descriptor_bytes(&self, id: &str, value: Vec<u8>) {
+        self.descriptors.insert(id.as_bytes(), value).expect("a test store takes the insert");
+    }
+
     /// The snapshot file's bytes; `None` when there is none (or it cannot be read).
     pub fn read_lexical_snapshot(&self) -> Option<Vec<u8>> {
         match std::fs::read(self.lexical_snapshot_path()) {
