@@ -142,7 +142,14 @@ fn run(shared: &Shared, store: &Store) {
         state.written = lexical.generation();
         state.writing = true;
         drop(state);
-        write(store, &catalog, &lexical, made_from);
+        // A write that panicked must still end `writing`, or a flush (and the
+        // drop at shutdown) would wait for it for ever.
+        let wrote = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write(store, &catalog, &lexical, made_from);
+        }));
+        if wrote.is_err() {
+            tracing::error!("writing the lexical snapshot panicked; the next restart builds the index");
+        }
         state = shared.lock();
         state.writing = false;
         shared.changed.notify_all();
