@@ -10,6 +10,11 @@
 #
 #   bash scripts/fuzz.sh                 # every target, 25 s each
 #   FUZZ_SECONDS=3600 bash scripts/fuzz.sh openapi_map sql_ddl
+#   FUZZ_CPU_SECONDS=3600 nice -n 19 bash scripts/fuzz.sh sql_ddl
+#
+# FUZZ_CPU_SECONDS runs each target until its fuzzer has used that many CPU
+# seconds (not wall seconds: a niced run on a busy machine still gets its
+# hour), then interrupts it; libFuzzer prints its final statistics either way.
 #
 # FUZZ_BUILD=dev builds without optimisations (minutes instead of tens of
 # minutes from a clean clone, fewer executions a second): .ci/run's smoke.
@@ -55,9 +60,38 @@ for target in "${targets[@]}"; do
     sql_ddl) seeds+=(../tests/fixtures/sql) ;;
     mcp_tool_list) seeds+=(../tests/fixtures/mcp) ;;
   esac
-  { time cargo fuzz run --sanitizer none "${profile[@]}" "$target" "corpus/$target" "${seeds[@]}" -- \
-      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-      >"$log" 2>&1 || status=$?; } 2>"$log.time"
+  if [ -n "${FUZZ_CPU_SECONDS:-}" ]; then
+    # Wall time is only a backstop here: the watcher below stops the fuzzer
+    # once its own CPU time (utime + stime, /proc/PID/stat) reaches the budget.
+    wall=$((FUZZ_CPU_SECONDS * 50))
+    { time cargo fuzz run --sanitizer none "${profile[@]}" "$target" "corpus/$target" "${seeds[@]}" -- \
+        -max_total_time="$wall" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        >"$log" 2>&1; } 2>"$log.time" &
+    runner=$!
+    ticks=$(getconf CLK_TCK)
+    interrupted=0
+    while kill -0 "$runner" 2>/dev/null; do
+      sleep 5
+      fuzzer=$(pgrep -n -f "/release/$target |/debug/$target " || true)
+      [ -n "$fuzzer" ] || continue
+      used=$(awk -v t="$ticks" '{printf "%d", ($14 + $15) / t}' "/proc/$fuzzer/stat" 2>/dev/null || echo 0)
+      if [ "$used" -ge "$FUZZ_CPU_SECONDS" ]; then
+        kill -INT "$fuzzer" 2>/dev/null || true
+        interrupted=1
+        break
+      fi
+    done
+    wait "$runner" || status=$?
+    # libFuzzer exits 72 when interrupted (cargo fuzz passes on a failure of
+    # its own): the budget spent, not a crash, when no reproducer was written.
+    if [ "$interrupted" -eq 1 ] && [ "$(find "artifacts/$target" -type f | wc -l)" -eq "$before" ]; then
+      status=0
+    fi
+  else
+    { time cargo fuzz run --sanitizer none "${profile[@]}" "$target" "corpus/$target" "${seeds[@]}" -- \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        >"$log" 2>&1 || status=$?; } 2>"$log.time"
+  fi
   cpu=$(awk '{printf "%.0f", $1 + $2}' "$log.time" 2>/dev/null || echo "?")
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   after=$(find "artifacts/$target" -type f | wc -l)
