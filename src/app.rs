@@ -710,7 +710,7 @@ pub async fn serve_until(settings: &Settings, shutdown: impl std::future::Future
         console.stop().await;
     }
     // The next start loads the lexical index instead of building it.
-    let _ = indexer.send(crate::actors::indexer::FlushLexicalSnapshot).await;
+    let _ = indexer.send(crate::actors::indexer::FlushSnapshots).await;
     served?;
     Ok(())
 }
@@ -791,7 +791,7 @@ pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Resul
     let indexer = actors.indexer.clone();
     let bridge = mcp_bridge(settings, actors, Some(live));
     crate::mcp::serve_stdio(options, bridge, direct, shutdown_signal()).await?;
-    let _ = indexer.send(crate::actors::indexer::FlushLexicalSnapshot).await;
+    let _ = indexer.send(crate::actors::indexer::FlushSnapshots).await;
     Ok(())
 }
 

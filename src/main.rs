@@ -801,7 +801,7 @@ async fn start_and_index(
 async fn index_once(settings: &Settings, files: &SourceFiles, json: bool) -> anyhow::Result<()> {
     let (actors, outcome) = start_and_index(settings, files).await?;
     // What was indexed is also on disk as a lexical snapshot, so `capdex serve` starts on it at once.
-    let _ = actors.indexer.send(capdex::actors::indexer::FlushLexicalSnapshot).await;
+    let _ = actors.indexer.send(capdex::actors::indexer::FlushSnapshots).await;
     if json {
         let report = serde_json::json!({ "scan": { "refused": outcome.scan.refused, "warnings": outcome.scan.warnings,
             "found": outcome.scan.descriptors.len() }, "sync": outcome.sync });

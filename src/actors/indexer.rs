@@ -18,7 +18,7 @@
 
 use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
 use crate::actors::graph_builder::BuildGraph;
-use crate::actors::lexical_snapshot::SnapshotWriter;
+use crate::actors::snapshot_writer::SnapshotWriter;
 use crate::actors::snapshot::SnapshotCell;
 use crate::actors::Inspect;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
@@ -26,7 +26,8 @@ use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::embedder::TextRole;
 use crate::core::graph::Preset;
 use crate::core::index::{QuantisedLoader, VectorIndex};
-use crate::core::lexical::snapshot::Fingerprint;
+use crate::core::catalog_snapshot::{self, CatalogEpoch};
+use crate::core::lexical::snapshot::{Fingerprint, SnapshotError};
 use crate::core::lexical::LexicalIndex;
 use crate::core::reindex::{
     apply_change, apply_changes, apply_retry, plan_changes, plan_vectors, restore_indexed, retry_targets,
@@ -203,6 +204,8 @@ pub struct IndexerStats {
     pub pending: usize,
     /// Whether the lexical index was loaded from its snapshot at start (else built).
     pub lexical_from_snapshot: bool,
+    /// Whether descriptors and vectors were read from the catalog snapshot at start (else from the store's trees).
+    pub catalog_from_snapshot: bool,
 }
 
 pub struct Indexer {
@@ -223,7 +226,7 @@ pub struct Indexer {
     pending: BTreeSet<String>,
     stats: IndexerStats,
     /// Writes the lexical index's snapshot, so a restart loads it.
-    lexical_snapshots: SnapshotWriter,
+    snapshot_writer: SnapshotWriter,
 }
 
 impl Indexer {
@@ -239,36 +242,28 @@ impl Indexer {
         model_id: &str,
         dimensions: usize,
     ) -> Result<Indexer, StoreError> {
-        // The vectors go into the index as they lie in the store (codes, not
-        // `f32`) on one thread while this one reads the descriptors and takes
-        // the lexical index from its snapshot (or builds it when the snapshot
-        // is missing, stale or disagrees): a restart of a large catalog is these two.
         let started = std::time::Instant::now();
+        // The store state the catalog in memory will be (no write comes
+        // before the Indexer's own): what a catalog snapshot must name.
+        let epoch = store.hand_out_catalog_epoch();
         let snapshot = store.read_lexical_snapshot();
-        // The snapshot's header counts the capabilities it was made for: a
-        // good guess of the vectors to come, so their columns grow once.
-        let expected =
-            snapshot.as_deref().and_then(|bytes| LexicalIndex::snapshot_fingerprint(bytes).ok()).map_or(0, |f| f.count);
-        let (loaded, read) = std::thread::scope(|scope| {
-            let vectors = scope.spawn(|| {
-                let mut loader = QuantisedLoader::new(dimensions, expected as usize);
-                let mut refused = 0usize;
-                let loaded = store
-                    .visit_embeddings(model_id, |id, codes, scale| {
-                        refused += usize::from(loader.push(id, codes, scale).is_err());
-                    })
-                    .map(|other_model| (loader.finish(), other_model + refused));
-                (loaded, started.elapsed())
-            });
-            let read = store.descriptors_fingerprinted().map(|(held, fingerprint)| {
-                let read = started.elapsed();
-                let (lexical, from_snapshot) = restored_lexical(snapshot.as_deref(), &held, fingerprint);
-                (held, fingerprint, lexical, from_snapshot, read, started.elapsed())
-            });
-            (vectors.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), read)
+        let from_file = store.read_catalog_snapshot().and_then(|bytes| {
+            restore_from_catalog_snapshot(&bytes, epoch, model_id, dimensions, snapshot.as_deref())
+                .map_err(|err| tracing::info!(%err, "the catalog snapshot is not used; reading the store"))
+                .ok()
         });
-        let ((loaded, vectors_done), (held, fingerprint, lexical, from_snapshot, read, lexical_done)) = (loaded, read?);
-        let (index, not_kept) = loaded?;
+        let catalog_from_snapshot = from_file.is_some();
+        let (held, fingerprint, lexical, from_snapshot, index, not_kept, (read, vectors_done, lexical_done)) =
+            match from_file {
+                Some(FromSnapshot { held, fingerprint, lexical, index, timings }) => {
+                    let (lexical, from_snapshot) = match lexical {
+                        Some(lexical) => (lexical, true),
+                        None => (LexicalIndex::build(held.iter().map(|held| &held.descriptor)), false),
+                    };
+                    (held, fingerprint, lexical, from_snapshot, index, 0, timings)
+                }
+                None => read_store(&store, model_id, dimensions, snapshot.as_deref(), started)?,
+            };
         let presets = store.presets()?;
         let stored = held.into_iter().map(|held| (held.descriptor, held.origin));
         let Restored { catalog, index, pending } = restore_indexed(index, stored, presets);
@@ -276,6 +271,7 @@ impl Indexer {
             capabilities = catalog.len(),
             pending = pending.len(),
             not_kept,
+            catalog_from_snapshot,
             lexical_from_snapshot = from_snapshot,
             read_ms = read.as_millis() as u64,
             vectors_ms = vectors_done.as_millis() as u64,
@@ -285,16 +281,23 @@ impl Indexer {
         );
         let catalog = Arc::new(catalog);
         let lexical = Arc::new(lexical);
-        let snapshots = SnapshotWriter::start(store.clone(), if from_snapshot { lexical.generation() } else { 0 });
-        // A built index is offered at once (written once 2 s pass without a
-        // change), so even a crash before the next change leaves a snapshot
-        // for the restart after it; it names the bytes it was built from.
-        snapshots.offer_made_from(catalog.clone(), lexical.clone(), Some(fingerprint));
+        let index = Arc::new(index);
+        let snapshots = SnapshotWriter::start(
+            store.clone(),
+            model_id,
+            if from_snapshot { lexical.generation() } else { 0 },
+            if catalog_from_snapshot { epoch } else { None },
+        );
+        // What was read from the store is offered at once (written once 2 s
+        // pass without a change), so even a crash before the next change
+        // leaves snapshots for the restart after it; they name the bytes it was read from.
+        snapshots.offer_made_from(catalog.clone(), index.clone(), lexical.clone(), epoch, Some(fingerprint));
         let stats = IndexerStats {
             version: catalog.version,
             capabilities: catalog.len(),
             pending: pending.len(),
             lexical_from_snapshot: from_snapshot,
+            catalog_from_snapshot,
             ..IndexerStats::default()
         };
         let graph_version = catalog.version;
@@ -304,12 +307,12 @@ impl Indexer {
             graph_builder,
             subscribers,
             catalog,
-            index: Arc::new(index),
+            index,
             graph_version,
             events: None,
             lexical,
             snapshots: None,
-            lexical_snapshots: snapshots,
+            snapshot_writer: snapshots,
             pending,
             stats,
         })
@@ -330,7 +333,12 @@ impl Indexer {
     }
 
     fn publish(&self) {
-        self.lexical_snapshots.offer(self.catalog.clone(), self.lexical.clone());
+        self.snapshot_writer.offer(
+            self.catalog.clone(),
+            self.index.clone(),
+            self.lexical.clone(),
+            self.store.hand_out_catalog_epoch(),
+        );
         if let Some(snapshots) = &self.snapshots {
             snapshots.publish_catalog(&self.catalog, &self.index, &self.lexical);
         }
@@ -463,6 +471,127 @@ impl Indexer {
 /// The lexical index of `held` (the stored descriptors, whose stored bytes
 /// have `fingerprint`): from the snapshot file when it was made from exactly
 /// these and agrees with them, else built. Says which.
+/// Read-time phases of a load, from its start: descriptors read, vectors
+/// read, lexical index ready.
+type LoadTimings = (std::time::Duration, std::time::Duration, std::time::Duration);
+
+/// What [`Indexer::load`] takes from the store or the snapshots.
+type Loaded = (Vec<StoredDescriptor>, Fingerprint, LexicalIndex, bool, VectorIndex, usize, LoadTimings);
+
+/// A catalog read from its snapshot file.
+struct FromSnapshot {
+    held: Vec<StoredDescriptor>,
+    fingerprint: Fingerprint,
+    /// The lexical index from its own snapshot, when that one fits too.
+    lexical: Option<LexicalIndex>,
+    index: VectorIndex,
+    timings: LoadTimings,
+}
+
+/// Reads the catalog from the snapshot file `bytes` when it names the
+/// store's `epoch` and the embedder's model: descriptors on this thread,
+/// vectors and then the lexical snapshot (`lexical`) on another.
+fn restore_from_catalog_snapshot(
+    bytes: &[u8],
+    epoch: Option<CatalogEpoch>,
+    model_id: &str,
+    dimensions: usize,
+    lexical: Option<&[u8]>,
+) -> Result<FromSnapshot, SnapshotError> {
+    let started = std::time::Instant::now();
+    let header = catalog_snapshot::header(bytes)?;
+    if Some(header.epoch) != epoch {
+        return Err(SnapshotError::Stale);
+    }
+    if header.model_id != model_id {
+        return Err(SnapshotError::Disagrees(format!(
+            "its vectors are {}'s, the embedder is {model_id}",
+            header.model_id
+        )));
+    }
+    let parts = catalog_snapshot::split(bytes)?;
+    let (vectors, held) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| {
+            let vectors = parts.vectors().map(|index| (index, started.elapsed()));
+            let lexical = lexical.map(LexicalIndex::decode_snapshot);
+            (vectors, lexical, started.elapsed())
+        });
+        let held = parts.descriptors().map(|held| (held, started.elapsed()));
+        (other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), held)
+    });
+    let ((index, vectors_done), lexical, lexical_decoded) = (vectors.0?, vectors.1, vectors.2);
+    let (held, read) = held?;
+    if dimensions != 0 && !index.is_empty() && index.dimensions() != dimensions {
+        return Err(SnapshotError::Disagrees(format!(
+            "its vectors have {} dimensions, the embedder gives {dimensions}",
+            index.dimensions()
+        )));
+    }
+    let held: Vec<StoredDescriptor> =
+        held.into_iter().map(|(origin, descriptor)| StoredDescriptor { origin, descriptor }).collect();
+    let descriptors: Vec<&CapabilityDescriptor> = held.iter().map(|held| &held.descriptor).collect();
+    let lexical = match lexical {
+        Some(Ok((lexical, made_from))) if made_from == header.made_from => {
+            match lexical.agrees_with(&descriptors) {
+                Ok(()) => Some(lexical),
+                Err(err) => {
+                    tracing::info!(%err, "the lexical snapshot is not used; building the index");
+                    None
+                }
+            }
+        }
+        Some(Ok(_)) => {
+            tracing::info!("the lexical snapshot was made from other descriptors; building the index");
+            None
+        }
+        Some(Err(err)) => {
+            tracing::info!(%err, "the lexical snapshot is not used; building the index");
+            None
+        }
+        None => None,
+    };
+    drop(descriptors);
+    let lexical_done = started.elapsed().max(lexical_decoded);
+    Ok(FromSnapshot { held, fingerprint: header.made_from, lexical, index, timings: (read, vectors_done, lexical_done) })
+}
+
+/// Reads the catalog from the store's trees: the vectors as they lie in the
+/// store (codes, not `f32`) on one thread while this one reads the
+/// descriptors and takes the lexical index from its snapshot (or builds it
+/// when the snapshot is missing, stale or disagrees).
+fn read_store(
+    store: &Store,
+    model_id: &str,
+    dimensions: usize,
+    snapshot: Option<&[u8]>,
+    started: std::time::Instant,
+) -> Result<Loaded, StoreError> {
+    // The snapshot's header counts the capabilities it was made for: a
+    // good guess of the vectors to come, so their columns grow once.
+    let expected = snapshot.and_then(|bytes| LexicalIndex::snapshot_fingerprint(bytes).ok()).map_or(0, |f| f.count);
+    let (loaded, read) = std::thread::scope(|scope| {
+        let vectors = scope.spawn(|| {
+            let mut loader = QuantisedLoader::new(dimensions, expected as usize);
+            let mut refused = 0usize;
+            let loaded = store
+                .visit_embeddings(model_id, |id, codes, scale| {
+                    refused += usize::from(loader.push(id, codes, scale).is_err());
+                })
+                .map(|other_model| (loader.finish(), other_model + refused));
+            (loaded, started.elapsed())
+        });
+        let read = store.descriptors_fingerprinted().map(|(held, fingerprint)| {
+            let read = started.elapsed();
+            let (lexical, from_snapshot) = restored_lexical(snapshot, &held, fingerprint);
+            (held, fingerprint, lexical, from_snapshot, read, started.elapsed())
+        });
+        (vectors.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), read)
+    });
+    let ((loaded, vectors_done), (held, fingerprint, lexical, from_snapshot, read, lexical_done)) = (loaded, read?);
+    let (index, not_kept) = loaded?;
+    Ok((held, fingerprint, lexical, from_snapshot, index, not_kept, (read, vectors_done, lexical_done)))
+}
+
 fn restored_lexical(
     snapshot: Option<&[u8]>,
     held: &[StoredDescriptor],
@@ -726,13 +855,13 @@ impl Handler<RetryEmbeddings> for Indexer {
 /// once it is on disk (at the end of `capdex index` and of `capdex serve`).
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
-pub struct FlushLexicalSnapshot;
+pub struct FlushSnapshots;
 
-impl Handler<FlushLexicalSnapshot> for Indexer {
+impl Handler<FlushSnapshots> for Indexer {
     type Result = ();
 
-    fn handle(&mut self, _: FlushLexicalSnapshot, _: &mut Context<Self>) {
-        self.lexical_snapshots.flush();
+    fn handle(&mut self, _: FlushSnapshots, _: &mut Context<Self>) {
+        self.snapshot_writer.flush();
     }
 }
 
@@ -877,7 +1006,7 @@ mod tests {
             tool("pump", "Start the pump of a coil"),
         ];
         sync(&harness, SyncCapabilities::merge("runtime:r", offer)).await;
-        harness.indexer.send(FlushLexicalSnapshot).await.unwrap();
+        harness.indexer.send(FlushSnapshots).await.unwrap();
         assert!(!stats(&harness).await.lexical_from_snapshot);
         let built = harness.cell.load().lexical.clone();
         drop(harness);
@@ -903,6 +1032,100 @@ mod tests {
     }
 
     #[actix::test]
+    async fn a_restart_reads_the_catalog_from_its_snapshot_as_the_store_would_give_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let harness = start(&store);
+        let offer = vec![tool("gauge", "Read the gauge of a coil"), tool("valve", "Open or close a valve")];
+        sync(&harness, SyncCapabilities::merge("runtime:r", offer)).await;
+        sync(&harness, SyncCapabilities::merge("runtime:s", vec![tool("pump", "Start the pump")])).await;
+        // One without a vector: pending after the restart as before it.
+        harness.down.store(true, Ordering::SeqCst);
+        sync(&harness, SyncCapabilities::merge("runtime:s", vec![tool("fan", "Spin the fan")])).await;
+        harness.indexer.send(FlushSnapshots).await.unwrap();
+        let before = harness.cell.load();
+        drop(harness);
+
+        let from_file = start(&store);
+        let loaded = stats(&from_file).await;
+        assert!(loaded.catalog_from_snapshot && loaded.lexical_from_snapshot);
+        assert_eq!((loaded.capabilities, loaded.pending, loaded.embedded_total), (4, 1, 0));
+        let after = from_file.cell.load();
+        assert_eq!(after.catalog.descriptors, before.catalog.descriptors);
+        assert_eq!(after.catalog.origins, before.catalog.origins);
+        assert_eq!(after.index.len(), 3);
+        for id in ["tool:gauge", "tool:valve", "tool:pump", "tool:fan"] {
+            assert_eq!(after.index.stored_vector(id), before.index.stored_vector(id), "{id}");
+        }
+        drop(from_file);
+
+        // The same store read from its trees gives the same catalog.
+        std::fs::remove_file(dir.path().join(crate::store::CATALOG_SNAPSHOT_FILE)).unwrap();
+        let from_trees = start(&store);
+        assert!(!stats(&from_trees).await.catalog_from_snapshot);
+        let read = from_trees.cell.load();
+        assert_eq!(read.catalog.descriptors, after.catalog.descriptors);
+        assert_eq!(read.catalog.origins, after.catalog.origins);
+        for id in ["tool:gauge", "tool:valve", "tool:pump", "tool:fan"] {
+            assert_eq!(read.index.stored_vector(id), after.index.stored_vector(id), "{id}");
+        }
+    }
+
+    #[actix::test]
+    async fn a_catalog_snapshot_older_than_the_store_is_never_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let harness = start(&store);
+        sync(&harness, SyncCapabilities::merge("runtime:r", vec![tool("gauge", "Read the gauge of a coil")])).await;
+        harness.indexer.send(FlushSnapshots).await.unwrap();
+        let file = dir.path().join(crate::store::CATALOG_SNAPSHOT_FILE);
+        let old = std::fs::read(&file).unwrap();
+        // Acknowledged changes after it: a new tool, and a new text for the old one.
+        sync(&harness, SyncCapabilities::merge("runtime:r", vec![tool("valve", "Open a valve")])).await;
+        sync(&harness, SyncCapabilities::merge("runtime:r", vec![tool("gauge", "Read the pressure gauge")])).await;
+        drop(harness);
+        // As if the process had died before writing the newer snapshot.
+        std::fs::write(&file, &old).unwrap();
+        let restarted = start(&store);
+        assert!(!stats(&restarted).await.catalog_from_snapshot);
+        let current = restarted.cell.load();
+        assert_eq!(current.catalog.len(), 2);
+        assert_eq!(current.catalog.get("tool:gauge").unwrap().description, "Read the pressure gauge");
+        drop(restarted);
+        // A write by anything else (another process on the dir, say) after a start: not used either.
+        let restarted = start(&store);
+        restarted.indexer.send(FlushSnapshots).await.unwrap();
+        drop(restarted);
+        let restarted = start(&store);
+        assert!(stats(&restarted).await.catalog_from_snapshot);
+        drop(restarted);
+        store.remove_capability("tool:valve").unwrap();
+        let after_removal = start(&store);
+        assert!(!stats(&after_removal).await.catalog_from_snapshot);
+        assert_eq!(after_removal.cell.load().catalog.len(), 1);
+    }
+
+    #[actix::test]
+    async fn a_catalog_snapshot_of_another_embedding_model_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let harness = start(&store);
+        sync(&harness, SyncCapabilities::merge("runtime:r", vec![tool("gauge", "Read the gauge of a coil")])).await;
+        harness.indexer.send(FlushSnapshots).await.unwrap();
+        drop(harness);
+        let file = dir.path().join(crate::store::CATALOG_SNAPSHOT_FILE);
+        let bytes = std::fs::read(&file).unwrap();
+        let header = crate::core::catalog_snapshot::header(&bytes).unwrap();
+        let other = restore_from_catalog_snapshot(&bytes, Some(header.epoch), "another-model", 0, None);
+        assert!(matches!(other, Err(SnapshotError::Disagrees(_))));
+        let same = restore_from_catalog_snapshot(&bytes, Some(header.epoch), &header.model_id, 0, None);
+        assert_eq!(same.unwrap().held.len(), 1);
+        let stale = CatalogEpoch { counter: header.epoch.counter + 1, ..header.epoch };
+        let refused = restore_from_catalog_snapshot(&bytes, Some(stale), &header.model_id, 0, None);
+        assert!(matches!(refused, Err(SnapshotError::Stale)));
+    }
+
+    #[actix::test]
     async fn descriptors_stored_in_another_encoding_still_restart_from_the_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
@@ -917,7 +1140,7 @@ mod tests {
         }
         let first = start(&store);
         assert!(!stats(&first).await.lexical_from_snapshot);
-        first.indexer.send(FlushLexicalSnapshot).await.unwrap();
+        first.indexer.send(FlushSnapshots).await.unwrap();
         drop(first);
         let second = start(&store);
         assert!(stats(&second).await.lexical_from_snapshot);

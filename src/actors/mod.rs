@@ -17,7 +17,7 @@ pub mod embedder;
 pub mod graph_builder;
 pub mod indexer;
 pub mod kpi;
-pub mod lexical_snapshot;
+pub mod snapshot_writer;
 pub mod retention;
 pub mod scanner;
 pub mod scg;

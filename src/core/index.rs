@@ -20,6 +20,7 @@
 //! and cached here, it turns "which row is document `d`" into an array read.
 
 use crate::core::id_table::IdTable;
+use crate::core::lexical::snapshot::{Reader, SnapshotError, Writer};
 use crate::core::lexical::LexicalIndex;
 use crate::core::top_keys::{key_rank, quality_key, TopKeys};
 use std::cmp::Ordering;
@@ -163,6 +164,9 @@ impl QuantisedLoader {
         debug_assert!(self.index.columns.iter().all(|column| column.len() == self.index.ids.len()));
     }
 }
+
+/// The most dimensions a snapshot's vector section may name (models have hundreds to a few thousand).
+const MAX_SNAPSHOT_DIMENSIONS: usize = 1 << 16;
 
 /// "No row" or "no document" in an [`Alignment`].
 pub const NONE: u32 = u32::MAX;
@@ -334,6 +338,51 @@ impl VectorIndex {
         }
         self.scales.shrink_to_fit();
         self.ids.shrink_to_fit();
+    }
+
+    /// Appends the index to `out` as a snapshot section: dimensions, row
+    /// count, ids, scales, then each column as it lies in memory (read back
+    /// by [`VectorIndex::decode_section`] without a transposition).
+    pub(crate) fn encode_section(&self, out: &mut Writer) {
+        out.u32(self.dimensions as u32);
+        out.u32(self.ids.len() as u32);
+        for id in &self.ids {
+            out.str(id);
+        }
+        for &scale in &self.scales {
+            out.f32(scale);
+        }
+        for column in &self.columns {
+            out.0.extend(column.iter().map(|&code| code.to_le_bytes()[0]));
+        }
+    }
+
+    /// Reads a section [`VectorIndex::encode_section`] wrote, every bound
+    /// checked: a repeated id, a scale that is not finite and non-negative, or
+    /// a short column is an error, never a panic or a wrong index.
+    pub(crate) fn decode_section(reader: &mut Reader<'_>) -> Result<VectorIndex, SnapshotError> {
+        let dimensions = reader.u32("vector dimensions")? as usize;
+        if dimensions > MAX_SNAPSHOT_DIMENSIONS {
+            return Err(SnapshotError::Malformed("vector dimensions"));
+        }
+        let n = reader.count(4 + 4 + dimensions, "vector rows")?;
+        let mut index = VectorIndex::with_capacity(dimensions, 0);
+        index.ids = (0..n).map(|_| reader.str("vector ids").map(Into::into)).collect::<Result<_, _>>()?;
+        index.rows = IdTable::with_capacity(n);
+        for (row, id) in index.ids.iter().enumerate() {
+            if index.rows.get(&index.ids, id).is_some() {
+                return Err(SnapshotError::Malformed("a vector id twice"));
+            }
+            index.rows.insert(&index.ids, id, row as u32);
+        }
+        index.scales = (0..n).map(|_| reader.f32("vector scales")).collect::<Result<_, _>>()?;
+        if index.scales.iter().any(|scale| !scale.is_finite() || *scale < 0.0) {
+            return Err(SnapshotError::Malformed("a vector scale"));
+        }
+        for column in &mut index.columns {
+            *column = reader.take(n, "vector columns")?.iter().map(|&byte| i8::from_le_bytes([byte])).collect();
+        }
+        Ok(index)
     }
 
     /// Removes `id`; returns whether it was present. The last row moves into its place.

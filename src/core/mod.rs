@@ -6,6 +6,7 @@
 //! `tests/tidy.rs` enforces that.
 
 pub mod catalog;
+pub mod catalog_snapshot;
 pub mod compact_json;
 pub mod console;
 pub mod descriptor;

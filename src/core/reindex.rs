@@ -370,17 +370,15 @@ pub fn restore_indexed(
     presets: impl IntoIterator<Item = (String, Vec<Preset>)>,
 ) -> Restored {
     let mut restored = Restored::default();
-    let mut descriptors = Vec::new();
-    let mut origins = Vec::new();
+    // Straight into the maps: collecting into a map goes through a vector
+    // and a sort first, memory a restart of a large catalog would fault in for nothing.
     for (descriptor, origin) in stored {
         if !index.contains(&descriptor.id) {
             restored.pending.insert(descriptor.id.clone());
         }
-        origins.push((descriptor.id.clone(), origin));
-        descriptors.push((descriptor.id.clone(), descriptor));
+        restored.catalog.origins.insert(descriptor.id.clone(), origin);
+        restored.catalog.descriptors.insert(descriptor.id.clone(), descriptor);
     }
-    restored.catalog.origins = origins.into_iter().collect();
-    restored.catalog.descriptors = descriptors.into_iter().collect();
     if index.len() + restored.pending.len() != restored.catalog.len() {
         let orphans: Vec<String> = (0..index.len())
             .map(|row| index.id(row))

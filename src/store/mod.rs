@@ -45,8 +45,9 @@ pub mod dispatch;
 pub mod retention;
 pub mod scg;
 pub mod sequence;
+mod catalog_epoch;
 mod snapshot;
-pub use snapshot::LEXICAL_SNAPSHOT_FILE;
+pub use snapshot::{SnapshotFile, CATALOG_SNAPSHOT_FILE, LEXICAL_SNAPSHOT_FILE};
 pub mod sources;
 
 use crate::core::descriptor::CapabilityDescriptor;
@@ -329,6 +330,9 @@ pub struct Store {
     dispatch: dispatch::DispatchTrees,
     group_flush: Arc<group_flush::GroupFlush>,
     space: Arc<SpaceGuard>,
+    /// The catalog trees' epoch (`catalog_epoch.rs`): every write to
+    /// `descriptors` and `embeddings` goes through it.
+    catalog_epoch: Arc<catalog_epoch::EpochCell>,
 }
 
 /// The bytes of pages sled keeps in memory (its default is 1 GiB). capdex
@@ -465,6 +469,7 @@ impl Store {
         let tree = |name: &'static str| db.open_tree(name).map_err(open_err);
         let meta = tree(META)?;
         let mark = durable_mark(dir, &meta)?;
+        let catalog_epoch = Arc::new(catalog_epoch::EpochCell::open(meta.clone())?);
         let space = Arc::new(SpaceGuard {
             dir: dir.to_path_buf(),
             min_free_bytes: DEFAULT_MIN_FREE_BYTES.into(),
@@ -487,6 +492,7 @@ impl Store {
             dispatch: dispatch::DispatchTrees::open(&db).map_err(open_err)?,
             group_flush: Arc::new(group_flush::GroupFlush::start(db.clone(), tree(KPI)?, tree(sequence::TREE)?, mark)),
             space,
+            catalog_epoch,
             db,
         })
     }
@@ -513,12 +519,14 @@ impl Store {
 
     pub fn put_descriptor(&self, origin: &str, descriptor: &CapabilityDescriptor) -> Result<(), StoreError> {
         self.check_space()?;
-        put(
-            &self.descriptors,
-            DESCRIPTORS,
-            &descriptor.id,
-            &StoredDescriptor { origin: origin.to_string(), descriptor: descriptor.clone() },
-        )
+        self.catalog_epoch.write(|| {
+            put(
+                &self.descriptors,
+                DESCRIPTORS,
+                &descriptor.id,
+                &StoredDescriptor { origin: origin.to_string(), descriptor: descriptor.clone() },
+            )
+        })
     }
 
     /// Returns every origin's presets.
@@ -541,13 +549,19 @@ impl Store {
 
     /// Removes a descriptor and its embedding.
     pub fn remove_capability(&self, id: &str) -> Result<(), StoreError> {
-        self.descriptors.remove(id).map_err(|source| StoreError::Sled {
-            action: "remove",
-            tree: DESCRIPTORS,
-            source,
-        })?;
-        self.embeddings.remove(id).map_err(|source| StoreError::Sled { action: "remove", tree: EMBEDDINGS, source })?;
-        Ok(())
+        self.catalog_epoch.write(|| {
+            self.descriptors.remove(id).map_err(|source| StoreError::Sled {
+                action: "remove",
+                tree: DESCRIPTORS,
+                source,
+            })?;
+            self.embeddings.remove(id).map_err(|source| StoreError::Sled {
+                action: "remove",
+                tree: EMBEDDINGS,
+                source,
+            })?;
+            Ok(())
+        })
     }
 
     pub fn embedding(&self, id: &str) -> Result<Option<StoredEmbedding>, StoreError> {
@@ -622,12 +636,14 @@ impl Store {
     /// ([`Quantised`]): a byte per dimension instead of five.
     pub fn put_embedding(&self, id: &str, embedding: &StoredEmbedding) -> Result<(), StoreError> {
         let bytes = encode_embedding(embedding);
-        self.embeddings.insert(id.as_bytes(), bytes).map_err(|source| StoreError::Sled {
-            action: "insert",
-            tree: EMBEDDINGS,
-            source,
-        })?;
-        Ok(())
+        self.catalog_epoch.write(|| {
+            self.embeddings.insert(id.as_bytes(), bytes).map_err(|source| StoreError::Sled {
+                action: "insert",
+                tree: EMBEDDINGS,
+                source,
+            })?;
+            Ok(())
+        })
     }
 
     /// The cached vector of a text, by its `core::embedder::text_hash`.

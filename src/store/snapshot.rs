@@ -8,14 +8,16 @@
 //! built again. It is never a source of truth and never decides a ranking.
 
 use super::{StoreError, StoredDescriptor, DESCRIPTORS};
+use crate::core::catalog_snapshot::CatalogEpoch;
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::lexical::snapshot::{Fingerprint, FingerprintHasher};
 use serde::Serialize;
 use std::io::Write;
-use std::path::PathBuf;
 
-/// The snapshot's file name, beside sled's files in the data dir.
+/// The lexical snapshot's file name, beside sled's files in the data dir.
 pub const LEXICAL_SNAPSHOT_FILE: &str = "lexical.snapshot";
+/// The catalog snapshot's file name (`core::catalog_snapshot`), beside it.
+pub const CATALOG_SNAPSHOT_FILE: &str = "catalog.snapshot";
 
 /// A descriptor encoded exactly as [`StoredDescriptor`] is (same fields, same
 /// names, same order), without copying it.
@@ -26,11 +28,32 @@ struct StoredDescriptorRef<'a> {
     descriptor: &'a CapabilityDescriptor,
 }
 
-impl super::Store {
-    fn lexical_snapshot_path(&self) -> PathBuf {
-        self.space.dir.join(LEXICAL_SNAPSHOT_FILE)
-    }
+/// A snapshot file's bytes, mapped from the page cache: a restart decodes
+/// them in place instead of copying them into fresh memory first (on a
+/// virtual machine, faulting in fresh pages was most of a restart).
+pub enum SnapshotFile {
+    Mapped(memmap2::Mmap),
+    Empty,
+}
 
+impl std::ops::Deref for SnapshotFile {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            SnapshotFile::Mapped(map) => map,
+            SnapshotFile::Empty => &[],
+        }
+    }
+}
+
+impl std::fmt::Debug for SnapshotFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SnapshotFile({} bytes)", self.len())
+    }
+}
+
+impl super::Store {
     /// Like [`super::Store::descriptors`], with the fingerprint of the stored
     /// bytes (keys and values, in id order), from the same pass.
     pub fn descriptors_fingerprinted(&self) -> Result<(Vec<StoredDescriptor>, Fingerprint), StoreError> {
@@ -70,27 +93,75 @@ impl super::Store {
     /// test's stand-in for a descriptor an earlier version stored.
     #[cfg(test)]
     pub(crate) fn put_descriptor_bytes(&self, id: &str, value: Vec<u8>) {
-        self.descriptors.insert(id.as_bytes(), value).expect("a test store takes the insert");
+        self.catalog_epoch
+            .write(|| {
+                self.descriptors.insert(id.as_bytes(), value).expect("a test store takes the insert");
+                Ok(())
+            })
+            .expect("a test store takes the epoch");
     }
 
-    /// The snapshot file's bytes; `None` when there is none (or it cannot be read).
-    pub fn read_lexical_snapshot(&self) -> Option<Vec<u8>> {
-        match std::fs::read(self.lexical_snapshot_path()) {
-            Ok(bytes) => Some(bytes),
+    /// The lexical snapshot file's bytes; `None` when there is none (or it cannot be read).
+    pub fn read_lexical_snapshot(&self) -> Option<SnapshotFile> {
+        self.read_snapshot_file(LEXICAL_SNAPSHOT_FILE)
+    }
+
+    /// Replaces the lexical snapshot file with `bytes`, atomically. Refused
+    /// while the data dir is under its free-space reserve (a cache never
+    /// takes the space acknowledged writes need).
+    pub fn write_lexical_snapshot(&self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.write_snapshot_file(LEXICAL_SNAPSHOT_FILE, bytes)
+    }
+
+    /// The catalog snapshot file's bytes; `None` when there is none (or it cannot be read).
+    pub fn read_catalog_snapshot(&self) -> Option<SnapshotFile> {
+        self.read_snapshot_file(CATALOG_SNAPSHOT_FILE)
+    }
+
+    /// Replaces the catalog snapshot file with `bytes` (which name an epoch
+    /// [`super::Store::hand_out_catalog_epoch`] gave), atomically, after a
+    /// flush that makes that epoch durable: a file never names an epoch sled could lose.
+    pub fn write_catalog_snapshot(&self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.check_space()?;
+        self.flush()?;
+        self.write_snapshot_file(CATALOG_SNAPSHOT_FILE, bytes)
+    }
+
+    /// The catalog trees' epoch now, to name a snapshot of what they hold
+    /// (`catalog_epoch.rs`): the caller's catalog in memory must be exactly
+    /// what the trees hold. `None` once a catalog write failed part way in
+    /// this process (the trees and the catalog in memory may differ).
+    pub fn hand_out_catalog_epoch(&self) -> Option<CatalogEpoch> {
+        self.catalog_epoch.hand_out()
+    }
+
+    fn read_snapshot_file(&self, name: &str) -> Option<SnapshotFile> {
+        let mapped = std::fs::File::open(self.space.dir.join(name)).and_then(|file| {
+            if file.metadata()?.len() == 0 {
+                return Ok(SnapshotFile::Empty);
+            }
+            // SAFETY: the mapping is only sound while nobody writes into the
+            // file or cuts it. capdex never does: it replaces a snapshot by
+            // renaming a new file over the old name, so the inode mapped here
+            // keeps its bytes. Another writer of the data dir is trusted as
+            // the process itself (docs/security.md), and a second capdex
+            // cannot open the dir (sled's lock).
+            let map = unsafe { memmap2::MmapOptions::new().populate().map(&file)? };
+            Ok(SnapshotFile::Mapped(map))
+        });
+        match mapped {
+            Ok(file) => Some(file),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
             Err(err) => {
-                tracing::warn!(%err, "the lexical snapshot cannot be read; the index is built instead");
+                tracing::warn!(%err, file = name, "a snapshot cannot be read; what it caches is read from the store");
                 None
             }
         }
     }
 
-    /// Replaces the snapshot file with `bytes`, atomically. Refused while the
-    /// data dir is under its free-space reserve (a cache never takes the
-    /// space acknowledged writes need).
-    pub fn write_lexical_snapshot(&self, bytes: &[u8]) -> Result<(), StoreError> {
+    fn write_snapshot_file(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
         self.check_space()?;
-        let path = self.lexical_snapshot_path();
+        let path = self.space.dir.join(name);
         let temporary = path.with_extension("snapshot.tmp");
         let written = (|| {
             let mut file = std::fs::File::create(&temporary)?;
@@ -137,7 +208,7 @@ mod tests {
     fn the_snapshot_file_is_replaced_whole() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.read_lexical_snapshot(), None);
+        assert!(store.read_lexical_snapshot().is_none());
         store.write_lexical_snapshot(b"first").unwrap();
         store.write_lexical_snapshot(b"second").unwrap();
         assert_eq!(store.read_lexical_snapshot().as_deref(), Some(&b"second"[..]));

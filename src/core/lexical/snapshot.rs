@@ -55,10 +55,10 @@ pub struct Fingerprint {
 /// Why a snapshot was not used.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SnapshotError {
-    #[error("not a lexical snapshot (no magic number)")]
+    #[error("not a snapshot of this kind (no magic number)")]
     NotASnapshot,
-    #[error("snapshot format {found}, this build reads {SNAPSHOT_FORMAT}")]
-    Format { found: u32 },
+    #[error("snapshot format {found}, this build reads {expected}")]
+    Format { found: u32, expected: u32 },
     #[error("snapshot truncated: {0}")]
     Truncated(&'static str),
     #[error("snapshot checksum does not match its bytes")]
@@ -71,7 +71,8 @@ pub enum SnapshotError {
     Disagrees(String),
 }
 
-fn checksum(body: &[u8]) -> u64 {
+/// The checksum of a snapshot's body (every snapshot file of capdex uses it).
+pub(crate) fn checksum(body: &[u8]) -> u64 {
     foldhash::fast::FixedState::with_seed(0x6361_7064_6578_4c58).hash_one(body)
 }
 
@@ -122,30 +123,35 @@ fn exact_code(kind: ExactMatch) -> u8 {
     }
 }
 
-struct Writer(Vec<u8>);
+/// Appends little-endian values to a snapshot's bytes.
+pub(crate) struct Writer(pub(crate) Vec<u8>);
 
 impl Writer {
-    fn u8(&mut self, value: u8) {
+    pub(crate) fn u8(&mut self, value: u8) {
         self.0.push(value);
     }
-    fn u32(&mut self, value: u32) {
+    pub(crate) fn u32(&mut self, value: u32) {
         self.0.extend_from_slice(&value.to_le_bytes());
     }
-    fn f32(&mut self, value: f32) {
+    pub(crate) fn u64(&mut self, value: u64) {
         self.0.extend_from_slice(&value.to_le_bytes());
     }
-    fn str(&mut self, value: &str) {
+    pub(crate) fn f32(&mut self, value: f32) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    pub(crate) fn str(&mut self, value: &str) {
         self.u32(value.len() as u32);
         self.0.extend_from_slice(value.as_bytes());
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
+/// Reads a snapshot's bytes, every bound checked.
+pub(crate) struct Reader<'a> {
+    pub(crate) bytes: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], SnapshotError> {
+    pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], SnapshotError> {
         if self.bytes.len() < n {
             return Err(SnapshotError::Truncated(what));
         }
@@ -153,31 +159,31 @@ impl<'a> Reader<'a> {
         self.bytes = rest;
         Ok(head)
     }
-    fn u8(&mut self, what: &'static str) -> Result<u8, SnapshotError> {
+    pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, SnapshotError> {
         Ok(self.take(1, what)?[0])
     }
-    fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
         Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("four bytes")))
     }
-    fn u64(&mut self, what: &'static str) -> Result<u64, SnapshotError> {
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, SnapshotError> {
         Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("eight bytes")))
     }
-    fn f32(&mut self, what: &'static str) -> Result<f32, SnapshotError> {
+    pub(crate) fn f32(&mut self, what: &'static str) -> Result<f32, SnapshotError> {
         Ok(f32::from_le_bytes(self.take(4, what)?.try_into().expect("four bytes")))
     }
-    fn str(&mut self, what: &'static str) -> Result<&'a str, SnapshotError> {
+    pub(crate) fn str(&mut self, what: &'static str) -> Result<&'a str, SnapshotError> {
         let len = self.u32(what)? as usize;
         std::str::from_utf8(self.take(len, what)?).map_err(|_| SnapshotError::Malformed(what))
     }
     /// A count of items each at least `min_bytes` long: never more than the bytes left could hold.
-    fn count(&mut self, min_bytes: usize, what: &'static str) -> Result<usize, SnapshotError> {
+    pub(crate) fn count(&mut self, min_bytes: usize, what: &'static str) -> Result<usize, SnapshotError> {
         let n = self.u32(what)? as usize;
         if n.saturating_mul(min_bytes.max(1)) > self.bytes.len() {
             return Err(SnapshotError::Truncated(what));
         }
         Ok(n)
     }
-    fn strings(&mut self, what: &'static str) -> Result<Vec<String>, SnapshotError> {
+    pub(crate) fn strings(&mut self, what: &'static str) -> Result<Vec<String>, SnapshotError> {
         let n = self.count(4, what)?;
         (0..n).map(|_| self.str(what).map(str::to_string)).collect()
     }
@@ -259,7 +265,7 @@ impl LexicalIndex {
         }
         let found = reader.u32("format")?;
         if found != SNAPSHOT_FORMAT {
-            return Err(SnapshotError::Format { found });
+            return Err(SnapshotError::Format { found, expected: SNAPSHOT_FORMAT });
         }
         let count = reader.u64("fingerprint")?;
         Ok(Fingerprint { count, hash: [reader.u64("fingerprint")?, reader.u64("fingerprint")?] })
@@ -519,7 +525,7 @@ mod tests {
         assert_eq!(LexicalIndex::decode_snapshot(b"nope").unwrap_err(), SnapshotError::NotASnapshot);
         let mut other_format = bytes.clone();
         other_format[8] = 9;
-        assert_eq!(LexicalIndex::decode_snapshot(&other_format).unwrap_err(), SnapshotError::Format { found: 9 });
+        assert_eq!(LexicalIndex::decode_snapshot(&other_format).unwrap_err(), SnapshotError::Format { found: 9, expected: SNAPSHOT_FORMAT });
         assert_eq!(
             LexicalIndex::decode_snapshot(&bytes[..bytes.len() - 1]).unwrap_err(),
             SnapshotError::Truncated("body")
