@@ -18,15 +18,15 @@
 
 use crate::actors::embedder::{EmbedTexts, EmbeddedTexts};
 use crate::actors::graph_builder::BuildGraph;
-use crate::actors::snapshot_writer::SnapshotWriter;
 use crate::actors::snapshot::SnapshotCell;
+use crate::actors::snapshot_writer::SnapshotWriter;
 use crate::actors::Inspect;
 use crate::core::catalog::{plan_change, Catalog, ChangeMode, ChangePlan, Conflict};
+use crate::core::catalog_snapshot::{self, CatalogEpoch};
 use crate::core::descriptor::CapabilityDescriptor;
 use crate::core::embedder::TextRole;
 use crate::core::graph::Preset;
 use crate::core::index::{QuantisedLoader, VectorIndex};
-use crate::core::catalog_snapshot::{self, CatalogEpoch};
 use crate::core::lexical::snapshot::{Fingerprint, SnapshotError};
 use crate::core::lexical::LexicalIndex;
 use crate::core::reindex::{
@@ -531,15 +531,13 @@ fn restore_from_catalog_snapshot(
         held.into_iter().map(|(origin, descriptor)| StoredDescriptor { origin, descriptor }).collect();
     let descriptors: Vec<&CapabilityDescriptor> = held.iter().map(|held| &held.descriptor).collect();
     let lexical = match lexical {
-        Some(Ok((lexical, made_from))) if made_from == header.made_from => {
-            match lexical.agrees_with(&descriptors) {
-                Ok(()) => Some(lexical),
-                Err(err) => {
-                    tracing::info!(%err, "the lexical snapshot is not used; building the index");
-                    None
-                }
+        Some(Ok((lexical, made_from))) if made_from == header.made_from => match lexical.agrees_with(&descriptors) {
+            Ok(()) => Some(lexical),
+            Err(err) => {
+                tracing::info!(%err, "the lexical snapshot is not used; building the index");
+                None
             }
-        }
+        },
         Some(Ok(_)) => {
             tracing::info!("the lexical snapshot was made from other descriptors; building the index");
             None
@@ -552,7 +550,13 @@ fn restore_from_catalog_snapshot(
     };
     drop(descriptors);
     let lexical_done = started.elapsed().max(lexical_decoded);
-    Ok(FromSnapshot { held, fingerprint: header.made_from, lexical, index, timings: (read, vectors_done, lexical_done) })
+    Ok(FromSnapshot {
+        held,
+        fingerprint: header.made_from,
+        lexical,
+        index,
+        timings: (read, vectors_done, lexical_done),
+    })
 }
 
 /// Reads the catalog from the store's trees: the vectors as they lie in the

@@ -17,11 +17,11 @@ pub mod embedder;
 pub mod graph_builder;
 pub mod indexer;
 pub mod kpi;
-pub mod snapshot_writer;
 pub mod retention;
 pub mod scanner;
 pub mod scg;
 pub mod snapshot;
+pub mod snapshot_writer;
 pub mod sources;
 #[cfg(test)]
 mod test_support;

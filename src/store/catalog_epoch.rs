@@ -48,8 +48,11 @@ impl EpochCell {
             Some(epoch) => epoch,
             None => {
                 let first = CatalogEpoch { store: random_id(), counter: 0 };
-                meta.insert(EPOCH_KEY, &first.to_bytes())
-                    .map_err(|source| StoreError::Sled { action: "insert", tree: META, source })?;
+                meta.insert(EPOCH_KEY, &first.to_bytes()).map_err(|source| StoreError::Sled {
+                    action: "insert",
+                    tree: META,
+                    source,
+                })?;
                 first
             }
         };
@@ -66,9 +69,11 @@ impl EpochCell {
         let mut state = self.lock();
         if state.handed_out {
             let next = CatalogEpoch { counter: state.current.counter.wrapping_add(1), ..state.current };
-            self.meta
-                .insert(EPOCH_KEY, &next.to_bytes())
-                .map_err(|source| StoreError::Sled { action: "insert", tree: META, source })?;
+            self.meta.insert(EPOCH_KEY, &next.to_bytes()).map_err(|source| StoreError::Sled {
+                action: "insert",
+                tree: META,
+                source,
+            })?;
             state.current = next;
             state.handed_out = false;
         }

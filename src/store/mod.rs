@@ -41,11 +41,11 @@
 //! that promise durability (dispatch results, acknowledged outcomes) call
 //! [`Store::flush`] or await [`Store::durable`] (group commit) before acknowledging.
 
+mod catalog_epoch;
 pub mod dispatch;
 pub mod retention;
 pub mod scg;
 pub mod sequence;
-mod catalog_epoch;
 mod snapshot;
 pub use snapshot::{SnapshotFile, CATALOG_SNAPSHOT_FILE, LEXICAL_SNAPSHOT_FILE};
 pub mod sources;

@@ -525,7 +525,10 @@ mod tests {
         assert_eq!(LexicalIndex::decode_snapshot(b"nope").unwrap_err(), SnapshotError::NotASnapshot);
         let mut other_format = bytes.clone();
         other_format[8] = 9;
-        assert_eq!(LexicalIndex::decode_snapshot(&other_format).unwrap_err(), SnapshotError::Format { found: 9, expected: SNAPSHOT_FORMAT });
+        assert_eq!(
+            LexicalIndex::decode_snapshot(&other_format).unwrap_err(),
+            SnapshotError::Format { found: 9, expected: SNAPSHOT_FORMAT }
+        );
         assert_eq!(
             LexicalIndex::decode_snapshot(&bytes[..bytes.len() - 1]).unwrap_err(),
             SnapshotError::Truncated("body")
