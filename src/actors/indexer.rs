@@ -265,7 +265,7 @@ impl Indexer {
                 None => read_store(&store, model_id, dimensions, snapshot.as_deref(), started)?,
             };
         let presets = store.presets()?;
-        let stored = held.into_iter().map(|held| (held.descriptor, held.origin));
+        let stored = held.into_iter().map(|held| (held.descriptor, held.origin)).collect();
         let Restored { catalog, index, pending } = restore_indexed(index, stored, presets);
         tracing::info!(
             capabilities = catalog.len(),

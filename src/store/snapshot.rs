@@ -146,7 +146,11 @@ impl super::Store {
             // keeps its bytes. Another writer of the data dir is trusted as
             // the process itself (docs/security.md), and a second capdex
             // cannot open the dir (sled's lock).
-            let map = unsafe { memmap2::MmapOptions::new().populate().map(&file)? };
+            let map = unsafe { memmap2::MmapOptions::new().map(&file)? };
+            // Read ahead, not populated: pages not in the page cache (a cold
+            // start) stream in while the decoding threads work through the
+            // ones that came, both files at once.
+            let _ = map.advise(memmap2::Advice::WillNeed);
             Ok(SnapshotFile::Mapped(map))
         });
         match mapped {
