@@ -124,13 +124,7 @@ pub fn encode<'a>(
 /// caller compares epoch and model before paying for the checksum.
 fn read_header<'a>(bytes: &'a [u8]) -> Result<(CatalogSnapshotHeader, Reader<'a>), SnapshotError> {
     let mut reader = Reader { bytes };
-    if reader.take(MAGIC.len(), "magic").map_err(|_| SnapshotError::NotASnapshot)? != MAGIC {
-        return Err(SnapshotError::NotASnapshot);
-    }
-    let found = reader.u32("format")?;
-    if found != CATALOG_SNAPSHOT_FORMAT {
-        return Err(SnapshotError::Format { found, expected: CATALOG_SNAPSHOT_FORMAT });
-    }
+    reader.magic_and_format(MAGIC, CATALOG_SNAPSHOT_FORMAT)?;
     let epoch = CatalogEpoch { store: reader.u64("epoch")?, counter: reader.u64("epoch")? };
     let count = reader.u64("fingerprint")?;
     let made_from = Fingerprint { count, hash: [reader.u64("fingerprint")?, reader.u64("fingerprint")?] };

@@ -26,6 +26,18 @@ impl IdTable {
         IdTable { rows: HashTable::with_capacity(capacity) }
     }
 
+    /// The table of `ids` in order (`ids[row]` at `row`); `None` when an id repeats.
+    pub fn of_unique<S: AsRef<str>>(ids: &[S]) -> Option<IdTable> {
+        let mut table = IdTable::with_capacity(ids.len());
+        for (row, id) in ids.iter().enumerate() {
+            if table.get(ids, id.as_ref()).is_some() {
+                return None;
+            }
+            table.insert(ids, id.as_ref(), row as u32);
+        }
+        Some(table)
+    }
+
     /// The row whose id is `id`.
     pub fn get<S: AsRef<str>>(&self, ids: &[S], id: &str) -> Option<u32> {
         self.rows.find(hash(id), |&row| ids[row as usize].as_ref() == id).copied()

@@ -368,13 +368,7 @@ impl VectorIndex {
         let n = reader.count(4 + 4 + dimensions, "vector rows")?;
         let mut index = VectorIndex::with_capacity(dimensions, 0);
         index.ids = (0..n).map(|_| reader.str("vector ids").map(Into::into)).collect::<Result<_, _>>()?;
-        index.rows = IdTable::with_capacity(n);
-        for (row, id) in index.ids.iter().enumerate() {
-            if index.rows.get(&index.ids, id).is_some() {
-                return Err(SnapshotError::Malformed("a vector id twice"));
-            }
-            index.rows.insert(&index.ids, id, row as u32);
-        }
+        index.rows = IdTable::of_unique(&index.ids).ok_or(SnapshotError::Malformed("a vector id twice"))?;
         index.scales = (0..n).map(|_| reader.f32("vector scales")).collect::<Result<_, _>>()?;
         if index.scales.iter().any(|scale| !scale.is_finite() || *scale < 0.0) {
             return Err(SnapshotError::Malformed("a vector scale"));

@@ -151,6 +151,17 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Reads a snapshot's magic number and format, refusing another kind or format.
+    pub(crate) fn magic_and_format(&mut self, magic: &[u8; 8], format: u32) -> Result<(), SnapshotError> {
+        if self.take(magic.len(), "magic").map_err(|_| SnapshotError::NotASnapshot)? != magic {
+            return Err(SnapshotError::NotASnapshot);
+        }
+        let found = self.u32("format")?;
+        if found != format {
+            return Err(SnapshotError::Format { found, expected: format });
+        }
+        Ok(())
+    }
     pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], SnapshotError> {
         if self.bytes.len() < n {
             return Err(SnapshotError::Truncated(what));
@@ -260,13 +271,7 @@ impl LexicalIndex {
     /// caller compares it with the store's before decoding the rest.
     pub fn snapshot_fingerprint(bytes: &[u8]) -> Result<Fingerprint, SnapshotError> {
         let mut reader = Reader { bytes };
-        if reader.take(MAGIC.len(), "magic").map_err(|_| SnapshotError::NotASnapshot)? != MAGIC {
-            return Err(SnapshotError::NotASnapshot);
-        }
-        let found = reader.u32("format")?;
-        if found != SNAPSHOT_FORMAT {
-            return Err(SnapshotError::Format { found, expected: SNAPSHOT_FORMAT });
-        }
+        reader.magic_and_format(MAGIC, SNAPSHOT_FORMAT)?;
         let count = reader.u64("fingerprint")?;
         Ok(Fingerprint { count, hash: [reader.u64("fingerprint")?, reader.u64("fingerprint")?] })
     }
@@ -291,13 +296,7 @@ impl LexicalIndex {
         };
         let n_docs = reader.count(4 + 10, "ids")?;
         index.ids = (0..n_docs).map(|_| reader.str("ids").map(Into::into)).collect::<Result<_, _>>()?;
-        index.docs = IdTable::with_capacity(n_docs);
-        for (doc, id) in index.ids.iter().enumerate() {
-            if index.docs.get(&index.ids, id).is_some() {
-                return Err(SnapshotError::Malformed("an id twice"));
-            }
-            index.docs.insert(&index.ids, id, doc as u32);
-        }
+        index.docs = IdTable::of_unique(&index.ids).ok_or(SnapshotError::Malformed("an id twice"))?;
         let mut attributes = Vec::with_capacity(n_docs);
         for _ in 0..n_docs {
             let kind = *CapabilityKind::ALL
