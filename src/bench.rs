@@ -28,7 +28,7 @@ pub mod soak;
 use crate::core::catalog::Catalog;
 use crate::core::compact_json::CompactJson;
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind, DefinitionRef};
-use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult};
+use crate::core::discovery::{discover, DiscoveryConfig, DiscoveryFilter, DiscoveryResult, StageTimings};
 use crate::core::embedder::{
     embed_in_batches, embed_in_batches_as, Embed, EmbedError, HashingEmbedder, TextRole, DEFAULT_BATCH_SIZE,
 };
@@ -70,6 +70,9 @@ pub struct BenchReport {
     pub fusion_mean_us: f64,
     pub graph_mean_us: f64,
     pub tiers_mean_us: f64,
+    /// Mean per-stage times of the slowest 1% of turns (at least one): where
+    /// the tail is spent, which the means above do not say.
+    pub slowest_stages_us: StageTimings,
 }
 
 /// A benchmark input that cannot be used.
@@ -363,6 +366,7 @@ pub fn run_with(
     let mut embed_us: Vec<f64> = Vec::with_capacity(queries.len());
     let mut discover_us: Vec<f64> = Vec::with_capacity(queries.len());
     let mut stages = [0.0f64; 5];
+    let mut turns: Vec<(f64, StageTimings)> = Vec::with_capacity(queries.len());
     let mut candidates = 0usize;
     for message in queries {
         let started = Instant::now();
@@ -383,7 +387,9 @@ pub fn run_with(
             *sum += value;
         }
         candidates += result.diagnostics.candidates_scanned;
+        turns.push((total, StageTimings { total_us: total, ..timings }));
     }
+    let slowest_stages_us = mean_of_slowest(turns, 0.01);
     for list in [&mut turn_us, &mut embed_us, &mut discover_us] {
         list.sort_by(f64::total_cmp);
     }
@@ -406,7 +412,28 @@ pub fn run_with(
         fusion_mean_us: per_query(stages[2]),
         graph_mean_us: per_query(stages[3]),
         tiers_mean_us: per_query(stages[4]),
+        slowest_stages_us,
     })
+}
+
+/// The mean stage times of the slowest `share` of `turns` (by their total,
+/// at least one turn); all zero when there are none.
+fn mean_of_slowest(mut turns: Vec<(f64, StageTimings)>, share: f64) -> StageTimings {
+    turns.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let count = ((turns.len() as f64 * share).ceil() as usize).clamp(1, turns.len().max(1));
+    let slowest = &turns[..count.min(turns.len())];
+    let mean = |stage: fn(&StageTimings) -> f64| {
+        slowest.iter().map(|(_, timings)| stage(timings)).sum::<f64>() / slowest.len().max(1) as f64
+    };
+    StageTimings {
+        embed_us: mean(|t| t.embed_us),
+        lexical_us: mean(|t| t.lexical_us),
+        dense_us: mean(|t| t.dense_us),
+        fusion_us: mean(|t| t.fusion_us),
+        graph_us: mean(|t| t.graph_us),
+        tiers_us: mean(|t| t.tiers_us),
+        total_us: mean(|t| t.total_us),
+    }
 }
 
 /// One structure's share of the memory account.
@@ -771,6 +798,18 @@ mod tests {
         assert_eq!(ids.len(), 200);
         assert_eq!(synthetic_queries(10), synthetic_queries(10));
         assert!(synthetic_queries(3)[0].contains(", then "));
+    }
+
+    #[test]
+    fn the_slowest_share_is_averaged_by_stage() {
+        let turn =
+            |total: f64, dense: f64| (total, StageTimings { dense_us: dense, total_us: total, ..Default::default() });
+        let turns: Vec<_> = (1..=200).map(|i| turn(f64::from(i), f64::from(i) / 2.0)).collect();
+        // 1% of 200 is the two slowest: totals 200 and 199.
+        let slowest = mean_of_slowest(turns, 0.01);
+        assert_eq!((slowest.total_us, slowest.dense_us), (199.5, 99.75));
+        assert_eq!(mean_of_slowest(vec![turn(3.0, 1.0)], 0.01).dense_us, 1.0);
+        assert_eq!(mean_of_slowest(Vec::new(), 0.01), StageTimings::default());
     }
 
     #[test]

@@ -1089,6 +1089,18 @@ fn bench_report(
             report.candidates_per_query,
             report.rss_bytes as f64 / 1e6
         );
+        let slowest = &report.slowest_stages_us;
+        println!(
+            "slowest 1% of turns, mean µs: {:.0} in all: embed {:.0}, lexical {:.0}, dense {:.0}, \
+             fusion {:.0}, graph {:.0}, tiers {:.0}",
+            slowest.total_us,
+            slowest.embed_us,
+            slowest.lexical_us,
+            slowest.dense_us,
+            slowest.fusion_us,
+            slowest.graph_us,
+            slowest.tiers_us
+        );
     }
     Ok(())
 }

@@ -22,7 +22,7 @@
 use crate::core::id_table::IdTable;
 use crate::core::lexical::snapshot::{Reader, SnapshotError, Writer};
 use crate::core::lexical::LexicalIndex;
-use crate::core::top_keys::{key_rank, quality_key, TopKeys};
+use crate::core::top_keys::{key_rank, key_score, quality_key, TopKeys};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, RwLock};
@@ -630,6 +630,65 @@ impl PartialEq for Scored<'_> {
 }
 impl Eq for Scored<'_> {}
 
+impl VectorIndex {
+    /// [`Alignment::top_rows`] of the scores [`VectorIndex::scores`] gives
+    /// `query`, the same rows and floats, without the scores of all rows:
+    /// each block of rows is scored and offered while it is in the cache,
+    /// and a row's rank is read only when its score could enter. `None` when
+    /// `query` is not of the index's dimension.
+    pub fn top_aligned(
+        &self,
+        query: &[f32],
+        alignment: &Alignment,
+        k: usize,
+        keep: impl Fn(usize) -> bool,
+    ) -> Option<Vec<(usize, f32)>> {
+        if query.len() != self.dimensions || self.dimensions == 0 {
+            return None;
+        }
+        if k == 0 || alignment.rank_of_row.len() != self.ids.len() {
+            return Some(Vec::new());
+        }
+        let dims: Vec<(f32, &[i8])> = query
+            .iter()
+            .zip(&self.columns)
+            .filter(|(value, _)| **value != 0.0)
+            .map(|(value, column)| (*value, column.as_slice()))
+            .collect();
+        let mut top = TopKeys::new(k);
+        let mut block = vec![0.0f32; ROWS_PER_BLOCK.min(self.ids.len())];
+        for start in (0..self.ids.len()).step_by(ROWS_PER_BLOCK) {
+            let rows = start..(start + ROWS_PER_BLOCK).min(self.ids.len());
+            let scores = &mut block[..rows.len()];
+            scores.fill(0.0);
+            score_block(&dims, scores, &self.scales[rows.clone()], rows.clone());
+            for (row, &score) in rows.zip(scores.iter()) {
+                if !top.could_take_score(score) {
+                    continue;
+                }
+                let rank = alignment.rank_of_row[row];
+                // A row whose id the lexical index lacks has no rank and is never a candidate.
+                if rank == NONE {
+                    continue;
+                }
+                let key = quality_key(score, rank);
+                if top.could_take(key) && keep(row) {
+                    top.take(key);
+                }
+            }
+        }
+        Some(
+            top.into_best_first()
+                .into_iter()
+                .map(|key| {
+                    let row = alignment.row_of_rank[key_rank(key) as usize] as usize;
+                    (row, key_score(key))
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Adds each query dimension's terms to every row's score, then scales each
 /// row: the body of [`VectorIndex::scores_into`]. On a CPU with AVX2 the same
 /// code is compiled for it (eight rows an instruction, not four), chosen at
@@ -651,26 +710,70 @@ unsafe fn add_dimensions_avx2(dims: &[(f32, &[i8])], scores: &mut [f32], scales:
     add_dimensions_portable(dims, scores, scales);
 }
 
+/// Rows a block of [`add_dimensions_portable`]: their scores (16 KiB) stay in
+/// the first-level cache while every dimension is added to them.
+const ROWS_PER_BLOCK: usize = 4096;
+
 #[inline(always)]
 fn add_dimensions_portable(dims: &[(f32, &[i8])], scores: &mut [f32], scales: &[f32]) {
-    // Four dimensions a pass: each score is read and written once per
-    // four, and still gets its terms added one at a time in dimension
-    // order, so the floats are those of one pass per dimension.
+    // A block of rows at a time, every dimension added to the block before
+    // the next: each score is read from and written to memory once, and each
+    // column read once, where a pass per dimension over all rows would move
+    // every score through memory once per pass.
+    for (block, scores) in scores.chunks_mut(ROWS_PER_BLOCK).enumerate() {
+        let rows = block * ROWS_PER_BLOCK..block * ROWS_PER_BLOCK + scores.len();
+        score_block_portable(dims, scores, &scales[rows.clone()], rows);
+    }
+}
+
+/// The scores of `rows` (zeros on entry) into `scores`, scaled by their
+/// `scales`: one block of [`add_dimensions`], with the same choice of code.
+fn score_block(dims: &[(f32, &[i8])], scores: &mut [f32], scales: &[f32], rows: std::ops::Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        unsafe { score_block_avx2(dims, scores, scales, rows) };
+        return;
+    }
+    score_block_portable(dims, scores, scales, rows);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn score_block_avx2(dims: &[(f32, &[i8])], scores: &mut [f32], scales: &[f32], rows: std::ops::Range<usize>) {
+    score_block_portable(dims, scores, scales, rows);
+}
+
+#[inline(always)]
+fn score_block_portable(dims: &[(f32, &[i8])], scores: &mut [f32], scales: &[f32], rows: std::ops::Range<usize>) {
+    add_dimensions_to_block(dims, scores, rows);
+    for (score, scale) in scores.iter_mut().zip(scales) {
+        *score *= scale;
+    }
+}
+
+/// The terms of `dims` for `rows`, into their `scores`.
+#[inline(always)]
+fn add_dimensions_to_block(dims: &[(f32, &[i8])], scores: &mut [f32], rows: std::ops::Range<usize>) {
+    // Four dimensions a pass: each score still gets its terms added one at
+    // a time in dimension order, so the floats are those of one pass per
+    // dimension.
     let mut fours = dims.chunks_exact(4);
     for four in &mut fours {
         let [(a, column_a), (b, column_b), (c, column_c), (d, column_d)] = four else { continue };
-        let columns = column_a.iter().zip(*column_b).zip(*column_c).zip(*column_d);
+        let columns = column_a[rows.clone()]
+            .iter()
+            .zip(&column_b[rows.clone()])
+            .zip(&column_c[rows.clone()])
+            .zip(&column_d[rows.clone()]);
         for (score, (((x, y), z), w)) in scores.iter_mut().zip(columns) {
             *score = *score + a * f32::from(*x) + b * f32::from(*y) + c * f32::from(*z) + d * f32::from(*w);
         }
     }
     for (value, column) in fours.remainder() {
-        for (score, entry) in scores.iter_mut().zip(*column) {
+        for (score, entry) in scores.iter_mut().zip(&column[rows.clone()]) {
             *score += value * f32::from(*entry);
         }
-    }
-    for (score, scale) in scores.iter_mut().zip(scales) {
-        *score *= scale;
     }
 }
 
@@ -729,6 +832,34 @@ mod tests {
         assert_eq!(index.cosine("b", &[1.0, 0.0]), Some(0.0));
         assert_eq!(index.cosine("a", &[1.0, 0.0]), None);
         assert_eq!(index.cosine("c", &[1.0]), None);
+    }
+
+    /// Many rows, many ties, a filter: the blockwise top is the top of all the scores.
+    #[test]
+    fn the_blockwise_top_is_the_top_of_all_scores() {
+        let n = 9_007;
+        let mut index = VectorIndex::with_capacity(3, n);
+        let mut descriptors = Vec::with_capacity(n);
+        for i in 0..n {
+            let vector = [((i * 7) % 5) as f32 - 2.0, ((i * 3) % 4) as f32, 1.0];
+            index.upsert(&format!("id{i:05}"), &vector).unwrap();
+            descriptors.push(descriptor(&format!("id{i:05}")));
+        }
+        // Documents numbered in another order than rows.
+        descriptors.reverse();
+        let lexical = LexicalIndex::build(&descriptors);
+        let alignment = index.alignment(&lexical);
+        for query in [[0.5, 0.25, 0.0], [-1.0, 0.0, 0.3], [0.0, 0.0, 0.0]] {
+            let scores = index.scores(&query).unwrap();
+            for k in [0, 1, 5, 40, 200] {
+                for modulus in [1, 3] {
+                    let keep = |row: usize| row.is_multiple_of(modulus);
+                    let expected = alignment.top_rows(&scores, k, keep);
+                    assert_eq!(index.top_aligned(&query, &alignment, k, keep).unwrap(), expected, "k {k}");
+                }
+            }
+        }
+        assert_eq!(index.top_aligned(&[1.0], &alignment, 5, |_| true), None);
     }
 
     /// Many rows (whichever code the CPU runs): every score is the float one
@@ -911,6 +1042,11 @@ mod tests {
             }
             let keep = |row: usize| row.is_multiple_of(modulus);
             prop_assert_eq!(alignment.top_rows(&scores, k, keep), index.top_rows(&scores, k, keep));
+            if !rows.is_empty() {
+                let unsigned = index.scores(&[1.0]).unwrap();
+                let top = index.top_aligned(&[1.0], &alignment, k, keep).unwrap();
+                prop_assert_eq!(top, alignment.top_rows(&unsigned, k, keep));
+            }
         }
     }
 

@@ -88,7 +88,9 @@ pub struct LexicalIndex {
     terms: HashMap<String, u32>,
     /// Every term's postings, one after the other, term by term (documents
     /// ascending within a term): term `t`'s are
-    /// `postings[posting_starts[t]..posting_starts[t + 1]]`.
+    /// `postings[posting_starts[t]..posting_starts[t + 1]]`, each a document
+    /// and the term's share of its BM25 score, [`contribution`], computed
+    /// once at build so a query only adds.
     postings: Vec<(u32, f32)>,
     posting_starts: Vec<u32>,
     idf: Vec<f32>,
@@ -273,6 +275,14 @@ impl LexicalIndex {
         let average = if average > 0.0 { average } else { 1.0 };
         index.length_norms = lengths.iter().map(|&length| length_norm(length, average)).collect();
         index.average_length = average;
+        // The postings held each term's weighted frequency; now its contribution.
+        for term in 0..index.terms.len() {
+            let (start, end) = (index.posting_starts[term] as usize, index.posting_starts[term + 1] as usize);
+            let idf = index.idf[term];
+            for posting in &mut index.postings[start..end] {
+                posting.1 = contribution(idf, posting.1, index.length_norms[posting.0 as usize]);
+            }
+        }
         for matches in index.exact.values_mut().filter(|matches| matches.len() > 1) {
             matches.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         }
@@ -305,7 +315,7 @@ impl LexicalIndex {
         self.ids.len()
     }
 
-    /// The postings of `term`: `(document, weighted frequency)`, documents ascending.
+    /// The postings of `term`: `(document, contribution)`, documents ascending.
     fn term_postings(&self, term: u32) -> &[(u32, f32)] {
         let (start, end) = (self.posting_starts[term as usize], self.posting_starts[term as usize + 1]);
         &self.postings[start as usize..end as usize]
@@ -404,14 +414,12 @@ impl LexicalIndex {
         }
         let mut touched: Vec<u32> = Vec::new();
         for &term in query_terms {
-            let idf = self.idf[term as usize];
-            for &(doc, tf) in self.term_postings(term) {
-                let saturated = tf * (K1 + 1.0) / (tf + self.length_norms[doc as usize]);
+            for &(doc, weight) in self.term_postings(term) {
                 let slot = &mut accumulator[doc as usize];
                 if *slot == 0.0 {
                     touched.push(doc);
                 }
-                *slot += idf * saturated;
+                *slot += weight;
             }
         }
         let scores = touched
@@ -426,10 +434,161 @@ impl LexicalIndex {
         LexicalScores { scores }
     }
 
+    /// The terms of each of `parts` (a query's texts) that the index knows,
+    /// with each part's reference score: what [`LexicalIndex::top_of_parts`]
+    /// and [`LexicalIndex::part_scores`] read.
+    pub fn parts_query<'t>(&self, parts: impl IntoIterator<Item = &'t str>) -> PartsQuery {
+        let mut query = PartsQuery::default();
+        for text in parts {
+            let mut terms: Vec<u32> = Vec::new();
+            for_each_index_term(text, |term| terms.extend(self.terms.get(term).copied()));
+            terms.sort_unstable();
+            terms.dedup();
+            let reference: f32 = terms.iter().map(|&term| self.idf[term as usize]).sum();
+            query.parts.push(PartTerms { terms, reference });
+        }
+        query
+    }
+
+    /// The best `k` documents of each part of `query` that pass `keep`, best
+    /// first (ties by document): for each part, what
+    /// `self.score(part).top(k, keep)` gives, float for float, in one walk
+    /// over the postings of all the parts' terms.
+    ///
+    /// The walk goes a block of documents at a time, each term's postings
+    /// within the block in term order, into one accumulator per part that
+    /// covers the block alone: it stays in the cache where one over the whole
+    /// catalog would send every posting's update through memory, and each
+    /// term's postings are read once however many parts hold it.
+    pub fn top_of_parts(&self, query: &PartsQuery, k: usize, keep: impl Fn(u32) -> bool) -> Vec<Vec<(u32, f32)>> {
+        self.top_of_parts_in_blocks(query, k, keep, DOCS_PER_BLOCK)
+    }
+
+    /// [`LexicalIndex::top_of_parts`] with blocks of `block` documents.
+    fn top_of_parts_in_blocks(
+        &self,
+        query: &PartsQuery,
+        k: usize,
+        keep: impl Fn(u32) -> bool,
+        block: usize,
+    ) -> Vec<Vec<(u32, f32)>> {
+        let block = block.max(1);
+        let n_parts = query.parts.len();
+        let mut tops: Vec<TopKeys> = (0..n_parts).map(|_| TopKeys::new(k)).collect();
+        // Each term of any part once, ascending, with the parts that hold it.
+        let mut walked: Vec<(u32, Vec<usize>)> = Vec::new();
+        for (p, part) in query.parts.iter().enumerate() {
+            if part.reference <= 0.0 {
+                continue;
+            }
+            for &term in &part.terms {
+                match walked.binary_search_by_key(&term, |(walked, _)| *walked) {
+                    Ok(at) => walked[at].1.push(p),
+                    Err(at) => walked.insert(at, (term, vec![p])),
+                }
+            }
+        }
+        if k == 0 || walked.is_empty() {
+            return vec![Vec::new(); n_parts];
+        }
+        let mut cursors: Vec<&[(u32, f32)]> = walked.iter().map(|(term, _)| self.term_postings(*term)).collect();
+        let mut accumulators = vec![0.0f32; n_parts * block];
+        let mut touched: Vec<Vec<u32>> = vec![Vec::new(); n_parts];
+        for start in (0..self.ids.len()).step_by(block) {
+            let end = (start + block).min(self.ids.len()) as u32;
+            let start = start as u32;
+            for ((_, parts), cursor) in walked.iter().zip(&mut cursors) {
+                // Read on, not searched for: the postings are read in order anyway.
+                let within = cursor.iter().position(|&(doc, _)| doc >= end).unwrap_or(cursor.len());
+                for &(doc, weight) in &cursor[..within] {
+                    let at = (doc - start) as usize;
+                    for &p in parts {
+                        let slot = &mut accumulators[p * block + at];
+                        if *slot == 0.0 {
+                            touched[p].push(doc);
+                        }
+                        *slot += weight;
+                    }
+                }
+                *cursor = &cursor[within..];
+            }
+            for (p, (docs, top)) in touched.iter_mut().zip(&mut tops).enumerate() {
+                let reference = query.parts[p].reference;
+                for doc in docs.drain(..) {
+                    let slot = &mut accumulators[p * block + (doc - start) as usize];
+                    let score = (*slot / reference).min(1.0);
+                    *slot = 0.0;
+                    let key = quality_key(score, doc);
+                    if top.could_take(key) && keep(doc) {
+                        top.take(key);
+                    }
+                }
+            }
+        }
+        tops.into_iter()
+            .map(|top| top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect())
+            .collect()
+    }
+
+    /// Each of `docs`' score on each part of `query`, into `scores`
+    /// (`scores[i * parts + p]`, resized): the score `self.score(part)` gives
+    /// the document, float for float, or 0 where it gives none. `docs` must
+    /// be ascending; each is found in each term's postings by search.
+    pub fn part_scores(&self, query: &PartsQuery, docs: &[u32], scores: &mut Vec<f32>) {
+        let n_parts = query.parts.len();
+        scores.clear();
+        scores.resize(docs.len() * n_parts, 0.0);
+        for (p, part) in query.parts.iter().enumerate() {
+            if part.reference <= 0.0 {
+                continue;
+            }
+            for (i, &doc) in docs.iter().enumerate() {
+                let mut sum = 0.0f32;
+                for &term in &part.terms {
+                    let postings = self.term_postings(term);
+                    if let Ok(at) = postings.binary_search_by_key(&doc, |&(doc, _)| doc) {
+                        sum += postings[at].1;
+                    }
+                }
+                scores[i * n_parts + p] = (sum / part.reference).min(1.0);
+            }
+        }
+    }
+
     /// Returns the documents whose id, name or display name is `query`, once
     /// case, spaces and punctuation are ignored; the strongest match first.
     pub fn exact_matches(&self, query: &str) -> &[(u32, ExactMatch)] {
         self.exact.get(loose_key(query).as_str()).map(|matches| &**matches).unwrap_or(&[])
+    }
+}
+
+/// Documents a block of [`LexicalIndex::top_of_parts`]: one part's
+/// accumulator for a block is 32 KiB.
+const DOCS_PER_BLOCK: usize = 8192;
+
+/// A query's parts in the index's terms ([`LexicalIndex::parts_query`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PartsQuery {
+    parts: Vec<PartTerms>,
+}
+
+/// One part of a [`PartsQuery`].
+#[derive(Clone, Debug, PartialEq)]
+struct PartTerms {
+    /// The part's terms the index knows, ascending, each once.
+    terms: Vec<u32>,
+    /// `Σ idf` of `terms` (module docs); a part without any scores nothing.
+    reference: f32,
+}
+
+impl PartsQuery {
+    /// How many parts it has (the texts it was made of).
+    pub fn len(&self) -> usize {
+        self.parts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
     }
 }
 
@@ -446,6 +605,13 @@ impl LexicalScores {
         }
         top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect()
     }
+}
+
+/// A term's share of a document's BM25 score: `idf · tf·(k1 + 1) / (tf + norm)`
+/// for the term's `idf`, its weighted frequency `tf` in the document and the
+/// document's [`length_norm`].
+fn contribution(idf: f32, tf: f32, norm: f32) -> f32 {
+    idf * (tf * (K1 + 1.0) / (tf + norm))
 }
 
 /// BM25's length normalisation of a document of weighted length `length`.
@@ -629,6 +795,40 @@ mod tests {
             prop_assert_eq!(scores.top(k, |_| true), all);
             for (_, score) in scores.scores {
                 prop_assert!((0.0..=1.0).contains(&score));
+            }
+        }
+
+        #[test]
+        fn the_parts_walk_gives_each_part_s_own_scores(
+            texts in proptest::collection::vec(
+                proptest::collection::vec(proptest::sample::select(vec!["alpha", "beta", "gamma", "delta", "search", "send", "unknown"]), 0..5),
+                1..4,
+            ),
+            n_docs in 1usize..40,
+            k in 0usize..8,
+            block in 1usize..9,
+            odd in 1u32..4,
+        ) {
+            let words = ["alpha", "beta", "gamma", "delta", "search", "send"];
+            let descriptors: Vec<CapabilityDescriptor> = (0..n_docs)
+                .map(|i| descriptor(&format!("cap{i}"), &words.iter().cycle().skip(i).take(1 + i % 4).copied().collect::<Vec<_>>().join(" "), &[]))
+                .collect();
+            let index = LexicalIndex::build(&descriptors);
+            let texts: Vec<String> = texts.iter().map(|words| words.join(" ")).collect();
+            let query = index.parts_query(texts.iter().map(String::as_str));
+            // A filter that turns some documents away.
+            let keep = |doc: u32| doc % (odd + 1) != 1;
+            let tops = index.top_of_parts_in_blocks(&query, k, keep, block);
+            let docs: Vec<u32> = (0..n_docs as u32).collect();
+            let mut scores = Vec::new();
+            index.part_scores(&query, &docs, &mut scores);
+            for (p, text) in texts.iter().enumerate() {
+                let own = index.score(text);
+                prop_assert_eq!(&tops[p], &own.top(k, keep), "part {}", p);
+                for &doc in &docs {
+                    let expected = own.scores.iter().find(|(d, _)| *d == doc).map_or(0.0, |(_, score)| *score);
+                    prop_assert_eq!(scores[doc as usize * texts.len() + p].to_bits(), expected.to_bits());
+                }
             }
         }
     }

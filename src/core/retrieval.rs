@@ -65,7 +65,7 @@ use crate::core::catalog::Catalog;
 use crate::core::filter::DiscoveryFilter;
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::{Alignment, VectorIndex, NONE};
-use crate::core::lexical::{ExactMatch, LexicalIndex, LexicalScores};
+use crate::core::lexical::{ExactMatch, LexicalIndex, LexicalScores, PartsQuery};
 use crate::core::text::index_terms;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -365,12 +365,12 @@ fn retrieve_fast(
     let per_signal = candidate_count(limit);
     let n_parts = if fusion.clause > 0.0 { query.parts.len() } else { 1 };
     let parts = &query.parts[..n_parts];
-    let lexical_scores: Vec<LexicalScores> = parts.iter().map(|part| lexical.score(&part.text)).collect();
+    let lexical_query = lexical.parts_query(parts.iter().map(|part| part.text.as_str()));
     let exact: Vec<(u32, ExactMatch)> =
         lexical.exact_matches(&whole.text).iter().copied().filter(|&(doc, _)| doc_filter.admits(doc)).collect();
     let mut candidates: Vec<u32> = exact.iter().map(|&(doc, _)| doc).collect();
-    for scores in &lexical_scores {
-        candidates.extend(scores.top(per_signal, |doc| doc_filter.admits(doc)).into_iter().map(|(doc, _)| doc));
+    for top in lexical.top_of_parts(&lexical_query, per_signal, |doc| doc_filter.admits(doc)) {
+        candidates.extend(top.into_iter().map(|(doc, _)| doc));
     }
     timings.lexical_us = micros(started);
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
@@ -379,7 +379,7 @@ fn retrieve_fast(
             indexes,
             &doc_filter,
             &alignment,
-            Candidates { lexical_scores, exact, docs: candidates },
+            Candidates { lexical_query: &lexical_query, exact, docs: candidates },
             limit,
             fusion,
             timings,
@@ -391,7 +391,7 @@ fn retrieve_fast(
             indexes,
             &doc_filter,
             &alignment,
-            Candidates { lexical_scores, exact, docs: candidates },
+            Candidates { lexical_query: &lexical_query, exact, docs: candidates },
             limit,
             fusion,
             timings,
@@ -444,19 +444,18 @@ fn winning_part(scores: &[f32], part_tops: &[f32], clause: f32) -> usize {
 }
 
 /// What the lexical stage of [`retrieve_with`] found.
-struct Candidates {
-    lexical_scores: Vec<LexicalScores>,
+struct Candidates<'q> {
+    /// The parts' terms, to score the candidates with.
+    lexical_query: &'q PartsQuery,
     exact: Vec<(u32, ExactMatch)>,
     /// Documents, possibly repeated.
     docs: Vec<u32>,
 }
 
-/// Per-thread buffers of [`retrieve_with`], sized to the catalog and reused.
+/// Per-thread buffers of [`retrieve_with`], reused.
 #[derive(Default)]
 struct Scratch {
-    /// The whole message's cosine per vector row.
-    dense: Vec<f32>,
-    /// One part's lexical score per document; all zeros between uses.
+    /// `lexical[i * parts + p]`: candidate `i`'s lexical score on part `p`.
     lexical: Vec<f32>,
 }
 
@@ -471,54 +470,46 @@ fn rank_candidates(
     indexes: &Indexes<'_>,
     doc_filter: &DocFilter<'_>,
     alignment: &Alignment,
-    found: Candidates,
+    found: Candidates<'_>,
     limit: usize,
     fusion: Fusion,
     mut timings: RankTimings,
     explain: bool,
     scratch: &mut Scratch,
 ) -> Ranking {
-    let Candidates { lexical_scores, exact, docs: mut candidates } = found;
+    let Candidates { lexical_query, exact, docs: mut candidates } = found;
     let (lexical, vectors) = (indexes.lexical, indexes.vectors);
-    let n_parts = lexical_scores.len();
+    let n_parts = lexical_query.len();
     let parts = &query.parts[..n_parts];
     let per_signal = candidate_count(limit);
     let started = std::time::Instant::now();
     // The query's non-zero dimensions per part; `None` when a part has no usable vector.
     let sparse: Vec<Option<Vec<(u32, f32)>>> = parts.iter().map(|part| vectors.sparse_query(&part.vector)).collect();
-    let whole_dense = sparse[0].is_some() && vectors.scores_into(&parts[0].vector, &mut scratch.dense);
-    if whole_dense {
-        // Only matched rows are offered: each has a document.
-        let top = alignment.top_rows(&scratch.dense, per_signal, |row| doc_filter.admits(alignment.doc_of_row[row]));
-        candidates.extend(top.into_iter().map(|(row, _)| alignment.doc_of_row[row]));
-    }
+    // Only matched rows are offered: each has a document.
+    let dense_top = sparse[0].as_ref().and_then(|_| {
+        vectors.top_aligned(&parts[0].vector, alignment, per_signal, |row| doc_filter.admits(alignment.doc_of_row[row]))
+    });
+    let whole_dense = dense_top.is_some();
+    candidates.extend(dense_top.into_iter().flatten().map(|(row, _)| alignment.doc_of_row[row]));
     timings.dense_us = micros(started);
     let started = std::time::Instant::now();
     candidates.sort_unstable();
     candidates.dedup();
-    if scratch.lexical.len() < lexical.len() {
-        scratch.lexical.resize(lexical.len(), 0.0);
-    }
+    lexical.part_scores(lexical_query, &candidates, &mut scratch.lexical);
     // part_scores[i * n_parts + p]: candidate i's score s_p on part p.
     let mut part_scores = vec![0.0f32; candidates.len() * n_parts];
     let mut signals: Vec<(f32, Option<f32>)> = Vec::with_capacity(candidates.len());
     // seen[i * n_parts + p]: candidate i's lexical score and cosine on part p, kept only to explain.
     let mut seen: Vec<(f32, Option<f32>)> =
         if explain { vec![(0.0, None); candidates.len() * n_parts] } else { Vec::new() };
-    for (p, scores) in lexical_scores.iter().enumerate() {
-        for &(doc, score) in &scores.scores {
-            scratch.lexical[doc as usize] = score;
-        }
+    for p in 0..n_parts {
         let dense = sparse[p].as_deref().filter(|_| whole_dense || p > 0);
         signals.clear();
-        signals.extend(candidates.iter().map(|&doc| {
-            let lex = scratch.lexical[doc as usize];
+        signals.extend(candidates.iter().enumerate().map(|(i, &doc)| {
+            let lex = scratch.lexical[i * n_parts + p];
             let row = alignment.row_of_doc[doc as usize];
             let cosine = match dense {
-                Some(sparse) if row != NONE => {
-                    let row = row as usize;
-                    Some(if p == 0 { scratch.dense[row] } else { vectors.row_score(sparse, row) })
-                }
+                Some(sparse) if row != NONE => Some(vectors.row_score(sparse, row as usize)),
                 _ => None,
             };
             (lex, cosine)
@@ -528,9 +519,6 @@ fn rank_candidates(
             for (i, &signal) in signals.iter().enumerate() {
                 seen[i * n_parts + p] = signal;
             }
-        }
-        for &(doc, _) in &scores.scores {
-            scratch.lexical[doc as usize] = 0.0;
         }
     }
     let part_tops: Vec<f32> = (0..n_parts)

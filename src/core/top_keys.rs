@@ -47,6 +47,12 @@ impl TopKeys {
         self.k > 0 && self.threshold.is_none_or(|threshold| key > threshold)
     }
 
+    /// Whether a key of `score` could be among the best `k`, whatever its
+    /// rank: false means no key of that score can, so its rank need not be read.
+    pub fn could_take_score(&self, score: f32) -> bool {
+        self.could_take(quality_key(score, 0))
+    }
+
     /// Takes `key`, which [`TopKeys::could_take`] said could enter.
     pub fn take(&mut self, key: u64) {
         self.buffer.push(key);

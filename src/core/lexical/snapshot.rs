@@ -28,14 +28,15 @@
 //! body holds the sections in the order [`LexicalIndex::encode_snapshot`]
 //! writes them.
 
-use super::{length_norm, ExactMatch, LexicalIndex, FIELD_WEIGHTS};
+use super::{contribution, length_norm, ExactMatch, LexicalIndex, FIELD_WEIGHTS};
 use crate::core::descriptor::{CapabilityDescriptor, CapabilityKind};
 use crate::core::id_table::IdTable;
 use foldhash::{HashMap, HashMapExt};
 use std::hash::{BuildHasher, Hasher};
 
 /// The snapshot layout's version: a file of another version is not read.
-pub const SNAPSHOT_FORMAT: u32 = 1;
+/// Format 2: a posting holds the term's contribution, no longer its frequency.
+pub const SNAPSHOT_FORMAT: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"capdexLX";
 const HEADER_BYTES: usize = 8 + 4 + 8 + 16 + 8 + 8;
@@ -390,7 +391,7 @@ impl LexicalIndex {
     /// Checks that this index is the one [`LexicalIndex::build`] makes of
     /// `descriptors` (in that order): every id and every document's filter
     /// attributes, and, for a sample of documents spread over the catalog,
-    /// every term's frequency and the document's length norm, tokenised now.
+    /// every term's contribution and the document's length norm, tokenised now.
     pub fn agrees_with(&self, descriptors: &[&CapabilityDescriptor]) -> Result<(), SnapshotError> {
         let disagrees = |what: String| Err(SnapshotError::Disagrees(what));
         if descriptors.len() != self.ids.len() {
@@ -427,8 +428,9 @@ impl LexicalIndex {
             for (&term, &tf) in &doc_terms {
                 let postings = self.term_postings(term);
                 let found = postings.binary_search_by_key(&(doc as u32), |&(posting, _)| posting);
-                if !found.is_ok_and(|at| postings[at].1.to_bits() == tf.to_bits()) {
-                    return disagrees(format!("document {doc}'s frequency of a term"));
+                let weight = contribution(self.idf[term as usize], tf, self.length_norms[doc]);
+                if !found.is_ok_and(|at| postings[at].1.to_bits() == weight.to_bits()) {
+                    return disagrees(format!("document {doc}'s contribution of a term"));
                 }
             }
         }
