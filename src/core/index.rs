@@ -656,6 +656,7 @@ impl VectorIndex {
             .map(|(value, column)| (*value, column.as_slice()))
             .collect();
         let mut top = TopKeys::new(k);
+        let mut bar = top.bar();
         let mut block = vec![0.0f32; ROWS_PER_BLOCK.min(self.ids.len())];
         for start in (0..self.ids.len()).step_by(ROWS_PER_BLOCK) {
             let rows = start..(start + ROWS_PER_BLOCK).min(self.ids.len());
@@ -663,7 +664,8 @@ impl VectorIndex {
             scores.fill(0.0);
             score_block(&dims, scores, &self.scales[rows.clone()], rows.clone());
             for (row, &score) in rows.zip(scores.iter()) {
-                if !top.could_take_score(score) {
+                // Most rows lose on the score alone, before their rank is read.
+                if score < bar {
                     continue;
                 }
                 let rank = alignment.rank_of_row[row];
@@ -674,6 +676,7 @@ impl VectorIndex {
                 let key = quality_key(score, rank);
                 if top.could_take(key) && keep(row) {
                     top.take(key);
+                    bar = top.bar();
                 }
             }
         }

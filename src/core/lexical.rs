@@ -500,27 +500,46 @@ impl LexicalIndex {
             for ((_, parts), cursor) in walked.iter().zip(&mut cursors) {
                 // Read on, not searched for: the postings are read in order anyway.
                 let within = cursor.iter().position(|&(doc, _)| doc >= end).unwrap_or(cursor.len());
-                for &(doc, weight) in &cursor[..within] {
-                    let at = (doc - start) as usize;
-                    for &p in parts {
-                        let slot = &mut accumulators[p * block + at];
+                let (in_block, rest) = cursor.split_at(within);
+                if let [p] = parts[..] {
+                    // One part (the usual case): no loop over parts per posting.
+                    let (accumulator, touched) = (&mut accumulators[p * block..(p + 1) * block], &mut touched[p]);
+                    for &(doc, weight) in in_block {
+                        let slot = &mut accumulator[(doc - start) as usize];
                         if *slot == 0.0 {
-                            touched[p].push(doc);
+                            touched.push(doc);
                         }
                         *slot += weight;
                     }
+                } else {
+                    for &(doc, weight) in in_block {
+                        let at = (doc - start) as usize;
+                        for &p in parts {
+                            let slot = &mut accumulators[p * block + at];
+                            if *slot == 0.0 {
+                                touched[p].push(doc);
+                            }
+                            *slot += weight;
+                        }
+                    }
                 }
-                *cursor = &cursor[within..];
+                *cursor = rest;
             }
             for (p, (docs, top)) in touched.iter_mut().zip(&mut tops).enumerate() {
                 let reference = query.parts[p].reference;
+                let mut bar = top.bar();
                 for doc in docs.drain(..) {
                     let slot = &mut accumulators[p * block + (doc - start) as usize];
                     let score = (*slot / reference).min(1.0);
                     *slot = 0.0;
+                    // Most documents lose on the score alone.
+                    if score < bar {
+                        continue;
+                    }
                     let key = quality_key(score, doc);
                     if top.could_take(key) && keep(doc) {
                         top.take(key);
+                        bar = top.bar();
                     }
                 }
             }

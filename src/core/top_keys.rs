@@ -47,10 +47,12 @@ impl TopKeys {
         self.k > 0 && self.threshold.is_none_or(|threshold| key > threshold)
     }
 
-    /// Whether a key of `score` could be among the best `k`, whatever its
-    /// rank: false means no key of that score can, so its rank need not be read.
-    pub fn could_take_score(&self, score: f32) -> bool {
-        self.could_take(quality_key(score, 0))
+    /// A score no key below can enter with, whatever its rank: a key whose
+    /// score is `< bar()` is turned away by one float comparison (a key at
+    /// or above it may still be, by [`TopKeys::could_take`]). Negative
+    /// infinity until the first cut.
+    pub fn bar(&self) -> f32 {
+        self.threshold.map_or(f32::NEG_INFINITY, key_score)
     }
 
     /// Takes `key`, which [`TopKeys::could_take`] said could enter.
@@ -114,6 +116,26 @@ mod tests {
             all.sort_unstable_by(|a, b| b.cmp(a));
             all.truncate(k);
             prop_assert_eq!(top.into_best_first(), all);
+        }
+
+        /// A score below the bar is never a key TopKeys could take, whatever its rank.
+        #[test]
+        fn nothing_below_the_bar_could_be_taken(
+            taken in proptest::collection::vec((proptest::num::f32::ANY, 0u32..50), 0..200),
+            k in 1usize..10,
+            score in proptest::num::f32::ANY,
+            rank in 0u32..60,
+        ) {
+            let mut top = TopKeys::new(k);
+            for (score, rank) in taken {
+                let key = quality_key(score, rank);
+                if top.could_take(key) {
+                    top.take(key);
+                }
+            }
+            if score < top.bar() {
+                prop_assert!(!top.could_take(quality_key(score, rank)));
+            }
         }
     }
 }
