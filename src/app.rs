@@ -17,7 +17,7 @@ use crate::actors::{spawn_all, Actors};
 use crate::clock::epoch_ms;
 use crate::config::Settings;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
-use crate::core::kpi_window::OutcomeReport;
+use crate::core::kpi_window::{OutcomeError, OutcomeReport};
 use crate::core::registration::{normalise_catalog, normalise_registration, Normalised, RegistrationPayload};
 use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
 use crate::gateway::errors::ErrorKind;
@@ -427,6 +427,7 @@ impl Api for ActorApi {
                 Err(err) => Err(err),
             }
             .map_err(|err| match err {
+                KpiError::Outcome(OutcomeError::TooManyCapabilities(exceeded)) => ApiError::from(exceeded),
                 KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
                 KpiError::Store(full @ StoreError::Full { .. }) => {
                     ApiError::new(ErrorKind::StorageFull, full.to_string())

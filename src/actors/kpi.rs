@@ -297,7 +297,7 @@ impl KpiTelemetry {
 
     /// Validates and applies one outcome, and queues its writes.
     fn apply(&mut self, report: &OutcomeReport, at_ms: u64) -> Result<(KpiUpdate, bool), KpiError> {
-        let sample = report.validate(at_ms, self.settings.max_id_bytes)?;
+        let sample = report.validate(at_ms, self.settings.outcome_limits)?;
         if let Some(message) = self.store.kpi_failed() {
             return Err(StoreError::Durable { message }.into());
         }
@@ -485,7 +485,7 @@ impl Handler<CapabilityResult> for KpiTelemetry {
     type Result = Result<Durable, KpiError>;
 
     fn handle(&mut self, msg: CapabilityResult, ctx: &mut Context<Self>) -> Self::Result {
-        check_capability_id(&msg.capability_id)?;
+        check_capability_id(&msg.capability_id, self.settings.outcome_limits.max_id_bytes)?;
         if let Some(message) = self.store.kpi_failed() {
             return Err(StoreError::Durable { message }.into());
         }

@@ -165,8 +165,12 @@ impl Settings {
         let discovery = DiscoverySection::from_raw(raw.discovery, embedder.backend)?;
         let nats = NatsSettings::from_raw(raw.nats)?;
         let limits = limits::limits_from_raw(raw.limits)?;
-        let kpi =
-            KpiSettings::from_raw(raw.kpi, discovery.prior, discovery.prior_publish_interval_ms, limits.max_id_bytes)?;
+        let kpi = KpiSettings::from_raw(
+            raw.kpi,
+            discovery.prior,
+            discovery.prior_publish_interval_ms,
+            crate::core::kpi_window::OutcomeLimits::from(&limits),
+        )?;
         let planner = PlannerSection::from_raw(raw.planner)?;
         let metrics_listen_addr = observability::metrics_listen_addr(&raw.metrics)?;
         let scanning = ScanningSection::from_raw(
