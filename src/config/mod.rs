@@ -208,7 +208,7 @@ impl Settings {
             dispatch: DispatchSettings::from_raw(raw.dispatch, limits.max_id_bytes)?,
             sources: sources::sources_from_raw(raw.sources)?,
             mcp: McpSettings::from_raw(raw.mcp, env, limits.max_id_bytes)?,
-            console: ConsoleSettings::from_raw(raw.console, env)?,
+            console: ConsoleSettings::from_raw(raw.console, env, limits.max_id_bytes)?,
             limits,
             retention: RetentionSettings::from_raw(raw.retention)?,
         })

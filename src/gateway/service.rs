@@ -720,7 +720,7 @@ async fn handle<A: Api>(
                         DispatchAdmin::Decide {
                             id: approval_id(),
                             approve: matches!(op, AdminOp::Approve | AdminOp::ApproverApprove),
-                            by: crate::gateway::wire::DecideRequest::decider(body)?,
+                            by: crate::gateway::wire::DecideRequest::decider(body, shared.limits.max_id_bytes)?,
                         }
                     }
                     AdminOp::ListProvenance => DispatchAdmin::ListProvenance(body),

@@ -704,9 +704,12 @@ mod tests {
     #[test]
     fn a_decision_names_who_decides_or_is_the_nats_api_s() {
         use serde_json::json;
-        assert_eq!(DecideRequest::decider(json!({})).unwrap(), NATS_DECIDER);
-        assert_eq!(DecideRequest::decider(json!({"by": null})).unwrap(), NATS_DECIDER);
-        assert_eq!(DecideRequest::decider(json!({"by": "alice@ops"})).unwrap(), "alice@ops");
+        assert_eq!(DecideRequest::decider(json!({}), 128).unwrap(), NATS_DECIDER);
+        assert_eq!(DecideRequest::decider(json!({"by": null}), 128).unwrap(), NATS_DECIDER);
+        assert_eq!(DecideRequest::decider(json!({"by": "alice@ops"}), 128).unwrap(), "alice@ops");
+        assert_eq!(DecideRequest::decider(json!({"by": "x".repeat(70)}), 70).unwrap(), "x".repeat(70));
+        let over = DecideRequest::decider(json!({"by": "x".repeat(71)}), 70).unwrap_err();
+        assert_eq!(over.message, "by is 71 bytes, over limits.max_id_bytes: at most 70");
         for bad in [
             json!({"by": "a\tb"}),
             json!({"by": "x".repeat(129)}),
@@ -714,7 +717,7 @@ mod tests {
             json!({"by": 3}),
             json!({"who": "a"}),
         ] {
-            let err = DecideRequest::decider(bad.clone()).unwrap_err();
+            let err = DecideRequest::decider(bad.clone(), 128).unwrap_err();
             assert_eq!((err.status(), err.code()), (400, "bad_request"), "{bad}");
         }
     }
@@ -786,14 +789,14 @@ pub const NATS_DECIDER: &str = "nats";
 impl DecideRequest {
     /// Reads the body (an empty body is `{}`) and returns who decides: its
     /// `by`, checked (`core::dispatch::approval::check_decider`: not blank, at
-    /// most 128 characters, printable), else [`NATS_DECIDER`].
-    pub fn decider(body: serde_json::Value) -> Result<String, ApiError> {
+    /// most `max_id_bytes` bytes (`[limits]`), printable), else [`NATS_DECIDER`].
+    pub fn decider(body: serde_json::Value, max_id_bytes: usize) -> Result<String, ApiError> {
         let request: DecideRequest = serde_json::from_value(body)
             .map_err(|err| ApiError::bad_request(format!("malformed approval decision: {err}")))?;
         match request.by {
             None => Ok(NATS_DECIDER.to_string()),
             Some(by) => {
-                crate::core::dispatch::approval::check_decider(&by)
+                crate::core::dispatch::approval::check_decider(&by, max_id_bytes)
                     .map_err(|problem| ApiError::bad_request(problem.to_string()))?;
                 Ok(by)
             }
