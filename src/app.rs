@@ -239,9 +239,10 @@ impl ActorApi {
         let lanes = self.actors.discovery.clone();
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let mut filter = request.filter()?;
-            filter.sources = workspace_sources(&scg, &request).await?;
+            filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
             let config = config?;
             let discover = Discover { query: request.message, filter, config, explain: request.explain };
             let finish = move |result: Result<DiscoveryResult, crate::actors::discoverer::DiscovererError>,
@@ -373,9 +374,10 @@ impl Api for ActorApi {
         let retries = self.discovery_retries;
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let mut filter = request.filter()?;
-            filter.sources = workspace_sources(&scg, &request).await?;
+            filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
             let config = config?;
             let options = request.plan.clone().unwrap_or_default();
             let at_ms = epoch_ms();
@@ -546,8 +548,9 @@ impl Api for ActorApi {
 async fn workspace_sources(
     scg: &actix::Addr<crate::actors::scg::ScgGraph>,
     request: &DiscoverRequest,
+    max_id_bytes: usize,
 ) -> Result<Option<Vec<String>>, ApiError> {
-    let Some(workspace) = request.workspace()? else { return Ok(None) };
+    let Some(workspace) = request.workspace(max_id_bytes)? else { return Ok(None) };
     let of = SourcesOf { workspace: Some(workspace.to_string()) };
     scg.send(of).await.map_err(scg_unavailable)?.map_err(scg_error)
 }

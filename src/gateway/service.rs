@@ -661,7 +661,7 @@ async fn handle<A: Api>(
             }
             EndpointKind::Plan => {
                 let request: PlanRequest = codec.decode(&payload, max)?;
-                codec.encode(&api.plan(request.into_discover()?).await?)
+                codec.encode(&api.plan(request.into_discover(shared.limits.max_id_bytes)?).await?)
             }
             EndpointKind::Outcome => outcome(api.as_ref(), &shared, codec, &payload).await,
             EndpointKind::Dispatch => {

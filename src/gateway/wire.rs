@@ -128,8 +128,9 @@ pub struct PlanRequest {
 }
 
 impl PlanRequest {
-    /// Splits the request into its discovery query (validated) and plan options.
-    pub fn into_discover(self) -> Result<DiscoverRequest, ApiError> {
+    /// Splits the request into its discovery query (validated, its workspace
+    /// within `max_id_bytes`) and plan options.
+    pub fn into_discover(self, max_id_bytes: usize) -> Result<DiscoverRequest, ApiError> {
         let options = PlanOptions {
             turn_id: self.turn_id,
             organization_id: self.organization_id,
@@ -153,7 +154,7 @@ impl PlanRequest {
             explain: false,
         };
         request.filter()?;
-        request.workspace()?;
+        request.workspace(max_id_bytes)?;
         Ok(request)
     }
 }
@@ -223,13 +224,15 @@ impl DiscoverRequest {
         })
     }
 
-    /// Returns the request's workspace, checked like the SCG's workspace names.
-    pub fn workspace(&self) -> Result<Option<&str>, ApiError> {
+    /// Returns the request's workspace, checked like the SCG's workspace
+    /// names (`core::scg::source_id_problem`: at most `max_id_bytes`, `[limits]`).
+    pub fn workspace(&self, max_id_bytes: usize) -> Result<Option<&str>, ApiError> {
         match self.workspace.as_deref() {
-            Some(workspace) if !crate::core::scg::valid_source_id(workspace) => Err(ApiError::bad_request(format!(
-                "workspace {workspace:?} is invalid: use 1-128 characters of [A-Za-z0-9._-]"
-            ))),
-            workspace => Ok(workspace),
+            Some(workspace) => match crate::core::scg::source_id_problem(workspace, max_id_bytes) {
+                Some(problem) => Err(ApiError::bad_request(format!("workspace {problem}"))),
+                None => Ok(Some(workspace)),
+            },
+            None => Ok(None),
         }
     }
 }
@@ -667,7 +670,12 @@ mod tests {
         assert_eq!(disagree.filter().unwrap_err().kind, ErrorKind::BadRequest);
         let plan: PlanRequest =
             decode(br#"{"message":"x","taskOutcome":"partial","toolSelectionMode":"all"}"#, 1024).unwrap();
-        assert!(plan.into_discover().unwrap().plan.is_some());
+        assert!(plan.clone().into_discover(128).unwrap().plan.is_some());
+        let in_workspace = |workspace: String| PlanRequest { workspace: Some(workspace), ..plan.clone() };
+        assert!(in_workspace("w".repeat(70)).into_discover(70).is_ok());
+        let over = in_workspace("w".repeat(71)).into_discover(70).unwrap_err();
+        assert_eq!(over.kind, ErrorKind::BadRequest);
+        assert_eq!(over.message, "workspace is 71 bytes, over limits.max_id_bytes: at most 70");
         assert_eq!(
             decode::<PlanRequest>(br#"{"message":"x","toolFailureMode":"sometimes"}"#, 1024).unwrap_err().kind,
             ErrorKind::BadRequest
