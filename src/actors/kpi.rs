@@ -276,6 +276,13 @@ impl KpiTelemetry {
         Ok(telemetry)
     }
 
+    /// Tracks the outcome prior of at most `max_capabilities` capabilities
+    /// (`[retention] outcome_prior_max_count`; see `OutcomeStats`).
+    pub fn with_max_tracked_capabilities(mut self, max_capabilities: usize) -> KpiTelemetry {
+        self.stats.max_capabilities = max_capabilities;
+        self
+    }
+
     /// Sends every ranking prior to `sink` (the Discoverer), first when the actor starts.
     pub fn with_prior_sink(mut self, sink: Recipient<PriorPublished>) -> KpiTelemetry {
         self.prior_sinks.push(sink);
@@ -433,6 +440,7 @@ impl KpiTelemetry {
         }
         let prior = Arc::new(self.stats.snapshot(&self.settings.prior, self.latest_ms));
         metrics::gauge!("capdex_outcome_prior_capabilities").set(prior.len() as f64);
+        metrics::gauge!("capdex_outcome_prior_tracked").set(self.stats.capabilities.len() as f64);
         for sink in &self.prior_sinks {
             sink.do_send(PriorPublished { prior: prior.clone() });
         }
