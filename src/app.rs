@@ -462,8 +462,10 @@ impl Api for ActorApi {
         request: crate::gateway::wire::ScgRouteRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::RouteAnswer, ApiError>> {
         let graph = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let k = request.k()?;
+            crate::gateway::wire::check_workspace(request.workspace.as_deref(), max_id_bytes)?;
             let route = ScgRoute { query: request.query, k, workspace: request.workspace };
             graph.send(route).await.map_err(scg_unavailable)?.map_err(scg_error)
         }
@@ -475,8 +477,10 @@ impl Api for ActorApi {
         request: crate::gateway::wire::ScgObserveRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::Observation, ApiError>> {
         let graph = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let edge_kinds = request.edge_kinds()?;
+            crate::gateway::wire::check_workspace(request.workspace.as_deref(), max_id_bytes)?;
             let observe = ObserveNode { node: request.node, edge_kinds, workspace: request.workspace };
             graph.send(observe).await.map_err(scg_unavailable)?.map_err(scg_error)
         }

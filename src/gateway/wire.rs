@@ -227,13 +227,18 @@ impl DiscoverRequest {
     /// Returns the request's workspace, checked like the SCG's workspace
     /// names (`core::scg::source_id_problem`: at most `max_id_bytes`, `[limits]`).
     pub fn workspace(&self, max_id_bytes: usize) -> Result<Option<&str>, ApiError> {
-        match self.workspace.as_deref() {
-            Some(workspace) => match crate::core::scg::source_id_problem(workspace, max_id_bytes) {
-                Some(problem) => Err(ApiError::bad_request(format!("workspace {problem}"))),
-                None => Ok(Some(workspace)),
-            },
-            None => Ok(None),
-        }
+        check_workspace(self.workspace.as_deref(), max_id_bytes)?;
+        Ok(self.workspace.as_deref())
+    }
+}
+
+/// Checks a request's `workspace` (discover, plan, route, observe) like the
+/// SCG's workspace names: 1 to `max_id_bytes` (`[limits]`) of `[A-Za-z0-9._-]`,
+/// a long one's refusal naming the setting.
+pub fn check_workspace(workspace: Option<&str>, max_id_bytes: usize) -> Result<(), ApiError> {
+    match workspace.and_then(|workspace| crate::core::scg::source_id_problem(workspace, max_id_bytes)) {
+        Some(problem) => Err(ApiError::bad_request(format!("workspace {problem}"))),
+        None => Ok(()),
     }
 }
 
@@ -676,6 +681,10 @@ mod tests {
         let over = in_workspace("w".repeat(71)).into_discover(70).unwrap_err();
         assert_eq!(over.kind, ErrorKind::BadRequest);
         assert_eq!(over.message, "workspace is 71 bytes, over limits.max_id_bytes: at most 70");
+        assert_eq!(check_workspace(None, 70), Ok(()));
+        assert_eq!(check_workspace(Some(&"w".repeat(70)), 70), Ok(()));
+        assert_eq!(check_workspace(Some(&"w".repeat(71)), 70).unwrap_err().message, over.message);
+        assert_eq!(check_workspace(Some("a b"), 70).unwrap_err().kind, ErrorKind::BadRequest);
         assert_eq!(
             decode::<PlanRequest>(br#"{"message":"x","toolFailureMode":"sometimes"}"#, 1024).unwrap_err().kind,
             ErrorKind::BadRequest

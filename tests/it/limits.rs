@@ -266,6 +266,17 @@ async fn ids_are_refused_one_byte_over_the_configured_max_id_bytes_naming_the_se
     let refused = ask(&client, "capdex.v1.discover", discover(&over)).await;
     assert_eq!(refused["code"], "bad_request", "{refused}");
     names_the_setting(&refused, refused["message"].as_str().unwrap());
+    // ... a route's and an observation's.
+    let route = ask(&client, "capdex.v1.route", json!({"query": "anything", "workspace": at})).await;
+    assert!(route.get("code").is_none(), "a workspace of {MAX} bytes: {route}");
+    for (subject, request) in [
+        ("capdex.v1.route", json!({"query": "anything", "workspace": over})),
+        ("capdex.v1.observe", json!({"node": format!("{at}#t"), "workspace": over})),
+    ] {
+        let refused = ask(&client, subject, request).await;
+        assert_eq!(refused["code"], "bad_request", "{subject}: {refused}");
+        names_the_setting(&refused, refused["message"].as_str().unwrap());
+    }
     // ... and a memory note's workspace label: one at the limit reaches the anchor check.
     let deposit = |workspace: &str| json!({"content": "a note", "polarity": "positive", "anchors": ["nowhere#t"], "workspace": workspace});
     let anchored = ask(&client, "capdex.v1.memory.deposit", deposit(&at)).await;
