@@ -67,9 +67,9 @@ fn exercise(codec: Codec, data: &[u8]) {
     }
     let mut by = body.clone();
     if bind_identity(&mut by, "by", "ops", MAX_ID_BYTES).is_ok() {
-        assert_eq!(DecideRequest::decider(by).ok().as_deref().unwrap_or("ops"), "ops");
+        assert_eq!(DecideRequest::decider(by, MAX_ID_BYTES).ok().as_deref().unwrap_or("ops"), "ops");
     }
-    let _ = DecideRequest::decider(body.clone());
+    let _ = DecideRequest::decider(body.clone(), MAX_ID_BYTES);
     if let Ok(settings) = serde_json::from_value::<SourceSettings>(body) {
         let _ = settings.validate();
     }
