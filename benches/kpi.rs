@@ -39,7 +39,8 @@ fn benches(c: &mut Criterion) {
     group.bench_function("validate_and_record_window_100", |b| {
         b.iter(|| {
             i += 1;
-            let sample = report(i).validate(i, 128).expect("a valid report");
+            let sample =
+                report(i).validate(i, capdex::core::kpi_window::OutcomeLimits::default()).expect("a valid report");
             record("org/assistant", &mut window, &mut meta, black_box(sample), &settings.alerts, &settings.adaptive)
         })
     });

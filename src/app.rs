@@ -17,7 +17,7 @@ use crate::actors::{spawn_all, Actors};
 use crate::clock::epoch_ms;
 use crate::config::Settings;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryResult};
-use crate::core::kpi_window::OutcomeReport;
+use crate::core::kpi_window::{OutcomeError, OutcomeReport};
 use crate::core::registration::{normalise_catalog, normalise_registration, Normalised, RegistrationPayload};
 use crate::core::turn_planner::{self, DiscoveryOutcome, PlannerDefaults};
 use crate::gateway::errors::ErrorKind;
@@ -239,9 +239,10 @@ impl ActorApi {
         let lanes = self.actors.discovery.clone();
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let mut filter = request.filter()?;
-            filter.sources = workspace_sources(&scg, &request).await?;
+            filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
             let config = config?;
             let discover = Discover { query: request.message, filter, config, explain: request.explain };
             let finish = move |result: Result<DiscoveryResult, crate::actors::discoverer::DiscovererError>,
@@ -373,9 +374,10 @@ impl Api for ActorApi {
         let retries = self.discovery_retries;
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let mut filter = request.filter()?;
-            filter.sources = workspace_sources(&scg, &request).await?;
+            filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
             let config = config?;
             let options = request.plan.clone().unwrap_or_default();
             let at_ms = epoch_ms();
@@ -427,6 +429,7 @@ impl Api for ActorApi {
                 Err(err) => Err(err),
             }
             .map_err(|err| match err {
+                KpiError::Outcome(OutcomeError::TooManyCapabilities(exceeded)) => ApiError::from(exceeded),
                 KpiError::Outcome(problem) => ApiError::bad_request(problem.to_string()),
                 KpiError::Store(full @ StoreError::Full { .. }) => {
                     ApiError::new(ErrorKind::StorageFull, full.to_string())
@@ -459,8 +462,10 @@ impl Api for ActorApi {
         request: crate::gateway::wire::ScgRouteRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::RouteAnswer, ApiError>> {
         let graph = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let k = request.k()?;
+            crate::gateway::wire::check_workspace(request.workspace.as_deref(), max_id_bytes)?;
             let route = ScgRoute { query: request.query, k, workspace: request.workspace };
             graph.send(route).await.map_err(scg_unavailable)?.map_err(scg_error)
         }
@@ -472,8 +477,10 @@ impl Api for ActorApi {
         request: crate::gateway::wire::ScgObserveRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::Observation, ApiError>> {
         let graph = self.actors.scg.graph.clone();
+        let max_id_bytes = self.max_id_bytes;
         async move {
             let edge_kinds = request.edge_kinds()?;
+            crate::gateway::wire::check_workspace(request.workspace.as_deref(), max_id_bytes)?;
             let observe = ObserveNode { node: request.node, edge_kinds, workspace: request.workspace };
             graph.send(observe).await.map_err(scg_unavailable)?.map_err(scg_error)
         }
@@ -545,8 +552,9 @@ impl Api for ActorApi {
 async fn workspace_sources(
     scg: &actix::Addr<crate::actors::scg::ScgGraph>,
     request: &DiscoverRequest,
+    max_id_bytes: usize,
 ) -> Result<Option<Vec<String>>, ApiError> {
-    let Some(workspace) = request.workspace()? else { return Ok(None) };
+    let Some(workspace) = request.workspace(max_id_bytes)? else { return Ok(None) };
     let of = SourcesOf { workspace: Some(workspace.to_string()) };
     scg.send(of).await.map_err(scg_unavailable)?.map_err(scg_error)
 }

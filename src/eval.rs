@@ -196,7 +196,7 @@ pub fn prior_from_outcomes(path: &Path, settings: &OutcomePriorSettings) -> Resu
     let mut stats = OutcomeStats::default();
     for (i, report) in reports.iter().enumerate() {
         let sample = report
-            .validate(0, crate::core::limits::Limits::default().max_id_bytes)
+            .validate(0, crate::core::kpi_window::OutcomeLimits::default())
             .map_err(|err| EvalError::Outcome { path: path.into(), number: i + 1, problem: err.to_string() })?;
         for capability_id in distinct_ids(&report.capabilities) {
             stats.credit(capability_id, sample.score, 0, settings.half_life_ms);

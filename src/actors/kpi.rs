@@ -276,6 +276,13 @@ impl KpiTelemetry {
         Ok(telemetry)
     }
 
+    /// Tracks the outcome prior of at most `max_capabilities` capabilities
+    /// (`[retention] outcome_prior_max_count`; see `OutcomeStats`).
+    pub fn with_max_tracked_capabilities(mut self, max_capabilities: usize) -> KpiTelemetry {
+        self.stats.max_capabilities = max_capabilities;
+        self
+    }
+
     /// Sends every ranking prior to `sink` (the Discoverer), first when the actor starts.
     pub fn with_prior_sink(mut self, sink: Recipient<PriorPublished>) -> KpiTelemetry {
         self.prior_sinks.push(sink);
@@ -297,7 +304,7 @@ impl KpiTelemetry {
 
     /// Validates and applies one outcome, and queues its writes.
     fn apply(&mut self, report: &OutcomeReport, at_ms: u64) -> Result<(KpiUpdate, bool), KpiError> {
-        let sample = report.validate(at_ms, self.settings.max_id_bytes)?;
+        let sample = report.validate(at_ms, self.settings.outcome_limits)?;
         if let Some(message) = self.store.kpi_failed() {
             return Err(StoreError::Durable { message }.into());
         }
@@ -433,6 +440,7 @@ impl KpiTelemetry {
         }
         let prior = Arc::new(self.stats.snapshot(&self.settings.prior, self.latest_ms));
         metrics::gauge!("capdex_outcome_prior_capabilities").set(prior.len() as f64);
+        metrics::gauge!("capdex_outcome_prior_tracked").set(self.stats.capabilities.len() as f64);
         for sink in &self.prior_sinks {
             sink.do_send(PriorPublished { prior: prior.clone() });
         }
@@ -485,7 +493,7 @@ impl Handler<CapabilityResult> for KpiTelemetry {
     type Result = Result<Durable, KpiError>;
 
     fn handle(&mut self, msg: CapabilityResult, ctx: &mut Context<Self>) -> Self::Result {
-        check_capability_id(&msg.capability_id)?;
+        check_capability_id(&msg.capability_id, self.settings.outcome_limits.max_id_bytes)?;
         if let Some(message) = self.store.kpi_failed() {
             return Err(StoreError::Durable { message }.into());
         }

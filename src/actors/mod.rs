@@ -120,7 +120,9 @@ pub async fn spawn_all(
         graph_builder::GraphBuilder::new(Vec::new(), vec![discoverer_for_graph.clone()])
             .with_snapshot_cell(snapshots_for_graph.clone())
     });
-    let dispatcher = dispatcher::Dispatcher::new(store.clone(), settings.dispatch.clone())?.start();
+    let dispatcher = dispatcher::Dispatcher::new(store.clone(), settings.dispatch.clone())?
+        .with_figures_capacity(settings.retention.dispatch_figures_max_count)
+        .start();
     let mut indexer = indexer::Indexer::load(
         store.clone(),
         embedder.clone().recipient(),
@@ -141,8 +143,10 @@ pub async fn spawn_all(
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
     let scg = scg::spawn(settings, &store, Some(embedder.clone().recipient()))?;
-    let kpi =
-        kpi::KpiTelemetry::load(store, settings.kpi.clone())?.with_prior_sink(discoverer.clone().recipient()).start();
+    let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?
+        .with_max_tracked_capabilities(settings.retention.outcome_prior_max_count)
+        .with_prior_sink(discoverer.clone().recipient())
+        .start();
     // Dispatch results that reached a handler feed the per-capability success statistics,
     // under the discovery id, so the outcome prior applies to what discovery ranks.
     let kpi_for_dispatch = kpi.clone();

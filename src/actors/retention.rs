@@ -199,6 +199,8 @@ mod tests {
             memory: limits,
             outcome_ids: limits,
             kpi: limits,
+            outcome_prior_max_count: 100,
+            dispatch_figures_max_count: 100,
         }
     }
 

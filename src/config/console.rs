@@ -29,18 +29,27 @@ pub struct ConsoleSettings {
 }
 
 impl ConsoleSettings {
-    /// Checks the address and the token; `${env:VAR}` in the token is read from `env`.
-    pub fn from_raw(raw: RawConsole, env: &Environment) -> Result<ConsoleSettings, InvalidSetting> {
+    /// Checks the address and the token; `${env:VAR}` in the token is read
+    /// from `env`; the operator is checked as every decider is (not blank, at
+    /// most `max_id_bytes` bytes (`[limits]`), no control characters).
+    pub fn from_raw(
+        raw: RawConsole,
+        env: &Environment,
+        max_id_bytes: usize,
+    ) -> Result<ConsoleSettings, InvalidSetting> {
+        use crate::core::dispatch::approval::{check_decider, DeciderProblem};
         let Listener { listen, token } = listener("console", &raw.listen, &raw.token, env)?;
         let operator = raw.operator.trim();
-        if operator.is_empty() || operator.len() > 128 || operator.chars().any(char::is_control) {
-            return Err(InvalidSetting::new(
+        match check_decider(operator, max_id_bytes) {
+            Ok(()) => Ok(ConsoleSettings { listen, token, operator: operator.to_string() }),
+            Err(DeciderProblem::TooLong(exceeded)) => Err(InvalidSetting::out_of_range(
                 "console.operator",
-                InvalidKind::Malformed,
-                "1 to 128 characters, no control characters",
-            ));
+                crate::core::subject_token::too_long_text(&exceeded),
+            )),
+            Err(_) => {
+                Err(InvalidSetting::new("console.operator", InvalidKind::Malformed, "not blank, no control characters"))
+            }
         }
-        Ok(ConsoleSettings { listen, token, operator: operator.to_string() })
     }
 }
 
@@ -55,7 +64,7 @@ mod tests {
 
     #[test]
     fn the_defaults_serve_no_console() {
-        let settings = ConsoleSettings::from_raw(raw(), &Environment::default()).unwrap();
+        let settings = ConsoleSettings::from_raw(raw(), &Environment::default(), 128).unwrap();
         assert_eq!((settings.listen, settings.token), (None, None));
         assert_eq!(settings.operator, "console");
     }
@@ -66,10 +75,10 @@ mod tests {
         let mut given = raw();
         given.token = "${env:CONSOLE_TOKEN}".into();
         given.listen = "0.0.0.0:7700".into();
-        let settings = ConsoleSettings::from_raw(given.clone(), &env).unwrap();
+        let settings = ConsoleSettings::from_raw(given.clone(), &env, 128).unwrap();
         assert_eq!(settings.token.as_ref().unwrap().expose(), "0123456789abcdef-xyz");
         assert!(!format!("{settings:?}").contains("0123456789abcdef"));
-        let err = ConsoleSettings::from_raw(given, &Environment::default()).unwrap_err();
+        let err = ConsoleSettings::from_raw(given, &Environment::default(), 128).unwrap_err();
         assert_eq!((err.field.as_str(), err.kind), ("console.token", InvalidKind::Incomplete));
     }
 
@@ -77,7 +86,7 @@ mod tests {
     fn a_loopback_address_needs_no_token() {
         let mut given = raw();
         given.listen = "127.0.0.1:0".into();
-        let settings = ConsoleSettings::from_raw(given, &Environment::default()).unwrap();
+        let settings = ConsoleSettings::from_raw(given, &Environment::default(), 128).unwrap();
         assert!(settings.listen.unwrap().ip().is_loopback());
         let env = [("CAPDEX_CONSOLE_LISTEN", "[::1]:7700")];
         assert!(load(&env).unwrap().console.listen.unwrap().ip().is_loopback());
@@ -97,8 +106,19 @@ mod tests {
         for (change, field, kind) in cases {
             let mut given = raw();
             change(&mut given);
-            let err = ConsoleSettings::from_raw(given, &Environment::default()).unwrap_err();
+            let err = ConsoleSettings::from_raw(given, &Environment::default(), 128).unwrap_err();
             assert_eq!((err.field.as_str(), err.kind), (field, kind));
         }
+    }
+
+    #[test]
+    fn an_operator_of_max_id_bytes_is_accepted_and_one_byte_more_refused_naming_the_setting() {
+        let settings = load(&[("CAPDEX_LIMITS_MAX_ID_BYTES", "70"), ("CAPDEX_CONSOLE_OPERATOR", &"o".repeat(70))]);
+        assert_eq!(settings.unwrap().console.operator, "o".repeat(70));
+        let err = load(&[("CAPDEX_LIMITS_MAX_ID_BYTES", "70"), ("CAPDEX_CONSOLE_OPERATOR", &"o".repeat(71))])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("console.operator"), "{err}");
+        assert!(err.contains("is 71 bytes, over limits.max_id_bytes: at most 70"), "{err}");
     }
 }

@@ -3,7 +3,7 @@
 //! `[discovery]` but kept by the KPI actor, so [`KpiSettings`] carries it too.
 
 use super::error::{at_most, in_range, unit_rate, InvalidKind, InvalidSetting};
-use crate::core::kpi_window::{AlertPolicy, ScopeMode, WindowSpec};
+use crate::core::kpi_window::{AlertPolicy, OutcomeLimits, ScopeMode, WindowSpec};
 use crate::core::outcome_prior::OutcomePriorSettings;
 use crate::core::turn_planner::AdaptivePolicy;
 use serde::Deserialize;
@@ -40,20 +40,20 @@ pub struct KpiSettings {
     pub prior_publish_interval_ms: u64,
     /// Scopes that get per-scope Prometheus gauges (the first ones seen).
     pub metrics_max_scopes: usize,
-    /// The longest `organizationId` or `personaId` an outcome may give (`[limits] max_id_bytes`).
-    pub max_id_bytes: usize,
+    /// What an outcome may give (`[limits] max_id_bytes`, `max_capabilities_per_outcome`).
+    pub outcome_limits: OutcomeLimits,
 }
 
 const DAY_MS: u64 = 86_400_000;
 
 impl KpiSettings {
     /// Checks the section; `prior` and `prior_publish_interval_ms` come
-    /// validated from `[discovery]`, `max_id_bytes` from `[limits]`.
+    /// validated from `[discovery]`, `outcome_limits` from `[limits]`.
     pub fn from_raw(
         raw: RawKpi,
         prior: OutcomePriorSettings,
         prior_publish_interval_ms: u64,
-        max_id_bytes: usize,
+        outcome_limits: OutcomeLimits,
     ) -> Result<KpiSettings, InvalidSetting> {
         let window_size = in_range("kpi.rolling_window_size", raw.rolling_window_size, 1..=100_000)?;
         let threshold = unit_rate("kpi.alert_below_weighted_success_rate", raw.alert_below_weighted_success_rate)?;
@@ -104,7 +104,7 @@ impl KpiSettings {
             prior,
             prior_publish_interval_ms,
             metrics_max_scopes: raw.metrics_max_scopes,
-            max_id_bytes,
+            outcome_limits,
         })
     }
 }
@@ -117,12 +117,7 @@ mod tests {
     fn check(edit: impl FnOnce(&mut RawKpi)) -> Result<KpiSettings, InvalidSetting> {
         let mut raw = defaults().kpi;
         edit(&mut raw);
-        KpiSettings::from_raw(
-            raw,
-            OutcomePriorSettings::default(),
-            0,
-            crate::core::limits::Limits::default().max_id_bytes,
-        )
+        KpiSettings::from_raw(raw, OutcomePriorSettings::default(), 0, OutcomeLimits::default())
     }
 
     #[test]

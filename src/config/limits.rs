@@ -16,6 +16,7 @@ pub struct RawLimits {
     pub max_operations_per_spec: usize,
     pub max_ref_hops: usize,
     pub max_id_bytes: usize,
+    pub max_capabilities_per_outcome: usize,
 }
 
 /// The deepest nesting a setting may allow: serde_json and serde_norway refuse
@@ -36,6 +37,11 @@ pub fn limits_from_raw(raw: RawLimits) -> Result<Limits, InvalidSetting> {
         )?,
         max_ref_hops: in_range("limits.max_ref_hops", raw.max_ref_hops, 1..=crate::core::scg::schema::MAX_REF_HOPS)?,
         max_id_bytes: in_range("limits.max_id_bytes", raw.max_id_bytes, crate::core::limits::MAX_ID_BYTES_RANGE)?,
+        max_capabilities_per_outcome: in_range(
+            "limits.max_capabilities_per_outcome",
+            raw.max_capabilities_per_outcome,
+            1..=100_000,
+        )?,
     })
 }
 
@@ -58,10 +64,13 @@ mod tests {
         let settings = load(&[("CAPDEX_LIMITS_MAX_ID_BYTES", "256")]).unwrap();
         assert_eq!(settings.limits.max_id_bytes, 256);
         assert_eq!(
-            (settings.dispatch.max_id_bytes, settings.kpi.max_id_bytes),
+            (settings.dispatch.max_id_bytes, settings.kpi.outcome_limits.max_id_bytes),
             (256, 256),
             "the dispatcher and the KPI read the one setting"
         );
+        let settings = load(&[("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "3")]).unwrap();
+        assert_eq!(settings.limits.max_capabilities_per_outcome, 3);
+        assert_eq!(settings.kpi.outcome_limits.max_capabilities, 3, "the KPI reads it");
         for (variable, value, field) in [
             ("CAPDEX_LIMITS_MAX_JSON_DEPTH", "0", "limits.max_json_depth"),
             ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "129", "limits.max_yaml_depth"),
@@ -70,6 +79,8 @@ mod tests {
             ("CAPDEX_LIMITS_MAX_REF_HOPS", "33", "limits.max_ref_hops"),
             ("CAPDEX_LIMITS_MAX_ID_BYTES", "63", "limits.max_id_bytes"),
             ("CAPDEX_LIMITS_MAX_ID_BYTES", "257", "limits.max_id_bytes"),
+            ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "0", "limits.max_capabilities_per_outcome"),
+            ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "100001", "limits.max_capabilities_per_outcome"),
         ] {
             let err = load(&[(variable, value)]).unwrap_err().to_string();
             assert!(err.contains(field), "{variable}={value}: {err}");

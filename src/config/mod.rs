@@ -165,8 +165,12 @@ impl Settings {
         let discovery = DiscoverySection::from_raw(raw.discovery, embedder.backend)?;
         let nats = NatsSettings::from_raw(raw.nats)?;
         let limits = limits::limits_from_raw(raw.limits)?;
-        let kpi =
-            KpiSettings::from_raw(raw.kpi, discovery.prior, discovery.prior_publish_interval_ms, limits.max_id_bytes)?;
+        let kpi = KpiSettings::from_raw(
+            raw.kpi,
+            discovery.prior,
+            discovery.prior_publish_interval_ms,
+            crate::core::kpi_window::OutcomeLimits::from(&limits),
+        )?;
         let planner = PlannerSection::from_raw(raw.planner)?;
         let metrics_listen_addr = observability::metrics_listen_addr(&raw.metrics)?;
         let scanning = ScanningSection::from_raw(
@@ -204,7 +208,7 @@ impl Settings {
             dispatch: DispatchSettings::from_raw(raw.dispatch, limits.max_id_bytes)?,
             sources: sources::sources_from_raw(raw.sources)?,
             mcp: McpSettings::from_raw(raw.mcp, env, limits.max_id_bytes)?,
-            console: ConsoleSettings::from_raw(raw.console, env)?,
+            console: ConsoleSettings::from_raw(raw.console, env, limits.max_id_bytes)?,
             limits,
             retention: RetentionSettings::from_raw(raw.retention)?,
         })

@@ -22,6 +22,8 @@ pub struct RawRetention {
     pub outcome_ids_max_count: usize,
     pub kpi_max_age_ms: u64,
     pub kpi_max_count: usize,
+    pub outcome_prior_max_count: usize,
+    pub dispatch_figures_max_count: usize,
 }
 
 /// The limits of each store that grows, and the sweep's interval.
@@ -35,12 +37,18 @@ pub struct RetentionSettings {
     pub outcome_ids: Limits,
     /// KPI scopes (their windows and alert state), by their last update.
     pub kpi: Limits,
+    /// The most capabilities the outcome prior's statistics track (`OutcomeStats`).
+    pub outcome_prior_max_count: usize,
+    /// The most capabilities the dispatcher keeps call figures for (`DispatchFigures`).
+    pub dispatch_figures_max_count: usize,
 }
 
 /// The longest age a limit may name: ten years, in milliseconds.
 const MAX_AGE_MS: u64 = 10 * 365 * 86_400_000;
 /// The largest count a limit may name.
 const MAX_COUNT: usize = 1_000_000_000;
+/// The most capabilities a table in memory may be set to track.
+const MAX_TRACKED: usize = 10_000_000;
 
 impl RetentionSettings {
     /// Checks the section: the interval in 100 ms..1 day, ages at most ten years.
@@ -59,6 +67,17 @@ impl RetentionSettings {
             memory: limits("memory", raw.memory_max_age_ms, raw.memory_max_count)?,
             outcome_ids: limits("outcome_ids", raw.outcome_ids_max_age_ms, raw.outcome_ids_max_count)?,
             kpi: limits("kpi", raw.kpi_max_age_ms, raw.kpi_max_count)?,
+            // Bounds of tables in memory: never off, so at least 1.
+            outcome_prior_max_count: in_range(
+                "retention.outcome_prior_max_count",
+                raw.outcome_prior_max_count,
+                1..=MAX_TRACKED,
+            )?,
+            dispatch_figures_max_count: in_range(
+                "retention.dispatch_figures_max_count",
+                raw.dispatch_figures_max_count,
+                1..=MAX_TRACKED,
+            )?,
         })
     }
 }
@@ -97,6 +116,33 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(settings.retention.kpi, Limits { max_age_ms: 1000, max_count: 3 });
+        assert_eq!(
+            (settings.retention.outcome_prior_max_count, settings.retention.dispatch_figures_max_count),
+            (
+                crate::core::outcome_prior::DEFAULT_MAX_TRACKED_CAPABILITIES,
+                crate::core::dispatch::figures::DEFAULT_MAX_CAPABILITIES
+            ),
+            "the file's defaults are the core's"
+        );
+        for (edit, field) in [
+            (
+                Box::new(|r: &mut RawRetention| r.outcome_prior_max_count = 0) as Box<dyn Fn(&mut RawRetention)>,
+                "retention.outcome_prior_max_count",
+            ),
+            (Box::new(|r| r.outcome_prior_max_count = MAX_TRACKED + 1), "retention.outcome_prior_max_count"),
+            (Box::new(|r| r.dispatch_figures_max_count = 0), "retention.dispatch_figures_max_count"),
+            (Box::new(|r| r.dispatch_figures_max_count = MAX_TRACKED + 1), "retention.dispatch_figures_max_count"),
+        ] {
+            let mut raw = defaults().retention;
+            edit(&mut raw);
+            assert_eq!(RetentionSettings::from_raw(raw).unwrap_err().field, field);
+        }
+        let settings = crate::config::tests::load(&[
+            ("CAPDEX_RETENTION_OUTCOME_PRIOR_MAX_COUNT", "7"),
+            ("CAPDEX_RETENTION_DISPATCH_FIGURES_MAX_COUNT", "9"),
+        ])
+        .unwrap();
+        assert_eq!((settings.retention.outcome_prior_max_count, settings.retention.dispatch_figures_max_count), (7, 9));
         let mut raw = defaults().retention;
         raw.provenance_max_count = 0;
         assert_eq!(

@@ -15,10 +15,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
-/// The longest id (`turnId`, `organizationId`, `personaId`, capability id) accepted, in characters.
-pub const MAX_ID_CHARS: usize = 256;
-/// The most capability ids one outcome may list.
-pub const MAX_CAPABILITIES: usize = 256;
+use crate::core::limits::{Limit, LimitExceeded, Limits};
 /// A score at or above this is a success when no status is given.
 pub const SUCCESS_MIN_SCORE: f32 = 0.7;
 /// A score at or above this (and below [`SUCCESS_MIN_SCORE`]) is a partial success.
@@ -163,8 +160,31 @@ pub enum OutcomeError {
     Contradiction { status: &'static str, score: f32, band: &'static str },
     #[error("{field} {problem}")]
     BadId { field: &'static str, problem: String },
-    #[error("capabilities lists {0} ids, the limit is {MAX_CAPABILITIES}")]
-    TooManyCapabilities(usize),
+    /// Over `limits.max_capabilities_per_outcome` (a 413 `too_many_capabilities` on NATS).
+    #[error("capabilities lists {}", crate::core::limits::too_many_text(.0, "ids"))]
+    TooManyCapabilities(LimitExceeded),
+}
+
+/// The limits an outcome is checked against (from `[limits]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutcomeLimits {
+    /// `limits.max_id_bytes`: `turnId`, `organizationId`, `personaId`; a
+    /// capability id may be [`crate::core::limits::max_capability_id_bytes`] of it.
+    pub max_id_bytes: usize,
+    /// `limits.max_capabilities_per_outcome`: the most ids `capabilities` lists.
+    pub max_capabilities: usize,
+}
+
+impl From<&Limits> for OutcomeLimits {
+    fn from(limits: &Limits) -> OutcomeLimits {
+        OutcomeLimits { max_id_bytes: limits.max_id_bytes, max_capabilities: limits.max_capabilities_per_outcome }
+    }
+}
+
+impl Default for OutcomeLimits {
+    fn default() -> OutcomeLimits {
+        OutcomeLimits::from(&Limits::default())
+    }
 }
 
 impl Sample {
@@ -197,31 +217,34 @@ fn band(status: OutcomeStatus) -> &'static str {
 impl OutcomeReport {
     /// Checks every field and returns the sample the report stands for; it
     /// changes nothing, so a refused report leaves no trace. `organizationId`
-    /// and `personaId` are subject tokens of at most `max_id_bytes` (`[limits]`).
+    /// and `personaId` are subject tokens of at most `limits.max_id_bytes`,
+    /// `turnId` is at most as long, each listed capability id at most
+    /// [`crate::core::limits::max_capability_id_bytes`], and `capabilities`
+    /// lists at most `limits.max_capabilities` ids.
     ///
     /// # Examples
     ///
     /// ```
-    /// use capdex::core::kpi_window::{OutcomeReport, OutcomeStatus};
+    /// use capdex::core::kpi_window::{OutcomeLimits, OutcomeReport, OutcomeStatus};
     /// let report = OutcomeReport { status: Some(OutcomeStatus::Partial), ..Default::default() };
-    /// assert_eq!(report.validate(7, 128).unwrap().score, 0.5);
-    /// assert!(OutcomeReport::default().validate(7, 128).is_err());
+    /// assert_eq!(report.validate(7, OutcomeLimits::default()).unwrap().score, 0.5);
+    /// assert!(OutcomeReport::default().validate(7, OutcomeLimits::default()).is_err());
     /// ```
-    pub fn validate(&self, at_ms: u64, max_id_bytes: usize) -> Result<Sample, OutcomeError> {
-        check_id("turnId", self.turn_id.as_deref())?;
-        check_id("organizationId", self.organization_id.as_deref())?;
-        check_id("personaId", self.persona_id.as_deref())?;
+    pub fn validate(&self, at_ms: u64, limits: OutcomeLimits) -> Result<Sample, OutcomeError> {
+        let max_id_bytes = limits.max_id_bytes;
+        check_id("turnId", self.turn_id.as_deref(), max_id_bytes)?;
+        check_id("organizationId", self.organization_id.as_deref(), max_id_bytes)?;
+        check_id("personaId", self.persona_id.as_deref(), max_id_bytes)?;
         // Both become the `kpi.<scope>` subject's token.
         for (field, id) in [("organizationId", &self.organization_id), ("personaId", &self.persona_id)] {
             if let Some(Err(err)) = id.as_deref().map(|id| crate::core::subject_token::check(field, id, max_id_bytes)) {
                 return Err(OutcomeError::BadId { field, problem: crate::core::subject_token::problem_text(&err) });
             }
         }
-        if self.capabilities.len() > MAX_CAPABILITIES {
-            return Err(OutcomeError::TooManyCapabilities(self.capabilities.len()));
-        }
+        crate::core::limits::check(Limit::CapabilitiesPerOutcome, self.capabilities.len(), limits.max_capabilities)
+            .map_err(OutcomeError::TooManyCapabilities)?;
         for id in &self.capabilities {
-            check_id("capabilities[]", Some(id))?;
+            check_capability("capabilities[]", id, max_id_bytes)?;
         }
         let mut sample = Sample::new(self.status, self.score, at_ms)?;
         sample.turn = self.turn_id.as_deref().map(fnv1a64);
@@ -230,17 +253,27 @@ impl OutcomeReport {
 }
 
 /// Checks a capability id as every `capabilities[]` entry of an outcome is checked.
-pub fn check_capability_id(capability_id: &str) -> Result<(), OutcomeError> {
-    check_id("capabilityId", Some(capability_id))
+pub fn check_capability_id(capability_id: &str, max_id_bytes: usize) -> Result<(), OutcomeError> {
+    check_capability("capabilityId", capability_id, max_id_bytes)
 }
 
-/// Ids are non-empty, at most [`MAX_ID_CHARS`] characters, and free of control characters.
-fn check_id(field: &'static str, id: Option<&str>) -> Result<(), OutcomeError> {
+/// A capability id: an id (below) of at most
+/// [`crate::core::limits::max_capability_id_bytes`] bytes.
+fn check_capability(field: &'static str, id: &str, max_id_bytes: usize) -> Result<(), OutcomeError> {
+    if let Some(problem) = crate::core::limits::capability_id_too_long(id, max_id_bytes) {
+        return Err(OutcomeError::BadId { field, problem });
+    }
+    check_id(field, Some(id), usize::MAX)
+}
+
+/// Ids are non-empty, at most `max_id_bytes` bytes (`[limits]`), and free of
+/// control characters.
+fn check_id(field: &'static str, id: Option<&str>, max_id_bytes: usize) -> Result<(), OutcomeError> {
     let Some(id) = id else { return Ok(()) };
     let problem = if id.is_empty() {
         "must not be empty".to_string()
-    } else if id.chars().count() > MAX_ID_CHARS {
-        format!("is longer than {MAX_ID_CHARS} characters")
+    } else if let Err(exceeded) = crate::core::subject_token::check_len(id, max_id_bytes) {
+        crate::core::subject_token::too_long_text(&exceeded)
     } else if id.chars().any(char::is_control) {
         "must not contain control characters".to_string()
     } else {
@@ -753,16 +786,19 @@ mod tests {
     fn retried_turns_count_once() {
         let mut window = KpiWindow::new(spec(10));
         let report = OutcomeReport { turn_id: Some("t1".into()), score: Some(0.9), ..Default::default() };
-        assert_eq!(window.push(report.validate(1, 128).unwrap()), Pushed::Appended { evicted: 0 });
-        assert_eq!(window.push(report.validate(2, 128).unwrap()), Pushed::Duplicate);
+        assert_eq!(window.push(report.validate(1, OutcomeLimits::default()).unwrap()), Pushed::Appended { evicted: 0 });
+        assert_eq!(window.push(report.validate(2, OutcomeLimits::default()).unwrap()), Pushed::Duplicate);
         let other = OutcomeReport { turn_id: Some("t2".into()), score: Some(0.9), ..Default::default() };
-        assert_eq!(window.push(other.validate(3, 128).unwrap()), Pushed::Appended { evicted: 0 });
+        assert_eq!(window.push(other.validate(3, OutcomeLimits::default()).unwrap()), Pushed::Appended { evicted: 0 });
         assert_eq!(window.kpi("s", 3).sample_count, 2);
         // Only live samples count: past the horizon the same turn is a new sample.
         let mut window = KpiWindow::new(WindowSpec::new(10, 100).unwrap());
-        window.push(report.validate(1, 128).unwrap());
-        assert_eq!(window.push(report.validate(101, 128).unwrap()), Pushed::Duplicate);
-        assert_eq!(window.push(report.validate(102, 128).unwrap()), Pushed::Appended { evicted: 1 });
+        window.push(report.validate(1, OutcomeLimits::default()).unwrap());
+        assert_eq!(window.push(report.validate(101, OutcomeLimits::default()).unwrap()), Pushed::Duplicate);
+        assert_eq!(
+            window.push(report.validate(102, OutcomeLimits::default()).unwrap()),
+            Pushed::Appended { evicted: 1 }
+        );
     }
 
     #[test]
@@ -791,7 +827,7 @@ mod tests {
     }
 
     fn refused(report: OutcomeReport) -> String {
-        report.validate(0, 128).unwrap_err().to_string()
+        report.validate(0, OutcomeLimits::default()).unwrap_err().to_string()
     }
 
     #[test]
@@ -808,13 +844,13 @@ mod tests {
         assert!(refused(contradiction(OutcomeStatus::Success)).contains("contradicts"));
         let base = OutcomeReport { status: Some(OutcomeStatus::Success), ..Default::default() };
         assert!(refused(OutcomeReport { turn_id: Some(String::new()), ..base.clone() }).starts_with("turnId"));
-        let long = "x".repeat(MAX_ID_CHARS + 1);
+        let long = "x".repeat(Limits::default().max_id_bytes + 1);
         assert!(refused(OutcomeReport { organization_id: Some(long), ..base.clone() }).starts_with("organizationId"));
         assert!(refused(OutcomeReport { persona_id: Some("a\nb".into()), ..base.clone() }).starts_with("personaId"));
         assert!(refused(OutcomeReport { capabilities: vec![String::new()], ..base.clone() }).starts_with("capab"));
-        let many = vec!["tool:x".to_string(); MAX_CAPABILITIES + 1];
+        let many = vec!["tool:x".to_string(); Limits::default().max_capabilities_per_outcome + 1];
         assert!(refused(OutcomeReport { capabilities: many, ..base.clone() }).contains("limit"));
-        assert!(base.validate(0, 128).is_ok());
+        assert!(base.validate(0, OutcomeLimits::default()).is_ok());
     }
 
     #[test]
@@ -826,11 +862,67 @@ mod tests {
                 "organizationId" => OutcomeReport { organization_id: Some(id), ..base.clone() },
                 _ => OutcomeReport { persona_id: Some(id), ..base.clone() },
             };
-            assert!(with("o".repeat(max)).validate(0, max).is_ok(), "{field}");
-            let err = with("o".repeat(max + 1)).validate(0, max).unwrap_err().to_string();
+            let limits = |max_id_bytes| OutcomeLimits { max_id_bytes, ..OutcomeLimits::default() };
+            assert!(with("o".repeat(max)).validate(0, limits(max)).is_ok(), "{field}");
+            let err = with("o".repeat(max + 1)).validate(0, limits(max)).unwrap_err().to_string();
             assert!(err.starts_with(field), "{err}");
             assert!(err.contains("is 10 bytes, over limits.max_id_bytes: at most 9"), "{err}");
-            assert!(with("o".repeat(max + 1)).validate(0, max + 1).is_ok(), "{field}: the setting is read");
+            assert!(with("o".repeat(max + 1)).validate(0, limits(max + 1)).is_ok(), "{field}: the setting is read");
+        }
+    }
+
+    #[test]
+    fn turn_ids_and_listed_capability_ids_are_refused_one_byte_over_max_id_bytes_naming_the_setting() {
+        let base = OutcomeReport { status: Some(OutcomeStatus::Success), ..Default::default() };
+        for max in [64, 70, 256] {
+            let limits = OutcomeLimits { max_id_bytes: max, ..OutcomeLimits::default() };
+            let turn = |len: usize| OutcomeReport {
+                turn_id: Some("é".repeat(len / 2) + &"t".repeat(len % 2)),
+                ..base.clone()
+            };
+            assert!(turn(max).validate(0, limits).is_ok(), "a turnId of {max} bytes");
+            let err = turn(max + 1).validate(0, limits).unwrap_err().to_string();
+            assert_eq!(err, format!("turnId is {} bytes, over limits.max_id_bytes: at most {max}", max + 1));
+            // A capability id: a source id, '#' and a tool name, each at its longest.
+            let longest = format!("{}#{}", "s".repeat(max), "n".repeat(crate::core::limits::MAX_TOOL_NAME_BYTES));
+            let listing =
+                |id: &str| OutcomeReport { capabilities: vec!["tool:x".into(), id.to_string()], ..base.clone() };
+            assert!(listing(&longest).validate(0, limits).is_ok(), "{} bytes", longest.len());
+            assert_eq!(check_capability_id(&longest, max), Ok(()));
+            let over = format!("{longest}n");
+            let err = listing(&over).validate(0, limits).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("capabilities[] is {} bytes, over limits.max_id_bytes", over.len())),
+                "{err}"
+            );
+            let err = check_capability_id(&over, max).unwrap_err().to_string();
+            assert!(err.starts_with("capabilityId is") && err.contains("limits.max_id_bytes"), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_outcome_may_list_max_capabilities_per_outcome_ids_and_one_more_is_refused_naming_the_setting() {
+        let base = OutcomeReport { status: Some(OutcomeStatus::Success), ..Default::default() };
+        for max in [1, 3, 256] {
+            let limits = OutcomeLimits { max_capabilities: max, ..OutcomeLimits::default() };
+            let listing = |n: usize| OutcomeReport {
+                capabilities: (0..n).map(|i| format!("tool:t{i}")).collect(),
+                ..base.clone()
+            };
+            assert!(listing(max).validate(0, limits).is_ok(), "{max} ids");
+            let err = listing(max + 1).validate(0, limits).unwrap_err();
+            assert_eq!(
+                err,
+                OutcomeError::TooManyCapabilities(LimitExceeded {
+                    limit: Limit::CapabilitiesPerOutcome,
+                    found: max + 1,
+                    max
+                })
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("capabilities lists {} ids, over limits.max_capabilities_per_outcome: at most {max}", max + 1)
+            );
         }
     }
 

@@ -1,7 +1,7 @@
 //! Limits on everything that comes from outside (`[limits]` in `config/capdex.toml`):
 //! nesting depth of JSON and msgpack bodies and of YAML documents, YAML
 //! aliases, tools per source, operations per spec, `$ref` hops in a chain, the
-//! bytes of an id. Each refusal is a [`LimitExceeded`] naming its setting.
+//! bytes of an id, the capabilities one task outcome lists. Each refusal is a [`LimitExceeded`] naming its setting.
 //! Payload sizes are `[nats] max_payload_bytes` and the scanner's
 //! `max_manifest_bytes`; the grammar of an id that becomes a subject token is
 //! `subject_token`'s, its length `max_id_bytes`. A `$ref`
@@ -35,6 +35,8 @@ pub struct Limits {
     /// ids, a capability's slug or source id, execution and step ids, the
     /// names a registration gives its capabilities).
     pub max_id_bytes: usize,
+    /// Most capability ids one task outcome may list (`capabilities`).
+    pub max_capabilities_per_outcome: usize,
 }
 
 /// The range `max_id_bytes` may take. At most 256: an id is one token of a
@@ -44,6 +46,31 @@ pub struct Limits {
 /// an OpenAI function name; a live source's id) are up to 64 bytes, and a
 /// smaller setting would refuse at one edge what another accepted.
 pub const MAX_ID_BYTES_RANGE: std::ops::RangeInclusive<usize> = 64..=256;
+
+/// The longest tool name a source may give, in bytes (the MCP mapper's and a
+/// live source's limit).
+pub const MAX_TOOL_NAME_BYTES: usize = 256;
+
+/// The longest capability id from outside, in bytes, given `max_id_bytes`: a
+/// source capability id is a source id (at most `max_id_bytes`), `#` and a
+/// tool name (at most [`MAX_TOOL_NAME_BYTES`]); every other capability id (a
+/// slug, `tool:<name>`) is shorter.
+pub fn max_capability_id_bytes(max_id_bytes: usize) -> usize {
+    max_id_bytes + 1 + MAX_TOOL_NAME_BYTES
+}
+
+/// `None` when `capability_id` is at most [`max_capability_id_bytes`] long,
+/// else how its refusal reads after its field (naming `limits.max_id_bytes`).
+pub fn capability_id_too_long(capability_id: &str, max_id_bytes: usize) -> Option<String> {
+    let max = max_capability_id_bytes(max_id_bytes);
+    (capability_id.len() > max).then(|| {
+        format!(
+            "is {} bytes, over limits.max_id_bytes: a capability id is at most {max} (a source id of at most \
+             limits.max_id_bytes ({max_id_bytes}), '#', a tool name of at most {MAX_TOOL_NAME_BYTES} bytes)",
+            capability_id.len()
+        )
+    })
+}
 
 /// The default depth of JSON and YAML nesting (serde_json refuses at 128 on its own).
 pub const DEFAULT_MAX_DEPTH: usize = 64;
@@ -58,6 +85,7 @@ impl Default for Limits {
             max_operations_per_spec: 5_000,
             max_ref_hops: 16,
             max_id_bytes: 128,
+            max_capabilities_per_outcome: 256,
         }
     }
 }
@@ -72,6 +100,7 @@ pub enum Limit {
     OperationsPerSpec,
     RefHops,
     IdBytes,
+    CapabilitiesPerOutcome,
 }
 
 impl Limit {
@@ -85,6 +114,7 @@ impl Limit {
             Limit::OperationsPerSpec => "limits.max_operations_per_spec",
             Limit::RefHops => "limits.max_ref_hops",
             Limit::IdBytes => "limits.max_id_bytes",
+            Limit::CapabilitiesPerOutcome => "limits.max_capabilities_per_outcome",
         }
     }
 
@@ -98,6 +128,7 @@ impl Limit {
             Limit::OperationsPerSpec => "too_many_operations",
             Limit::RefHops => "ref_chain_too_long",
             Limit::IdBytes => "id_too_long",
+            Limit::CapabilitiesPerOutcome => "too_many_capabilities",
         }
     }
 }
@@ -109,6 +140,13 @@ pub struct LimitExceeded {
     pub limit: Limit,
     pub found: usize,
     pub max: usize,
+}
+
+/// How a refusal of too many items reads after its field:
+/// `lists 257 ids, over limits.max_capabilities_per_outcome: at most 256` reads
+/// `257 ids, over ...` here, `what` being `ids`.
+pub fn too_many_text(exceeded: &LimitExceeded, what: &str) -> String {
+    format!("{} {what}, over {}: at most {}", exceeded.found, exceeded.limit.setting(), exceeded.max)
 }
 
 /// `Ok` when `found` is at most `max`, else the refusal naming `limit`.
@@ -369,8 +407,25 @@ mod tests {
     }
 
     #[test]
+    fn a_capability_id_is_a_source_id_a_hash_and_a_tool_name_at_their_longest() {
+        for max_id_bytes in [MAX_ID_BYTES_RANGE.start().to_owned(), 128, MAX_ID_BYTES_RANGE.end().to_owned()] {
+            let longest = format!("{}#{}", "s".repeat(max_id_bytes), "n".repeat(MAX_TOOL_NAME_BYTES));
+            assert_eq!(longest.len(), max_capability_id_bytes(max_id_bytes));
+            assert_eq!(capability_id_too_long(&longest, max_id_bytes), None);
+            let text = capability_id_too_long(&format!("{longest}n"), max_id_bytes).unwrap();
+            assert!(text.starts_with(&format!("is {} bytes, over limits.max_id_bytes", longest.len() + 1)), "{text}");
+        }
+    }
+
+    #[test]
     fn counts_are_refused_above_their_limit_only() {
-        for limit in [Limit::YamlAliases, Limit::ToolsPerSource, Limit::OperationsPerSpec, Limit::IdBytes] {
+        for limit in [
+            Limit::YamlAliases,
+            Limit::ToolsPerSource,
+            Limit::OperationsPerSpec,
+            Limit::IdBytes,
+            Limit::CapabilitiesPerOutcome,
+        ] {
             assert_eq!(check(limit, 10, 10), Ok(()));
             let err = check(limit, 11, 10).unwrap_err();
             assert!(err.to_string().contains(limit.setting()), "{err}");

@@ -28,8 +28,9 @@ use crate::core::retrieval::RankedHit;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-/// The most capabilities tracked; ids beyond it are ignored until stale ones are pruned.
-pub const MAX_TRACKED_CAPABILITIES: usize = 100_000;
+/// The most capabilities an [`OutcomeStats`] tracks unless told otherwise
+/// (`[retention] outcome_prior_max_count`, which `capdex serve` gives it).
+pub const DEFAULT_MAX_TRACKED_CAPABILITIES: usize = 100_000;
 /// A tracked capability whose decayed weight falls below this is forgotten.
 pub const FORGET_BELOW_WEIGHT: f64 = 1e-3;
 
@@ -112,10 +113,32 @@ impl DecayedStat {
 }
 
 /// Every tracked capability's statistics, and those of all observations together.
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// At most `max_capabilities` capabilities are tracked: the capability ids of
+/// outcomes come from outside, so the table is bounded. When it is full, an
+/// observation of a capability it does not track changes nothing
+/// ([`Credited::Ignored`], counted by `capdex_outcome_prior_ignored_total`)
+/// until [`OutcomeStats::prune`] forgets capabilities whose evidence has
+/// decayed away; tracked capabilities keep being credited. Nothing is evicted
+/// to make room, so a burst of invented ids cannot push out the evidence of
+/// the capabilities already tracked. A table loaded over a lowered bound is
+/// kept whole and takes no new capability until it is back under it.
+#[derive(Clone, Debug, PartialEq)]
 pub struct OutcomeStats {
     pub global: DecayedStat,
     pub capabilities: HashMap<String, DecayedStat>,
+    /// The most capabilities tracked.
+    pub max_capabilities: usize,
+}
+
+impl Default for OutcomeStats {
+    fn default() -> OutcomeStats {
+        OutcomeStats {
+            global: DecayedStat::default(),
+            capabilities: HashMap::new(),
+            max_capabilities: DEFAULT_MAX_TRACKED_CAPABILITIES,
+        }
+    }
 }
 
 /// What one observation changed, to be stored.
@@ -128,10 +151,17 @@ pub enum Credited {
 }
 
 impl OutcomeStats {
-    /// Credits `capability_id` with `score` observed at `at_ms`.
+    /// The same statistics, tracking at most `max_capabilities` capabilities.
+    pub fn with_max_capabilities(mut self, max_capabilities: usize) -> OutcomeStats {
+        self.max_capabilities = max_capabilities;
+        self
+    }
+
+    /// Credits `capability_id` with `score` observed at `at_ms`; a capability
+    /// not tracked when `max_capabilities` are is ignored (see the type's docs).
     pub fn credit(&mut self, capability_id: &str, score: f32, at_ms: u64, half_life_ms: u64) -> Credited {
         if !self.capabilities.contains_key(capability_id) {
-            if self.capabilities.len() >= MAX_TRACKED_CAPABILITIES {
+            if self.capabilities.len() >= self.max_capabilities {
                 return Credited::Ignored;
             }
             self.capabilities.insert(capability_id.to_string(), DecayedStat::default());
@@ -332,6 +362,25 @@ mod tests {
         assert_eq!(stats.prune(10, settings.half_life_ms), Vec::<String>::new());
         assert_eq!(stats.prune(200 * DAY, settings.half_life_ms), vec!["bad".to_string(), "good".to_string()]);
         assert!(stats.capabilities.is_empty());
+    }
+
+    #[test]
+    fn at_most_max_capabilities_are_tracked_and_room_comes_back_when_evidence_decays() {
+        let settings = OutcomePriorSettings::default();
+        let half_life = settings.half_life_ms;
+        let mut stats = OutcomeStats::default().with_max_capabilities(3);
+        for id in ["a", "b", "c"] {
+            assert!(matches!(stats.credit(id, 1.0, 0, half_life), Credited::Updated(_)), "{id}: at the bound");
+        }
+        let global = stats.global;
+        assert_eq!(stats.credit("d", 0.0, 1, half_life), Credited::Ignored, "one over the bound");
+        assert_eq!((stats.capabilities.len(), stats.global), (3, global), "an ignored observation changes nothing");
+        assert!(matches!(stats.credit("a", 0.0, 2, half_life), Credited::Updated(_)), "tracked ones still count");
+        // "b" and "c" decay away; "a" is credited again late: pruning makes room for "d".
+        stats.credit("a", 1.0, 200 * DAY, half_life);
+        assert_eq!(stats.prune(200 * DAY, half_life), vec!["b".to_string(), "c".to_string()]);
+        assert!(matches!(stats.credit("d", 1.0, 200 * DAY, half_life), Credited::Updated(_)));
+        assert_eq!(OutcomeStats::default().max_capabilities, DEFAULT_MAX_TRACKED_CAPABILITIES);
     }
 
     #[test]

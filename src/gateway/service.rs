@@ -661,7 +661,7 @@ async fn handle<A: Api>(
             }
             EndpointKind::Plan => {
                 let request: PlanRequest = codec.decode(&payload, max)?;
-                codec.encode(&api.plan(request.into_discover()?).await?)
+                codec.encode(&api.plan(request.into_discover(shared.limits.max_id_bytes)?).await?)
             }
             EndpointKind::Outcome => outcome(api.as_ref(), &shared, codec, &payload).await,
             EndpointKind::Dispatch => {
@@ -720,7 +720,7 @@ async fn handle<A: Api>(
                         DispatchAdmin::Decide {
                             id: approval_id(),
                             approve: matches!(op, AdminOp::Approve | AdminOp::ApproverApprove),
-                            by: crate::gateway::wire::DecideRequest::decider(body)?,
+                            by: crate::gateway::wire::DecideRequest::decider(body, shared.limits.max_id_bytes)?,
                         }
                     }
                     AdminOp::ListProvenance => DispatchAdmin::ListProvenance(body),

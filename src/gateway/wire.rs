@@ -128,8 +128,9 @@ pub struct PlanRequest {
 }
 
 impl PlanRequest {
-    /// Splits the request into its discovery query (validated) and plan options.
-    pub fn into_discover(self) -> Result<DiscoverRequest, ApiError> {
+    /// Splits the request into its discovery query (validated, its workspace
+    /// within `max_id_bytes`) and plan options.
+    pub fn into_discover(self, max_id_bytes: usize) -> Result<DiscoverRequest, ApiError> {
         let options = PlanOptions {
             turn_id: self.turn_id,
             organization_id: self.organization_id,
@@ -153,7 +154,7 @@ impl PlanRequest {
             explain: false,
         };
         request.filter()?;
-        request.workspace()?;
+        request.workspace(max_id_bytes)?;
         Ok(request)
     }
 }
@@ -223,14 +224,21 @@ impl DiscoverRequest {
         })
     }
 
-    /// Returns the request's workspace, checked like the SCG's workspace names.
-    pub fn workspace(&self) -> Result<Option<&str>, ApiError> {
-        match self.workspace.as_deref() {
-            Some(workspace) if !crate::core::scg::valid_source_id(workspace) => Err(ApiError::bad_request(format!(
-                "workspace {workspace:?} is invalid: use 1-128 characters of [A-Za-z0-9._-]"
-            ))),
-            workspace => Ok(workspace),
-        }
+    /// Returns the request's workspace, checked like the SCG's workspace
+    /// names (`core::scg::source_id_problem`: at most `max_id_bytes`, `[limits]`).
+    pub fn workspace(&self, max_id_bytes: usize) -> Result<Option<&str>, ApiError> {
+        check_workspace(self.workspace.as_deref(), max_id_bytes)?;
+        Ok(self.workspace.as_deref())
+    }
+}
+
+/// Checks a request's `workspace` (discover, plan, route, observe) like the
+/// SCG's workspace names: 1 to `max_id_bytes` (`[limits]`) of `[A-Za-z0-9._-]`,
+/// a long one's refusal naming the setting.
+pub fn check_workspace(workspace: Option<&str>, max_id_bytes: usize) -> Result<(), ApiError> {
+    match workspace.and_then(|workspace| crate::core::scg::source_id_problem(workspace, max_id_bytes)) {
+        Some(problem) => Err(ApiError::bad_request(format!("workspace {problem}"))),
+        None => Ok(()),
     }
 }
 
@@ -667,7 +675,16 @@ mod tests {
         assert_eq!(disagree.filter().unwrap_err().kind, ErrorKind::BadRequest);
         let plan: PlanRequest =
             decode(br#"{"message":"x","taskOutcome":"partial","toolSelectionMode":"all"}"#, 1024).unwrap();
-        assert!(plan.into_discover().unwrap().plan.is_some());
+        assert!(plan.clone().into_discover(128).unwrap().plan.is_some());
+        let in_workspace = |workspace: String| PlanRequest { workspace: Some(workspace), ..plan.clone() };
+        assert!(in_workspace("w".repeat(70)).into_discover(70).is_ok());
+        let over = in_workspace("w".repeat(71)).into_discover(70).unwrap_err();
+        assert_eq!(over.kind, ErrorKind::BadRequest);
+        assert_eq!(over.message, "workspace is 71 bytes, over limits.max_id_bytes: at most 70");
+        assert_eq!(check_workspace(None, 70), Ok(()));
+        assert_eq!(check_workspace(Some(&"w".repeat(70)), 70), Ok(()));
+        assert_eq!(check_workspace(Some(&"w".repeat(71)), 70).unwrap_err().message, over.message);
+        assert_eq!(check_workspace(Some("a b"), 70).unwrap_err().kind, ErrorKind::BadRequest);
         assert_eq!(
             decode::<PlanRequest>(br#"{"message":"x","toolFailureMode":"sometimes"}"#, 1024).unwrap_err().kind,
             ErrorKind::BadRequest
@@ -704,9 +721,12 @@ mod tests {
     #[test]
     fn a_decision_names_who_decides_or_is_the_nats_api_s() {
         use serde_json::json;
-        assert_eq!(DecideRequest::decider(json!({})).unwrap(), NATS_DECIDER);
-        assert_eq!(DecideRequest::decider(json!({"by": null})).unwrap(), NATS_DECIDER);
-        assert_eq!(DecideRequest::decider(json!({"by": "alice@ops"})).unwrap(), "alice@ops");
+        assert_eq!(DecideRequest::decider(json!({}), 128).unwrap(), NATS_DECIDER);
+        assert_eq!(DecideRequest::decider(json!({"by": null}), 128).unwrap(), NATS_DECIDER);
+        assert_eq!(DecideRequest::decider(json!({"by": "alice@ops"}), 128).unwrap(), "alice@ops");
+        assert_eq!(DecideRequest::decider(json!({"by": "x".repeat(70)}), 70).unwrap(), "x".repeat(70));
+        let over = DecideRequest::decider(json!({"by": "x".repeat(71)}), 70).unwrap_err();
+        assert_eq!(over.message, "by is 71 bytes, over limits.max_id_bytes: at most 70");
         for bad in [
             json!({"by": "a\tb"}),
             json!({"by": "x".repeat(129)}),
@@ -714,7 +734,7 @@ mod tests {
             json!({"by": 3}),
             json!({"who": "a"}),
         ] {
-            let err = DecideRequest::decider(bad.clone()).unwrap_err();
+            let err = DecideRequest::decider(bad.clone(), 128).unwrap_err();
             assert_eq!((err.status(), err.code()), (400, "bad_request"), "{bad}");
         }
     }
@@ -786,14 +806,14 @@ pub const NATS_DECIDER: &str = "nats";
 impl DecideRequest {
     /// Reads the body (an empty body is `{}`) and returns who decides: its
     /// `by`, checked (`core::dispatch::approval::check_decider`: not blank, at
-    /// most 128 characters, printable), else [`NATS_DECIDER`].
-    pub fn decider(body: serde_json::Value) -> Result<String, ApiError> {
+    /// most `max_id_bytes` bytes (`[limits]`), printable), else [`NATS_DECIDER`].
+    pub fn decider(body: serde_json::Value, max_id_bytes: usize) -> Result<String, ApiError> {
         let request: DecideRequest = serde_json::from_value(body)
             .map_err(|err| ApiError::bad_request(format!("malformed approval decision: {err}")))?;
         match request.by {
             None => Ok(NATS_DECIDER.to_string()),
             Some(by) => {
-                crate::core::dispatch::approval::check_decider(&by)
+                crate::core::dispatch::approval::check_decider(&by, max_id_bytes)
                     .map_err(|problem| ApiError::bad_request(problem.to_string()))?;
                 Ok(by)
             }

@@ -11,10 +11,11 @@ use crate::config::Settings;
 use crate::core::dispatch::env_template::EnvAllow;
 use crate::core::dispatch::ssrf::Cidr;
 use crate::core::dispatch::{CallResult, ErrorCode};
+use crate::core::limits::Limits;
 use crate::core::scg::model::SourceKind as ScgKind;
 use crate::core::sources::request::build_request;
 use crate::core::sources::settings::{Connection, DocumentLocation, SettingsErrorKind, SourceSettings};
-use crate::core::sources::tools::{mcp_document, tools_of};
+use crate::core::sources::tools::{mcp_document, tools_of_limited};
 use crate::core::sources::{HttpOperation, Invocation};
 use crate::upstream::http::{HttpExecutor, DEFAULT_MAX_RESPONSE_BYTES};
 use crate::upstream::mcp::{ConnectOptions, McpSession, ToolsChanged};
@@ -43,6 +44,8 @@ pub struct UpstreamConnector {
     env_allow: EnvAllow,
     /// The operator's `[[sources]]`, as written: exactly these may read any variable.
     declared: Vec<SourceSettings>,
+    /// `[limits]`: a source's tools, and the nesting, aliases, operations and `$ref` chains of its document.
+    limits: Limits,
 }
 
 impl UpstreamConnector {
@@ -52,6 +55,7 @@ impl UpstreamConnector {
             roots: settings.scg.map_path_roots.clone(),
             env_allow: settings.dispatch.env_allow.clone(),
             declared: settings.sources.clone(),
+            limits: settings.limits,
         }
     }
 
@@ -70,6 +74,7 @@ impl UpstreamConnector {
 impl Connector for UpstreamConnector {
     fn connect(&self, settings: &SourceSettings) -> LocalBoxFuture<'static, Result<Connected, String>> {
         let (settings, allowlist, roots) = (settings.clone(), self.allowlist.clone(), self.roots.clone());
+        let limits = self.limits;
         let env_allow = self.env_allow_for(&settings);
         async move {
             let resolved = settings.resolve(&env_allow, &env).map_err(|err| err.to_string())?;
@@ -78,6 +83,7 @@ impl Connector for UpstreamConnector {
                     let options = ConnectOptions { allowlist, ..ConnectOptions::default() };
                     let (session, changed) =
                         McpSession::connect(&connection, &options).await.map_err(|err| err.to_string())?;
+                    let session = session.with_max_tools(limits.max_tools_per_source);
                     let tools = session.list_tools(SYNC_TIMEOUT).await.map_err(|err| err.to_string())?;
                     let synced = Synced { document: mcp_document(&tools).to_string(), tools };
                     let link = McpLink { session, changed: Arc::new(tokio::sync::Mutex::new(changed)) };
@@ -109,6 +115,7 @@ impl Connector for UpstreamConnector {
                         fetcher,
                         executor,
                         state: Arc::new(Mutex::new(OpenApiState { etag, operations: HashMap::new() })),
+                        limits,
                     };
                     let synced = openapi.synced(text)?;
                     Ok(Connected { synced, link: Some(Arc::new(openapi)) })
@@ -117,7 +124,7 @@ impl Connector for UpstreamConnector {
                     let text = read_file_under_roots(&path, &roots, DEFAULT_MAX_DOCUMENT_BYTES)
                         .await
                         .map_err(|err| err.to_string())?;
-                    let tools = tools_of(ScgKind::Sql, &text).map_err(|err| err.to_string())?;
+                    let tools = tools_of_limited(ScgKind::Sql, &text, &limits).map_err(|err| err.to_string())?;
                     Ok(Connected { synced: Synced { tools, document: text }, link: None })
                 }
             }
@@ -204,12 +211,14 @@ struct OpenApiLink {
     fetcher: DocumentFetcher,
     executor: HttpExecutor,
     state: Arc<Mutex<OpenApiState>>,
+    /// `[limits]`, which every read of its document is checked against.
+    limits: Limits,
 }
 
 impl OpenApiLink {
     /// Reads a document's operations into the link; answers what to publish.
     fn synced(&self, text: String) -> Result<Synced, String> {
-        let mut tools = tools_of(ScgKind::Openapi, &text).map_err(|err| err.to_string())?;
+        let mut tools = tools_of_limited(ScgKind::Openapi, &text, &self.limits).map_err(|err| err.to_string())?;
         for tool in &mut tools {
             if let Invocation::Http(operation) = &mut tool.invocation {
                 operation.base_url = self.base_for(&operation.base_url);
@@ -311,6 +320,7 @@ impl OpenApiLink {
             fetcher: self.fetcher.clone(),
             executor: self.executor.clone(),
             state: self.state.clone(),
+            limits: self.limits,
         }
     }
 }

@@ -845,7 +845,7 @@ pub(crate) fn log_start(log: &mut Vec<u8>) {
 /// big-endian. Fixed-width fields: no allocation, no serde per sample.
 pub(crate) fn log_sample(log: &mut Vec<u8>, scope_key: &str, seq: u64, sample: &Sample) {
     use crate::core::kpi_window::OutcomeStatus;
-    // A scope key is at most two ids of `MAX_ID_CHARS` characters, far below u16::MAX bytes.
+    // A scope key is at most two ids of `[limits] max_id_bytes` (at most 256) bytes, far below u16::MAX.
     debug_assert!(scope_key.len() <= usize::from(u16::MAX));
     let scope_bytes = &scope_key.as_bytes()[..scope_key.len().min(usize::from(u16::MAX))];
     log.extend_from_slice(&(scope_bytes.len() as u16).to_be_bytes());

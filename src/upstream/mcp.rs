@@ -38,8 +38,6 @@ use tokio::sync::{mpsc, watch};
 
 /// The most pages `list_tools` follows.
 pub const MAX_TOOL_PAGES: usize = 100;
-/// The most tools kept from one source.
-pub const MAX_TOOLS: usize = 5_000;
 /// The longest tool description kept, in characters (a source's text is not trusted to be short).
 pub const MAX_DESCRIPTION_CHARS: usize = 8_192;
 /// How much of an upstream's error text a failed call carries, in characters.
@@ -103,6 +101,8 @@ pub struct McpSession {
     closed: watch::Receiver<Option<String>>,
     progress_sinks: ProgressSinks,
     shared: Arc<SessionShared>,
+    /// The most tools `list_tools` accepts (`[limits] max_tools_per_source`).
+    max_tools: usize,
 }
 
 impl std::fmt::Debug for McpSession {
@@ -324,7 +324,15 @@ impl McpSession {
             closed,
             progress_sinks,
             shared: Arc::new(SessionShared { cancel: Mutex::new(Some(cancel)), closed_tx, server_name, pid }),
+            max_tools: crate::core::limits::Limits::default().max_tools_per_source,
         }
+    }
+
+    /// The same session, its tool lists refused beyond `max_tools` tools
+    /// (`[limits] max_tools_per_source`; the default's otherwise).
+    pub fn with_max_tools(mut self, max_tools: usize) -> McpSession {
+        self.max_tools = max_tools;
+        self
     }
 
     /// The name the server gave in `initialize` (may be empty).
@@ -353,7 +361,9 @@ impl McpSession {
     }
 
     /// Every tool the server offers, following `nextCursor` (at most
-    /// [`MAX_TOOL_PAGES`] pages, [`MAX_TOOLS`] tools), all within `timeout`.
+    /// [`MAX_TOOL_PAGES`] pages; more tools than the session's
+    /// `max_tools_per_source` ([`McpSession::with_max_tools`]) is a
+    /// `too_large` refusal naming the setting), all within `timeout`.
     /// Tools with an empty name, one over 256 bytes, a `#` in it, or a name seen
     /// before are left out; descriptions are cut to [`MAX_DESCRIPTION_CHARS`].
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<SourceTool>, UpstreamError> {
@@ -384,14 +394,18 @@ impl McpSession {
             };
             for tool in page.tools {
                 let name = tool.name.to_string();
-                if name.is_empty() || name.len() > 256 || name.contains('#') || !names.insert(name.clone()) {
+                let too_long = name.len() > crate::core::limits::MAX_TOOL_NAME_BYTES;
+                if name.is_empty() || too_long || name.contains('#') || !names.insert(name.clone()) {
                     tracing::warn!(tool = %truncate(&name, 100), "a source offered a tool with an unusable or repeated name");
                     continue;
                 }
-                if tools.len() == MAX_TOOLS {
+                if tools.len() == self.max_tools {
                     return Err(UpstreamError::new(
                         UpstreamErrorKind::TooLarge,
-                        format!("the source offers over {MAX_TOOLS} tools"),
+                        format!(
+                            "the source offers over {} tools, more than limits.max_tools_per_source allows",
+                            self.max_tools
+                        ),
                     ));
                 }
                 let title = tool.title.clone().or_else(|| tool.annotations.as_ref().and_then(|a| a.title.clone()));

@@ -342,7 +342,7 @@ async fn approvals_list_their_redacted_arguments_and_who_decided() {
         assert!(!shown.contains(leak), "{leak} is shown: {shown}");
     }
 
-    // `by` is checked: printable, at most 128 characters, and nothing else in the body.
+    // `by` is checked: printable, at most `[limits] max_id_bytes` (128) bytes, and nothing else in the body.
     let approve = format!("capdex.v1.approval.{id}.approve");
     for bad in [json!({"by": "ops\u{7}"}), json!({"by": "x".repeat(129)}), json!({"by": " "}), json!({"who": "ops"})] {
         let refused = ask(&client, &approve, bad.clone()).await;

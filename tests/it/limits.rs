@@ -2,9 +2,9 @@
 //! limit set small through its `CAPDEX_LIMITS_*` variable and tried at the
 //! limit (accepted) and one over it (refused 413 with the limit's code and a
 //! message naming the setting): JSON and msgpack nesting, tools per source,
-//! operations per OpenAPI spec, YAML aliases and YAML depth. The length of an
-//! id (`max_id_bytes`) is tried the same way, each refusal keeping the code of
-//! the request it is in.
+//! operations per OpenAPI spec, YAML aliases and YAML depth, the capabilities
+//! one outcome lists. The length of an id (`max_id_bytes`) is tried the same
+//! way, each refusal keeping the code of the request it is in.
 
 use crate::dispatch::{ask, call, code, serve};
 use crate::support::nats_server::NatsServer;
@@ -61,9 +61,21 @@ async fn each_limit_accepts_its_value_and_refuses_one_more_naming_the_setting() 
             ("CAPDEX_LIMITS_MAX_YAML_ALIASES", "1"),
             ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "4"),
             ("CAPDEX_LIMITS_MAX_REF_HOPS", "2"),
+            ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "2"),
         ],
     )
     .await;
+
+    // The capabilities one outcome lists.
+    let outcome = |n: usize| {
+        json!({"turnId": format!("listing-{n}"), "status": "success",
+            "capabilities": (0..n).map(|i| format!("tool:t{i}")).collect::<Vec<_>>()})
+    };
+    let (two, status) = send(&client, "capdex.v1.outcome", &outcome(2), false).await;
+    assert_eq!(status, None, "two capabilities: {two}");
+    let (three, status) = send(&client, "capdex.v1.outcome", &outcome(3), false).await;
+    assert_eq!((status.as_deref(), three["code"].as_str()), (Some("413"), Some("too_many_capabilities")), "{three}");
+    assert!(three["message"].as_str().unwrap().contains("limits.max_capabilities_per_outcome: at most 2"), "{three}");
 
     // Nesting, JSON and msgpack: the batch {tools: [{inputSchema: {properties: {q: {type}}}}]} nests
     // 6 levels, plus `extra` objects wrapped around q's.
@@ -214,5 +226,62 @@ async fn ids_are_refused_one_byte_over_the_configured_max_id_bytes_naming_the_se
     assert_eq!(recorded["kpi"]["scopeKey"], at.as_str(), "{recorded}");
     let refused = ask(&client, "capdex.v1.outcome", outcome(&over)).await;
     assert!(refused["message"].as_str().unwrap_or_default().starts_with("organizationId"), "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
+    // ... its turnId.
+    let turn = |turn: &str| json!({"turnId": turn, "status": "success"});
+    let recorded = ask(&client, "capdex.v1.outcome", turn(&at)).await;
+    assert_eq!(recorded["kpi"]["scopeKey"], "global", "{recorded}");
+    let refused = ask(&client, "capdex.v1.outcome", turn(&over)).await;
+    assert_eq!(refused["code"], "bad_request", "{refused}");
+    assert!(refused["message"].as_str().unwrap_or_default().starts_with("turnId"), "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
+
+    // Who decides an approval: an unknown one is looked up only when `by` passes.
+    let decide = |by: &str| json!({"by": by});
+    let unknown = ask(&client, "capdex.v1.approval.nothing-here.approve", decide(&at)).await;
+    assert_eq!(unknown["code"], "unknown_approval", "a by of {MAX} bytes is read: {unknown}");
+    let refused = ask(&client, "capdex.v1.approval.nothing-here.approve", decide(&over)).await;
+    assert_eq!(refused["code"], "bad_request", "{refused}");
+    assert!(refused["message"].as_str().unwrap_or_default().starts_with("by is"), "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
+
+    // An SCG source id and a workspace it enables.
+    let map = |id: &str, workspace: &str| {
+        json!({"sourceId": id, "kind": "mcp", "workspaces": [workspace],
+            "document": {"tools": [{"name": "t", "description": "t", "inputSchema": {"type": "object"}}]}})
+    };
+    let mapped = ask(&client, "capdex.v1.map", map(&at, &at)).await;
+    assert_eq!(mapped["sourceId"], at.as_str(), "{mapped}");
+    for (refused, code) in [
+        (ask(&client, "capdex.v1.map", map(&over, "w")).await, "invalid_source_id"),
+        (ask(&client, "capdex.v1.map", map("s", &over)).await, "bad_request"),
+    ] {
+        assert_eq!(refused["code"], code, "{refused}");
+        names_the_setting(&refused, refused["message"].as_str().unwrap());
+    }
+    // ... a discovery's workspace.
+    let discover = |workspace: &str| json!({"message": "anything", "workspace": workspace});
+    let found = ask(&client, "capdex.v1.discover", discover(&at)).await;
+    assert!(found.get("code").is_none(), "a workspace of {MAX} bytes: {found}");
+    let refused = ask(&client, "capdex.v1.discover", discover(&over)).await;
+    assert_eq!(refused["code"], "bad_request", "{refused}");
+    names_the_setting(&refused, refused["message"].as_str().unwrap());
+    // ... a route's and an observation's.
+    let route = ask(&client, "capdex.v1.route", json!({"query": "anything", "workspace": at})).await;
+    assert!(route.get("code").is_none(), "a workspace of {MAX} bytes: {route}");
+    for (subject, request) in [
+        ("capdex.v1.route", json!({"query": "anything", "workspace": over})),
+        ("capdex.v1.observe", json!({"node": format!("{at}#t"), "workspace": over})),
+    ] {
+        let refused = ask(&client, subject, request).await;
+        assert_eq!(refused["code"], "bad_request", "{subject}: {refused}");
+        names_the_setting(&refused, refused["message"].as_str().unwrap());
+    }
+    // ... and a memory note's workspace label: one at the limit reaches the anchor check.
+    let deposit = |workspace: &str| json!({"content": "a note", "polarity": "positive", "anchors": ["nowhere#t"], "workspace": workspace});
+    let anchored = ask(&client, "capdex.v1.memory.deposit", deposit(&at)).await;
+    assert_eq!(anchored["code"], "unknown_anchor", "{anchored}");
+    let refused = ask(&client, "capdex.v1.memory.deposit", deposit(&over)).await;
+    assert_eq!(refused["code"], "bad_label", "{refused}");
     names_the_setting(&refused, refused["message"].as_str().unwrap());
 }

@@ -210,6 +210,29 @@ async fn a_missing_command_is_shown_and_breaks_nothing_and_sources_survive_a_res
 }
 
 #[tokio::test]
+async fn a_live_source_s_tools_are_bounded_by_the_configured_max_tools_per_source() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let time = upstreams::mcp_server_time();
+    // The time server offers two tools: at a limit of 2 it connects.
+    let (served, client) = serve(&nats, data.path(), &[("CAPDEX_LIMITS_MAX_TOOLS_PER_SOURCE", "2")]).await;
+    let added = ok(&client, "capdex.v1.sources.add", json!({"id": "time", "kind": "mcp", "command": time})).await;
+    assert_eq!((&added["source"]["state"], &added["source"]["toolCount"]), (&json!("connected"), &json!(2)), "{added}");
+    drop(served);
+    // At 1 the stored source is refused, naming the setting, and nothing else is affected.
+    let (_served, client) = serve(&nats, data.path(), &[("CAPDEX_LIMITS_MAX_TOOLS_PER_SOURCE", "1")]).await;
+    within(Duration::from_secs(15), "the stored source failing", || async {
+        source_status(&client, "time").await["state"] == "failed"
+    })
+    .await;
+    let status = source_status(&client, "time").await;
+    assert!(status["lastError"].as_str().unwrap_or_default().contains("limits.max_tools_per_source"), "{status}");
+    let gone = dispatch(&client, "time#get_current_time", json!({"timezone": "UTC"})).await;
+    assert_ne!(gone["success"], true, "{gone}");
+    assert_eq!(dispatch(&client, "echo", json!({"text": "still here"})).await["success"], true);
+}
+
+#[tokio::test]
 async fn server_everything_over_stdio_and_streamable_http() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();

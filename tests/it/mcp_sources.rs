@@ -3,6 +3,7 @@
 //! stdio, and `@modelcontextprotocol/server-everything` over stdio and over
 //! streamable HTTP on 127.0.0.1. Tools listed, calls answered, `isError`,
 //! progress, a timeout that tells the server to cancel, `tools/list_changed`,
+//! a tool list over `[limits] max_tools_per_source`,
 //! the SSRF guard, and a dead or dropped server noticed at once.
 
 use crate::support::upstreams::{self, EverythingHttp};
@@ -61,6 +62,12 @@ async fn the_time_server_lists_its_tools_and_answers_calls() {
     assert_eq!(get.invocation, Invocation::Mcp { tool: "get_current_time".into() });
     assert_eq!(get.input_schema["properties"]["timezone"]["type"], "string", "{}", get.input_schema);
     assert!(get.description.contains("time"), "{}", get.description);
+    // `[limits] max_tools_per_source`: a list of that many tools passes, one more is refused naming it.
+    let at = session.clone().with_max_tools(tools.len()).list_tools(LIST).await.unwrap();
+    assert_eq!(at.len(), tools.len());
+    let over = session.clone().with_max_tools(tools.len() - 1).list_tools(LIST).await.unwrap_err();
+    assert_eq!(over.kind, UpstreamErrorKind::TooLarge, "{over}");
+    assert!(over.message.contains("limits.max_tools_per_source"), "{over}");
 
     let result = session.call_tool("get_current_time", json!({"timezone": "Europe/Paris"}), CALL, None).await;
     assert!(result.success, "{result:?}");

@@ -5,7 +5,7 @@
 
 use capdex::core::dispatch::pipeline::DispatchCall;
 use capdex::core::dispatch::registry::{validate_binding, validate_record, Binding, CapabilityRecord};
-use capdex::core::kpi_window::OutcomeReport;
+use capdex::core::kpi_window::{OutcomeLimits, OutcomeReport};
 use capdex::core::registration::{normalise_registration, RegistrationPayload};
 use capdex::core::sources::settings::SourceSettings;
 use capdex::gateway::wire::{
@@ -26,13 +26,13 @@ fn exercise(codec: Codec, data: &[u8]) {
         let _ = request.into_discover().filter();
     }
     if let Ok(request) = codec.decode::<PlanRequest>(data, MAX) {
-        if let Ok(discover) = request.into_discover() {
+        if let Ok(discover) = request.into_discover(MAX_ID_BYTES) {
             let _ = discover.filter();
         }
     }
     // outcome
     if let Ok(report) = codec.decode::<OutcomeReport>(data, MAX) {
-        let _ = report.validate(1_700_000_000_000, MAX_ID_BYTES);
+        let _ = report.validate(1_700_000_000_000, OutcomeLimits::default());
     }
     // capabilities.upsert, .remove, .list
     if let Ok(payload) = codec.decode::<RegistrationPayload>(data, MAX) {
@@ -46,7 +46,7 @@ fn exercise(codec: Codec, data: &[u8]) {
     let _ = codec.decode::<ScgObserveRequest>(data, MAX);
     if let Ok(request) = codec.decode::<ScgDepositRequest>(data, MAX) {
         if let Ok(deposit) = request.deposit() {
-            let _ = capdex::core::scg::memory::validate(&deposit);
+            let _ = capdex::core::scg::memory::validate(&deposit, MAX_ID_BYTES);
         }
     }
     // The bodies served as JSON values: dispatch (plain and per agent), the
@@ -67,9 +67,9 @@ fn exercise(codec: Codec, data: &[u8]) {
     }
     let mut by = body.clone();
     if bind_identity(&mut by, "by", "ops", MAX_ID_BYTES).is_ok() {
-        assert_eq!(DecideRequest::decider(by).ok().as_deref().unwrap_or("ops"), "ops");
+        assert_eq!(DecideRequest::decider(by, MAX_ID_BYTES).ok().as_deref().unwrap_or("ops"), "ops");
     }
-    let _ = DecideRequest::decider(body.clone());
+    let _ = DecideRequest::decider(body.clone(), MAX_ID_BYTES);
     if let Ok(settings) = serde_json::from_value::<SourceSettings>(body) {
         let _ = settings.validate();
     }

@@ -306,6 +306,7 @@ impl Handler<DecideApproval> for Dispatcher {
         }
         let store = self.store.clone();
         let shared = self.shared.clone();
+        let max_id_bytes = self.settings.max_id_bytes;
         Box::pin(async move {
             let unknown =
                 || AdminError::new(ErrorKind::NotFound("unknown_approval"), format!("approval {} is unknown", msg.id));
@@ -315,7 +316,7 @@ impl Handler<DecideApproval> for Dispatcher {
                 }
                 _ => AdminError::new(ErrorKind::Conflict("approval_invalid"), problem.to_string()),
             };
-            approval::check_decider(&msg.by)
+            approval::check_decider(&msg.by, max_id_bytes)
                 .map_err(|problem| AdminError::new(ErrorKind::BadRequest, problem.to_string()))?;
             let Some(shared) = shared else {
                 let mut found = store.approval(&msg.id)?.ok_or_else(unknown)?;

@@ -251,6 +251,13 @@ impl Dispatcher {
         })
     }
 
+    /// Keeps the figures of at most `max_capabilities` capabilities
+    /// (`[retention] dispatch_figures_max_count`; see `DispatchFigures`).
+    pub fn with_figures_capacity(mut self, max_capabilities: usize) -> Dispatcher {
+        self.figures = DispatchFigures::new(max_capabilities);
+        self
+    }
+
     pub(super) fn registry_of(store: &Store) -> Result<Vec<CapabilityRecord>, StoreError> {
         let mut records = builtin_records();
         records.extend(store.capability_records()?);
@@ -600,6 +607,7 @@ impl Dispatcher {
             self.figures.retain(|id| pipeline.resolve(id).is_some());
             if self.figures.record(&event.capability_id, seen) == Counted::Full {
                 self.figures.count_untracked();
+                metrics::counter!("capdex_dispatch_figures_untracked_total").increment(1);
             }
         }
     }

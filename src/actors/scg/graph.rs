@@ -61,6 +61,8 @@ pub struct ScgGraph {
     generation: u64,
     /// Whether a remote build of the current generation's index is under way.
     upgrading: bool,
+    /// `[limits] max_id_bytes`: the longest id of a deposit's label.
+    max_id_bytes: usize,
 }
 
 impl Actor for ScgGraph {
@@ -100,7 +102,23 @@ impl ScgGraph {
         half_life_ms: u64,
         events: broadcast::Sender<ScgEvent>,
     ) -> ScgGraph {
-        ScgGraph { store, embedder, half_life_ms, events, loaded: None, remote: None, generation: 0, upgrading: false }
+        ScgGraph {
+            store,
+            embedder,
+            half_life_ms,
+            events,
+            loaded: None,
+            remote: None,
+            generation: 0,
+            upgrading: false,
+            max_id_bytes: crate::core::limits::Limits::default().max_id_bytes,
+        }
+    }
+
+    /// Checks deposits' label ids against `max_id_bytes` (`[limits]`).
+    pub fn with_max_id_bytes(mut self, max_id_bytes: usize) -> ScgGraph {
+        self.max_id_bytes = max_id_bytes;
+        self
     }
 
     /// Routes with the configured embedder behind `remote` (the Embedder actor): the first
@@ -566,7 +584,7 @@ impl Handler<DepositNote> for ScgGraph {
     type Result = Result<Deposited, ScgError>;
 
     fn handle(&mut self, request: DepositNote, _: &mut Context<Self>) -> Self::Result {
-        memory::validate(&request.deposit)?;
+        memory::validate(&request.deposit, self.max_id_bytes)?;
         let (store, embedder) = (self.store.clone(), self.embedder.clone());
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());

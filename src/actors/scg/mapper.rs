@@ -7,7 +7,7 @@ use crate::actors::scg::progress::{Progress, ScgError};
 use crate::actors::Inspect;
 use crate::core::scg::model::{SourceGraph, SourceKind};
 use crate::core::scg::pipeline::{check_connection, path_allowed, ConnectReport, Phase, ScgEvent};
-use crate::core::scg::{map_source_limited, valid_source_id, MapError, MAX_SOURCE_BYTES};
+use crate::core::scg::{check_source_id, map_source_limited, source_id_problem, MapError, MAX_SOURCE_BYTES};
 use crate::core::sources::tools::tools_of_limited;
 use crate::core::sources::SourceTool;
 use actix::prelude::*;
@@ -119,14 +119,10 @@ impl ScgMapper {
         let mut phase_ms = BTreeMap::new();
         let MapRequest { source_id, kind, text, workspaces, connection } = request;
         let connect = progress.phase(Phase::Connect, &mut phase_ms, || {
-            if !valid_source_id(&source_id) {
-                return Err(MapError::InvalidSourceId(source_id.clone()).into());
-            }
+            check_source_id(&source_id, self.limits.max_id_bytes)?;
             for workspace in &workspaces {
-                if !valid_source_id(workspace) {
-                    return Err(ScgError::BadRequest(format!(
-                        "workspace {workspace:?} is invalid: use 1-128 characters of [A-Za-z0-9._-]"
-                    )));
+                if let Some(problem) = source_id_problem(workspace, self.limits.max_id_bytes) {
+                    return Err(ScgError::BadRequest(format!("workspaces[] {problem}")));
                 }
             }
             // The descriptor is checked and counted, then dropped here: it never reaches a mapper.

@@ -57,8 +57,6 @@ pub struct Approval {
 
 /// The most bytes of redacted arguments (as JSON) an approval keeps.
 pub const MAX_SHOWN_ARGUMENT_BYTES: usize = 16 * 1024;
-/// The longest `by` of a decision, in characters.
-pub const MAX_DECIDER_CHARS: usize = 128;
 
 /// Why an approval does not permit a call, or cannot be decided.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -87,19 +85,20 @@ pub enum ApprovalProblem {
 pub enum DeciderProblem {
     #[error("by must not be blank")]
     Blank,
-    #[error("by is longer than {MAX_DECIDER_CHARS} characters")]
-    TooLong,
+    /// Longer than `[limits] max_id_bytes` (the decider is an id from outside).
+    #[error("by {}", crate::core::subject_token::too_long_text(.0))]
+    TooLong(crate::core::limits::LimitExceeded),
     #[error("by must be printable (no control characters)")]
     NotPrintable,
 }
 
-/// Checks who a decision names: not blank, at most [`MAX_DECIDER_CHARS`]
-/// characters, no control characters.
-pub fn check_decider(by: &str) -> Result<(), DeciderProblem> {
+/// Checks who a decision names: not blank, at most `max_id_bytes` bytes
+/// (`[limits]`), no control characters.
+pub fn check_decider(by: &str, max_id_bytes: usize) -> Result<(), DeciderProblem> {
     if by.trim().is_empty() {
         Err(DeciderProblem::Blank)
-    } else if by.chars().count() > MAX_DECIDER_CHARS {
-        Err(DeciderProblem::TooLong)
+    } else if let Err(exceeded) = crate::core::subject_token::check_len(by, max_id_bytes) {
+        Err(DeciderProblem::TooLong(exceeded))
     } else if by.chars().any(char::is_control) {
         Err(DeciderProblem::NotPrintable)
     } else {
@@ -379,12 +378,26 @@ mod tests {
 
     #[test]
     fn deciders_are_checked() {
-        assert_eq!(check_decider("alice@ops"), Ok(()));
-        assert_eq!(check_decider("nats"), Ok(()));
-        assert_eq!(check_decider(&"é".repeat(MAX_DECIDER_CHARS)), Ok(()));
-        assert_eq!(check_decider(&"é".repeat(MAX_DECIDER_CHARS + 1)), Err(DeciderProblem::TooLong));
-        assert_eq!(check_decider("  "), Err(DeciderProblem::Blank));
-        assert_eq!(check_decider("a\nb"), Err(DeciderProblem::NotPrintable));
-        assert_eq!(check_decider("a\u{7f}"), Err(DeciderProblem::NotPrintable));
+        assert_eq!(check_decider("alice@ops", 128), Ok(()));
+        assert_eq!(check_decider("nats", 128), Ok(()));
+        assert_eq!(check_decider("  ", 128), Err(DeciderProblem::Blank));
+        assert_eq!(check_decider("a\nb", 128), Err(DeciderProblem::NotPrintable));
+        assert_eq!(check_decider("a\u{7f}", 128), Err(DeciderProblem::NotPrintable));
+    }
+
+    #[test]
+    fn a_decider_at_max_id_bytes_passes_and_one_byte_more_is_refused_naming_the_setting() {
+        use crate::core::limits::{Limit, LimitExceeded};
+        for max in [64, 70, 128, 256] {
+            // Bytes, not characters: 'é' is two.
+            let by = |len: usize| "é".repeat(len / 2) + &"x".repeat(len % 2);
+            assert_eq!(check_decider(&by(max), max), Ok(()), "{max}");
+            let refused = check_decider(&by(max + 1), max).unwrap_err();
+            assert_eq!(refused, DeciderProblem::TooLong(LimitExceeded { limit: Limit::IdBytes, found: max + 1, max }));
+            assert_eq!(
+                refused.to_string(),
+                format!("by is {} bytes, over limits.max_id_bytes: at most {max}", max + 1)
+            );
+        }
     }
 }

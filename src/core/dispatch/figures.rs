@@ -22,8 +22,9 @@ pub const MAX_TRACKED_US: u64 = 1 << 36;
 /// Buckets: one for 0 µs, one per power `γ^k` for `k` in `0..=624` (up to
 /// [`MAX_TRACKED_US`], as `⌈ln 2³⁶ / ln γ⌉ = 624`), and a last one for slower calls.
 pub const BUCKETS: usize = 627;
-/// How many capabilities [`DispatchFigures::new`] tracks by default.
-pub const MAX_CAPABILITIES: usize = 4096;
+/// How many capabilities [`DispatchFigures::default`] tracks (`capdex serve`
+/// gives `[retention] dispatch_figures_max_count`).
+pub const DEFAULT_MAX_CAPABILITIES: usize = 4096;
 
 /// Latencies in microseconds, counted in logarithmic buckets.
 ///
@@ -135,7 +136,7 @@ pub struct DispatchFigures {
 
 impl Default for DispatchFigures {
     fn default() -> Self {
-        DispatchFigures::new(MAX_CAPABILITIES)
+        DispatchFigures::new(DEFAULT_MAX_CAPABILITIES)
     }
 }
 

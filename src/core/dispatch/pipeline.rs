@@ -17,10 +17,6 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The longest `slug` a call may give: a source capability id is a source id
-/// (at most `[limits] max_id_bytes`, itself at most 256 bytes), `#` and a tool name (the MCP mapper's limit, 256 bytes), with room to spare.
-pub const MAX_CAPABILITY_ID_BYTES: usize = 512;
-
 /// A call as capdex receives it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -76,8 +72,9 @@ impl DispatchCall {
     /// (`[limits]`); `Err` is the `invalid_request` answer.
     pub fn check(&mut self, max_id_bytes: usize) -> Result<Option<ExecutionKey>, Box<CallResult>> {
         let bad = |message: String| Err(Box::new(CallResult::fail(ErrorCode::InvalidRequest, message)));
-        if self.slug.is_empty() || self.slug.len() > MAX_CAPABILITY_ID_BYTES {
-            return bad(format!("slug must be 1-{MAX_CAPABILITY_ID_BYTES} bytes"));
+        // The longest slug: a source capability id (a source id, `#`, a tool name).
+        if let Some(problem) = crate::core::limits::capability_id_too_long(&self.slug, max_id_bytes) {
+            return bad(format!("slug {problem}"));
         }
         // The slug may name a source capability (`<source_id>#<Name>`): its source id is the token.
         let slug_token = self.slug.split_once('#').map_or(self.slug.as_str(), |(source, _)| source);
@@ -632,10 +629,11 @@ mod tests {
         assert_eq!(pipeline.source_ids(), ["pets"]);
         pipeline.set_source_records("pets", Vec::new());
         assert_eq!(pipeline.resolve("pets#showPet"), None);
-        let long_id = format!("{}#{}", "s".repeat(128), "n".repeat(MAX_CAPABILITY_ID_BYTES - 129));
+        let long_id = format!("{}#{}", "s".repeat(128), "n".repeat(crate::core::limits::MAX_TOOL_NAME_BYTES));
         assert!(call(&long_id, "a", json!({})).check(128).is_ok(), "a source capability id of the longest names");
         let over = call(&format!("{long_id}n"), "a", json!({})).check(128).unwrap_err();
         assert_eq!(over.code(), Some("invalid_request"));
+        assert!(over.error.unwrap().message.starts_with("slug is 386 bytes, over limits.max_id_bytes"));
         assert!(pipeline.source_ids().is_empty());
     }
 

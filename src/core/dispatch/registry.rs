@@ -214,8 +214,6 @@ pub const MAX_RATE_LIMIT: u32 = 10_000;
 pub const MAX_APPROVAL_TIMEOUT_MS: u64 = 3_600_000;
 /// Longest call timeout, in ms.
 pub const MAX_CALL_TIMEOUT_MS: u64 = 600_000;
-/// Longest source capability id (`<source_id>#<Name>`) a binding may name, in bytes.
-pub const MAX_ID_BYTES: usize = 200;
 
 /// A slug: 1 to 64 of `A-Z a-z 0-9 _ -` (an OpenAI function name, and a NATS subject token).
 pub fn valid_slug(slug: &str) -> bool {
@@ -302,8 +300,10 @@ pub fn validate_binding(
     if let Err(err) = crate::core::subject_token::check("agentId", &binding.agent_id, max_id_bytes) {
         return Err(refuse("agentId", crate::core::subject_token::problem_text(&err)));
     }
-    let source_capability = binding.slug.len() <= MAX_ID_BYTES
-        && !binding.slug.chars().any(char::is_control)
+    if let Some(problem) = crate::core::limits::capability_id_too_long(&binding.slug, max_id_bytes) {
+        return Err(refuse("slug", problem));
+    }
+    let source_capability = !binding.slug.chars().any(char::is_control)
         && crate::core::sources::split_capability_id(&binding.slug).is_some();
     if !valid_slug(&binding.slug) && !source_capability {
         return Err(refuse(

@@ -115,8 +115,10 @@ pub enum MemoryError {
     TooLong(usize),
     #[error("a deposit needs 1 to {MAX_ANCHORS} anchors, got {0}")]
     Anchors(usize),
-    #[error("label {0:?} must be ws:<id> or session:<id> with an id of 1-128 characters of [A-Za-z0-9._-]")]
-    BadLabel(String),
+    /// Not `ws:<id>` nor `session:<id>`, or its id is no SCG id (`core::scg::source_id_problem`:
+    /// `[A-Za-z0-9._-]`, at most `[limits] max_id_bytes`).
+    #[error("label {label:?} must be ws:<id> or session:<id>: {problem}")]
+    BadLabel { label: String, problem: String },
     #[error("anchor {0:?} is no node or recipe in scope")]
     UnknownAnchor(String),
 }
@@ -126,23 +128,24 @@ impl MemoryError {
     pub fn code(&self) -> &'static str {
         match self {
             MemoryError::EmptyContent | MemoryError::TooLong(_) | MemoryError::Anchors(_) => "invalid_deposit",
-            MemoryError::BadLabel(_) => "bad_label",
+            MemoryError::BadLabel { .. } => "bad_label",
             MemoryError::UnknownAnchor(_) => "unknown_anchor",
         }
     }
 }
 
-/// Checks a label: `ws:<id>` or `session:<id>`.
-pub fn validate_label(label: &str) -> Result<(), MemoryError> {
-    let id = label.strip_prefix("ws:").or_else(|| label.strip_prefix("session:"));
-    match id {
-        Some(id) if super::valid_source_id(id) => Ok(()),
-        _ => Err(MemoryError::BadLabel(label.to_string())),
+/// Checks a label: `ws:<id>` or `session:<id>`, the id an SCG id of at most `max_id_bytes` bytes.
+pub fn validate_label(label: &str, max_id_bytes: usize) -> Result<(), MemoryError> {
+    let bad = |problem: String| Err(MemoryError::BadLabel { label: label.to_string(), problem });
+    match label.strip_prefix("ws:").or_else(|| label.strip_prefix("session:")) {
+        None => bad("no ws: or session: prefix".to_string()),
+        Some(id) => super::source_id_problem(id, max_id_bytes).map_or(Ok(()), |problem| bad(format!("id {problem}"))),
     }
 }
 
-/// Checks a deposit's text, anchor count and label (anchors are resolved by the caller).
-pub fn validate(deposit: &Deposit) -> Result<(), MemoryError> {
+/// Checks a deposit's text, anchor count and label (its id within `max_id_bytes`,
+/// `[limits]`); anchors are resolved by the caller.
+pub fn validate(deposit: &Deposit, max_id_bytes: usize) -> Result<(), MemoryError> {
     let content = deposit.content.trim();
     if content.is_empty() {
         return Err(MemoryError::EmptyContent);
@@ -154,7 +157,7 @@ pub fn validate(deposit: &Deposit) -> Result<(), MemoryError> {
     if deposit.anchors.is_empty() || deposit.anchors.len() > MAX_ANCHORS {
         return Err(MemoryError::Anchors(deposit.anchors.len()));
     }
-    validate_label(&deposit.label)
+    validate_label(&deposit.label, max_id_bytes)
 }
 
 /// Returns `hex(sha1(polarity | lower-cased trimmed content))[:16]`.
@@ -286,22 +289,37 @@ mod tests {
 
     #[test]
     fn deposits_are_validated() {
-        assert!(validate(&deposit("found the assignee", Polarity::Positive, "ws:acme")).is_ok());
-        assert!(validate(&deposit("x", Polarity::DeadEnd, "session:s-1")).is_ok());
-        assert_eq!(validate(&deposit("  ", Polarity::Positive, "ws:a")), Err(MemoryError::EmptyContent));
-        assert_eq!(validate(&deposit("x", Polarity::Positive, "user:a")).unwrap_err().code(), "bad_label");
-        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:")).unwrap_err().code(), "bad_label");
-        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:a b")).unwrap_err().code(), "bad_label");
+        assert!(validate(&deposit("found the assignee", Polarity::Positive, "ws:acme"), 128).is_ok());
+        assert!(validate(&deposit("x", Polarity::DeadEnd, "session:s-1"), 128).is_ok());
+        assert_eq!(validate(&deposit("  ", Polarity::Positive, "ws:a"), 128), Err(MemoryError::EmptyContent));
+        assert_eq!(validate(&deposit("x", Polarity::Positive, "user:a"), 128).unwrap_err().code(), "bad_label");
+        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:"), 128).unwrap_err().code(), "bad_label");
+        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:a b"), 128).unwrap_err().code(), "bad_label");
         let long = "a".repeat(MAX_NOTE_CHARS + 1);
         assert_eq!(
-            validate(&deposit(&long, Polarity::Positive, "ws:a")),
+            validate(&deposit(&long, Polarity::Positive, "ws:a"), 128),
             Err(MemoryError::TooLong(MAX_NOTE_CHARS + 1))
         );
         let mut none = deposit("x", Polarity::Positive, "ws:a");
         none.anchors.clear();
-        assert_eq!(validate(&none), Err(MemoryError::Anchors(0)));
+        assert_eq!(validate(&none, 128), Err(MemoryError::Anchors(0)));
         none.anchors = vec!["a#b".into(); MAX_ANCHORS + 1];
-        assert_eq!(validate(&none), Err(MemoryError::Anchors(MAX_ANCHORS + 1)));
+        assert_eq!(validate(&none, 128), Err(MemoryError::Anchors(MAX_ANCHORS + 1)));
+    }
+
+    #[test]
+    fn a_label_s_id_is_refused_one_byte_over_max_id_bytes_naming_the_setting() {
+        for max in [64, 70, 256] {
+            for prefix in ["ws:", "session:"] {
+                let label = |len: usize| format!("{prefix}{}", "w".repeat(len));
+                assert_eq!(validate_label(&label(max), max), Ok(()), "{prefix} {max}");
+                let refused = validate_label(&label(max + 1), max).unwrap_err();
+                assert_eq!(refused.code(), "bad_label");
+                let text = refused.to_string();
+                let expected = format!("id is {} bytes, over limits.max_id_bytes: at most {max}", max + 1);
+                assert!(text.ends_with(&expected), "{text}");
+            }
+        }
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub const MAX_NODES_PER_SOURCE: usize = 250_000;
 /// Why a source could not be mapped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MapError {
-    #[error("source id {0:?} is invalid: use 1-128 characters of [A-Za-z0-9._-]")]
+    /// The source id is not an SCG id ([`source_id_problem`]).
+    #[error("sourceId {0}")]
     InvalidSourceId(String),
     #[error("source is {size} bytes, more than the {max} allowed")]
     TooLarge { size: usize, max: usize },
@@ -76,10 +77,28 @@ impl MapError {
     }
 }
 
-/// Returns whether `source_id` is usable in source keys (`<id>#<Name>`).
-pub fn valid_source_id(source_id: &str) -> bool {
-    (1..=128).contains(&source_id.len())
-        && source_id.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+/// What is wrong with an SCG id (a mapped source's id, usable in source keys
+/// `<id>#<Name>`; a workspace; a memory label's id), as it reads after the
+/// field, if anything: it is 1 or more of `[A-Za-z0-9._-]`, at most
+/// `max_id_bytes` bytes (`[limits]`, the refusal naming it).
+pub fn source_id_problem(source_id: &str, max_id_bytes: usize) -> Option<String> {
+    if source_id.is_empty()
+        || !source_id.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+    {
+        return Some(format!("{source_id:?} is invalid: use 1 or more of [A-Za-z0-9._-]"));
+    }
+    let exceeded = crate::core::subject_token::check_len(source_id, max_id_bytes).err()?;
+    Some(crate::core::subject_token::too_long_text(&exceeded))
+}
+
+/// Returns whether `source_id` is an SCG id of at most `max_id_bytes` bytes ([`source_id_problem`]).
+pub fn valid_source_id(source_id: &str, max_id_bytes: usize) -> bool {
+    source_id_problem(source_id, max_id_bytes).is_none()
+}
+
+/// Checks an SCG source id within `max_id_bytes`.
+pub fn check_source_id(source_id: &str, max_id_bytes: usize) -> Result<(), MapError> {
+    source_id_problem(source_id, max_id_bytes).map_or(Ok(()), |problem| Err(MapError::InvalidSourceId(problem)))
 }
 
 /// Parses JSON, or YAML when the text is not JSON, within the default [`Limits`].
@@ -167,16 +186,15 @@ pub fn map_source(source_id: &str, kind: Option<SourceKind>, text: &str) -> Resu
     map_source_limited(source_id, kind, text, &Limits::default())
 }
 
-/// [`map_source`] within `limits` (nesting, aliases, tools per source, operations per spec).
+/// [`map_source`] within `limits` (the source id's bytes, nesting, aliases,
+/// tools per source, operations per spec).
 pub fn map_source_limited(
     source_id: &str,
     kind: Option<SourceKind>,
     text: &str,
     limits: &Limits,
 ) -> Result<SourceGraph, MapError> {
-    if !valid_source_id(source_id) {
-        return Err(MapError::InvalidSourceId(source_id.to_string()));
-    }
+    check_source_id(source_id, limits.max_id_bytes)?;
     if text.len() > MAX_SOURCE_BYTES {
         return Err(MapError::TooLarge { size: text.len(), max: MAX_SOURCE_BYTES });
     }
@@ -285,6 +303,28 @@ pub(crate) mod tests {
         assert_eq!(schema::longest_ref_chain(&cycle), 3);
         assert_eq!(schema::longest_ref_chain(&serde_json::json!({"x": {"$ref": "#/missing"}})), 1);
         assert_eq!(schema::longest_ref_chain(&serde_json::json!({"x": 1})), 0);
+    }
+
+    #[test]
+    fn source_ids_are_refused_one_byte_over_max_id_bytes_naming_the_setting() {
+        let text = r#"{"tools": [{"name": "t", "description": "t"}]}"#;
+        for max in [64, 70, 256] {
+            let limits = Limits { max_id_bytes: max, ..Limits::default() };
+            let at = format!("{}.b-c_{}", "a".repeat(max - 10), "z".repeat(5));
+            assert_eq!(at.len(), max);
+            assert!(map_source_limited(&at, Some(SourceKind::Mcp), text, &limits).is_ok(), "{max}");
+            let over = map_source_limited(&format!("{at}z"), Some(SourceKind::Mcp), text, &limits).unwrap_err();
+            assert_eq!(over.code(), "invalid_source_id");
+            assert_eq!(
+                over.to_string(),
+                format!("sourceId is {} bytes, over limits.max_id_bytes: at most {max}", max + 1)
+            );
+            assert!(valid_source_id(&at, max) && !valid_source_id(&format!("{at}z"), max));
+        }
+        for bad in ["", "a#b", "a b", "a/b", "é"] {
+            let problem = source_id_problem(bad, 128).unwrap();
+            assert!(problem.contains("[A-Za-z0-9._-]"), "{bad:?}: {problem}");
+        }
     }
 
     #[test]
