@@ -141,6 +141,20 @@ static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 thread_local! {
     /// Per-thread accumulator of [`LexicalIndex::score`]: all zeros between calls.
     static ACCUMULATOR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread block accumulators of [`LexicalIndex::top_of_parts`]: all zeros between calls.
+    static BLOCK_ACCUMULATORS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A thread's accumulators, emptied if a walk over them unwinds (a `keep`
+/// that panics), so they are never left holding a half-read block.
+struct ZeroedOnUnwind<'a>(&'a mut Vec<f32>);
+
+impl Drop for ZeroedOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.clear();
+        }
+    }
 }
 
 /// How a query met a capability's name.
@@ -491,8 +505,37 @@ impl LexicalIndex {
         if k == 0 || walked.is_empty() {
             return vec![Vec::new(); n_parts];
         }
+        // A catalog smaller than a block is one block of its size.
+        let block = block.min(self.ids.len().max(1));
+        BLOCK_ACCUMULATORS.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut accumulators) => {
+                self.walk_blocks(query, &walked, &mut tops, &keep, block, &mut ZeroedOnUnwind(&mut accumulators))
+            }
+            Err(_) => self.walk_blocks(query, &walked, &mut tops, &keep, block, &mut ZeroedOnUnwind(&mut Vec::new())),
+        });
+        tops.into_iter()
+            .map(|top| top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect())
+            .collect()
+    }
+
+    /// The block walk of [`LexicalIndex::top_of_parts`]: offers every
+    /// document of each part to `tops`. `accumulators` is all zeros on entry
+    /// and on return (each touched slot is reset as it is read).
+    fn walk_blocks(
+        &self,
+        query: &PartsQuery,
+        walked: &[(u32, Vec<usize>)],
+        tops: &mut [TopKeys],
+        keep: &impl Fn(u32) -> bool,
+        block: usize,
+        accumulators: &mut ZeroedOnUnwind<'_>,
+    ) {
+        let n_parts = query.parts.len();
+        let accumulators = &mut *accumulators.0;
+        if accumulators.len() < n_parts * block {
+            accumulators.resize(n_parts * block, 0.0);
+        }
         let mut cursors: Vec<&[(u32, f32)]> = walked.iter().map(|(term, _)| self.term_postings(*term)).collect();
-        let mut accumulators = vec![0.0f32; n_parts * block];
         let mut touched: Vec<Vec<u32>> = vec![Vec::new(); n_parts];
         for start in (0..self.ids.len()).step_by(block) {
             let end = (start + block).min(self.ids.len()) as u32;
@@ -525,7 +568,7 @@ impl LexicalIndex {
                 }
                 *cursor = rest;
             }
-            for (p, (docs, top)) in touched.iter_mut().zip(&mut tops).enumerate() {
+            for (p, (docs, top)) in touched.iter_mut().zip(tops.iter_mut()).enumerate() {
                 let reference = query.parts[p].reference;
                 let mut bar = top.bar();
                 for doc in docs.drain(..) {
@@ -544,9 +587,6 @@ impl LexicalIndex {
                 }
             }
         }
-        tops.into_iter()
-            .map(|top| top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect())
-            .collect()
     }
 
     /// Each of `docs`' score on each part of `query`, into `scores`
