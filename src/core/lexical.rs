@@ -24,10 +24,16 @@
 //! left out). The quotient is capped at 1. It reads as "the share of the
 //! query's information the document matches".
 //!
-//! A search touches only the postings of the query's terms (an accumulator per
-//! document, kept per thread and reset on the touched documents only, so a
-//! query costs what its postings cost, not what the catalog holds) and keeps
-//! the best `k` with a bounded heap.
+//! Each posting holds its term's contribution to the document's score,
+//! `idf · tf·(k1 + 1) / (tf + k1·(1 − b + b·len/avglen))`, computed once at
+//! build, so a query only adds. A search touches only the postings of the
+//! query's terms (an accumulator per document, kept per thread and reset on
+//! the touched documents only, so a query costs what its postings cost, not
+//! what the catalog holds). Retrieval asks for the best `k` of every part of
+//! a message at once ([`LexicalIndex::top_of_parts`]): one walk over the
+//! parts' postings a block of documents at a time, into accumulators that
+//! cover one block and stay in the cache; the few candidates the other
+//! signals bring get their scores by search ([`LexicalIndex::part_scores`]).
 //!
 //! The index also numbers its documents densely (`0..len`) and keeps what the
 //! discovery filters read of each one (kind, category, availability), so
@@ -592,24 +598,31 @@ impl LexicalIndex {
     /// Each of `docs`' score on each part of `query`, into `scores`
     /// (`scores[i * parts + p]`, resized): the score `self.score(part)` gives
     /// the document, float for float, or 0 where it gives none. `docs` must
-    /// be ascending; each is found in each term's postings by search.
+    /// be ascending: each term's postings are read once, galloping from one
+    /// document to the next.
     pub fn part_scores(&self, query: &PartsQuery, docs: &[u32], scores: &mut Vec<f32>) {
         let n_parts = query.parts.len();
         scores.clear();
         scores.resize(docs.len() * n_parts, 0.0);
+        // Each part's terms ascending, so each document's sum adds them in the order `score` does.
         for (p, part) in query.parts.iter().enumerate() {
             if part.reference <= 0.0 {
                 continue;
             }
-            for (i, &doc) in docs.iter().enumerate() {
-                let mut sum = 0.0f32;
-                for &term in &part.terms {
-                    let postings = self.term_postings(term);
-                    if let Ok(at) = postings.binary_search_by_key(&doc, |&(doc, _)| doc) {
-                        sum += postings[at].1;
+            for &term in &part.terms {
+                let mut postings = self.term_postings(term);
+                for (i, &doc) in docs.iter().enumerate() {
+                    postings = &postings[gallop(postings, doc)..];
+                    match postings.first() {
+                        Some(&(found, weight)) if found == doc => scores[i * n_parts + p] += weight,
+                        Some(_) => {}
+                        None => break,
                     }
                 }
-                scores[i * n_parts + p] = (sum / part.reference).min(1.0);
+            }
+            for i in 0..docs.len() {
+                let sum = &mut scores[i * n_parts + p];
+                *sum = (*sum / part.reference).min(1.0);
             }
         }
     }
@@ -664,6 +677,19 @@ impl LexicalScores {
         }
         top.into_best_first().into_iter().map(|key| (key_rank(key), key_score(key))).collect()
     }
+}
+
+/// The first place in `postings` (documents ascending) whose document is not
+/// below `doc`: searched in steps that double from the start, then halved,
+/// so a document near the start (the next candidate, usually) costs a few reads.
+fn gallop(postings: &[(u32, f32)], doc: u32) -> usize {
+    let mut end = 1;
+    while end < postings.len() && postings[end - 1].0 < doc {
+        end *= 2;
+    }
+    let start = end / 2;
+    let end = end.min(postings.len());
+    start + postings[start..end].partition_point(|&(found, _)| found < doc)
 }
 
 /// A term's share of a document's BM25 score: `idf · tf·(k1 + 1) / (tf + norm)`

@@ -323,10 +323,13 @@ pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, 
 ///
 /// Candidates are numbered by lexical document: filters are checked on the
 /// lexical index's copy of the filtered fields ([`DocFilter`]), vector rows
-/// are found through the cached [`crate::core::index::Alignment`], and only
-/// the whole message gets a full dense pass; a clause's cosines are computed
-/// for the candidates alone ([`VectorIndex::row_score`], the same floats).
-/// Ids become strings only for the hits returned. The result is that of
+/// are found through the cached [`crate::core::index::Alignment`]. The
+/// lexical top of every part comes from one walk over their postings
+/// ([`LexicalIndex::top_of_parts`]); only the whole message gets a full dense
+/// pass, its top kept block by block ([`VectorIndex::top_aligned`]); each
+/// candidate's lexical scores and cosines are then computed for it alone
+/// ([`LexicalIndex::part_scores`], [`VectorIndex::row_score`], the same
+/// floats). Ids become strings only for the hits returned. The result is that of
 /// [`retrieve_reference`], float for float.
 pub fn retrieve_with(
     query: &Query,
@@ -490,7 +493,10 @@ fn rank_candidates(
         vectors.top_aligned(&parts[0].vector, alignment, per_signal, |row| doc_filter.admits(alignment.doc_of_row[row]))
     });
     let whole_dense = dense_top.is_some();
-    candidates.extend(dense_top.into_iter().flatten().map(|(row, _)| alignment.doc_of_row[row]));
+    // The whole message's cosines the dense top already has, by row.
+    let mut known_cosines = dense_top.unwrap_or_default();
+    candidates.extend(known_cosines.iter().map(|&(row, _)| alignment.doc_of_row[row]));
+    known_cosines.sort_unstable_by_key(|&(row, _)| row);
     timings.dense_us = micros(started);
     let started = std::time::Instant::now();
     candidates.sort_unstable();
@@ -509,7 +515,12 @@ fn rank_candidates(
             let lex = scratch.lexical[i * n_parts + p];
             let row = alignment.row_of_doc[doc as usize];
             let cosine = match dense {
-                Some(sparse) if row != NONE => Some(vectors.row_score(sparse, row as usize)),
+                Some(sparse) if row != NONE => {
+                    let row = row as usize;
+                    let known =
+                        if p == 0 { known_cosines.binary_search_by_key(&row, |&(row, _)| row).ok() } else { None };
+                    Some(known.map_or_else(|| vectors.row_score(sparse, row), |at| known_cosines[at].1))
+                }
                 _ => None,
             };
             (lex, cosine)
