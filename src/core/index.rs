@@ -634,19 +634,21 @@ impl VectorIndex {
     /// [`Alignment::top_rows`] of the scores [`VectorIndex::scores`] gives
     /// `query`, the same rows and floats, without the scores of all rows:
     /// each block of rows is scored and offered while it is in the cache,
-    /// and a row's rank is read only when its score could enter. `None` when
-    /// `query` is not of the index's dimension.
+    /// and a row's rank is read only when its score could enter. Each row of
+    /// `watch` (ascending) gets its score on the way (the same float). `None`
+    /// when `query` is not of the index's dimension.
     pub fn top_aligned(
         &self,
         query: &[f32],
         alignment: &Alignment,
         k: usize,
         keep: impl Fn(usize) -> bool,
+        watch: &mut [(usize, f32)],
     ) -> Option<Vec<(usize, f32)>> {
         if query.len() != self.dimensions || self.dimensions == 0 {
             return None;
         }
-        if k == 0 || alignment.rank_of_row.len() != self.ids.len() {
+        if alignment.rank_of_row.len() != self.ids.len() {
             return Some(Vec::new());
         }
         let dims: Vec<(f32, &[i8])> = query
@@ -657,12 +659,19 @@ impl VectorIndex {
             .collect();
         let mut top = TopKeys::new(k);
         let mut bar = top.bar();
+        let mut watched = 0;
         let mut block = vec![0.0f32; ROWS_PER_BLOCK.min(self.ids.len())];
         for start in (0..self.ids.len()).step_by(ROWS_PER_BLOCK) {
             let rows = start..(start + ROWS_PER_BLOCK).min(self.ids.len());
             let scores = &mut block[..rows.len()];
             scores.fill(0.0);
             score_block(&dims, scores, &self.scales[rows.clone()], rows.clone());
+            while let Some((row, score)) = watch.get_mut(watched).filter(|(row, _)| *row < rows.end) {
+                if *row >= rows.start {
+                    *score = scores[*row - rows.start];
+                }
+                watched += 1;
+            }
             for (row, &score) in rows.zip(scores.iter()) {
                 // Most rows lose on the score alone, before their rank is read.
                 if score < bar {
@@ -858,11 +867,13 @@ mod tests {
                 for modulus in [1, 3] {
                     let keep = |row: usize| row.is_multiple_of(modulus);
                     let expected = alignment.top_rows(&scores, k, keep);
-                    assert_eq!(index.top_aligned(&query, &alignment, k, keep).unwrap(), expected, "k {k}");
+                    let mut watch: Vec<(usize, f32)> = (0..n).step_by(97).map(|row| (row, f32::NAN)).collect();
+                    assert_eq!(index.top_aligned(&query, &alignment, k, keep, &mut watch).unwrap(), expected, "k {k}");
+                    assert!(watch.iter().all(|&(row, score)| score.to_bits() == scores[row].to_bits()));
                 }
             }
         }
-        assert_eq!(index.top_aligned(&[1.0], &alignment, 5, |_| true), None);
+        assert_eq!(index.top_aligned(&[1.0], &alignment, 5, |_| true, &mut []), None);
     }
 
     /// Many rows (whichever code the CPU runs): every score is the float one
@@ -1047,7 +1058,7 @@ mod tests {
             prop_assert_eq!(alignment.top_rows(&scores, k, keep), index.top_rows(&scores, k, keep));
             if !rows.is_empty() {
                 let unsigned = index.scores(&[1.0]).unwrap();
-                let top = index.top_aligned(&[1.0], &alignment, k, keep).unwrap();
+                let top = index.top_aligned(&[1.0], &alignment, k, keep, &mut []).unwrap();
                 prop_assert_eq!(top, alignment.top_rows(&unsigned, k, keep));
             }
         }

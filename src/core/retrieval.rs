@@ -488,15 +488,33 @@ fn rank_candidates(
     let started = std::time::Instant::now();
     // The query's non-zero dimensions per part; `None` when a part has no usable vector.
     let sparse: Vec<Option<Vec<(u32, f32)>>> = parts.iter().map(|part| vectors.sparse_query(&part.vector)).collect();
+    // The rows of the candidates found so far: the dense pass gives their cosines on the way.
+    let mut known_cosines: Vec<(usize, f32)> = candidates
+        .iter()
+        .map(|&doc| alignment.row_of_doc[doc as usize])
+        .filter(|&row| row != NONE)
+        .map(|row| (row as usize, f32::NAN))
+        .collect();
+    known_cosines.sort_unstable_by_key(|&(row, _)| row);
+    known_cosines.dedup_by_key(|&mut (row, _)| row);
     // Only matched rows are offered: each has a document.
     let dense_top = sparse[0].as_ref().and_then(|_| {
-        vectors.top_aligned(&parts[0].vector, alignment, per_signal, |row| doc_filter.admits(alignment.doc_of_row[row]))
+        vectors.top_aligned(
+            &parts[0].vector,
+            alignment,
+            per_signal,
+            |row| doc_filter.admits(alignment.doc_of_row[row]),
+            &mut known_cosines,
+        )
     });
     let whole_dense = dense_top.is_some();
-    // The whole message's cosines the dense top already has, by row.
-    let mut known_cosines = dense_top.unwrap_or_default();
-    candidates.extend(known_cosines.iter().map(|&(row, _)| alignment.doc_of_row[row]));
-    known_cosines.sort_unstable_by_key(|&(row, _)| row);
+    if let Some(top) = dense_top {
+        candidates.extend(top.iter().map(|&(row, _)| alignment.doc_of_row[row]));
+        // The whole message's cosines of every candidate, by row.
+        known_cosines.extend(top);
+        known_cosines.sort_unstable_by_key(|&(row, _)| row);
+        known_cosines.dedup_by_key(|&mut (row, _)| row);
+    }
     timings.dense_us = micros(started);
     let started = std::time::Instant::now();
     candidates.sort_unstable();
