@@ -660,7 +660,11 @@ impl VectorIndex {
         let mut top = TopKeys::new(k);
         let mut bar = top.bar();
         let mut watched = 0;
-        let mut block = vec![0.0f32; ROWS_PER_BLOCK.min(self.ids.len())];
+        // The thread's block of scores, kept between calls: a buffer made and
+        // freed per query costs fresh pages from the system each time.
+        let mut kept = BLOCK_SCORES.with(|cell| cell.take());
+        kept.resize(ROWS_PER_BLOCK.min(self.ids.len()), 0.0);
+        let block = &mut kept;
         for start in (0..self.ids.len()).step_by(ROWS_PER_BLOCK) {
             let rows = start..(start + ROWS_PER_BLOCK).min(self.ids.len());
             let scores = &mut block[..rows.len()];
@@ -689,6 +693,7 @@ impl VectorIndex {
                 }
             }
         }
+        BLOCK_SCORES.with(|cell| cell.replace(kept));
         Some(
             top.into_best_first()
                 .into_iter()
@@ -720,6 +725,11 @@ fn add_dimensions(dims: &[(f32, &[i8])], scores: &mut [f32], scales: &[f32]) {
 #[target_feature(enable = "avx2")]
 unsafe fn add_dimensions_avx2(dims: &[(f32, &[i8])], scores: &mut [f32], scales: &[f32]) {
     add_dimensions_portable(dims, scores, scales);
+}
+
+thread_local! {
+    /// Per-thread block of scores of [`VectorIndex::top_aligned`].
+    static BLOCK_SCORES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Rows a block of [`add_dimensions_portable`]: their scores (16 KiB) stay in

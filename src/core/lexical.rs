@@ -149,6 +149,9 @@ thread_local! {
     static ACCUMULATOR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Per-thread block accumulators of [`LexicalIndex::top_of_parts`]: all zeros between calls.
     static BLOCK_ACCUMULATORS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread lists of the documents a block touched, per part, of
+    /// [`LexicalIndex::top_of_parts`]: all empty between calls.
+    static TOUCHED: std::cell::Cell<Vec<Vec<u32>>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// A thread's accumulators, emptied if a walk over them unwinds (a `keep`
@@ -542,7 +545,10 @@ impl LexicalIndex {
             accumulators.resize(n_parts * block, 0.0);
         }
         let mut cursors: Vec<&[(u32, f32)]> = walked.iter().map(|(term, _)| self.term_postings(*term)).collect();
-        let mut touched: Vec<Vec<u32>> = vec![Vec::new(); n_parts];
+        // The thread's lists, kept between calls (empty): lists made per query
+        // would cost fresh pages from the system as they grow.
+        let mut touched = TOUCHED.with(|cell| cell.take());
+        touched.resize_with(n_parts.max(touched.len()), Vec::new);
         for start in (0..self.ids.len()).step_by(block) {
             let end = (start + block).min(self.ids.len()) as u32;
             let start = start as u32;
@@ -593,6 +599,7 @@ impl LexicalIndex {
                 }
             }
         }
+        TOUCHED.with(|cell| cell.replace(touched));
     }
 
     /// Each of `docs`' score on each part of `query`, into `scores`
