@@ -435,14 +435,20 @@ impl VectorIndex {
             return false;
         }
         scores.resize(self.ids.len(), 0.0);
-        let dims: Vec<(f32, &[i8])> = query
+        let dims = self.query_columns(query);
+        add_dimensions(&dims, scores, &self.scales);
+        true
+    }
+
+    /// Each non-zero dimension of `query` (of the index's dimension) with its
+    /// column, in dimension order: what a scoring pass adds.
+    fn query_columns(&self, query: &[f32]) -> Vec<(f32, &[i8])> {
+        query
             .iter()
             .zip(&self.columns)
             .filter(|(value, _)| **value != 0.0)
             .map(|(value, column)| (*value, column.as_slice()))
-            .collect();
-        add_dimensions(&dims, scores, &self.scales);
-        true
+            .collect()
     }
 
     /// Returns the non-zero dimensions of `query` with their values, in
@@ -651,12 +657,7 @@ impl VectorIndex {
         if alignment.rank_of_row.len() != self.ids.len() {
             return Some(Vec::new());
         }
-        let dims: Vec<(f32, &[i8])> = query
-            .iter()
-            .zip(&self.columns)
-            .filter(|(value, _)| **value != 0.0)
-            .map(|(value, column)| (*value, column.as_slice()))
-            .collect();
+        let dims = self.query_columns(query);
         let mut top = TopKeys::new(k);
         let mut bar = top.bar();
         let mut watched = 0;
