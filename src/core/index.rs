@@ -582,6 +582,8 @@ fn quantise(value: f32, scale: f32) -> i8 {
     (steps + 0.5f32.copysign(steps)).clamp(-127.0, 127.0) as i8
 }
 
+/// The oracle [`VectorIndex::top_aligned`] is tested against.
+#[cfg(test)]
 impl Alignment {
     /// [`VectorIndex::top_rows`] over the matched rows, with ties broken by
     /// [`Alignment::rank_of_row`] instead of the id strings: the same rows in
@@ -637,7 +639,7 @@ impl PartialEq for Scored<'_> {
 impl Eq for Scored<'_> {}
 
 impl VectorIndex {
-    /// [`Alignment::top_rows`] of the scores [`VectorIndex::scores`] gives
+    /// The best `k` matched rows (ties by the lexical rank of their ids) of the scores [`VectorIndex::scores`] gives
     /// `query`, the same rows and floats, without the scores of all rows:
     /// each block of rows is scored and offered while it is in the cache,
     /// and a row's rank is read only when its score could enter. Each row of

@@ -326,9 +326,10 @@ pub fn retrieve(query: &Query, indexes: &Indexes<'_>, filter: &DiscoveryFilter, 
 /// are found through the cached [`crate::core::index::Alignment`]. The
 /// lexical top of every part comes from one walk over their postings
 /// ([`LexicalIndex::top_of_parts`]); only the whole message gets a full dense
-/// pass, its top kept block by block ([`VectorIndex::top_aligned`]); each
-/// candidate's lexical scores and cosines are then computed for it alone
-/// ([`LexicalIndex::part_scores`], [`VectorIndex::row_score`], the same
+/// pass, its top kept block by block ([`VectorIndex::top_aligned`]), which
+/// also gives the candidates found before it their cosines on the way; each
+/// candidate's lexical scores and its clauses' cosines are computed for it
+/// alone ([`LexicalIndex::part_scores`], [`VectorIndex::row_score`], the same
 /// floats). Ids become strings only for the hits returned. The result is that of
 /// [`retrieve_reference`], float for float.
 pub fn retrieve_with(
