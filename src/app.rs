@@ -186,8 +186,9 @@ struct ActorApi {
     replication: Option<std::rc::Rc<crate::replication::Replication>>,
     /// The live sources (`sources.*`).
     live: Option<crate::live::LiveSources>,
-    /// `[limits] max_id_bytes`: the longest runtime id and capability name a registration gives.
-    max_id_bytes: usize,
+    /// `[limits]`: among others the longest runtime id and capability name a
+    /// registration gives, and the most ids a query excludes.
+    limits: crate::core::limits::Limits,
 }
 
 /// How often a failed discovery is tried again before a plan falls back, and the pause between tries.
@@ -239,9 +240,9 @@ impl ActorApi {
         let lanes = self.actors.discovery.clone();
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
-        let max_id_bytes = self.max_id_bytes;
+        let (max_id_bytes, limits) = (self.limits.max_id_bytes, self.limits);
         async move {
-            let mut filter = request.filter()?;
+            let mut filter = request.filter(&limits)?;
             filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
             let config = config?;
             let discover = Discover { query: request.message, filter, config, explain: request.explain };
@@ -258,26 +259,26 @@ impl ActorApi {
 impl Api for ActorApi {
     fn register(&self, payload: RegistrationPayload) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
         if let Some(replication) = self.replication.clone() {
-            let max_id_bytes = self.max_id_bytes;
+            let max_id_bytes = self.limits.max_id_bytes;
             return async move {
                 runtime_id(payload.runtime_id.as_deref(), max_id_bytes)?;
                 replication.submit(crate::gateway::jetstream::IndexMutation::Upsert { payload }).await
             }
             .boxed_local();
         }
-        apply_upsert(self.actors.indexer.clone(), payload, self.max_id_bytes).boxed_local()
+        apply_upsert(self.actors.indexer.clone(), payload, self.limits.max_id_bytes).boxed_local()
     }
 
     fn unregister(&self, request: RemoveRequest) -> LocalBoxFuture<'static, Result<RegistrationReply, ApiError>> {
         if let Some(replication) = self.replication.clone() {
-            let max_id_bytes = self.max_id_bytes;
+            let max_id_bytes = self.limits.max_id_bytes;
             return async move {
                 runtime_id(request.runtime_id.as_deref(), max_id_bytes)?;
                 replication.submit(crate::gateway::jetstream::IndexMutation::Remove { request }).await
             }
             .boxed_local();
         }
-        apply_remove(self.actors.indexer.clone(), request, self.max_id_bytes).boxed_local()
+        apply_remove(self.actors.indexer.clone(), request, self.limits.max_id_bytes).boxed_local()
     }
 
     fn search(
@@ -374,9 +375,9 @@ impl Api for ActorApi {
         let retries = self.discovery_retries;
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
-        let max_id_bytes = self.max_id_bytes;
+        let (max_id_bytes, limits) = (self.limits.max_id_bytes, self.limits);
         async move {
-            let mut filter = request.filter()?;
+            let mut filter = request.filter(&limits)?;
             filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
             let config = config?;
             let options = request.plan.clone().unwrap_or_default();
@@ -462,7 +463,7 @@ impl Api for ActorApi {
         request: crate::gateway::wire::ScgRouteRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::RouteAnswer, ApiError>> {
         let graph = self.actors.scg.graph.clone();
-        let max_id_bytes = self.max_id_bytes;
+        let max_id_bytes = self.limits.max_id_bytes;
         async move {
             let k = request.k()?;
             crate::gateway::wire::check_workspace(request.workspace.as_deref(), max_id_bytes)?;
@@ -477,9 +478,9 @@ impl Api for ActorApi {
         request: crate::gateway::wire::ScgObserveRequest,
     ) -> LocalBoxFuture<'static, Result<crate::core::scg::route::Observation, ApiError>> {
         let graph = self.actors.scg.graph.clone();
-        let max_id_bytes = self.max_id_bytes;
+        let max_id_bytes = self.limits.max_id_bytes;
         async move {
-            let edge_kinds = request.edge_kinds()?;
+            let edge_kinds = request.edge_kinds(max_id_bytes)?;
             crate::gateway::wire::check_workspace(request.workspace.as_deref(), max_id_bytes)?;
             let observe = ObserveNode { node: request.node, edge_kinds, workspace: request.workspace };
             graph.send(observe).await.map_err(scg_unavailable)?.map_err(scg_error)
@@ -741,7 +742,7 @@ fn actor_api(
         discovery: settings.discovery.clone(),
         replication,
         live,
-        max_id_bytes: settings.limits.max_id_bytes,
+        limits: settings.limits,
     }
 }
 

@@ -575,7 +575,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 settings.capability_dirs = dirs;
             }
             let request = DiscoverRequest { message: message.clone(), kind, ..DiscoverRequest::default() };
-            let filter: DiscoveryFilter = request.filter().map_err(|err| anyhow::anyhow!(err.message))?;
+            let filter: DiscoveryFilter =
+                request.filter(&settings.limits).map_err(|err| anyhow::anyhow!(err.message))?;
             system.block_on(discover_once(&settings, &files, &message, filter, json, explain))
         }
         Command::Index { dirs, files, json } => {

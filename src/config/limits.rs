@@ -17,6 +17,7 @@ pub struct RawLimits {
     pub max_ref_hops: usize,
     pub max_id_bytes: usize,
     pub max_capabilities_per_outcome: usize,
+    pub max_excluded_capabilities: usize,
 }
 
 /// The deepest nesting a setting may allow: serde_json and serde_norway refuse
@@ -41,6 +42,11 @@ pub fn limits_from_raw(raw: RawLimits) -> Result<Limits, InvalidSetting> {
             "limits.max_capabilities_per_outcome",
             raw.max_capabilities_per_outcome,
             1..=100_000,
+        )?,
+        max_excluded_capabilities: in_range(
+            "limits.max_excluded_capabilities",
+            raw.max_excluded_capabilities,
+            0..=100_000,
         )?,
     })
 }
@@ -71,6 +77,8 @@ mod tests {
         let settings = load(&[("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "3")]).unwrap();
         assert_eq!(settings.limits.max_capabilities_per_outcome, 3);
         assert_eq!(settings.kpi.outcome_limits.max_capabilities, 3, "the KPI reads it");
+        let settings = load(&[("CAPDEX_LIMITS_MAX_EXCLUDED_CAPABILITIES", "0")]).unwrap();
+        assert_eq!(settings.limits.max_excluded_capabilities, 0, "0: a query may exclude nothing");
         for (variable, value, field) in [
             ("CAPDEX_LIMITS_MAX_JSON_DEPTH", "0", "limits.max_json_depth"),
             ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "129", "limits.max_yaml_depth"),
@@ -81,6 +89,7 @@ mod tests {
             ("CAPDEX_LIMITS_MAX_ID_BYTES", "257", "limits.max_id_bytes"),
             ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "0", "limits.max_capabilities_per_outcome"),
             ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "100001", "limits.max_capabilities_per_outcome"),
+            ("CAPDEX_LIMITS_MAX_EXCLUDED_CAPABILITIES", "100001", "limits.max_excluded_capabilities"),
         ] {
             let err = load(&[(variable, value)]).unwrap_err().to_string();
             assert!(err.contains(field), "{variable}={value}: {err}");

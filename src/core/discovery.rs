@@ -676,8 +676,10 @@ mod tests {
         let message = "open a github issue about the pull request";
         let skills = DiscoveryFilter { kind: Some(CapabilityKind::Skill), ..DiscoveryFilter::default() };
         assert_eq!(tier1_ids(&fixture.discover(message, &DiscoveryConfig::default(), &skills)), vec!["skill:github"]);
-        let excluded =
-            DiscoveryFilter { excluded_capability_ids: vec!["tool:cli-executor".into()], ..DiscoveryFilter::default() };
+        let excluded = DiscoveryFilter {
+            excluded_capability_ids: vec!["tool:cli-executor".to_string()].into(),
+            ..DiscoveryFilter::default()
+        };
         let ids = fixture.discover(message, &DiscoveryConfig::default(), &excluded);
         assert_eq!(tier1_ids(&ids), vec!["skill:github", "tool:slack-post"]);
         let one = DiscoveryConfig { tier1_top_k: 1, tier2_top_k: 1, ..DiscoveryConfig::default() };

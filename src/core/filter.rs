@@ -17,8 +17,9 @@ pub struct DiscoveryFilter {
     pub category: Option<String>,
     #[serde(default)]
     pub only_available: bool,
+    /// Capabilities the query must not return (sorted, each once: a lookup is a binary search).
     #[serde(default)]
-    pub excluded_capability_ids: Vec<String>,
+    pub excluded_capability_ids: ExcludedIds,
     /// Applies the outcome prior (`Some(false)` turns it off); `None` follows the configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome_prior: Option<bool>,
@@ -47,6 +48,54 @@ impl DiscoveryFilter {
     }
 }
 
+/// The ids a query excludes, kept sorted and each once, so that checking a
+/// descriptor costs a binary search whatever the list's length (a request
+/// lists at most `limits.max_excluded_capabilities`, but a filter is checked
+/// against every descriptor of a catalog). On the wire: a list of strings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Vec<String>", into = "Vec<String>")]
+pub struct ExcludedIds(Vec<String>);
+
+impl ExcludedIds {
+    /// Returns true when `id` is excluded.
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.binary_search_by(|excluded| excluded.as_str().cmp(id)).is_ok()
+    }
+
+    /// The excluded ids, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<Vec<String>> for ExcludedIds {
+    fn from(mut ids: Vec<String>) -> ExcludedIds {
+        ids.sort_unstable();
+        ids.dedup();
+        ExcludedIds(ids)
+    }
+}
+
+impl FromIterator<String> for ExcludedIds {
+    fn from_iter<I: IntoIterator<Item = String>>(ids: I) -> ExcludedIds {
+        ExcludedIds::from(ids.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl From<ExcludedIds> for Vec<String> {
+    fn from(ids: ExcludedIds) -> Vec<String> {
+        ids.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,7 +118,11 @@ mod tests {
         }));
         assert!(!admits(DiscoveryFilter { only_available: true, ..DiscoveryFilter::default() }));
         assert!(!admits(DiscoveryFilter {
-            excluded_capability_ids: vec![descriptor.id.clone()],
+            excluded_capability_ids: vec!["tool:zz-other".into(), descriptor.id.clone(), "a".into()].into(),
+            ..DiscoveryFilter::default()
+        }));
+        assert!(admits(DiscoveryFilter {
+            excluded_capability_ids: vec!["tool:zz-other".into(), "a".into()].into(),
             ..DiscoveryFilter::default()
         }));
         let only = |sources: &[&str]| DiscoveryFilter {
@@ -88,5 +141,20 @@ mod tests {
         assert!(!only(&["shop"]).admits(&of_source));
         assert!(!only(&[]).admits(&of_source), "an empty workspace sees no source");
         assert!(DiscoveryFilter::default().admits(&of_source));
+    }
+
+    proptest::proptest! {
+        /// The excluded set answers like the list it was made from, in any order and with repeats.
+        #[test]
+        fn excluded_ids_contain_exactly_what_the_list_holds(
+            ids in proptest::collection::vec("[a-c]{0,3}", 0..12),
+            probe in "[a-c]{0,3}",
+        ) {
+            let excluded = ExcludedIds::from(ids.clone());
+            proptest::prop_assert_eq!(excluded.contains(&probe), ids.contains(&probe));
+            proptest::prop_assert!(excluded.iter().zip(excluded.iter().skip(1)).all(|(a, b)| a < b));
+            let wire: Vec<String> = serde_json::from_value(serde_json::to_value(&excluded).unwrap()).unwrap();
+            proptest::prop_assert_eq!(ExcludedIds::from(wire), excluded);
+        }
     }
 }

@@ -37,6 +37,9 @@ pub struct Limits {
     pub max_id_bytes: usize,
     /// Most capability ids one task outcome may list (`capabilities`).
     pub max_capabilities_per_outcome: usize,
+    /// Most capability ids one discover, plan or search request may exclude
+    /// (`excludedCapabilityIds`).
+    pub max_excluded_capabilities: usize,
 }
 
 /// The range `max_id_bytes` may take. At most 256: an id is one token of a
@@ -86,6 +89,7 @@ impl Default for Limits {
             max_ref_hops: 16,
             max_id_bytes: 128,
             max_capabilities_per_outcome: 256,
+            max_excluded_capabilities: 256,
         }
     }
 }
@@ -101,6 +105,7 @@ pub enum Limit {
     RefHops,
     IdBytes,
     CapabilitiesPerOutcome,
+    ExcludedCapabilities,
 }
 
 impl Limit {
@@ -115,6 +120,7 @@ impl Limit {
             Limit::RefHops => "limits.max_ref_hops",
             Limit::IdBytes => "limits.max_id_bytes",
             Limit::CapabilitiesPerOutcome => "limits.max_capabilities_per_outcome",
+            Limit::ExcludedCapabilities => "limits.max_excluded_capabilities",
         }
     }
 
@@ -129,6 +135,7 @@ impl Limit {
             Limit::RefHops => "ref_chain_too_long",
             Limit::IdBytes => "id_too_long",
             Limit::CapabilitiesPerOutcome => "too_many_capabilities",
+            Limit::ExcludedCapabilities => "too_many_excluded",
         }
     }
 }

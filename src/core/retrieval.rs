@@ -1069,7 +1069,7 @@ mod tests {
         let fixture = Fixture::new(sample());
         let filter = DiscoveryFilter {
             only_available: true,
-            excluded_capability_ids: vec!["tool:weather".into()],
+            excluded_capability_ids: vec!["tool:weather".to_string()].into(),
             ..DiscoveryFilter::default()
         };
         let ids = fixture.ids("send a discord message about the weather", &filter);

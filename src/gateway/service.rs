@@ -645,7 +645,7 @@ async fn handle<A: Api>(
         match kind {
             EndpointKind::Discover => {
                 let discover: DiscoverRequest = codec.decode(&payload, max)?;
-                discover.filter()?;
+                discover.filter(&shared.limits)?;
                 if discover.plan.is_some() {
                     let reply = api.plan(discover).await?;
                     codec.encode(&DiscoverReply { result: reply.discovery.unwrap_or_default(), plan: Some(reply.plan) })
@@ -656,12 +656,12 @@ async fn handle<A: Api>(
             EndpointKind::Search => {
                 let search: SearchRequest = codec.decode(&payload, max)?;
                 let discover = search.into_discover();
-                discover.filter()?;
+                discover.filter(&shared.limits)?;
                 api.search_encoded(discover, codec).await
             }
             EndpointKind::Plan => {
                 let request: PlanRequest = codec.decode(&payload, max)?;
-                codec.encode(&api.plan(request.into_discover(shared.limits.max_id_bytes)?).await?)
+                codec.encode(&api.plan(request.into_discover(&shared.limits)?).await?)
             }
             EndpointKind::Outcome => outcome(api.as_ref(), &shared, codec, &payload).await,
             EndpointKind::Dispatch => {

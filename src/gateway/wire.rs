@@ -4,6 +4,7 @@
 use crate::core::descriptor::CapabilityKind;
 use crate::core::discovery::{DiscoveryFilter, DiscoveryOverrides, DiscoveryResult};
 use crate::core::kpi_window::{AlertEvent, Kpi, ToolSelectionMode};
+use crate::core::limits::Limit;
 use crate::core::turn_planner::{PlanError, PlanOverrides, TaskOutcome, ToolFailureMode, TurnPlan};
 use crate::gateway::errors::ErrorKind;
 use serde::{Deserialize, Serialize};
@@ -128,9 +129,9 @@ pub struct PlanRequest {
 }
 
 impl PlanRequest {
-    /// Splits the request into its discovery query (validated, its workspace
-    /// within `max_id_bytes`) and plan options.
-    pub fn into_discover(self, max_id_bytes: usize) -> Result<DiscoverRequest, ApiError> {
+    /// Splits the request into its discovery query (validated against
+    /// `limits`, its workspace within `max_id_bytes`) and plan options.
+    pub fn into_discover(self, limits: &crate::core::limits::Limits) -> Result<DiscoverRequest, ApiError> {
         let options = PlanOptions {
             turn_id: self.turn_id,
             organization_id: self.organization_id,
@@ -153,8 +154,8 @@ impl PlanRequest {
             workspace: self.workspace,
             explain: false,
         };
-        request.filter()?;
-        request.workspace(max_id_bytes)?;
+        request.filter(limits)?;
+        request.workspace(limits.max_id_bytes)?;
         Ok(request)
     }
 }
@@ -190,8 +191,10 @@ pub struct RecordedOutcome {
 }
 
 impl DiscoverRequest {
-    /// Validates the request and returns the core filter.
-    pub fn filter(&self) -> Result<DiscoveryFilter, ApiError> {
+    /// Validates the request and returns the core filter: `excludedCapabilityIds`
+    /// lists at most `limits.max_excluded_capabilities` ids (a 413
+    /// `too_many_excluded`), each a capability id's length at most.
+    pub fn filter(&self, limits: &crate::core::limits::Limits) -> Result<DiscoveryFilter, ApiError> {
         if self.message.trim().is_empty() {
             return Err(ApiError::bad_request("message must not be empty"));
         }
@@ -213,11 +216,25 @@ impl DiscoverRequest {
                 CapabilityKind::parse(text).ok_or_else(|| ApiError::bad_request(format!("unknown kind {text:?}")))?,
             ),
         };
+        let excluded = self.excluded_capability_ids.len();
+        crate::core::limits::check(Limit::ExcludedCapabilities, excluded, limits.max_excluded_capabilities).map_err(
+            |exceeded| {
+                ApiError::new(
+                    ErrorKind::TooLarge(exceeded.limit.code()),
+                    format!("excludedCapabilityIds lists {}", crate::core::limits::too_many_text(&exceeded, "ids")),
+                )
+            },
+        )?;
+        for id in &self.excluded_capability_ids {
+            if let Some(problem) = crate::core::limits::capability_id_too_long(id, limits.max_id_bytes) {
+                return Err(ApiError::bad_request(format!("excludedCapabilityIds[] {problem}")));
+            }
+        }
         Ok(DiscoveryFilter {
             kind,
             category: self.category.clone(),
             only_available: self.only_available,
-            excluded_capability_ids: self.excluded_capability_ids.clone(),
+            excluded_capability_ids: self.excluded_capability_ids.iter().cloned().collect(),
             outcome_prior: self.outcome_prior,
             // Filled in from `workspace` by the caller, which asks the SCG.
             sources: None,
@@ -575,10 +592,14 @@ pub struct ScgObserveRequest {
 }
 
 impl ScgObserveRequest {
-    /// Parses the edge kinds.
-    pub fn edge_kinds(&self) -> Result<Vec<crate::core::scg::model::EdgeKind>, ApiError> {
+    /// Checks the node (no longer than a capability id: a source key is a
+    /// source id, `#` and a name) and parses the edge kinds.
+    pub fn edge_kinds(&self, max_id_bytes: usize) -> Result<Vec<crate::core::scg::model::EdgeKind>, ApiError> {
         if self.node.trim().is_empty() {
             return Err(ApiError::bad_request("node must not be empty"));
+        }
+        if let Some(problem) = crate::core::limits::capability_id_too_long(&self.node, max_id_bytes) {
+            return Err(ApiError::bad_request(format!("node {problem}")));
         }
         self.edge_kinds
             .iter()
@@ -625,12 +646,13 @@ impl ScgDepositRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::limits::Limits;
 
     #[test]
     fn requests_decode_and_validate() {
         let request: DiscoverRequest =
             decode(br#"{"message":"send a telegram","kind":"channel","onlyAvailable":true}"#, 1024).unwrap();
-        assert_eq!(request.filter().unwrap().kind, Some(CapabilityKind::Channel));
+        assert_eq!(request.filter(&Limits::default()).unwrap().kind, Some(CapabilityKind::Channel));
         let request: DiscoverRequest = decode(br#"{"query":"x"}"#, 1024).unwrap();
         assert_eq!(request.message, "x");
         assert_eq!(decode::<DiscoverRequest>(b"{not json", 1024).unwrap_err().kind, ErrorKind::BadRequest);
@@ -640,8 +662,8 @@ mod tests {
         );
         assert_eq!(decode::<DiscoverRequest>(&[b' '; 2000], 1024).unwrap_err().kind, ErrorKind::PayloadTooLarge);
         let bad_kind = DiscoverRequest { message: "x".into(), kind: Some("gadget".into()), ..Default::default() };
-        assert_eq!(bad_kind.filter().unwrap_err().kind, ErrorKind::BadRequest);
-        assert_eq!(DiscoverRequest::default().filter().unwrap_err().kind, ErrorKind::BadRequest);
+        assert_eq!(bad_kind.filter(&Limits::default()).unwrap_err().kind, ErrorKind::BadRequest);
+        assert_eq!(DiscoverRequest::default().filter(&Limits::default()).unwrap_err().kind, ErrorKind::BadRequest);
         let packed = rmp_serde::to_vec_named(&serde_json::json!({"message": "hi"})).unwrap();
         let request: DiscoverRequest =
             Codec::from_content_type(Some("application/msgpack")).decode(&packed, 1024).unwrap();
@@ -661,7 +683,7 @@ mod tests {
             1024,
         )
         .unwrap();
-        assert_eq!(with_plan.filter().unwrap().kind, Some(CapabilityKind::Skill));
+        assert_eq!(with_plan.filter(&Limits::default()).unwrap().kind, Some(CapabilityKind::Skill));
         let overrides = with_plan.plan.as_ref().unwrap().overrides();
         assert_eq!(
             (overrides.tool_failure_mode, overrides.task_outcome),
@@ -672,13 +694,14 @@ mod tests {
             ErrorKind::BadRequest
         );
         let disagree = DiscoverRequest { kind: Some("tool".into()), ..with_plan };
-        assert_eq!(disagree.filter().unwrap_err().kind, ErrorKind::BadRequest);
+        assert_eq!(disagree.filter(&Limits::default()).unwrap_err().kind, ErrorKind::BadRequest);
         let plan: PlanRequest =
             decode(br#"{"message":"x","taskOutcome":"partial","toolSelectionMode":"all"}"#, 1024).unwrap();
-        assert!(plan.clone().into_discover(128).unwrap().plan.is_some());
+        assert!(plan.clone().into_discover(&Limits::default()).unwrap().plan.is_some());
         let in_workspace = |workspace: String| PlanRequest { workspace: Some(workspace), ..plan.clone() };
-        assert!(in_workspace("w".repeat(70)).into_discover(70).is_ok());
-        let over = in_workspace("w".repeat(71)).into_discover(70).unwrap_err();
+        let at_70 = Limits { max_id_bytes: 70, ..Limits::default() };
+        assert!(in_workspace("w".repeat(70)).into_discover(&at_70).is_ok());
+        let over = in_workspace("w".repeat(71)).into_discover(&at_70).unwrap_err();
         assert_eq!(over.kind, ErrorKind::BadRequest);
         assert_eq!(over.message, "workspace is 71 bytes, over limits.max_id_bytes: at most 70");
         assert_eq!(check_workspace(None, 70), Ok(()));
@@ -688,6 +711,43 @@ mod tests {
         assert_eq!(
             decode::<PlanRequest>(br#"{"message":"x","toolFailureMode":"sometimes"}"#, 1024).unwrap_err().kind,
             ErrorKind::BadRequest
+        );
+    }
+
+    #[test]
+    fn a_query_excludes_max_excluded_capabilities_ids_and_one_more_is_refused_naming_the_setting() {
+        let limits = Limits { max_excluded_capabilities: 3, max_id_bytes: 64, ..Limits::default() };
+        let excluding = |ids: Vec<String>| DiscoverRequest {
+            message: "x".into(),
+            excluded_capability_ids: ids,
+            ..DiscoverRequest::default()
+        };
+        let three = excluding(vec!["tool:c".into(), "tool:a".into(), "tool:a".into()]);
+        let filter = three.filter(&limits).unwrap();
+        assert_eq!(filter.excluded_capability_ids.iter().collect::<Vec<_>>(), ["tool:a", "tool:c"]);
+        let four = excluding((0..4).map(|i| format!("tool:t{i}")).collect());
+        let over = four.filter(&limits).unwrap_err();
+        assert_eq!((over.status(), over.code()), (413, "too_many_excluded"));
+        assert_eq!(over.message, "excludedCapabilityIds lists 4 ids, over limits.max_excluded_capabilities: at most 3");
+        let plan = PlanRequest {
+            message: "x".into(),
+            excluded_capability_ids: four.excluded_capability_ids,
+            ..PlanRequest::default()
+        };
+        assert_eq!(plan.into_discover(&limits).unwrap_err().code(), "too_many_excluded", "plan checks it too");
+        let none = Limits { max_excluded_capabilities: 0, ..limits };
+        assert!(excluding(vec![]).filter(&none).is_ok());
+        assert_eq!(excluding(vec!["tool:a".into()]).filter(&none).unwrap_err().code(), "too_many_excluded");
+        // Each id at most a capability id's longest: a source id, '#', a tool name.
+        let longest = crate::core::limits::max_capability_id_bytes(64);
+        assert!(excluding(vec!["x".repeat(longest)]).filter(&limits).is_ok());
+        let long = excluding(vec!["x".repeat(longest + 1)]).filter(&limits).unwrap_err();
+        assert_eq!(long.code(), "bad_request");
+        assert!(
+            long.message
+                .starts_with(&format!("excludedCapabilityIds[] is {} bytes, over limits.max_id_bytes", longest + 1)),
+            "{}",
+            long.message
         );
     }
 

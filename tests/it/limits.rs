@@ -62,9 +62,20 @@ async fn each_limit_accepts_its_value_and_refuses_one_more_naming_the_setting() 
             ("CAPDEX_LIMITS_MAX_YAML_DEPTH", "4"),
             ("CAPDEX_LIMITS_MAX_REF_HOPS", "2"),
             ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "2"),
+            ("CAPDEX_LIMITS_MAX_EXCLUDED_CAPABILITIES", "2"),
         ],
     )
     .await;
+
+    // The capabilities one query excludes, on discover and plan.
+    let excluding = |n: usize| json!({"message": "send a message", "excludedCapabilityIds": (0..n).map(|i| format!("tool:t{i}")).collect::<Vec<_>>()});
+    for subject in ["capdex.v1.discover", "capdex.v1.plan"] {
+        let (two, status) = send(&client, subject, &excluding(2), false).await;
+        assert_eq!(status, None, "{subject}, two excluded: {two}");
+        let (three, status) = send(&client, subject, &excluding(3), false).await;
+        assert_eq!((status.as_deref(), three["code"].as_str()), (Some("413"), Some("too_many_excluded")), "{three}");
+        assert!(three["message"].as_str().unwrap().contains("limits.max_excluded_capabilities: at most 2"), "{three}");
+    }
 
     // The capabilities one outcome lists.
     let outcome = |n: usize| {

@@ -6,6 +6,7 @@
 use capdex::core::dispatch::pipeline::DispatchCall;
 use capdex::core::dispatch::registry::{validate_binding, validate_record, Binding, CapabilityRecord};
 use capdex::core::kpi_window::{OutcomeLimits, OutcomeReport};
+use capdex::core::limits::Limits;
 use capdex::core::registration::{normalise_registration, RegistrationPayload};
 use capdex::core::sources::settings::SourceSettings;
 use capdex::gateway::wire::{
@@ -20,14 +21,14 @@ const MAX_ID_BYTES: usize = 128;
 fn exercise(codec: Codec, data: &[u8]) {
     // discover, search, plan
     if let Ok(request) = codec.decode::<DiscoverRequest>(data, MAX) {
-        let _ = request.filter();
+        let _ = request.filter(&Limits::default());
     }
     if let Ok(request) = codec.decode::<SearchRequest>(data, MAX) {
-        let _ = request.into_discover().filter();
+        let _ = request.into_discover().filter(&Limits::default());
     }
     if let Ok(request) = codec.decode::<PlanRequest>(data, MAX) {
-        if let Ok(discover) = request.into_discover(MAX_ID_BYTES) {
-            let _ = discover.filter();
+        if let Ok(discover) = request.into_discover(&Limits::default()) {
+            let _ = discover.filter(&Limits::default());
         }
     }
     // outcome
@@ -43,7 +44,9 @@ fn exercise(codec: Codec, data: &[u8]) {
     // map, route, observe, memory.deposit
     let _ = codec.decode::<ScgMapRequest>(data, MAX);
     let _ = codec.decode::<ScgRouteRequest>(data, MAX);
-    let _ = codec.decode::<ScgObserveRequest>(data, MAX);
+    if let Ok(request) = codec.decode::<ScgObserveRequest>(data, MAX) {
+        let _ = request.edge_kinds(MAX_ID_BYTES);
+    }
     if let Ok(request) = codec.decode::<ScgDepositRequest>(data, MAX) {
         if let Ok(deposit) = request.deposit() {
             let _ = capdex::core::scg::memory::validate(&deposit, MAX_ID_BYTES);

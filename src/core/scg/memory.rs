@@ -121,13 +121,19 @@ pub enum MemoryError {
     BadLabel { label: String, problem: String },
     #[error("anchor {0:?} is no node or recipe in scope")]
     UnknownAnchor(String),
+    /// Longer than a source key can be (`core::limits::max_capability_id_bytes`).
+    #[error("anchors[] {0}")]
+    AnchorTooLong(String),
 }
 
 impl MemoryError {
     /// Returns a stable code for callers that branch on the failure.
     pub fn code(&self) -> &'static str {
         match self {
-            MemoryError::EmptyContent | MemoryError::TooLong(_) | MemoryError::Anchors(_) => "invalid_deposit",
+            MemoryError::EmptyContent
+            | MemoryError::TooLong(_)
+            | MemoryError::Anchors(_)
+            | MemoryError::AnchorTooLong(_) => "invalid_deposit",
             MemoryError::BadLabel { .. } => "bad_label",
             MemoryError::UnknownAnchor(_) => "unknown_anchor",
         }
@@ -156,6 +162,12 @@ pub fn validate(deposit: &Deposit, max_id_bytes: usize) -> Result<(), MemoryErro
     }
     if deposit.anchors.is_empty() || deposit.anchors.len() > MAX_ANCHORS {
         return Err(MemoryError::Anchors(deposit.anchors.len()));
+    }
+    // An anchor is a node id or a source key (a source id, '#', a name): no longer than a capability id.
+    if let Some(problem) =
+        deposit.anchors.iter().find_map(|anchor| crate::core::limits::capability_id_too_long(anchor, max_id_bytes))
+    {
+        return Err(MemoryError::AnchorTooLong(problem));
     }
     validate_label(&deposit.label, max_id_bytes)
 }
@@ -305,6 +317,16 @@ mod tests {
         assert_eq!(validate(&none, 128), Err(MemoryError::Anchors(0)));
         none.anchors = vec!["a#b".into(); MAX_ANCHORS + 1];
         assert_eq!(validate(&none, 128), Err(MemoryError::Anchors(MAX_ANCHORS + 1)));
+        let longest = crate::core::limits::max_capability_id_bytes(64);
+        none.anchors = vec!["a".repeat(longest)];
+        assert_eq!(validate(&none, 64), Ok(()), "an anchor as long as a capability id");
+        none.anchors.push("a".repeat(longest + 1));
+        let err = validate(&none, 64).unwrap_err();
+        assert_eq!(err.code(), "invalid_deposit");
+        assert!(
+            err.to_string().starts_with(&format!("anchors[] is {} bytes, over limits.max_id_bytes", longest + 1)),
+            "{err}"
+        );
     }
 
     #[test]
