@@ -153,6 +153,11 @@ enum Command {
         /// (default 20); for smoke tests.
         #[arg(long, value_name = "SECONDS", hide = true)]
         soak_report_seconds: Option<f64>,
+        /// The soak's warm-up in minutes: the intervals that end within it are left out of the
+        /// flatness figures (default: a third of the soak, at most 5 minutes). Example:
+        /// `--soak 40 --soak-warmup 10` judges the last 30 minutes.
+        #[arg(long, value_name = "MINUTES", requires = "soak")]
+        soak_warmup: Option<f64>,
     },
     /// Rank every query of a benchmark against its tools and print Recall@1/5/10, NDCG@5/10 and MRR.
     ///
@@ -555,8 +560,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }
-    if let Command::Bench { soak: Some(minutes), nats_server, soak_report_seconds, json, .. } = &cli.command {
-        return run_soak(&settings, *minutes, nats_server, *soak_report_seconds, *json);
+    if let Command::Bench { soak: Some(minutes), nats_server, soak_report_seconds, soak_warmup, json, .. } =
+        &cli.command
+    {
+        return run_soak(&settings, *minutes, nats_server, *soak_report_seconds, *soak_warmup, *json);
     }
     if let Command::Bench { synthetic, sources, queries, prompt_size, memory, max_rss, embedder, json, .. } =
         cli.command
@@ -930,16 +937,21 @@ fn run_soak(
     minutes: f64,
     nats_server: &std::path::Path,
     report_seconds: Option<f64>,
+    warmup_minutes: Option<f64>,
     json: bool,
 ) -> anyhow::Result<()> {
     if !(minutes.is_finite() && minutes > 0.0) {
         anyhow::bail!("--soak {minutes}: must be a positive number of minutes");
+    }
+    if let Some(warmup) = warmup_minutes.filter(|warmup| !(warmup.is_finite() && (0.0..minutes).contains(warmup))) {
+        anyhow::bail!("--soak-warmup {warmup}: must be at least 0 and shorter than the soak ({minutes} minutes)");
     }
     let seconds = |value: f64| std::time::Duration::from_secs_f64(value);
     let options = capdex::bench::soak::SoakOptions {
         duration: seconds(minutes * 60.0),
         report_every: seconds(report_seconds.unwrap_or(60.0).max(0.1)),
         ramp: seconds(report_seconds.map_or(20.0, |every| every.max(0.1))),
+        warmup: warmup_minutes.map(|warmup| seconds(warmup * 60.0)),
         nats_server: nats_server.to_path_buf(),
         capdex: std::env::current_exe()?,
         nats: settings.nats.clone(),

@@ -67,6 +67,9 @@ pub struct SoakOptions {
     pub report_every: Duration,
     /// How long the capacity ramp runs.
     pub ramp: Duration,
+    /// The warm-up: the report intervals that end within it are left out of
+    /// the flatness figures. `None`: a third of the intervals, at most five minutes.
+    pub warmup: Option<Duration>,
     /// The `nats-server` binary.
     pub nats_server: PathBuf,
     /// The `capdex` binary to serve with.
@@ -521,9 +524,7 @@ async fn soak(
         let wake = next_op.min(next_report).min(soak_end);
         tokio::time::sleep_until(tokio::time::Instant::from_std(wake)).await;
     }
-    // Warm-up: a third of the intervals, at most five minutes' worth.
-    let per_interval = options.report_every.as_secs_f64().max(1e-3);
-    let warmup_intervals = (intervals.len() / 3).min((300.0 / per_interval).ceil() as usize);
+    let warmup_intervals = warmup_intervals(&intervals, options.report_every, options.warmup);
     let steady = &intervals[warmup_intervals.min(intervals.len())..];
     let rss_ratio = ratio(steady.iter().map(|interval| interval.rss_bytes));
     let data_dir_ratio = ratio(steady.iter().map(|interval| interval.data_dir_bytes));
@@ -537,6 +538,18 @@ async fn soak(
         data_dir_ratio,
         flat: rss_ratio <= 1.05 && data_dir_ratio <= 1.05,
     })
+}
+
+/// The intervals of the warm-up: those that end within `warmup`, or,
+/// when it is not given, a third of the intervals, at most five minutes' worth.
+fn warmup_intervals(intervals: &[SoakInterval], report_every: Duration, warmup: Option<Duration>) -> usize {
+    match warmup {
+        Some(warmup) => intervals.iter().take_while(|interval| interval.at_s <= warmup.as_secs_f64() + 1e-6).count(),
+        None => {
+            let per_interval = report_every.as_secs_f64().max(1e-3);
+            (intervals.len() / 3).min((300.0 / per_interval).ceil() as usize)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -558,5 +571,29 @@ mod tests {
         assert!(rss_bytes(std::process::id()) > 0);
         let metrics = "# TYPE capdex_store_bytes gauge\ncapdex_store_bytes{store=\"kpi\"} 506\ncapdex_store_bytes{store=\"provenance\"} 1196\ncapdex_store_disk_bytes 9\n";
         assert_eq!(sum_gauge(metrics, "capdex_store_bytes{"), 1702);
+    }
+
+    #[test]
+    fn the_warm_up_is_the_intervals_ending_within_it_or_a_third_at_most_five_minutes() {
+        let interval = |at_s: f64| SoakInterval {
+            at_s,
+            rss_bytes: 1,
+            data_dir_bytes: 1,
+            store_bytes: 0,
+            p99_ms: 0.0,
+            requests: 0,
+            errors: 0,
+            shed: 0,
+        };
+        let intervals: Vec<SoakInterval> = (1..=40).map(|minute| interval(minute as f64 * 60.0)).collect();
+        let minute = Duration::from_secs(60);
+        let warmup = |intervals: &[SoakInterval], seconds: Option<u64>| {
+            warmup_intervals(intervals, minute, seconds.map(Duration::from_secs))
+        };
+        assert_eq!(warmup(&intervals, None), 5, "five minutes at most");
+        assert_eq!(warmup(&intervals[..9], None), 3, "a third");
+        assert_eq!(warmup(&intervals, Some(600)), 10, "the last 30 of 40 minutes are judged");
+        assert_eq!(warmup(&intervals, Some(0)), 0);
+        assert_eq!(warmup(&intervals, Some(3_000)), 40);
     }
 }
