@@ -18,6 +18,7 @@ pub struct RawLimits {
     pub max_id_bytes: usize,
     pub max_capabilities_per_outcome: usize,
     pub max_excluded_capabilities: usize,
+    pub max_tool_pages: usize,
 }
 
 /// The deepest nesting a setting may allow: serde_json and serde_norway refuse
@@ -48,6 +49,7 @@ pub fn limits_from_raw(raw: RawLimits) -> Result<Limits, InvalidSetting> {
             raw.max_excluded_capabilities,
             0..=100_000,
         )?,
+        max_tool_pages: in_range("limits.max_tool_pages", raw.max_tool_pages, 1..=100_000)?,
     })
 }
 
@@ -90,6 +92,7 @@ mod tests {
             ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "0", "limits.max_capabilities_per_outcome"),
             ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "100001", "limits.max_capabilities_per_outcome"),
             ("CAPDEX_LIMITS_MAX_EXCLUDED_CAPABILITIES", "100001", "limits.max_excluded_capabilities"),
+            ("CAPDEX_LIMITS_MAX_TOOL_PAGES", "0", "limits.max_tool_pages"),
         ] {
             let err = load(&[(variable, value)]).unwrap_err().to_string();
             assert!(err.contains(field), "{variable}={value}: {err}");

@@ -40,6 +40,9 @@ pub struct Limits {
     /// Most capability ids one discover, plan or search request may exclude
     /// (`excludedCapabilityIds`).
     pub max_excluded_capabilities: usize,
+    /// Most pages of `tools/list` followed from one MCP source (a server that
+    /// always answers a next cursor is cut there).
+    pub max_tool_pages: usize,
 }
 
 /// The range `max_id_bytes` may take. At most 256: an id is one token of a
@@ -90,6 +93,7 @@ impl Default for Limits {
             max_id_bytes: 128,
             max_capabilities_per_outcome: 256,
             max_excluded_capabilities: 256,
+            max_tool_pages: 100,
         }
     }
 }
@@ -106,6 +110,7 @@ pub enum Limit {
     IdBytes,
     CapabilitiesPerOutcome,
     ExcludedCapabilities,
+    ToolPages,
 }
 
 impl Limit {
@@ -121,6 +126,7 @@ impl Limit {
             Limit::IdBytes => "limits.max_id_bytes",
             Limit::CapabilitiesPerOutcome => "limits.max_capabilities_per_outcome",
             Limit::ExcludedCapabilities => "limits.max_excluded_capabilities",
+            Limit::ToolPages => "limits.max_tool_pages",
         }
     }
 
@@ -136,6 +142,7 @@ impl Limit {
             Limit::IdBytes => "id_too_long",
             Limit::CapabilitiesPerOutcome => "too_many_capabilities",
             Limit::ExcludedCapabilities => "too_many_excluded",
+            Limit::ToolPages => "too_many_pages",
         }
     }
 }

@@ -83,7 +83,8 @@ impl Connector for UpstreamConnector {
                     let options = ConnectOptions { allowlist, ..ConnectOptions::default() };
                     let (session, changed) =
                         McpSession::connect(&connection, &options).await.map_err(|err| err.to_string())?;
-                    let session = session.with_max_tools(limits.max_tools_per_source);
+                    let session =
+                        session.with_max_tools(limits.max_tools_per_source).with_max_pages(limits.max_tool_pages);
                     let tools = session.list_tools(SYNC_TIMEOUT).await.map_err(|err| err.to_string())?;
                     let synced = Synced { document: mcp_document(&tools).to_string(), tools };
                     let link = McpLink { session, changed: Arc::new(tokio::sync::Mutex::new(changed)) };

@@ -2,7 +2,7 @@
 //! child process over stdio (started with the declared env only, killed
 //! when the last handle drops) or a streamable HTTP endpoint (through the
 //! SSRF guard). It runs the `initialize` handshake within a timeout, lists
-//! tools following pagination to the end (at most [`MAX_TOOL_PAGES`] pages),
+//! tools following pagination to the end (at most `[limits] max_tool_pages` pages),
 //! reports `notifications/tools/list_changed` on a channel, calls tools with
 //! a timeout (on expiry the upstream gets `notifications/cancelled` for the
 //! request) and a progress sink, and knows at once when the session ends
@@ -37,7 +37,6 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::{mpsc, watch};
 
 /// The most pages `list_tools` follows.
-pub const MAX_TOOL_PAGES: usize = 100;
 /// The longest tool description kept, in characters (a source's text is not trusted to be short).
 pub const MAX_DESCRIPTION_CHARS: usize = 8_192;
 /// How much of an upstream's error text a failed call carries, in characters.
@@ -103,6 +102,8 @@ pub struct McpSession {
     shared: Arc<SessionShared>,
     /// The most tools `list_tools` accepts (`[limits] max_tools_per_source`).
     max_tools: usize,
+    /// The most pages `list_tools` follows (`[limits] max_tool_pages`).
+    max_pages: usize,
 }
 
 impl std::fmt::Debug for McpSession {
@@ -325,6 +326,7 @@ impl McpSession {
             progress_sinks,
             shared: Arc::new(SessionShared { cancel: Mutex::new(Some(cancel)), closed_tx, server_name, pid }),
             max_tools: crate::core::limits::Limits::default().max_tools_per_source,
+            max_pages: crate::core::limits::Limits::default().max_tool_pages,
         }
     }
 
@@ -332,6 +334,13 @@ impl McpSession {
     /// (`[limits] max_tools_per_source`; the default's otherwise).
     pub fn with_max_tools(mut self, max_tools: usize) -> McpSession {
         self.max_tools = max_tools;
+        self
+    }
+
+    /// The same session, following at most `max_pages` pages of `tools/list`
+    /// (`[limits] max_tool_pages`; the default's otherwise).
+    pub fn with_max_pages(mut self, max_pages: usize) -> McpSession {
+        self.max_pages = max_pages.max(1);
         self
     }
 
@@ -361,7 +370,8 @@ impl McpSession {
     }
 
     /// Every tool the server offers, following `nextCursor` (at most
-    /// [`MAX_TOOL_PAGES`] pages; more tools than the session's
+    /// `max_tool_pages` pages ([`McpSession::with_max_pages`]; beyond them a
+    /// protocol error naming the setting); more tools than the session's
     /// `max_tools_per_source` ([`McpSession::with_max_tools`]) is a
     /// `too_large` refusal naming the setting), all within `timeout`.
     /// Tools with an empty name, one over 256 bytes, a `#` in it, or a name seen
@@ -380,7 +390,7 @@ impl McpSession {
         let mut tools: Vec<SourceTool> = Vec::new();
         let mut names = std::collections::HashSet::new();
         let mut cursor: Option<String> = None;
-        for _ in 0..MAX_TOOL_PAGES {
+        for _ in 0..self.max_pages {
             let params = PaginatedRequestParams::default().with_cursor(cursor.take());
             let request: ClientRequest = ListToolsRequest::with_param(params).into();
             let handle = self
@@ -425,7 +435,7 @@ impl McpSession {
         }
         Err(UpstreamError::new(
             UpstreamErrorKind::Protocol,
-            format!("tools/list did not end within {MAX_TOOL_PAGES} pages"),
+            format!("tools/list did not end within {} pages, over limits.max_tool_pages", self.max_pages),
         ))
     }
 

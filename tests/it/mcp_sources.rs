@@ -344,8 +344,15 @@ async fn every_page_of_tools_is_listed_and_endless_paging_is_cut() {
     let started = Instant::now();
     let err = endless.list_tools(Duration::from_secs(60)).await.unwrap_err();
     assert_eq!(err.kind, UpstreamErrorKind::Protocol, "{err}");
-    assert!(err.message.contains("pages"), "{err}");
+    assert!(err.message.contains("within 100 pages, over limits.max_tool_pages"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+
+    // limits.max_tool_pages: three pages (25 tools, 10 a page) are listed at 3 and refused at 2.
+    let (session, _changes) = connect(&paged(25, 10, false)).await;
+    assert_eq!(session.with_max_pages(3).list_tools(LIST).await.unwrap().len(), 25, "at the limit");
+    let (session, _changes) = connect(&paged(25, 10, false)).await;
+    let err = session.with_max_pages(2).list_tools(LIST).await.unwrap_err();
+    assert!(err.message.contains("within 2 pages, over limits.max_tool_pages"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
