@@ -19,6 +19,7 @@ pub struct RawLimits {
     pub max_capabilities_per_outcome: usize,
     pub max_excluded_capabilities: usize,
     pub max_tool_pages: usize,
+    pub max_anchors: usize,
 }
 
 /// The deepest nesting a setting may allow: serde_json and serde_norway refuse
@@ -50,6 +51,7 @@ pub fn limits_from_raw(raw: RawLimits) -> Result<Limits, InvalidSetting> {
             0..=100_000,
         )?,
         max_tool_pages: in_range("limits.max_tool_pages", raw.max_tool_pages, 1..=100_000)?,
+        max_anchors: in_range("limits.max_anchors", raw.max_anchors, 1..=1_000)?,
     })
 }
 
@@ -93,6 +95,7 @@ mod tests {
             ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "100001", "limits.max_capabilities_per_outcome"),
             ("CAPDEX_LIMITS_MAX_EXCLUDED_CAPABILITIES", "100001", "limits.max_excluded_capabilities"),
             ("CAPDEX_LIMITS_MAX_TOOL_PAGES", "0", "limits.max_tool_pages"),
+            ("CAPDEX_LIMITS_MAX_ANCHORS", "1001", "limits.max_anchors"),
         ] {
             let err = load(&[(variable, value)]).unwrap_err().to_string();
             assert!(err.contains(field), "{variable}={value}: {err}");

@@ -43,6 +43,8 @@ pub struct Limits {
     /// Most pages of `tools/list` followed from one MCP source (a server that
     /// always answers a next cursor is cut there).
     pub max_tool_pages: usize,
+    /// Most anchors one memory deposit names (`capdex.v1.memory.deposit`).
+    pub max_anchors: usize,
 }
 
 /// The range `max_id_bytes` may take. At most 256: an id is one token of a
@@ -94,6 +96,7 @@ impl Default for Limits {
             max_capabilities_per_outcome: 256,
             max_excluded_capabilities: 256,
             max_tool_pages: 100,
+            max_anchors: 8,
         }
     }
 }

@@ -63,9 +63,22 @@ async fn each_limit_accepts_its_value_and_refuses_one_more_naming_the_setting() 
             ("CAPDEX_LIMITS_MAX_REF_HOPS", "2"),
             ("CAPDEX_LIMITS_MAX_CAPABILITIES_PER_OUTCOME", "2"),
             ("CAPDEX_LIMITS_MAX_EXCLUDED_CAPABILITIES", "2"),
+            ("CAPDEX_LIMITS_MAX_ANCHORS", "2"),
         ],
     )
     .await;
+
+    // The anchors of one memory deposit: two pass the count (and are then looked up: none
+    // is a node here), three are refused naming the setting.
+    let deposit = |n: usize| {
+        json!({"content": "getIssue gave the assignee", "polarity": "positive", "workspace": "acme",
+            "anchors": (0..n).map(|i| format!("gitea#op{i}")).collect::<Vec<_>>()})
+    };
+    let (two, _) = send(&client, "capdex.v1.memory.deposit", &deposit(2), false).await;
+    assert_eq!(two["code"], "unknown_anchor", "two anchors pass the count: {two}");
+    let (three, _) = send(&client, "capdex.v1.memory.deposit", &deposit(3), false).await;
+    assert_eq!(three["code"], "invalid_deposit", "{three}");
+    assert!(three["message"].as_str().unwrap().contains("1 to 2 anchors (limits.max_anchors), got 3"), "{three}");
 
     // The capabilities one query excludes, on discover and plan.
     let excluding = |n: usize| json!({"message": "send a message", "excludedCapabilityIds": (0..n).map(|i| format!("tool:t{i}")).collect::<Vec<_>>()});

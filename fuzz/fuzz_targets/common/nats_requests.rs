@@ -49,7 +49,7 @@ fn exercise(codec: Codec, data: &[u8]) {
     }
     if let Ok(request) = codec.decode::<ScgDepositRequest>(data, MAX) {
         if let Ok(deposit) = request.deposit() {
-            let _ = capdex::core::scg::memory::validate(&deposit, MAX_ID_BYTES);
+            let _ = capdex::core::scg::memory::validate(&deposit, &Limits::default());
         }
     }
     // The bodies served as JSON values: dispatch (plain and per agent), the

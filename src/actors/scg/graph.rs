@@ -61,8 +61,8 @@ pub struct ScgGraph {
     generation: u64,
     /// Whether a remote build of the current generation's index is under way.
     upgrading: bool,
-    /// `[limits] max_id_bytes`: the longest id of a deposit's label.
-    max_id_bytes: usize,
+    /// `[limits]`: the longest id of a deposit's label, its most anchors.
+    limits: crate::core::limits::Limits,
 }
 
 impl Actor for ScgGraph {
@@ -111,13 +111,13 @@ impl ScgGraph {
             remote: None,
             generation: 0,
             upgrading: false,
-            max_id_bytes: crate::core::limits::Limits::default().max_id_bytes,
+            limits: crate::core::limits::Limits::default(),
         }
     }
 
-    /// Checks deposits' label ids against `max_id_bytes` (`[limits]`).
-    pub fn with_max_id_bytes(mut self, max_id_bytes: usize) -> ScgGraph {
-        self.max_id_bytes = max_id_bytes;
+    /// Checks deposits against `limits` (`max_id_bytes`, `max_anchors`).
+    pub fn with_limits(mut self, limits: crate::core::limits::Limits) -> ScgGraph {
+        self.limits = limits;
         self
     }
 
@@ -584,7 +584,7 @@ impl Handler<DepositNote> for ScgGraph {
     type Result = Result<Deposited, ScgError>;
 
     fn handle(&mut self, request: DepositNote, _: &mut Context<Self>) -> Self::Result {
-        memory::validate(&request.deposit, self.max_id_bytes)?;
+        memory::validate(&request.deposit, &self.limits)?;
         let (store, embedder) = (self.store.clone(), self.embedder.clone());
         let loaded = self.loaded()?;
         let scope = ScgGraph::scope(&loaded.sources, request.workspace.as_deref());

@@ -66,7 +66,7 @@ pub fn spawn(
         EmbedderBackend::Static => std::sync::Arc::new(StaticEmbedder::new()),
         _ => std::sync::Arc::new(HashingEmbedder::new(dimensions).expect("dimensions are validated in config")),
     };
-    let mut graph = ScgGraph::new(scg, embedder, half_life_ms, graph_events).with_max_id_bytes(limits.max_id_bytes);
+    let mut graph = ScgGraph::new(scg, embedder, half_life_ms, graph_events).with_limits(limits);
     if let (EmbedderBackend::Local | EmbedderBackend::Http, Some(remote)) = (settings.embedder.backend, remote) {
         graph = graph.with_remote_embedder(remote);
     }

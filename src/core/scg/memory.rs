@@ -28,8 +28,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Longest note text, in characters.
 pub const MAX_NOTE_CHARS: usize = 400;
-/// Most anchors one note may name.
-pub const MAX_ANCHORS: usize = 8;
 /// Weight of a positive note at full relevance and no age.
 pub const POSITIVE_WEIGHT: f32 = 0.6;
 /// Weight of a dead-end note at full relevance and no age.
@@ -113,8 +111,9 @@ pub enum MemoryError {
     EmptyContent,
     #[error("content is {0} characters, more than the {MAX_NOTE_CHARS} allowed")]
     TooLong(usize),
-    #[error("a deposit needs 1 to {MAX_ANCHORS} anchors, got {0}")]
-    Anchors(usize),
+    /// None, or more than `[limits] max_anchors`.
+    #[error("a deposit needs 1 to {max} anchors (limits.max_anchors), got {found}")]
+    Anchors { found: usize, max: usize },
     /// Not `ws:<id>` nor `session:<id>`, or its id is no SCG id (`core::scg::source_id_problem`:
     /// `[A-Za-z0-9._-]`, at most `[limits] max_id_bytes`).
     #[error("label {label:?} must be ws:<id> or session:<id>: {problem}")]
@@ -132,7 +131,7 @@ impl MemoryError {
         match self {
             MemoryError::EmptyContent
             | MemoryError::TooLong(_)
-            | MemoryError::Anchors(_)
+            | MemoryError::Anchors { .. }
             | MemoryError::AnchorTooLong(_) => "invalid_deposit",
             MemoryError::BadLabel { .. } => "bad_label",
             MemoryError::UnknownAnchor(_) => "unknown_anchor",
@@ -149,9 +148,11 @@ pub fn validate_label(label: &str, max_id_bytes: usize) -> Result<(), MemoryErro
     }
 }
 
-/// Checks a deposit's text, anchor count and label (its id within `max_id_bytes`,
-/// `[limits]`); anchors are resolved by the caller.
-pub fn validate(deposit: &Deposit, max_id_bytes: usize) -> Result<(), MemoryError> {
+/// Checks a deposit's text, anchors (1 to `max_anchors`, each no longer than a
+/// capability id) and label (its id within `max_id_bytes`), `[limits]`;
+/// anchors are resolved by the caller.
+pub fn validate(deposit: &Deposit, limits: &crate::core::limits::Limits) -> Result<(), MemoryError> {
+    let max_id_bytes = limits.max_id_bytes;
     let content = deposit.content.trim();
     if content.is_empty() {
         return Err(MemoryError::EmptyContent);
@@ -160,8 +161,8 @@ pub fn validate(deposit: &Deposit, max_id_bytes: usize) -> Result<(), MemoryErro
     if chars > MAX_NOTE_CHARS {
         return Err(MemoryError::TooLong(chars));
     }
-    if deposit.anchors.is_empty() || deposit.anchors.len() > MAX_ANCHORS {
-        return Err(MemoryError::Anchors(deposit.anchors.len()));
+    if deposit.anchors.is_empty() || deposit.anchors.len() > limits.max_anchors {
+        return Err(MemoryError::Anchors { found: deposit.anchors.len(), max: limits.max_anchors });
     }
     // An anchor is a node id or a source key (a source id, '#', a name): no longer than a capability id.
     if let Some(problem) =
@@ -295,33 +296,46 @@ mod tests {
 
     const DAY: u64 = 24 * 3600 * 1000;
 
+    fn at(max_id_bytes: usize) -> crate::core::limits::Limits {
+        crate::core::limits::Limits { max_id_bytes, ..crate::core::limits::Limits::default() }
+    }
+
     fn deposit(content: &str, polarity: Polarity, label: &str) -> Deposit {
         Deposit { content: content.into(), polarity, anchors: vec!["gitea#getIssue".into()], label: label.into() }
     }
 
     #[test]
     fn deposits_are_validated() {
-        assert!(validate(&deposit("found the assignee", Polarity::Positive, "ws:acme"), 128).is_ok());
-        assert!(validate(&deposit("x", Polarity::DeadEnd, "session:s-1"), 128).is_ok());
-        assert_eq!(validate(&deposit("  ", Polarity::Positive, "ws:a"), 128), Err(MemoryError::EmptyContent));
-        assert_eq!(validate(&deposit("x", Polarity::Positive, "user:a"), 128).unwrap_err().code(), "bad_label");
-        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:"), 128).unwrap_err().code(), "bad_label");
-        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:a b"), 128).unwrap_err().code(), "bad_label");
+        assert!(validate(&deposit("found the assignee", Polarity::Positive, "ws:acme"), &at(128)).is_ok());
+        assert!(validate(&deposit("x", Polarity::DeadEnd, "session:s-1"), &at(128)).is_ok());
+        assert_eq!(validate(&deposit("  ", Polarity::Positive, "ws:a"), &at(128)), Err(MemoryError::EmptyContent));
+        assert_eq!(validate(&deposit("x", Polarity::Positive, "user:a"), &at(128)).unwrap_err().code(), "bad_label");
+        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:"), &at(128)).unwrap_err().code(), "bad_label");
+        assert_eq!(validate(&deposit("x", Polarity::Positive, "ws:a b"), &at(128)).unwrap_err().code(), "bad_label");
         let long = "a".repeat(MAX_NOTE_CHARS + 1);
         assert_eq!(
-            validate(&deposit(&long, Polarity::Positive, "ws:a"), 128),
+            validate(&deposit(&long, Polarity::Positive, "ws:a"), &at(128)),
             Err(MemoryError::TooLong(MAX_NOTE_CHARS + 1))
         );
         let mut none = deposit("x", Polarity::Positive, "ws:a");
         none.anchors.clear();
-        assert_eq!(validate(&none, 128), Err(MemoryError::Anchors(0)));
-        none.anchors = vec!["a#b".into(); MAX_ANCHORS + 1];
-        assert_eq!(validate(&none, 128), Err(MemoryError::Anchors(MAX_ANCHORS + 1)));
+        assert_eq!(validate(&none, &at(128)), Err(MemoryError::Anchors { found: 0, max: 8 }));
+        none.anchors = vec!["a#b".into(); 8];
+        assert_eq!(validate(&none, &at(128)), Ok(()), "limits.max_anchors (8 by default)");
+        none.anchors.push("a#b".into());
+        let over = validate(&none, &at(128)).unwrap_err();
+        assert_eq!(over, MemoryError::Anchors { found: 9, max: 8 });
+        assert_eq!(over.to_string(), "a deposit needs 1 to 8 anchors (limits.max_anchors), got 9");
+        let two = crate::core::limits::Limits { max_anchors: 2, ..at(128) };
+        none.anchors.truncate(2);
+        assert_eq!(validate(&none, &two), Ok(()));
+        none.anchors.push("a#b".into());
+        assert_eq!(validate(&none, &two), Err(MemoryError::Anchors { found: 3, max: 2 }));
         let longest = crate::core::limits::max_capability_id_bytes(64);
         none.anchors = vec!["a".repeat(longest)];
-        assert_eq!(validate(&none, 64), Ok(()), "an anchor as long as a capability id");
+        assert_eq!(validate(&none, &at(64)), Ok(()), "an anchor as long as a capability id");
         none.anchors.push("a".repeat(longest + 1));
-        let err = validate(&none, 64).unwrap_err();
+        let err = validate(&none, &at(64)).unwrap_err();
         assert_eq!(err.code(), "invalid_deposit");
         assert!(
             err.to_string().starts_with(&format!("anchors[] is {} bytes, over limits.max_id_bytes", longest + 1)),
