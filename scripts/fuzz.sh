@@ -16,6 +16,15 @@
 # seconds (not wall seconds: a niced run on a busy machine still gets its
 # hour), then interrupts it; libFuzzer prints its final statistics either way.
 #
+# Every target's run, finished or interrupted (SIGINT or SIGTERM to this
+# script stops the running fuzzer, records it and exits), is appended to
+# fuzz/ledger.tsv (date, target, CPU s, executions, crashes, exit status,
+# commit, build). The corpus carries over from run to run, so a target's
+# fuzzing adds up across runs; its CPU seconds so far, release builds only:
+#
+#   awk -F'\t' '$8 == "release" {cpu[$2] += $3; n[$2]++; c[$2] += $5}
+#     END {for (t in cpu) printf "%-22s %6d CPU s in %d runs, %d crashes\n", t, cpu[t], n[t], c[t]}' fuzz/ledger.tsv
+#
 # FUZZ_BUILD=dev builds without optimisations (minutes instead of tens of
 # minutes from a clean clone, fewer executions a second): .ci/run's smoke.
 set -euo pipefail
@@ -42,6 +51,18 @@ else
 fi
 
 crashed=0
+ledger="$PWD/ledger.tsv"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# A stop asked for from outside: interrupt the running fuzzer, record it, end.
+stopping=0
+fuzzer_of() { pgrep -n -f "/release/$1 |/debug/$1 " || true; }
+stop() {
+  stopping=1
+  local fuzzer
+  fuzzer=$(fuzzer_of "$target")
+  [ -n "$fuzzer" ] && kill -INT "$fuzzer" 2>/dev/null || true
+}
+trap stop INT TERM
 printf '%-22s %10s %12s %8s\n' target cpu_s execs crashes
 for target in "${targets[@]}"; do
   mkdir -p "corpus/$target" "artifacts/$target"
@@ -70,9 +91,10 @@ for target in "${targets[@]}"; do
     runner=$!
     ticks=$(getconf CLK_TCK)
     interrupted=0
+    used=0
     while kill -0 "$runner" 2>/dev/null; do
       sleep 5
-      fuzzer=$(pgrep -n -f "/release/$target |/debug/$target " || true)
+      fuzzer=$(fuzzer_of "$target")
       [ -n "$fuzzer" ] || continue
       used=$(awk -v t="$ticks" '{printf "%d", ($14 + $15) / t}' "/proc/$fuzzer/stat" 2>/dev/null || echo 0)
       if [ "$used" -ge "$FUZZ_CPU_SECONDS" ]; then
@@ -81,10 +103,14 @@ for target in "${targets[@]}"; do
         break
       fi
     done
-    wait "$runner" || status=$?
+    # `wait` returns early when a trapped signal arrives: wait again until the runner has ended.
+    while :; do
+      if wait "$runner"; then status=0; else status=$?; fi
+      kill -0 "$runner" 2>/dev/null || break
+    done
     # libFuzzer exits 72 when interrupted (cargo fuzz passes on a failure of
     # its own): the budget spent, not a crash, when no reproducer was written.
-    if [ "$interrupted" -eq 1 ] && [ "$(find "artifacts/$target" -type f | wc -l)" -eq "$before" ]; then
+    if { [ "$interrupted" -eq 1 ] || [ "$stopping" -eq 1 ]; } && [ "$(find "artifacts/$target" -type f | wc -l)" -eq "$before" ]; then
       status=0
     fi
   else
@@ -92,7 +118,9 @@ for target in "${targets[@]}"; do
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         >"$log" 2>&1 || status=$?; } 2>"$log.time"
   fi
-  cpu=$(awk '{printf "%.0f", $1 + $2}' "$log.time" 2>/dev/null || echo "?")
+  cpu=$(awk '{printf "%.0f", $1 + $2}' "$log.time" 2>/dev/null || true)
+  # No `time` line (its subshell was stopped too): the watcher's last reading.
+  [ -n "$cpu" ] || cpu="${used:-?}"
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   after=$(find "artifacts/$target" -type f | wc -l)
   crashes=$((after - before))
@@ -102,6 +130,9 @@ for target in "${targets[@]}"; do
     tail -n 40 "$log"
   fi
   printf '%-22s %10s %12s %8s\n' "$target" "$cpu" "${execs:-?}" "$crashes"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$target" "$cpu" "${execs:-0}" "$crashes" \
+    "$status" "$commit" "${FUZZ_BUILD:-release}" >>"$ledger"
   rm -f "$log" "$log.time"
+  [ "$stopping" -eq 1 ] && break
 done
 exit "$crashed"
