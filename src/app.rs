@@ -240,10 +240,10 @@ impl ActorApi {
         let lanes = self.actors.discovery.clone();
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
-        let (max_id_bytes, limits) = (self.limits.max_id_bytes, self.limits);
+        let limits = self.limits;
         async move {
             let mut filter = request.filter(&limits)?;
-            filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
+            filter.sources = workspace_sources(&scg, &request, limits.max_id_bytes).await?;
             let config = config?;
             let discover = Discover { query: request.message, filter, config, explain: request.explain };
             let finish = move |result: Result<DiscoveryResult, crate::actors::discoverer::DiscovererError>,
@@ -375,10 +375,10 @@ impl Api for ActorApi {
         let retries = self.discovery_retries;
         let config = per_query_config(&self.discovery, &request);
         let scg = self.actors.scg.graph.clone();
-        let (max_id_bytes, limits) = (self.limits.max_id_bytes, self.limits);
+        let limits = self.limits;
         async move {
             let mut filter = request.filter(&limits)?;
-            filter.sources = workspace_sources(&scg, &request, max_id_bytes).await?;
+            filter.sources = workspace_sources(&scg, &request, limits.max_id_bytes).await?;
             let config = config?;
             let options = request.plan.clone().unwrap_or_default();
             let at_ms = epoch_ms();
