@@ -350,7 +350,9 @@ const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
 /// stand-alone replay of capdex's write mix (its per-tree census,
 /// docs/performance.md) held level at 8 to 10 MB where 500 ms climbed past 25 MB
 /// in 90 seconds. capdex's durability does not rest on this thread (acknowledged
-/// writes are flushed by the group commit), so the wake costs only a little CPU.
+/// writes are flushed by the group commit). The price is the reclaiming work
+/// itself: outcomes over core NATS, each waiting for its group-commit flush,
+/// ran 3.7 % slower in the NATS bench (docs/performance.md).
 const SLED_FLUSH_EVERY_MS: u64 = 50;
 
 /// The file beside sled's where the flush thread records the last durable mark (`group_flush.rs`).
@@ -477,8 +479,8 @@ impl Store {
     /// next to it ([`PID_FILE`]) so a second process can name the holder.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         let open_err = |source| StoreError::Open { path: dir.to_path_buf(), source };
-        // HighThroughput: capdex's steady load is small writes (one per outcome)
-        // behind frequent flushes; benches/kpi.rs measured it faster than the default.
+        // sled's settings are in `open_db`. (Its `Mode::HighThroughput` there is
+        // stored by sled 0.34.7 but read nowhere: it changes nothing.)
         let db = open_db(dir)?;
         // Best effort: a missing pid file only makes a refusal less precise.
         let _ = std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id()));
