@@ -970,12 +970,16 @@ fn run_soak(
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "after the warm-up ({} of {} intervals): RSS max/min {:.3}, data dir max/min {:.3}: {}",
+            "after the warm-up ({} of {} intervals): per-minute means, RSS max/min {:.3}, data dir max/min {:.3}: {}",
             report.warmup_intervals,
             report.intervals.len(),
             report.rss_ratio,
             report.data_dir_ratio,
             if report.flat { "flat within 5 %" } else { "NOT flat within 5 %" }
+        );
+        println!(
+            "moments (highest sample / lowest, one a second): RSS {:.3}, data dir {:.3}",
+            report.rss_sample_ratio, report.data_dir_sample_ratio
         );
     }
     Ok(())

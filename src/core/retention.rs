@@ -43,6 +43,60 @@ pub struct Record {
     pub exempt: bool,
 }
 
+impl Limits {
+    /// Whether the age limit prunes `record` at `now_ms` (never an exempt one).
+    pub fn expired(&self, record: Record, now_ms: u64) -> bool {
+        !record.exempt && self.max_age_ms > 0 && now_ms.saturating_sub(record.at_ms) > self.max_age_ms
+    }
+}
+
+/// The count limit of [`plan`] as a cut that a second pass over the same
+/// records, in the same order, applies one record at a time: for a store too
+/// large to hold every record's key in memory while it decides (the first
+/// pass keeps only the times; [`count_cut`] makes the cut).
+///
+/// Of the records the age limit keeps, [`CountCut::take`] says yes to every
+/// non-exempt one older than `before_ms` and to the first `ties` non-exempt
+/// ones of exactly `before_ms`: [`plan`]'s oldest-first choice, ties broken by
+/// position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountCut {
+    pub before_ms: u64,
+    pub ties: usize,
+}
+
+impl CountCut {
+    /// Whether the next record (in the first pass's order, not expired) is
+    /// pruned for the count.
+    pub fn take(&mut self, record: Record) -> bool {
+        if record.exempt || record.at_ms > self.before_ms {
+            return false;
+        }
+        if record.at_ms < self.before_ms {
+            return true;
+        }
+        if self.ties == 0 {
+            return false;
+        }
+        self.ties -= 1;
+        true
+    }
+}
+
+/// The cut that brings the store to `limits.max_count`, given the times of
+/// the non-exempt records the age limit keeps (`times`, any order; reordered
+/// here) and how many records it keeps in all (`kept`, exempt ones
+/// included). `None` when the count limit is off or already met.
+pub fn count_cut(times: &mut [u64], kept: usize, limits: Limits) -> Option<CountCut> {
+    if limits.max_count == 0 || kept <= limits.max_count || times.is_empty() {
+        return None;
+    }
+    let prune = (kept - limits.max_count).min(times.len());
+    let (_, &mut before_ms, _) = times.select_nth_unstable(prune - 1);
+    let older = times.iter().filter(|&&at_ms| at_ms < before_ms).count();
+    Some(CountCut { before_ms, ties: prune - older })
+}
+
 /// The indexes (into the caller's list) of the records to prune, ascending.
 ///
 /// A record is pruned when it is not exempt and either older than
@@ -55,7 +109,7 @@ pub fn plan(records: &[Record], now_ms: u64, limits: Limits) -> Vec<usize> {
     let mut kept = records.len();
     if limits.max_age_ms > 0 {
         for (at, record) in records.iter().enumerate() {
-            if !record.exempt && now_ms.saturating_sub(record.at_ms) > limits.max_age_ms {
+            if limits.expired(*record, now_ms) {
                 prune[at] = true;
                 kept -= 1;
             }
@@ -153,6 +207,41 @@ mod tests {
         pruned
     }
 
+    /// What `store::retention` does: a first pass keeps the times of the
+    /// records the age limit keeps, a second applies the cut in order.
+    fn two_passes(records: &[Record], now_ms: u64, limits: Limits) -> Vec<usize> {
+        if !limits.is_on() {
+            return Vec::new();
+        }
+        let mut pruned: Vec<usize> = (0..records.len()).filter(|&at| limits.expired(records[at], now_ms)).collect();
+        let mut times: Vec<u64> = records
+            .iter()
+            .filter(|record| !record.exempt && !limits.expired(**record, now_ms))
+            .map(|record| record.at_ms)
+            .collect();
+        if let Some(mut cut) = count_cut(&mut times, records.len() - pruned.len(), limits) {
+            for (at, record) in records.iter().enumerate() {
+                if !limits.expired(*record, now_ms) && cut.take(*record) {
+                    pruned.push(at);
+                }
+            }
+        }
+        pruned.sort_unstable();
+        pruned
+    }
+
+    #[test]
+    fn a_cut_takes_the_older_and_as_many_ties_as_it_holds() {
+        let mut times = vec![30, 10, 20, 20, 40];
+        let limits = Limits { max_age_ms: 0, max_count: 3 };
+        assert_eq!(count_cut(&mut times, 5, limits), Some(CountCut { before_ms: 20, ties: 1 }));
+        assert_eq!(count_cut(&mut [10, 20], 2, limits), None, "within the count");
+        assert_eq!(count_cut(&mut [], 9, limits), None, "nothing prunable");
+        let mut cut = CountCut { before_ms: 20, ties: 1 };
+        let taken: Vec<bool> = [30, 10, 20, 20, 40].into_iter().map(|at_ms| cut.take(r(at_ms))).collect();
+        assert_eq!(taken, [false, true, true, false, false]);
+    }
+
     fn records() -> impl Strategy<Value = Vec<Record>> {
         proptest::collection::vec((0u64..50, proptest::bool::weighted(0.2)), 0..40)
             .prop_map(|rows| rows.into_iter().map(|(at_ms, exempt)| Record { at_ms, exempt }).collect())
@@ -163,6 +252,12 @@ mod tests {
         fn plan_matches_the_naive_model(records in records(), now in 0u64..80, age in 0u64..40, count in 0usize..20) {
             let limits = Limits { max_age_ms: age, max_count: count };
             prop_assert_eq!(plan(&records, now, limits), model(&records, now, limits));
+        }
+
+        #[test]
+        fn two_passes_prune_what_the_plan_prunes(records in records(), now in 0u64..80, age in 0u64..40, count in 0usize..20) {
+            let limits = Limits { max_age_ms: age, max_count: count };
+            prop_assert_eq!(two_passes(&records, now, limits), plan(&records, now, limits));
         }
 
         #[test]

@@ -1,6 +1,10 @@
 //! Retention's deletes: each store that grows read as `core::retention`
 //! records, pruned as [`plan`] decides, and measured for the gauges.
 //!
+//! A sweep reads each record's time from its time fields alone (a small
+//! struct per store, below: no strings, arguments or results decoded) and
+//! keeps no key but those it deletes ([`sweep_tree`]).
+//!
 //! | store | tree (keys) | time of a record | exempt (never pruned) |
 //! |---|---|---|---|
 //! | `provenance` | `dispatch_provenance` | `atMs` of the call | nothing |
@@ -20,40 +24,61 @@ use super::{sequence, Store, StoreError};
 use crate::core::dispatch::approval::{Approval, ApprovalStatus};
 use crate::core::dispatch::redrive::CacheEntry;
 use crate::core::dispatch::ProvenanceRecord;
-use crate::core::retention::{plan, Limits, Record, StoreSize, Swept};
+use crate::core::retention::{count_cut, Limits, Record, StoreSize, Swept};
 
 /// A record retention cannot judge: kept.
 const UNREADABLE: Record = Record { at_ms: 0, exempt: true };
 
-/// Reads every record of `tree` under `prefix` with `read`, prunes what
-/// [`plan`] names (re-read and compare-and-swap) and returns the sweep.
+/// How a sweep reads a record: `glance` from a value's time fields alone (the
+/// scans of every record), `read` from the whole value (the check just before
+/// a delete). A value `read` cannot decode is kept, whatever `glance` said.
+pub(crate) struct Reader<G, R> {
+    pub(crate) glance: G,
+    pub(crate) read: R,
+}
+
+/// Sweeps the records of `tree` under `prefix`: prunes what
+/// [`crate::core::retention::plan`] would (age, then count), and returns the
+/// sweep.
+///
+/// It never holds every key: a first scan deletes the records the age limit
+/// prunes (it keeps their keys only) and keeps the times of the others; when
+/// the count limit still binds, a second scan applies
+/// [`crate::core::retention::count_cut`] in the same order. Each delete
+/// re-reads the value and compares-and-swaps it, so a record changed meanwhile
+/// is judged as it now is.
 pub(crate) fn sweep_tree(
     tree: &sled::Tree,
     name: &'static str,
     prefix: &[u8],
     now_ms: u64,
     limits: Limits,
-    read: impl Fn(&[u8]) -> Record,
+    reader: Reader<impl Fn(&[u8]) -> Record, impl Fn(&[u8]) -> Record>,
 ) -> Result<Swept, StoreError> {
     let failed = |action: &'static str| move |source| StoreError::Sled { action, tree: name, source };
-    let mut keys = Vec::new();
-    let mut records = Vec::new();
     let mut size = StoreSize::default();
+    let mut expired = Vec::new();
+    let mut times = Vec::new();
     for entry in tree.scan_prefix(prefix) {
         let (key, value) = entry.map_err(failed("iterate"))?;
         size.entries += 1;
         size.bytes += (key.len() + value.len()) as u64;
-        if limits.is_on() {
-            records.push(read(&value));
-            keys.push(key);
+        if !limits.is_on() {
+            continue;
+        }
+        let record = (reader.glance)(&value);
+        if limits.expired(record, now_ms) {
+            expired.push(key);
+        } else if !record.exempt {
+            times.push(record.at_ms);
         }
     }
+    let kept = size.entries as usize - expired.len();
     let mut pruned = 0;
-    for at in plan(&records, now_ms, limits) {
-        let key = &keys[at];
-        let Some(value) = tree.get(key).map_err(failed("get"))? else { continue };
-        if read(&value).exempt {
-            continue;
+    let mut prune = |key: &[u8], still: &dyn Fn(Record) -> bool, size: &mut StoreSize| -> Result<(), StoreError> {
+        let Some(value) = tree.get(key).map_err(failed("get"))? else { return Ok(()) };
+        if !still((reader.read)(&value)) {
+            return Ok(());
         }
         let swapped = tree.compare_and_swap(key, Some(&value), None as Option<&[u8]>).map_err(failed("remove"))?;
         if swapped.is_ok() {
@@ -61,18 +86,40 @@ pub(crate) fn sweep_tree(
             size.entries -= 1;
             size.bytes -= (key.len() + value.len()) as u64;
         }
+        Ok(())
+    };
+    for key in &expired {
+        prune(key, &|record| limits.expired(record, now_ms), &mut size)?;
+    }
+    drop(expired);
+    if let Some(mut cut) = count_cut(&mut times, kept, limits) {
+        drop(times);
+        for entry in tree.scan_prefix(prefix) {
+            let (key, value) = entry.map_err(failed("iterate"))?;
+            let record = (reader.glance)(&value);
+            if !limits.expired(record, now_ms) && cut.take(record) {
+                prune(&key, &|record| !record.exempt, &mut size)?;
+            }
+        }
     }
     Ok(Swept { pruned, size })
 }
 
+/// The entries and bytes (keys and values) of `tree`, by a full scan.
+pub(crate) fn measure_tree(tree: &sled::Tree, name: &'static str) -> Result<StoreSize, StoreError> {
+    let unread = |_: &[u8]| UNREADABLE;
+    sweep_tree(tree, name, b"", 0, Limits::OFF, Reader { glance: unread, read: unread }).map(|swept| swept.size)
+}
+
 /// The record retention sees of an approval at `now_ms`.
 pub fn approval_record(approval: &Approval, now_ms: u64) -> Record {
-    let live = matches!(approval.status, ApprovalStatus::Pending | ApprovalStatus::Approved);
-    let at_ms = match (live, approval.decided_at_ms) {
-        (false, Some(decided)) => decided,
-        _ => approval.created_at_ms.max(approval.expires_at_ms),
-    };
-    Record { at_ms, exempt: live && approval.expires_at_ms > now_ms }
+    ApprovalTimes {
+        created_at_ms: approval.created_at_ms,
+        expires_at_ms: approval.expires_at_ms,
+        status: approval.status,
+        decided_at_ms: approval.decided_at_ms,
+    }
+    .record(now_ms)
 }
 
 /// The record retention sees of a re-drive entry.
@@ -84,27 +131,94 @@ fn decoded<T: serde::de::DeserializeOwned>(value: &[u8]) -> Option<T> {
     rmp_serde::from_slice(value).ok()
 }
 
+// The time fields of each store's values, decoded alone: the stored values
+// are msgpack maps keyed by field name (`to_vec_named`), so the fields not
+// named here are skipped, not decoded. The tests check each against the whole
+// value's decoding.
+
+/// Of a [`ProvenanceRecord`].
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProvenanceTime {
+    at_ms: u64,
+}
+
+/// Of a [`CacheEntry`]: its start, and whether it holds a result.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RedriveTime {
+    started_at_ms: u64,
+    #[serde(default)]
+    result: Option<serde::de::IgnoredAny>,
+}
+
+/// Of an [`Approval`].
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApprovalTimes {
+    created_at_ms: u64,
+    expires_at_ms: u64,
+    status: ApprovalStatus,
+    #[serde(default)]
+    decided_at_ms: Option<u64>,
+}
+
+impl ApprovalTimes {
+    fn record(&self, now_ms: u64) -> Record {
+        let live = matches!(self.status, ApprovalStatus::Pending | ApprovalStatus::Approved);
+        let at_ms = match (live, self.decided_at_ms) {
+            (false, Some(decided)) => decided,
+            _ => self.created_at_ms.max(self.expires_at_ms),
+        };
+        Record { at_ms, exempt: live && self.expires_at_ms > now_ms }
+    }
+}
+
+fn provenance_glance(value: &[u8]) -> Record {
+    decoded::<ProvenanceTime>(value).map_or(UNREADABLE, |time| Record { at_ms: time.at_ms, exempt: false })
+}
+
+fn provenance_read(value: &[u8]) -> Record {
+    decoded::<ProvenanceRecord>(value).map_or(UNREADABLE, |record| Record { at_ms: record.at_ms, exempt: false })
+}
+
+fn redrive_glance(value: &[u8]) -> Record {
+    decoded::<RedriveTime>(value)
+        .map_or(UNREADABLE, |time| Record { at_ms: time.started_at_ms, exempt: time.result.is_none() })
+}
+
+fn redrive_read(value: &[u8]) -> Record {
+    decoded::<CacheEntry>(value).map_or(UNREADABLE, |entry| redrive_record(&entry))
+}
+
+fn approval_glance(value: &[u8], now_ms: u64) -> Record {
+    decoded::<ApprovalTimes>(value).map_or(UNREADABLE, |times| times.record(now_ms))
+}
+
+fn approval_read(value: &[u8], now_ms: u64) -> Record {
+    decoded::<Approval>(value).map_or(UNREADABLE, |approval| approval_record(&approval, now_ms))
+}
+
 impl Store {
     /// Prunes provenance records over `limits`.
     pub fn sweep_provenance(&self, now_ms: u64, limits: Limits) -> Result<Swept, StoreError> {
-        sweep_tree(&self.dispatch.provenance, PROVENANCE, b"", now_ms, limits, |value| {
-            decoded::<ProvenanceRecord>(value)
-                .map_or(UNREADABLE, |record| Record { at_ms: record.at_ms, exempt: false })
-        })
+        let reader = Reader { glance: provenance_glance, read: provenance_read };
+        sweep_tree(&self.dispatch.provenance, PROVENANCE, b"", now_ms, limits, reader)
     }
 
     /// Prunes stored re-drive results over `limits`; keys in progress stay.
     pub fn sweep_redrive(&self, now_ms: u64, limits: Limits) -> Result<Swept, StoreError> {
-        sweep_tree(&self.dispatch.cache, CACHE, b"", now_ms, limits, |value| {
-            decoded::<CacheEntry>(value).map_or(UNREADABLE, |entry| redrive_record(&entry))
-        })
+        let reader = Reader { glance: redrive_glance, read: redrive_read };
+        sweep_tree(&self.dispatch.cache, CACHE, b"", now_ms, limits, reader)
     }
 
     /// Prunes decided, used and expired approvals over `limits`; live ones stay.
     pub fn sweep_approvals(&self, now_ms: u64, limits: Limits) -> Result<Swept, StoreError> {
-        sweep_tree(&self.dispatch.approvals, APPROVALS, b"", now_ms, limits, |value| {
-            decoded::<Approval>(value).map_or(UNREADABLE, |approval| approval_record(&approval, now_ms))
-        })
+        let reader = Reader {
+            glance: |value: &[u8]| approval_glance(value, now_ms),
+            read: |value: &[u8]| approval_read(value, now_ms),
+        };
+        sweep_tree(&self.dispatch.approvals, APPROVALS, b"", now_ms, limits, reader)
     }
 
     /// Prunes the ids of processed stream outcomes over `limits`. An id an
@@ -128,15 +242,15 @@ impl Store {
                 })?;
             }
         }
-        sweep_tree(&tree, sequence::TREE, sequence::OUTCOME_PREFIX, now_ms, limits, |value| {
-            sequence::outcome_time(value).map_or(UNREADABLE, |at_ms| Record { at_ms, exempt: false })
-        })
+        let time =
+            |value: &[u8]| sequence::outcome_time(value).map_or(UNREADABLE, |at_ms| Record { at_ms, exempt: false });
+        sweep_tree(&tree, sequence::TREE, sequence::OUTCOME_PREFIX, now_ms, limits, Reader { glance: time, read: time })
     }
 
     /// The entries and bytes (keys and values) of tree `name`, by a full scan.
     pub fn tree_size(&self, name: &'static str) -> Result<StoreSize, StoreError> {
         let tree = self.db.open_tree(name).map_err(|source| StoreError::Sled { action: "open", tree: name, source })?;
-        sweep_tree(&tree, name, b"", 0, Limits::OFF, |_| UNREADABLE).map(|swept| swept.size)
+        measure_tree(&tree, name)
     }
 
     /// The bytes sled's files take on disk.
@@ -271,6 +385,83 @@ mod tests {
         store.sweep_outcome_ids(10_000, Limits { max_age_ms: 1, max_count: 0 }).unwrap();
         assert_eq!(store.applied_index_sequence().unwrap(), 9);
         assert!(store.disk_bytes().unwrap() > 0);
+    }
+
+    /// Each store's glance (its time fields alone) sees what the whole value's
+    /// decoding sees, for values as the store writes them.
+    #[test]
+    fn a_glance_sees_what_the_whole_value_says() {
+        for at in [0, 1, 1_700_000_000_000, u64::MAX] {
+            let mut record = ProvenanceRecord::test_record(at);
+            record.args = json!({"nested": {"list": [1, "two", null]}, "text": "x".repeat(300)});
+            record.approval_id = Some("ap-1".into());
+            let bytes = encoded(&record);
+            assert_eq!(provenance_glance(&bytes), provenance_read(&bytes));
+            assert_eq!(provenance_glance(&bytes), Record { at_ms: at, exempt: false });
+        }
+        for done in [false, true] {
+            let bytes = encoded(&entry(42, done));
+            assert_eq!(redrive_glance(&bytes), redrive_read(&bytes));
+            assert_eq!(redrive_glance(&bytes).exempt, !done);
+        }
+        let statuses =
+            [ApprovalStatus::Pending, ApprovalStatus::Approved, ApprovalStatus::Rejected, ApprovalStatus::Used];
+        for status in statuses {
+            for decided_at_ms in [None, Some(150)] {
+                for now_ms in [50, 500] {
+                    let mut approval = pending("ap-1".into(), "lookup", "a", &json!({"q": 1}), 7, 100, 200);
+                    approval.status = status;
+                    approval.decided_at_ms = decided_at_ms;
+                    approval.arguments = Some(json!({"q": "y".repeat(100)}));
+                    let bytes = encoded(&approval);
+                    assert_eq!(approval_glance(&bytes, now_ms), approval_read(&bytes, now_ms), "{status:?}");
+                }
+            }
+        }
+        for junk in [&b""[..], b"\xc1 not msgpack", b"\x81\xa4atMs\xa3ten"] {
+            assert_eq!(provenance_glance(junk), UNREADABLE);
+            assert_eq!(redrive_glance(junk), UNREADABLE);
+            assert_eq!(approval_glance(junk, 0), UNREADABLE);
+        }
+    }
+
+    /// A value whose time fields decode but whose whole does not is judged
+    /// by the glance and then kept by the check before the delete.
+    #[test]
+    fn a_value_that_only_glances_well_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let only_time = rmp_serde::to_vec_named(&json!({"atMs": 1})).unwrap();
+        assert_eq!(provenance_glance(&only_time), Record { at_ms: 1, exempt: false });
+        store.dispatch.provenance.insert(1u64.to_be_bytes(), only_time).unwrap();
+        store.append_provenance(&ProvenanceRecord::test_record(2)).unwrap();
+        let swept = store.sweep_provenance(1_000, Limits { max_age_ms: 1, max_count: 0 }).unwrap();
+        assert_eq!((swept.pruned, swept.size.entries), (1, 1));
+        let swept = store.sweep_provenance(1_000, Limits { max_age_ms: 0, max_count: 1 }).unwrap();
+        assert_eq!((swept.pruned, swept.size.entries), (0, 1));
+    }
+
+    /// A count sweep over more records than one scan's worth of ties: the
+    /// second scan takes exactly the oldest beyond the count.
+    #[test]
+    fn a_count_sweep_keeps_exactly_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        for at in (0..200).map(|n| n / 10) {
+            store.append_provenance(&ProvenanceRecord::test_record(at)).unwrap();
+        }
+        let swept = store.sweep_provenance(100, Limits { max_age_ms: 0, max_count: 55 }).unwrap();
+        assert_eq!((swept.pruned, swept.size.entries), (145, 55));
+        let mut kept = times(&store);
+        kept.sort_unstable();
+        assert_eq!(kept.first(), Some(&14), "five of the ten at 14 ms, then every later one");
+        assert_eq!(kept.iter().filter(|&&at| at == 14).count(), 5);
+        assert_eq!(swept.size, store.tree_size(PROVENANCE).unwrap());
+    }
+
+    /// A value as the stores write it.
+    fn encoded<T: serde::Serialize>(value: &T) -> Vec<u8> {
+        rmp_serde::to_vec_named(value).unwrap()
     }
 
     #[test]

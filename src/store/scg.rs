@@ -123,9 +123,7 @@ impl ScgStore {
 
     /// The memory notes' entries and bytes (keys and values).
     pub fn memory_size(&self) -> Result<crate::core::retention::StoreSize, StoreError> {
-        let unjudged = |_: &[u8]| crate::core::retention::Record { at_ms: 0, exempt: true };
-        super::retention::sweep_tree(&self.memory, SCG_MEMORY, b"", 0, crate::core::retention::Limits::OFF, unjudged)
-            .map(|swept| swept.size)
+        super::retention::measure_tree(&self.memory, SCG_MEMORY)
     }
 
     /// Flushes to disk.

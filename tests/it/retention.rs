@@ -262,10 +262,17 @@ fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
     for interval in intervals {
         assert!(interval["rssBytes"].as_u64().unwrap() > 0, "{interval}");
         assert!(interval["dataDirBytes"].as_u64().unwrap() > 0, "{interval}");
+        for figure in ["rss", "dataDir"] {
+            let read = |suffix: &str| interval[format!("{figure}{suffix}")].as_u64().unwrap();
+            let (min, mean, max) = (read("MinBytes"), read("Bytes"), read("MaxBytes"));
+            assert!(min <= mean && mean <= max, "{figure}: {interval}");
+        }
         assert!(interval["storeBytes"].is_u64(), "{interval}");
         assert!(interval["p99Ms"].as_f64().is_some() && interval["requests"].as_u64().is_some(), "{interval}");
     }
-    assert!(report["rssRatio"].as_f64().unwrap() >= 1.0 && report["dataDirRatio"].as_f64().unwrap() >= 1.0);
+    for ratio in ["rssRatio", "dataDirRatio", "rssSampleRatio", "dataDirSampleRatio"] {
+        assert!(report[ratio].as_f64().unwrap() >= 1.0, "{ratio}: {report}");
+    }
     assert!(report["flat"].is_boolean() && report["warmupIntervals"].is_u64(), "{report}");
     let refused = capdex()
         .args(["bench", "--soak", "1", "--soak-warmup", "1"])
