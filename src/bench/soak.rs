@@ -55,22 +55,27 @@ const TOOLS: usize = 200;
 const SCOPES: usize = 50;
 /// The retention the soak's service runs with (`CAPDEX_RETENTION_*`, `CAPDEX_JETSTREAM_*`).
 ///
-/// Two minutes of age for every store capdex keeps, and the default counts
-/// (at least 100,000 each, above two minutes of the mix at the soak's rates),
-/// so the age limit is the one that binds and every store holds about two
-/// minutes of traffic once the warm-up is over. A smaller steady state (counts
-/// of a few thousand) left the data dir at about 11 MB, where sled's file moves
-/// in steps of its 512 KiB log segments: one step either way was already 5 %
-/// of it, so the ratio measured sled's granularity, not growth.
+/// Two minutes of age for every store capdex keeps and counts of a few
+/// thousand, so every store reaches its steady state (about 3.5 MB of records,
+/// an 11 MB data dir) within the warm-up. At that size sled's file moves in
+/// steps of its 512 KiB log segments, 5 % of it each, which is why the verdict
+/// reads per-minute means of samples taken every second. (With the counts at
+/// their defaults, so the age binds, the stores held 47 MB and the service
+/// 230 MB, its p99 rising as sled's cache overflowed: docs/performance.md.)
 /// The JetStream streams (in `nats-server`'s store, not in capdex's data dir
 /// or RSS) keep 5,000 messages.
-pub const RETENTION: [(&str, &str); 9] = [
+pub const RETENTION: [(&str, &str); 14] = [
     ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "5000"),
     ("CAPDEX_RETENTION_PROVENANCE_MAX_AGE_MS", "120000"),
+    ("CAPDEX_RETENTION_PROVENANCE_MAX_COUNT", "5000"),
     ("CAPDEX_RETENTION_REDRIVE_MAX_AGE_MS", "120000"),
+    ("CAPDEX_RETENTION_REDRIVE_MAX_COUNT", "5000"),
     ("CAPDEX_RETENTION_APPROVALS_MAX_AGE_MS", "120000"),
+    ("CAPDEX_RETENTION_APPROVALS_MAX_COUNT", "2000"),
     ("CAPDEX_RETENTION_MEMORY_MAX_AGE_MS", "120000"),
+    ("CAPDEX_RETENTION_MEMORY_MAX_COUNT", "1000"),
     ("CAPDEX_RETENTION_OUTCOME_IDS_MAX_AGE_MS", "120000"),
+    ("CAPDEX_RETENTION_OUTCOME_IDS_MAX_COUNT", "5000"),
     ("CAPDEX_JETSTREAM_INDEX_MAX_MSGS", "5000"),
     ("CAPDEX_JETSTREAM_OUTCOME_MAX_MSGS", "5000"),
     ("CAPDEX_KPI_ROLLING_WINDOW_SIZE", "200"),
