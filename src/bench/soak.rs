@@ -8,10 +8,11 @@
 //!    mixed load for [`SoakOptions::ramp`] and count operations per second;
 //! 2. the soak runs the same mix open-loop at half of that rate; every
 //!    [`SAMPLE_EVERY`] it reads the service's resident set size and the data
-//!    dir's bytes, and every report interval (a minute) it prints their mean
-//!    and highest sample over the interval, the bytes of capdex's stores (the
-//!    `capdex_store_bytes` gauges at its metrics endpoint) and the p99 latency
-//!    of the requests answered in it;
+//!    dir's bytes (and `nats-server`'s RSS and store dir, where JetStream keeps
+//!    its streams and buckets), and every report interval (a minute) it prints
+//!    their mean (capdex's, and its highest sample) over the interval, the
+//!    bytes of capdex's stores (the `capdex_store_bytes` gauges at its metrics
+//!    endpoint) and the p99 latency of the requests answered in it;
 //! 3. at the end it prints, over the intervals after the warm-up, the max/min
 //!    ratio of the per-minute means of RSS and of data-dir bytes, and whether
 //!    both stayed within 5 % (the verdict), and beside them the ratio of the
@@ -62,9 +63,10 @@ const SCOPES: usize = 50;
 /// reads per-minute means of samples taken every second. (With the counts at
 /// their defaults, so the age binds, the stores held 47 MB and the service
 /// 230 MB, its p99 rising as sled's cache overflowed: docs/performance.md.)
-/// The JetStream streams (in `nats-server`'s store, not in capdex's data dir
-/// or RSS) keep 5,000 messages.
-pub const RETENTION: [(&str, &str); 14] = [
+/// The JetStream streams keep 5,000 messages, and the approval and re-drive
+/// buckets two minutes, as capdex's own stores (they live in `nats-server`'s
+/// store, whose RSS and bytes the report shows beside capdex's).
+pub const RETENTION: [(&str, &str); 16] = [
     ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "5000"),
     ("CAPDEX_RETENTION_PROVENANCE_MAX_AGE_MS", "120000"),
     ("CAPDEX_RETENTION_PROVENANCE_MAX_COUNT", "5000"),
@@ -78,6 +80,8 @@ pub const RETENTION: [(&str, &str); 14] = [
     ("CAPDEX_RETENTION_OUTCOME_IDS_MAX_COUNT", "5000"),
     ("CAPDEX_JETSTREAM_INDEX_MAX_MSGS", "5000"),
     ("CAPDEX_JETSTREAM_OUTCOME_MAX_MSGS", "5000"),
+    ("CAPDEX_JETSTREAM_APPROVALS_MAX_AGE_MS", "120000"),
+    ("CAPDEX_JETSTREAM_REDRIVE_MAX_AGE_MS", "120000"),
     ("CAPDEX_KPI_ROLLING_WINDOW_SIZE", "200"),
 ];
 
@@ -114,6 +118,10 @@ pub struct SoakInterval {
     pub data_dir_bytes: u64,
     pub data_dir_max_bytes: u64,
     pub data_dir_min_bytes: u64,
+    /// `nats-server`'s RSS and its store dir's bytes (JetStream streams and
+    /// buckets), means of the interval's samples.
+    pub nats_rss_bytes: u64,
+    pub nats_dir_bytes: u64,
     /// The sum of the service's `capdex_store_bytes` gauges (keys and values of
     /// every measured store, from its last sweep): what capdex keeps, beside the
     /// bytes sled's files take.
@@ -401,7 +409,7 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
     let (nats_dir, data_dir, caps_dir) = (temp("nats")?, temp("data")?, temp("caps")?);
     let port = free_port()?;
     let metrics = format!("127.0.0.1:{}", free_port()?);
-    let _nats = start(
+    let nats_server = start(
         "nats-server",
         Command::new(&options.nats_server)
             .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
@@ -432,16 +440,24 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
         .build()
         .map_err(|err| SoakError::Start { what: "a runtime".into(), message: err.to_string() })?;
     let nats = NatsSettings { url: url.clone(), servers: vec![url], ..options.nats.clone() };
-    let report = runtime.block_on(soak(options, nats, pid, data_dir.path(), &metrics, progress));
+    let watched = Watched { pid, data_dir: data_dir.path(), nats_pid: nats_server.0.id(), nats_dir: nats_dir.path() };
+    let report = runtime.block_on(soak(options, nats, watched, &metrics, progress));
     drop(serving);
     report
+}
+
+/// The processes and dirs the soak reads every sample.
+struct Watched<'a> {
+    pid: u32,
+    data_dir: &'a Path,
+    nats_pid: u32,
+    nats_dir: &'a Path,
 }
 
 async fn soak(
     options: &SoakOptions,
     nats: NatsSettings,
-    pid: u32,
-    data_dir: &Path,
+    watched: Watched<'_>,
     metrics: &str,
     progress: &mut dyn FnMut(&str),
 ) -> Result<SoakReport, SoakError> {
@@ -538,12 +554,15 @@ async fn soak(
     let sample_every = SAMPLE_EVERY.min(options.report_every);
     let mut next_sample = soak_start;
     let (mut rss, mut data) = (Samples::default(), Samples::default());
-    progress("      at_s  rss_MB (max)  data_dir_MB (max)  stores_MB    p99_ms  requests  errors  shed");
+    let (mut nats_rss, mut nats_data) = (Samples::default(), Samples::default());
+    progress("      at_s  rss_MB (max)  data_dir_MB (max)  stores_MB  nats_MB  nats_dir_MB    p99_ms  requests  errors  shed");
     loop {
         let now = Instant::now();
         if now >= next_sample {
-            rss.add(rss_bytes(pid));
-            data.add(dir_bytes(data_dir));
+            rss.add(rss_bytes(watched.pid));
+            data.add(dir_bytes(watched.data_dir));
+            nats_rss.add(rss_bytes(watched.nats_pid));
+            nats_data.add(dir_bytes(watched.nats_dir));
             while next_sample <= now {
                 next_sample += sample_every;
             }
@@ -551,6 +570,7 @@ async fn soak(
         if now >= next_report || now >= soak_end {
             let (latencies, requests, errors) = load.recorder.take();
             let (rss, data) = (std::mem::take(&mut rss), std::mem::take(&mut data));
+            let (nats_rss, nats_data) = (std::mem::take(&mut nats_rss), std::mem::take(&mut nats_data));
             let interval = SoakInterval {
                 at_s: soak_start.elapsed().as_secs_f64(),
                 rss_bytes: rss.mean(),
@@ -559,6 +579,8 @@ async fn soak(
                 data_dir_bytes: data.mean(),
                 data_dir_max_bytes: data.max,
                 data_dir_min_bytes: data.min(),
+                nats_rss_bytes: nats_rss.mean(),
+                nats_dir_bytes: nats_data.mean(),
                 store_bytes: store_bytes(metrics),
                 p99_ms: percentile_ms(&latencies, 0.99),
                 requests,
@@ -566,13 +588,15 @@ async fn soak(
                 shed: std::mem::take(&mut shed),
             };
             progress(&format!(
-                "{:10.0} {:7.1} {:5.0} {:12.1} {:5.1} {:10.2} {:9.2} {:9} {:7} {:5}",
+                "{:10.0} {:7.1} {:5.0} {:12.1} {:5.1} {:10.2} {:8.1} {:12.1} {:9.2} {:9} {:7} {:5}",
                 interval.at_s,
                 interval.rss_bytes as f64 / 1e6,
                 interval.rss_max_bytes as f64 / 1e6,
                 interval.data_dir_bytes as f64 / 1e6,
                 interval.data_dir_max_bytes as f64 / 1e6,
                 interval.store_bytes as f64 / 1e6,
+                interval.nats_rss_bytes as f64 / 1e6,
+                interval.nats_dir_bytes as f64 / 1e6,
                 interval.p99_ms,
                 interval.requests,
                 interval.errors,
@@ -685,6 +709,8 @@ mod tests {
             data_dir_bytes: 1,
             data_dir_max_bytes: 1,
             data_dir_min_bytes: 1,
+            nats_rss_bytes: 1,
+            nats_dir_bytes: 1,
             store_bytes: 0,
             p99_ms: 0.0,
             requests: 0,

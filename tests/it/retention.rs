@@ -268,6 +268,8 @@ fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
             assert!(min <= mean && mean <= max, "{figure}: {interval}");
         }
         assert!(interval["storeBytes"].is_u64(), "{interval}");
+        assert!(interval["natsRssBytes"].as_u64().unwrap() > 0, "{interval}");
+        assert!(interval["natsDirBytes"].as_u64().unwrap() > 0, "{interval}");
         assert!(interval["p99Ms"].as_f64().is_some() && interval["requests"].as_u64().is_some(), "{interval}");
     }
     for ratio in ["rssRatio", "dataDirRatio", "rssSampleRatio", "dataDirSampleRatio"] {
