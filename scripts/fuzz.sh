@@ -25,6 +25,12 @@
 #   awk -F'\t' '$8 == "release" {cpu[$2] += $3; n[$2]++; c[$2] += $5}
 #     END {for (t in cpu) printf "%-22s %6d CPU s in %d runs, %d crashes\n", t, cpu[t], n[t], c[t]}' fuzz/ledger.tsv
 #
+# Do not pause a fuzzer (SIGSTOP, to keep a benchmark's machine quiet): libFuzzer
+# times each input by the wall clock, so the input running at the pause is
+# reported, on resume, as a timeout (-timeout=10) and the run ends with a
+# false crash. Stop it (SIGTERM to this script, which records the run) and
+# start it again later: the corpus carries over.
+#
 # FUZZ_BUILD=dev builds without optimisations (minutes instead of tens of
 # minutes from a clean clone, fewer executions a second): .ci/run's smoke.
 set -euo pipefail
