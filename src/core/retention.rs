@@ -31,6 +31,11 @@ impl Limits {
     pub fn is_on(&self) -> bool {
         self.max_age_ms > 0 || self.max_count > 0
     }
+
+    /// Whether the age limit prunes `record` at `now_ms` (never an exempt one).
+    pub fn expired(&self, record: Record, now_ms: u64) -> bool {
+        !record.exempt && self.max_age_ms > 0 && now_ms.saturating_sub(record.at_ms) > self.max_age_ms
+    }
 }
 
 /// What retention needs to know of one record.
@@ -41,13 +46,6 @@ pub struct Record {
     pub at_ms: u64,
     /// Still needed (a pending approval, an unfinished re-drive): never pruned.
     pub exempt: bool,
-}
-
-impl Limits {
-    /// Whether the age limit prunes `record` at `now_ms` (never an exempt one).
-    pub fn expired(&self, record: Record, now_ms: u64) -> bool {
-        !record.exempt && self.max_age_ms > 0 && now_ms.saturating_sub(record.at_ms) > self.max_age_ms
-    }
 }
 
 /// The count limit of [`plan`] as a cut that a second pass over the same
