@@ -4,7 +4,10 @@
 //! attribute each structure the bytes its construction left allocated.
 //!
 //! Until [`start`], the wrapper adds one relaxed load of a flag to each
-//! allocation and writes nothing: the service never calls it.
+//! allocation and writes nothing: the service calls it only when
+//! `CAPDEX_COUNT_HEAP` is set (then its retention sweep sets the gauge
+//! `capdex_heap_live_bytes`; `capdex bench --soak` sets it), at the price of
+//! two atomic operations on one counter per allocation.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
@@ -74,6 +77,11 @@ pub fn start() -> bool {
     let counted = live_bytes() - before >= 4096;
     drop(probe);
     counted
+}
+
+/// Whether [`start`] was called (the live heap is being counted).
+pub fn counting() -> bool {
+    COUNTING.load(Ordering::Relaxed)
 }
 
 /// The bytes allocated and not freed since [`start`].

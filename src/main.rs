@@ -16,8 +16,9 @@ mod scg_cli;
 /// discovery workers), and glibc takes the owning arena's lock for each such
 /// free; under load those locks were most of the node's futex calls.
 ///
-/// Wrapped to count live bytes for `capdex bench --memory` only: until that
-/// starts counting, the wrapper reads one flag per allocation and writes nothing.
+/// Wrapped to count live bytes for `capdex bench --memory`, and in a process
+/// started with `CAPDEX_COUNT_HEAP` (the gauge `capdex_heap_live_bytes`): until
+/// counting starts, the wrapper reads one flag per allocation and writes nothing.
 #[global_allocator]
 static ALLOCATOR: capdex::allocations::Counting<mimalloc::MiMalloc> = capdex::allocations::Counting(mimalloc::MiMalloc);
 
@@ -483,6 +484,10 @@ struct SourceFiles {
 
 fn main() -> ExitCode {
     capdex::allocations::tune_mimalloc(|variable| std::env::var_os(variable).is_some());
+    if std::env::var_os("CAPDEX_COUNT_HEAP").is_some() {
+        // From the first allocation on, so every free has its allocation counted.
+        capdex::allocations::start();
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

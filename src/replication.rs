@@ -42,7 +42,7 @@ use crate::config::Settings;
 use crate::core::dispatch::shared::SharedDispatch;
 use crate::core::kpi_window::OutcomeReport;
 use crate::gateway::jetstream::{Disposition, IndexMutation, JetStream, StreamMessage};
-use crate::gateway::kv::{approval_change, registry_change, DispatchBuckets};
+use crate::gateway::kv::{approval_change, keep_swept, registry_change, DispatchBuckets};
 use crate::gateway::service::Gateway;
 use crate::gateway::subjects::Subjects;
 use crate::gateway::wire::{ApiError, RegistrationReply};
@@ -248,6 +248,10 @@ async fn share_dispatch(settings: &Settings, gateway: &Gateway, actors: &Actors,
             })
             .await
     });
+    // Their ages are JetStream's; their counts, and the gauges, capdex's.
+    let (swept, every) = (buckets.clone(), Duration::from_millis(settings.retention.sweep_interval_ms));
+    let (approvals, redrive) = (settings.jetstream.approvals_max_count, settings.jetstream.redrive_max_count);
+    tokio::task::spawn_local(async move { keep_swept(every, || swept.sweep(epoch_ms(), approvals, redrive)).await });
     if target > 0 {
         let caught_up = tokio::time::timeout(CATCH_UP_LIMIT, applied_rx.wait_for(|revision| *revision >= target)).await;
         if caught_up.is_err() {

@@ -136,6 +136,9 @@ fn publish(report: &SweepReport) {
         metrics::counter!("capdex_retention_pruned_total", "store" => label.clone()).increment(swept.pruned);
     }
     metrics::gauge!("capdex_store_disk_bytes").set(report.disk_bytes as f64);
+    if crate::allocations::counting() {
+        metrics::gauge!("capdex_heap_live_bytes").set(crate::allocations::live_bytes() as f64);
+    }
 }
 
 impl Retention {

@@ -126,6 +126,10 @@ pub struct SoakInterval {
     /// every measured store, from its last sweep): what capdex keeps, beside the
     /// bytes sled's files take.
     pub store_bytes: u64,
+    /// The service's live heap (`capdex_heap_live_bytes`, from its last
+    /// retention sweep: the bytes allocated and not freed), beside RSS, which
+    /// also counts what the allocator holds freed.
+    pub heap_bytes: u64,
     pub p99_ms: f64,
     /// Requests answered in the interval, and those that failed.
     pub requests: u64,
@@ -230,15 +234,21 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// The sum of the `capdex_store_bytes` gauges at the metrics endpoint `addr` (0 if unreadable).
-fn store_bytes(addr: &str) -> u64 {
+/// The metrics endpoint `addr`'s page (empty if unreadable).
+fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return 0 };
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else { return String::new() };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    sum_gauge(&response, "capdex_store_bytes{")
+    response
+}
+
+/// The sum of the `capdex_store_bytes` gauges of the stores capdex keeps
+/// itself (not the `jetstream_*` buckets, which `nats-server` keeps).
+fn store_bytes(metrics: &str) -> u64 {
+    sum_gauge(metrics, "capdex_store_bytes{") - sum_gauge(metrics, "capdex_store_bytes{store=\"jetstream_")
 }
 
 /// The sum of every sample of the metric whose lines start with `prefix`.
@@ -429,6 +439,7 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
         .env("CAPDEX_WATCH", "false")
         .env("CAPDEX_METRICS_LISTEN_ADDR", &metrics)
         .env("CAPDEX_JETSTREAM_NODE_NAME", "soak")
+        .env("CAPDEX_COUNT_HEAP", "1")
         .env("CAPDEX_LOG", "warn")
         .envs(RETENTION)
         .stderr(Stdio::null());
@@ -555,7 +566,7 @@ async fn soak(
     let mut next_sample = soak_start;
     let (mut rss, mut data) = (Samples::default(), Samples::default());
     let (mut nats_rss, mut nats_data) = (Samples::default(), Samples::default());
-    progress("      at_s  rss_MB (max)  data_dir_MB (max)  stores_MB  nats_MB  nats_dir_MB    p99_ms  requests  errors  shed");
+    progress("      at_s  rss_MB (max) heap_MB  data_dir_MB (max)  stores_MB  nats_MB  nats_dir_MB    p99_ms  requests  errors  shed");
     loop {
         let now = Instant::now();
         if now >= next_sample {
@@ -571,6 +582,7 @@ async fn soak(
             let (latencies, requests, errors) = load.recorder.take();
             let (rss, data) = (std::mem::take(&mut rss), std::mem::take(&mut data));
             let (nats_rss, nats_data) = (std::mem::take(&mut nats_rss), std::mem::take(&mut nats_data));
+            let page = scrape(metrics);
             let interval = SoakInterval {
                 at_s: soak_start.elapsed().as_secs_f64(),
                 rss_bytes: rss.mean(),
@@ -581,17 +593,19 @@ async fn soak(
                 data_dir_min_bytes: data.min(),
                 nats_rss_bytes: nats_rss.mean(),
                 nats_dir_bytes: nats_data.mean(),
-                store_bytes: store_bytes(metrics),
+                store_bytes: store_bytes(&page),
+                heap_bytes: sum_gauge(&page, "capdex_heap_live_bytes "),
                 p99_ms: percentile_ms(&latencies, 0.99),
                 requests,
                 errors,
                 shed: std::mem::take(&mut shed),
             };
             progress(&format!(
-                "{:10.0} {:7.1} {:5.0} {:12.1} {:5.1} {:10.2} {:8.1} {:12.1} {:9.2} {:9} {:7} {:5}",
+                "{:10.0} {:7.1} {:5.0} {:7.1} {:12.1} {:5.1} {:10.2} {:8.1} {:12.1} {:9.2} {:9} {:7} {:5}",
                 interval.at_s,
                 interval.rss_bytes as f64 / 1e6,
                 interval.rss_max_bytes as f64 / 1e6,
+                interval.heap_bytes as f64 / 1e6,
                 interval.data_dir_bytes as f64 / 1e6,
                 interval.data_dir_max_bytes as f64 / 1e6,
                 interval.store_bytes as f64 / 1e6,
@@ -677,8 +691,10 @@ mod tests {
         std::fs::write(dir.path().join("g"), [0u8; 5]).unwrap();
         assert_eq!(dir_bytes(dir.path()), 15);
         assert!(rss_bytes(std::process::id()) > 0);
-        let metrics = "# TYPE capdex_store_bytes gauge\ncapdex_store_bytes{store=\"kpi\"} 506\ncapdex_store_bytes{store=\"provenance\"} 1196\ncapdex_store_disk_bytes 9\n";
-        assert_eq!(sum_gauge(metrics, "capdex_store_bytes{"), 1702);
+        let metrics = "# TYPE capdex_store_bytes gauge\ncapdex_store_bytes{store=\"kpi\"} 506\ncapdex_store_bytes{store=\"provenance\"} 1196\ncapdex_store_bytes{store=\"jetstream_redrive\"} 4000\ncapdex_store_disk_bytes 9\ncapdex_heap_live_bytes 77\n";
+        assert_eq!(sum_gauge(metrics, "capdex_store_bytes{"), 5702);
+        assert_eq!(store_bytes(metrics), 1702, "the buckets are nats-server's");
+        assert_eq!(sum_gauge(metrics, "capdex_heap_live_bytes "), 77);
     }
 
     #[test]
@@ -704,6 +720,7 @@ mod tests {
             nats_rss_bytes: 1,
             nats_dir_bytes: 1,
             store_bytes: 0,
+            heap_bytes: 0,
             p99_ms: 0.0,
             requests: 0,
             errors: 0,

@@ -42,10 +42,16 @@ pub struct JetStreamSettings {
     pub approvals_bucket: String,
     /// How long an approval is kept after its last change; 0 keeps it.
     pub approvals_max_age_ms: u64,
+    /// Most entries the approvals bucket keeps (live approvals are never
+    /// pruned, so it may hold more of them); 0: no limit.
+    pub approvals_max_count: usize,
     /// Bucket of re-drive claims and stored results, one per (executionId, stepId).
     pub redrive_bucket: String,
     /// How long a re-drive record is kept after its last change; 0 keeps it.
     pub redrive_max_age_ms: u64,
+    /// Most entries the re-drive bucket keeps (claims in progress are never
+    /// pruned, so it may hold more of them); 0: no limit.
+    pub redrive_max_count: usize,
     /// Bucket of rate windows, one per (capability, agent).
     pub rates_bucket: String,
     /// Bucket of SCG sources, cross-source links and memory notes.
@@ -70,6 +76,9 @@ impl JetStreamSettings {
 
 /// The longest a stream keeps its messages: ten years, in milliseconds.
 const MAX_AGE_MS: u64 = 10 * 365 * 86_400_000;
+
+/// The most entries a bucket's count limit may name: a billion.
+const MAX_COUNT: usize = 1_000_000_000;
 
 /// Whether `text` is an ADR-6 `restricted-term` (letters, digits, `-`, `_`; possibly empty).
 fn restricted(text: &str) -> bool {
@@ -131,6 +140,8 @@ impl JetStreamSettings {
         in_range("jetstream.outcome_max_in_flight", raw.outcome_max_in_flight, 1..=65_536)?;
         at_most("jetstream.approvals_max_age_ms", raw.approvals_max_age_ms, MAX_AGE_MS)?;
         at_most("jetstream.redrive_max_age_ms", raw.redrive_max_age_ms, MAX_AGE_MS)?;
+        at_most("jetstream.approvals_max_count", raw.approvals_max_count, MAX_COUNT)?;
+        at_most("jetstream.redrive_max_count", raw.redrive_max_count, MAX_COUNT)?;
         Ok(raw)
     }
 }
@@ -174,6 +185,8 @@ mod tests {
             (Box::new(|r| r.rates_bucket = "R.S".into()), "jetstream.rates_bucket", Malformed),
             (Box::new(|r| r.scg_bucket = "CAPDEX_REGISTRY".into()), "jetstream.scg_bucket", Conflict),
             (Box::new(|r| r.redrive_max_age_ms = MAX_AGE_MS + 1), "jetstream.redrive_max_age_ms", OutOfRange),
+            (Box::new(|r| r.approvals_max_count = MAX_COUNT + 1), "jetstream.approvals_max_count", OutOfRange),
+            (Box::new(|r| r.redrive_max_count = MAX_COUNT + 1), "jetstream.redrive_max_count", OutOfRange),
         ];
         for (edit, field, kind) in cases {
             let err = check(edit).unwrap_err();

@@ -12,9 +12,12 @@ pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../config/capdex.toml");
 
 /// Environment variables with the `CAPDEX_` prefix that are not settings.
 /// `CAPDEX_TEST_CRASH_AFTER_EXEC` is a test-only hook of the dispatcher (see `actors::dispatcher`);
+/// `CAPDEX_COUNT_HEAP` makes the process count its live heap from its first
+/// allocation (`allocations`), before any setting is read;
 /// the others name what the tests and benchmarks run beside capdex (`scripts/test.sh` exports them).
 pub const RESERVED_ENV: &[&str] = &[
     "CAPDEX_CONFIG",
+    "CAPDEX_COUNT_HEAP",
     "CAPDEX_NATS_SERVER",
     "CAPDEX_TEST_CRASH_AFTER_EXEC",
     "CAPDEX_PYTHON",

@@ -10,6 +10,8 @@
 //! pruned). A limit of 0 is off. The shells (`store`, the actors) read the
 //! records and delete what the plan names.
 
+use crate::core::dispatch::approval::{Approval, ApprovalStatus};
+use crate::core::dispatch::redrive::CacheEntry;
 use serde::Serialize;
 
 /// One store's limits: `0` switches a limit off.
@@ -121,6 +123,37 @@ pub fn plan(records: &[Record], now_ms: u64, limits: Limits) -> Vec<usize> {
         }
     }
     (0..records.len()).filter(|&at| prune[at]).collect()
+}
+
+/// The record retention sees of an approval at `now_ms`: its decision's time
+/// (else the later of its creation and its expiry); exempt while it can still
+/// be used (pending or approved, before its expiry). From its time fields
+/// alone, so a sweep that decodes only those ([`approval_record`] for a whole
+/// approval) judges it the same.
+pub fn approval_times(
+    status: ApprovalStatus,
+    created_at_ms: u64,
+    expires_at_ms: u64,
+    decided_at_ms: Option<u64>,
+    now_ms: u64,
+) -> Record {
+    let live = matches!(status, ApprovalStatus::Pending | ApprovalStatus::Approved);
+    let at_ms = match (live, decided_at_ms) {
+        (false, Some(decided)) => decided,
+        _ => created_at_ms.max(expires_at_ms),
+    };
+    Record { at_ms, exempt: live && expires_at_ms > now_ms }
+}
+
+/// The record retention sees of an approval at `now_ms` ([`approval_times`]).
+pub fn approval_record(approval: &Approval, now_ms: u64) -> Record {
+    approval_times(approval.status, approval.created_at_ms, approval.expires_at_ms, approval.decided_at_ms, now_ms)
+}
+
+/// The record retention sees of a re-drive entry: the call's start; exempt
+/// while in progress (no result stored).
+pub fn redrive_record(entry: &CacheEntry) -> Record {
+    Record { at_ms: entry.started_at_ms, exempt: entry.result.is_none() }
 }
 
 /// One store's size, as the gauges report it.

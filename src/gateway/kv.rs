@@ -17,6 +17,7 @@ use crate::core::dispatch::registry::{Binding, CapabilityRecord};
 use crate::core::dispatch::shared::{
     self, RegistryChange, Settled, SharedDispatch, SharedError, SharedFuture, SlotCounts,
 };
+use crate::core::retention::{approval_record, redrive_record, Limits, Record, StoreSize, Swept};
 use async_nats::jetstream::kv::{self, Operation};
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, stream};
@@ -41,6 +42,10 @@ fn backoff(attempt: u32) -> Duration {
 
 /// How long to wait before watching a bucket again after its watch failed.
 const REWATCH_BACKOFF: Duration = Duration::from_millis(500);
+
+/// How long a count sweep waits for the next entry of its read before it
+/// stops (the rest waits for the next sweep).
+const SWEEP_READ_WAIT: Duration = Duration::from_secs(5);
 
 /// A key-value operation that failed, naming the bucket (and key).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -349,6 +354,72 @@ impl Bucket {
         }
     }
 
+    /// The bucket's size, as its stream holds it: entries (every key's
+    /// value, and the markers of deleted keys) and bytes.
+    pub async fn size(&self) -> Result<StoreSize, KvError> {
+        let mut stream = self.store.stream.clone();
+        let info = stream.info().await.map_err(|err| self.failed("(info)", err))?;
+        Ok(StoreSize { entries: info.state.messages, bytes: info.state.bytes })
+    }
+
+    /// Keeps the entries of `keys` (`>`: all; a wildcard such as `note.>`)
+    /// within `limits`: reads them oldest write first and purges each
+    /// deletion marker, and each value `judge` finds older than the age limit
+    /// or among the oldest beyond the count, until the bucket holds at most
+    /// `max_count` entries (of every key) and the next value is younger than
+    /// the age. `judge` gives a value's [`Record`] from its key and bytes; an
+    /// exempt one (still needed, or undecodable) is never purged but counts,
+    /// so a bucket of such values may stay above the count. Answers what it
+    /// purged and the bucket's size after.
+    ///
+    /// The read stops at the first value it keeps once the count is met: the
+    /// rest were written later, so they are younger (a record whose time is its
+    /// last write; for others the age is JetStream's own `max_age`). A purge
+    /// removes the key's messages up to the revision read and no further,
+    /// leaving no marker: a key written again meanwhile (an approval decided, a
+    /// claim completed) keeps its new value. Any node may sweep at the same
+    /// time; the second purge of a key finds nothing.
+    pub async fn sweep(
+        &self,
+        keys: &str,
+        limits: Limits,
+        now_ms: u64,
+        judge: impl Fn(&str, &[u8]) -> Record,
+    ) -> Result<Swept, KvError> {
+        let size = self.size().await?;
+        let mut excess = if limits.max_count > 0 { size.entries.saturating_sub(limits.max_count as u64) } else { 0 };
+        if excess == 0 && limits.max_age_ms == 0 || size.entries == 0 {
+            return Ok(Swept { pruned: 0, size });
+        }
+        let mut watch = self.store.watch_from_revision(keys, 1).await.map_err(|err| self.failed(keys, err))?;
+        let (mut read, mut pruned) = (0, 0);
+        while read < size.entries {
+            let entry = match tokio::time::timeout(SWEEP_READ_WAIT, watch.next()).await {
+                Ok(Some(entry)) => entry.map_err(|err| self.failed(keys, err))?,
+                Ok(None) | Err(_) => break,
+            };
+            read += 1;
+            let record = match entry.operation {
+                Operation::Put => Some(judge(&entry.key, &entry.value)),
+                Operation::Delete | Operation::Purge => None,
+            };
+            let prune = record.is_none_or(|record| !record.exempt && (excess > 0 || limits.expired(record, now_ms)));
+            if prune {
+                let subject = format!("{}{}", self.store.prefix, entry.key);
+                let purge = self.store.stream.purge().filter(subject).sequence(entry.revision + 1);
+                let purged = purge.await.map_err(|err| self.failed(&entry.key, err))?.purged;
+                pruned += purged;
+                excess = excess.saturating_sub(purged);
+            } else if record.is_some_and(|record| !record.exempt) && excess == 0 {
+                break;
+            }
+            if entry.delta == 0 || (excess == 0 && limits.max_age_ms == 0) {
+                break;
+            }
+        }
+        Ok(Swept { pruned, size: self.size().await? })
+    }
+
     /// The bucket's last revision (0 when nothing was ever written): a
     /// follower has caught up once it applied a change at or past it.
     pub async fn last_revision(&self) -> Result<u64, KvError> {
@@ -421,6 +492,62 @@ impl DispatchBuckets {
             .await?,
             rate_cache: Arc::default(),
         })
+    }
+}
+
+/// Runs `sweep` every `every` (the first at once) for the process's life and
+/// sets, for each bucket it answers by store label, the size gauges
+/// (`capdex_store_entries`, `capdex_store_bytes`) and what it purged
+/// (`capdex_retention_pruned_total`). A failed sweep is logged and tried at
+/// the next tick.
+pub async fn keep_swept<F, Fut, const N: usize>(every: Duration, mut sweep: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<[(&'static str, Swept); N], KvError>>,
+{
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match sweep().await {
+            Ok(swept) => {
+                for (label, swept) in swept {
+                    metrics::gauge!("capdex_store_entries", "store" => label).set(swept.size.entries as f64);
+                    metrics::gauge!("capdex_store_bytes", "store" => label).set(swept.size.bytes as f64);
+                    metrics::counter!("capdex_retention_pruned_total", "store" => label).increment(swept.pruned);
+                }
+            }
+            Err(err) => tracing::warn!(%err, "a key-value bucket's sweep failed; it runs again at the next interval"),
+        }
+    }
+}
+
+/// What a sweep makes of a value it cannot decode: kept.
+pub const UNREADABLE: Record = Record { at_ms: 0, exempt: true };
+
+impl DispatchBuckets {
+    /// Keeps the approvals and re-drive buckets within their counts
+    /// ([`Bucket::sweep`]; their ages are JetStream's): a live approval
+    /// (pending, or approved before its expiry at `now_ms`) and a claim in
+    /// progress are never purged, nor a value that does not decode. Answers
+    /// each bucket's sweep by its store label.
+    pub async fn sweep(
+        &self,
+        now_ms: u64,
+        approvals_max_count: usize,
+        redrive_max_count: usize,
+    ) -> Result<[(&'static str, Swept); 2], KvError> {
+        let count = |max_count: usize| Limits { max_age_ms: 0, max_count };
+        let approval = |_: &str, value: &[u8]| {
+            serde_json::from_slice::<Approval>(value).map_or(UNREADABLE, |approval| approval_record(&approval, now_ms))
+        };
+        let redrive = |_: &str, value: &[u8]| {
+            serde_json::from_slice::<CacheEntry>(value).map_or(UNREADABLE, |entry| redrive_record(&entry))
+        };
+        Ok([
+            ("jetstream_approvals", self.approvals.sweep(">", count(approvals_max_count), now_ms, approval).await?),
+            ("jetstream_redrive", self.redrive.sweep(">", count(redrive_max_count), now_ms, redrive).await?),
+        ])
     }
 }
 

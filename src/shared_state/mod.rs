@@ -39,10 +39,12 @@ mod scg;
 mod sources;
 
 use crate::actors::Actors;
+use crate::clock::epoch_ms;
 use crate::config::Settings;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::registration::RegistrationPayload;
-use crate::gateway::kv::{Bucket, BucketSpec, Change, Expect, KvError};
+use crate::core::retention::Record;
+use crate::gateway::kv::{keep_swept, Bucket, BucketSpec, Change, Expect, KvError, UNREADABLE};
 use crate::gateway::service::{Api, DescribedDiscovery, Gateway};
 use crate::gateway::wire::{
     ApiError, Codec, DiscoverRequest, ListRequest, PlanReply, RecordedOutcome, RegistrationReply, RemoveRequest,
@@ -61,7 +63,7 @@ use std::time::Duration;
 
 pub use crate::core::scg::memory::Note;
 pub use crate::core::scg::shared::SharedSource;
-pub use scg::{note_key, scg_key, source_key, ScgKey};
+pub use scg::{note_key, scg_key, source_key, ScgKey, NOTE_PREFIX};
 pub use sources::definition_key;
 
 /// The longest a starting node waits to apply what the buckets held before serving anyway.
@@ -99,6 +101,21 @@ pub async fn start(
     let shared = Rc::new(Shared {
         scg: scg::ScgShare::new(scg_bucket, actors),
         sources: sources::SourcesShare::new(sources_bucket, settings, store, live)?,
+    });
+    // Memory notes age in the bucket as in each node's store ([retention]
+    // memory_*); the sources beside them stay until removed.
+    let (notes, limits) = (shared.scg.bucket().clone(), settings.retention.memory);
+    let every = Duration::from_millis(settings.retention.sweep_interval_ms);
+    tokio::task::spawn_local(async move {
+        let note = |_: &str, value: &[u8]| {
+            ValueCodec::MsgPack
+                .decode::<Note>(value)
+                .map_or(UNREADABLE, |note| Record { at_ms: note.last_at_ms, exempt: false })
+        };
+        keep_swept(every, || async {
+            Ok([("jetstream_scg", notes.sweep(&format!("{NOTE_PREFIX}>"), limits, epoch_ms(), note).await?)])
+        })
+        .await
     });
     let (scg, sources) = (shared.scg.clone(), shared.sources.clone());
     let caught_up = futures::future::join(

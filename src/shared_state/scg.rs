@@ -27,9 +27,12 @@ pub fn source_key(source_id: &str) -> String {
     format!("source.{}", key_token(source_id))
 }
 
+/// What every memory note's key starts with.
+pub const NOTE_PREFIX: &str = "note.";
+
 /// The key of a memory note: `note.<key_token(note_id)>`.
 pub fn note_key(note_id: &str) -> String {
-    format!("note.{}", key_token(note_id))
+    format!("{NOTE_PREFIX}{}", key_token(note_id))
 }
 
 /// What `key` names; `None` for a key capdex does not write.

@@ -24,7 +24,9 @@ use super::{sequence, Store, StoreError};
 use crate::core::dispatch::approval::{Approval, ApprovalStatus};
 use crate::core::dispatch::redrive::CacheEntry;
 use crate::core::dispatch::ProvenanceRecord;
-use crate::core::retention::{count_cut, Limits, Record, StoreSize, Swept};
+use crate::core::retention::{
+    approval_record, approval_times, count_cut, redrive_record, Limits, Record, StoreSize, Swept,
+};
 
 /// A record retention cannot judge: kept.
 const UNREADABLE: Record = Record { at_ms: 0, exempt: true };
@@ -111,22 +113,6 @@ pub(crate) fn measure_tree(tree: &sled::Tree, name: &'static str) -> Result<Stor
     sweep_tree(tree, name, b"", 0, Limits::OFF, Reader { glance: unread, read: unread }).map(|swept| swept.size)
 }
 
-/// The record retention sees of an approval at `now_ms`.
-pub fn approval_record(approval: &Approval, now_ms: u64) -> Record {
-    ApprovalTimes {
-        created_at_ms: approval.created_at_ms,
-        expires_at_ms: approval.expires_at_ms,
-        status: approval.status,
-        decided_at_ms: approval.decided_at_ms,
-    }
-    .record(now_ms)
-}
-
-/// The record retention sees of a re-drive entry.
-pub fn redrive_record(entry: &CacheEntry) -> Record {
-    Record { at_ms: entry.started_at_ms, exempt: entry.result.is_none() }
-}
-
 fn decoded<T: serde::de::DeserializeOwned>(value: &[u8]) -> Option<T> {
     rmp_serde::from_slice(value).ok()
 }
@@ -165,12 +151,7 @@ struct ApprovalTimes {
 
 impl ApprovalTimes {
     fn record(&self, now_ms: u64) -> Record {
-        let live = matches!(self.status, ApprovalStatus::Pending | ApprovalStatus::Approved);
-        let at_ms = match (live, self.decided_at_ms) {
-            (false, Some(decided)) => decided,
-            _ => self.created_at_ms.max(self.expires_at_ms),
-        };
-        Record { at_ms, exempt: live && self.expires_at_ms > now_ms }
+        approval_times(self.status, self.created_at_ms, self.expires_at_ms, self.decided_at_ms, now_ms)
     }
 }
 

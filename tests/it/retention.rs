@@ -146,6 +146,154 @@ async fn every_store_fed_over_nats_is_pruned_to_its_count_and_the_gauges_follow(
     assert_eq!(replayed, vec![Some(true), Some(false)], "{last}");
 }
 
+/// Every entry of the key-value bucket `bucket`, decoded.
+async fn bucket_values(client: &async_nats::Client, bucket: &str) -> Vec<Value> {
+    use futures::StreamExt;
+    let store = async_nats::jetstream::new(client.clone()).get_key_value(bucket).await.unwrap();
+    let keys: Vec<String> = store.keys().await.unwrap().map(|key| key.unwrap()).collect().await;
+    let mut values = Vec::new();
+    for key in keys {
+        if let Some(value) = store.get(&key).await.unwrap() {
+            values.push(serde_json::from_slice(&value).unwrap());
+        }
+    }
+    values
+}
+
+#[tokio::test]
+async fn the_shared_buckets_are_pruned_to_their_count_and_what_is_live_stays() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let addr = metrics_addr();
+    let (_serving, client) = serve(
+        &nats,
+        data.path(),
+        &[
+            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
+            ("CAPDEX_JETSTREAM_SHARED_DISPATCH", "true"),
+            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
+            ("CAPDEX_JETSTREAM_APPROVALS_MAX_COUNT", "2"),
+            ("CAPDEX_JETSTREAM_REDRIVE_MAX_COUNT", "3"),
+        ],
+    )
+    .await;
+    register_both(&client).await;
+    // The oldest entries are the live ones: a pending approval, and a claim in
+    // progress (its handler holds the request and never answers).
+    let pending = call(&client, json!({"slug": "gated", "agentId": "a", "arguments": {"text": "wait"}})).await;
+    let pending_id = pending["metadata"]["approvalId"].as_str().unwrap_or_else(|| panic!("{pending}")).to_string();
+    let mut held = client.subscribe("capdex.v1.exec.held").await.unwrap();
+    client.flush().await.unwrap();
+    register(&client, crate::dispatch::record("held", json!({"isIdempotent": false, "timeoutMs": 60000}))).await;
+    let in_progress = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let go =
+                json!({"slug": "held", "agentId": "a", "arguments": {"q": "x"}, "executionId": "held", "stepId": "1"});
+            let _ = client.request("capdex.v1.dispatch", go.to_string().into()).await;
+        })
+    };
+    {
+        use futures::StreamExt;
+        tokio::time::timeout(Duration::from_secs(15), held.next()).await.expect("the held call reaches its handler");
+    }
+    for n in 0..8 {
+        echo(&client, &format!("e{n}")).await;
+    }
+    for n in 0..4 {
+        approval_round(&client, n).await;
+    }
+    // 9 re-drive keys (the claim and 8 results) and 5 approvals (4 used, 1
+    // pending), pruned to 3 and 2, oldest first, the live ones kept.
+    // (The counts hold after every sweep, so the totals say when all are done.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        let metrics = wait_for_entries(&addr, &[("jetstream_redrive", 3.0), ("jetstream_approvals", 2.0)]);
+        let pruned = |store| metric(&metrics, "capdex_retention_pruned_total", store);
+        if (pruned("jetstream_redrive"), pruned("jetstream_approvals")) == (Some(6.0), Some(3.0)) {
+            break metrics;
+        }
+        assert!(Instant::now() < deadline, "never pruned 6 and 3:\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for store in ["jetstream_redrive", "jetstream_approvals"] {
+        assert!(metric(&metrics, "capdex_store_bytes", store).unwrap_or(0.0) > 0.0, "{store}: {metrics}");
+    }
+    let approvals = bucket_values(&client, "CAPDEX_APPROVALS").await;
+    let mut statuses: Vec<&str> = approvals.iter().map(|a| a["status"].as_str().unwrap()).collect();
+    statuses.sort();
+    assert_eq!(statuses, ["pending", "used"], "{approvals:?}");
+    assert!(approvals.iter().any(|a| a["id"] == pending_id.as_str()), "{approvals:?}");
+    let redrive = bucket_values(&client, "CAPDEX_REDRIVE").await;
+    assert_eq!(redrive.len(), 3, "{redrive:?}");
+    assert_eq!(
+        redrive.iter().filter(|entry| entry["result"].is_null()).count(),
+        1,
+        "the claim in progress: {redrive:?}"
+    );
+    // The pending approval can still be approved; the newest result still
+    // replays, the oldest was purged, so its call runs again.
+    let approved = ask(&client, &format!("capdex.v1.approval.{pending_id}.approve"), json!({})).await;
+    assert_eq!(approved["status"], "approved", "{approved}");
+    echo(&client, "e7").await;
+    echo(&client, "e0").await;
+    let last = ask(&client, "capdex.v1.provenance.list", json!({"limit": 2})).await;
+    let replayed: Vec<Option<bool>> =
+        last["provenance"].as_array().unwrap().iter().map(|row| row["replayed"].as_bool()).collect();
+    assert_eq!(replayed, vec![Some(true), Some(false)], "{last}");
+    in_progress.abort();
+}
+
+#[tokio::test]
+async fn memory_notes_in_the_shared_scg_bucket_are_pruned_and_its_sources_stay() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let addr = metrics_addr();
+    let (_serving, client) = serve(
+        &nats,
+        data.path(),
+        &[
+            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
+            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
+            // The bucket's count counts its one source too (never purged).
+            ("CAPDEX_RETENTION_MEMORY_MAX_COUNT", "3"),
+        ],
+    )
+    .await;
+    let table = "CREATE TABLE orders (id INT PRIMARY KEY, customer_email TEXT, invoice_total NUMERIC);";
+    let mapped =
+        ask(&client, "capdex.v1.map", json!({"sourceId": "orders", "document": table, "workspaces": ["shop"]})).await;
+    assert!(mapped.get("error").is_none(), "{mapped}");
+    let route =
+        ask(&client, "capdex.v1.route", json!({"query": "orders invoice total", "k": 5, "workspace": "shop"})).await;
+    let anchor = route["recipes"][0]["sourceKey"].as_str().unwrap_or_else(|| panic!("{route}")).to_string();
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let deposit =
+            json!({"content": format!("note {n}"), "polarity": "dead_end", "anchors": [anchor], "workspace": "shop"});
+        let deposited = ask(&client, "capdex.v1.memory.deposit", deposit).await;
+        ids.push(deposited["note"]["id"].as_str().unwrap_or_else(|| panic!("{deposited}")).to_string());
+    }
+    // The count holds after every sweep; the total says when all three went.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&wait_for_entries(&addr, &[("jetstream_scg", 3.0)]), "capdex_retention_pruned_total", "jetstream_scg")
+        != Some(3.0)
+    {
+        assert!(Instant::now() < deadline, "three notes never pruned:\n{}", scrape(&addr));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let bucket = async_nats::jetstream::new(client.clone()).get_key_value("CAPDEX_SCG").await.unwrap();
+    let keys: Vec<String> = {
+        use futures::StreamExt;
+        bucket.keys().await.unwrap().map(|key| key.unwrap()).collect().await
+    };
+    let mut expected = vec!["source.orders".to_string(), format!("note.{}", ids[3]), format!("note.{}", ids[4])];
+    let mut keys = keys;
+    keys.sort();
+    expected.sort();
+    assert_eq!(keys, expected, "the source and the two newest notes");
+}
+
 #[tokio::test]
 async fn records_older_than_their_age_are_pruned_continuously() {
     let nats = NatsServer::start();
