@@ -139,7 +139,9 @@ const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 /// flat (`AnonHugePages` 47 MB of 105 MB anonymous; `docs/performance.md`,
 /// "The minute-12 step"). mimalloc turns THP off only at its own start, from
 /// `MIMALLOC_ALLOW_THP=0`, so the process does it here (`PR_SET_THP_DISABLE`,
-/// which covers mappings made before it); later arenas are not marked.
+/// which covers mappings made before it); later arenas are not marked. The
+/// flag is inherited by the processes capdex starts (a stdio MCP server,
+/// the soak's `nats-server`): they run on 4 KiB pages too.
 ///
 /// A `MIMALLOC_PURGE_DELAY`, `MIMALLOC_ARENA_EAGER_COMMIT` or
 /// `MIMALLOC_ALLOW_THP` in the environment wins (mimalloc reads it itself), so

@@ -94,7 +94,7 @@ pub struct SoakOptions {
     pub report_every: Duration,
     /// How long the capacity ramp runs.
     pub ramp: Duration,
-    /// The warm-up: the report intervals that end within it are left out of
+    /// The warm-up: the report intervals scheduled to end within it are left out of
     /// the flatness figures. `None`: a third of the intervals, at most five minutes.
     pub warmup: Option<Duration>,
     /// The `nats-server` binary.
@@ -662,11 +662,15 @@ async fn soak(
     })
 }
 
-/// The intervals of the warm-up: those that end within `warmup`, or,
-/// when it is not given, a third of the intervals, at most five minutes' worth.
+/// The intervals of the warm-up: those scheduled to end within `warmup` (an
+/// interval is reported a moment after its end, so its `at_s` is not used),
+/// or, when it is not given, a third of the intervals, at most five minutes' worth.
 fn warmup_intervals(intervals: &[SoakInterval], report_every: Duration, warmup: Option<Duration>) -> usize {
     match warmup {
-        Some(warmup) => intervals.iter().take_while(|interval| interval.at_s <= warmup.as_secs_f64() + 1e-6).count(),
+        Some(warmup) => {
+            let within = (warmup.as_secs_f64() / report_every.as_secs_f64().max(1e-3) + 1e-9).floor();
+            (within as usize).min(intervals.len())
+        }
         None => {
             let per_interval = report_every.as_secs_f64().max(1e-3);
             (intervals.len() / 3).min((300.0 / per_interval).ceil() as usize)
@@ -726,7 +730,8 @@ mod tests {
             errors: 0,
             shed: 0,
         };
-        let intervals: Vec<SoakInterval> = (1..=40).map(|minute| interval(minute as f64 * 60.0)).collect();
+        // Each reported a moment after its end, as the soak reports them.
+        let intervals: Vec<SoakInterval> = (1..=40).map(|minute| interval(minute as f64 * 60.0 + 0.05)).collect();
         let minute = Duration::from_secs(60);
         let warmup = |intervals: &[SoakInterval], seconds: Option<u64>| {
             warmup_intervals(intervals, minute, seconds.map(Duration::from_secs))
@@ -735,6 +740,8 @@ mod tests {
         assert_eq!(warmup(&intervals[..9], None), 3, "a third");
         assert_eq!(warmup(&intervals, Some(600)), 10, "the last 30 of 40 minutes are judged");
         assert_eq!(warmup(&intervals, Some(0)), 0);
+        assert_eq!(warmup(&intervals, Some(300)), 5, "--soak-warmup 5 leaves out five minutes");
+        assert_eq!(warmup(&intervals, Some(330)), 5);
         assert_eq!(warmup(&intervals, Some(3_000)), 40);
     }
 }

@@ -33,14 +33,17 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
     // Live sources' outside ends: MCP client sessions, OpenAPI documents, HTTP calls.
     ("upstream", &["core", "tls"]),
     // The actors drive the core through the adapters.
-    ("actors", &["core", "store", "gateway", "folders", "embedders", "config", "telemetry", "tls", "clock"]),
+    (
+        "actors",
+        &["core", "store", "gateway", "folders", "embedders", "config", "telemetry", "tls", "clock", "allocations"],
+    ),
     // Wiring and front ends.
     ("registration", &["core", "actors", "gateway"]),
     ("replication", &["core", "actors", "gateway", "store", "config", "registration", "clock"]),
     ("dispatch_cli", &["core", "actors", "gateway", "store", "config"]),
     ("source_catalog", &["core", "actors", "gateway", "config", "store"]),
     ("live", &["core", "actors", "gateway", "config", "store", "upstream", "source_catalog", "clock"]),
-    ("shared_state", &["core", "actors", "gateway", "config", "store", "source_catalog", "live"]),
+    ("shared_state", &["core", "actors", "gateway", "config", "store", "source_catalog", "live", "clock"]),
     ("eval", &["core", "folders", "embedders", "config", "store"]),
     ("route_eval", &["core", "embedders", "config"]),
     ("bench", &["core", "folders", "embedders", "config", "actors", "store", "app", "gateway", "mcp", "allocations"]),
