@@ -388,7 +388,13 @@ impl Bucket {
     ) -> Result<Swept, KvError> {
         let size = self.size().await?;
         let mut excess = if limits.max_count > 0 { size.entries.saturating_sub(limits.max_count as u64) } else { 0 };
-        if excess == 0 && limits.max_age_ms == 0 || size.entries == 0 {
+        if (excess == 0 && limits.max_age_ms == 0) || size.entries == 0 {
+            return Ok(Swept { pruned: 0, size });
+        }
+        // No key under `keys` (notes in a bucket of sources alone): no watch
+        // to wait on for nothing.
+        let first = self.store.stream.get_first_raw_message_by_subject(format!("{}{keys}", self.store.prefix), 1).await;
+        if first.is_err_and(|err| err.kind() == LastRawMessageErrorKind::NoMessageFound) {
             return Ok(Swept { pruned: 0, size });
         }
         let mut watch = self.store.watch_from_revision(keys, 1).await.map_err(|err| self.failed(keys, err))?;

@@ -295,6 +295,39 @@ async fn memory_notes_in_the_shared_scg_bucket_are_pruned_and_its_sources_stay()
 }
 
 #[tokio::test]
+async fn memory_notes_in_the_shared_scg_bucket_go_with_their_age() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let addr = metrics_addr();
+    let (_serving, client) = serve(
+        &nats,
+        data.path(),
+        &[
+            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
+            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
+            ("CAPDEX_RETENTION_MEMORY_MAX_AGE_MS", "3000"),
+        ],
+    )
+    .await;
+    let table = "CREATE TABLE orders (id INT PRIMARY KEY, invoice_total NUMERIC);";
+    let mapped =
+        ask(&client, "capdex.v1.map", json!({"sourceId": "orders", "document": table, "workspaces": ["shop"]})).await;
+    assert!(mapped.get("error").is_none(), "{mapped}");
+    let route =
+        ask(&client, "capdex.v1.route", json!({"query": "orders invoice total", "k": 5, "workspace": "shop"})).await;
+    let anchor = route["recipes"][0]["sourceKey"].as_str().unwrap_or_else(|| panic!("{route}")).to_string();
+    for n in 0..2 {
+        let deposit =
+            json!({"content": format!("note {n}"), "polarity": "dead_end", "anchors": [anchor], "workspace": "shop"});
+        assert!(ask(&client, "capdex.v1.memory.deposit", deposit).await["note"].is_object());
+    }
+    // Both notes younger than 3 s, then only the source: no request in between.
+    wait_for_entries(&addr, &[("jetstream_scg", 3.0)]);
+    let metrics = wait_for_entries(&addr, &[("jetstream_scg", 1.0)]);
+    assert_eq!(metric(&metrics, "capdex_retention_pruned_total", "jetstream_scg"), Some(2.0), "{metrics}");
+}
+
+#[tokio::test]
 async fn records_older_than_their_age_are_pruned_continuously() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
