@@ -244,22 +244,19 @@ async fn the_shared_buckets_are_pruned_to_their_count_and_what_is_live_stays() {
     in_progress.abort();
 }
 
-#[tokio::test]
-async fn memory_notes_in_the_shared_scg_bucket_are_pruned_and_its_sources_stay() {
-    let nats = NatsServer::start();
-    let data = tempfile::tempdir().unwrap();
+/// `capdex serve` with JetStream (so the shared SCG bucket), sweeping every
+/// 200 ms with `limit` (a `CAPDEX_RETENTION_MEMORY_*` variable) and one
+/// mapped table; deposits `notes` memory notes on it, one after the other.
+/// Answers the node, its client, its metrics address and the notes' ids.
+async fn notes_on_a_mapped_table(
+    nats: &NatsServer,
+    data: &std::path::Path,
+    limit: (&str, &str),
+    notes: usize,
+) -> (crate::support::serving::KillOnDrop, async_nats::Client, String, Vec<String>) {
     let addr = metrics_addr();
-    let (_serving, client) = serve(
-        &nats,
-        data.path(),
-        &[
-            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
-            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
-            // The bucket's count counts its one source too (never purged).
-            ("CAPDEX_RETENTION_MEMORY_MAX_COUNT", "3"),
-        ],
-    )
-    .await;
+    let env = [("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()), ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"), limit];
+    let (serving, client) = serve(nats, data, &env).await;
     let table = "CREATE TABLE orders (id INT PRIMARY KEY, customer_email TEXT, invoice_total NUMERIC);";
     let mapped =
         ask(&client, "capdex.v1.map", json!({"sourceId": "orders", "document": table, "workspaces": ["shop"]})).await;
@@ -268,12 +265,21 @@ async fn memory_notes_in_the_shared_scg_bucket_are_pruned_and_its_sources_stay()
         ask(&client, "capdex.v1.route", json!({"query": "orders invoice total", "k": 5, "workspace": "shop"})).await;
     let anchor = route["recipes"][0]["sourceKey"].as_str().unwrap_or_else(|| panic!("{route}")).to_string();
     let mut ids = Vec::new();
-    for n in 0..5 {
+    for n in 0..notes {
         let deposit =
             json!({"content": format!("note {n}"), "polarity": "dead_end", "anchors": [anchor], "workspace": "shop"});
         let deposited = ask(&client, "capdex.v1.memory.deposit", deposit).await;
         ids.push(deposited["note"]["id"].as_str().unwrap_or_else(|| panic!("{deposited}")).to_string());
     }
+    (serving, client, addr, ids)
+}
+
+#[tokio::test]
+async fn memory_notes_in_the_shared_scg_bucket_are_pruned_and_its_sources_stay() {
+    let (nats, data) = (NatsServer::start(), tempfile::tempdir().unwrap());
+    // The bucket's count counts its one source too (never purged).
+    let (_serving, client, addr, ids) =
+        notes_on_a_mapped_table(&nats, data.path(), ("CAPDEX_RETENTION_MEMORY_MAX_COUNT", "3"), 5).await;
     // The count holds after every sweep; the total says when all three went.
     let deadline = Instant::now() + Duration::from_secs(30);
     while metric(&wait_for_entries(&addr, &[("jetstream_scg", 3.0)]), "capdex_retention_pruned_total", "jetstream_scg")
@@ -283,12 +289,11 @@ async fn memory_notes_in_the_shared_scg_bucket_are_pruned_and_its_sources_stay()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let bucket = async_nats::jetstream::new(client.clone()).get_key_value("CAPDEX_SCG").await.unwrap();
-    let keys: Vec<String> = {
+    let mut keys: Vec<String> = {
         use futures::StreamExt;
         bucket.keys().await.unwrap().map(|key| key.unwrap()).collect().await
     };
     let mut expected = vec!["source.orders".to_string(), format!("note.{}", ids[3]), format!("note.{}", ids[4])];
-    let mut keys = keys;
     keys.sort();
     expected.sort();
     assert_eq!(keys, expected, "the source and the two newest notes");
@@ -296,31 +301,9 @@ async fn memory_notes_in_the_shared_scg_bucket_are_pruned_and_its_sources_stay()
 
 #[tokio::test]
 async fn memory_notes_in_the_shared_scg_bucket_go_with_their_age() {
-    let nats = NatsServer::start();
-    let data = tempfile::tempdir().unwrap();
-    let addr = metrics_addr();
-    let (_serving, client) = serve(
-        &nats,
-        data.path(),
-        &[
-            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
-            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
-            ("CAPDEX_RETENTION_MEMORY_MAX_AGE_MS", "3000"),
-        ],
-    )
-    .await;
-    let table = "CREATE TABLE orders (id INT PRIMARY KEY, invoice_total NUMERIC);";
-    let mapped =
-        ask(&client, "capdex.v1.map", json!({"sourceId": "orders", "document": table, "workspaces": ["shop"]})).await;
-    assert!(mapped.get("error").is_none(), "{mapped}");
-    let route =
-        ask(&client, "capdex.v1.route", json!({"query": "orders invoice total", "k": 5, "workspace": "shop"})).await;
-    let anchor = route["recipes"][0]["sourceKey"].as_str().unwrap_or_else(|| panic!("{route}")).to_string();
-    for n in 0..2 {
-        let deposit =
-            json!({"content": format!("note {n}"), "polarity": "dead_end", "anchors": [anchor], "workspace": "shop"});
-        assert!(ask(&client, "capdex.v1.memory.deposit", deposit).await["note"].is_object());
-    }
+    let (nats, data) = (NatsServer::start(), tempfile::tempdir().unwrap());
+    let (_serving, _client, addr, _) =
+        notes_on_a_mapped_table(&nats, data.path(), ("CAPDEX_RETENTION_MEMORY_MAX_AGE_MS", "3000"), 2).await;
     // Both notes younger than 3 s, then only the source: no request in between.
     wait_for_entries(&addr, &[("jetstream_scg", 3.0)]);
     let metrics = wait_for_entries(&addr, &[("jetstream_scg", 1.0)]);
