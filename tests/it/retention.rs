@@ -45,6 +45,20 @@ fn metrics_addr() -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// `capdex serve` with `env`, its metrics at a free address (answered too),
+/// sweeping every 200 ms.
+async fn serve_sweeping(
+    nats: &NatsServer,
+    data: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (crate::support::serving::KillOnDrop, async_nats::Client, String) {
+    let addr = metrics_addr();
+    let mut all = vec![("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()), ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200")];
+    all.extend_from_slice(env);
+    let (serving, client) = serve(nats, data, &all).await;
+    (serving, client, addr)
+}
+
 /// The built-in echo under `slug`, not idempotent (so a call with a re-drive key keeps its result).
 fn echo_record(slug: &str, requires_approval: bool) -> Value {
     json!({
@@ -86,15 +100,12 @@ async fn echo(client: &async_nats::Client, execution_id: &str) -> Value {
 async fn every_store_fed_over_nats_is_pruned_to_its_count_and_the_gauges_follow() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let addr = metrics_addr();
-    let (_serving, client) = serve(
+    let (_serving, client, addr) = serve_sweeping(
         &nats,
         data.path(),
         &[
-            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
             // Dispatch state in sled (with shared dispatch, re-drive records live in a bucket).
             ("CAPDEX_JETSTREAM_SHARED_DISPATCH", "false"),
-            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
             ("CAPDEX_RETENTION_PROVENANCE_MAX_COUNT", "4"),
             ("CAPDEX_RETENTION_REDRIVE_MAX_COUNT", "3"),
             ("CAPDEX_RETENTION_APPROVALS_MAX_COUNT", "2"),
@@ -164,14 +175,11 @@ async fn bucket_values(client: &async_nats::Client, bucket: &str) -> Vec<Value> 
 async fn the_shared_buckets_are_pruned_to_their_count_and_what_is_live_stays() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let addr = metrics_addr();
-    let (_serving, client) = serve(
+    let (_serving, client, addr) = serve_sweeping(
         &nats,
         data.path(),
         &[
-            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
             ("CAPDEX_JETSTREAM_SHARED_DISPATCH", "true"),
-            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
             ("CAPDEX_JETSTREAM_APPROVALS_MAX_COUNT", "2"),
             ("CAPDEX_JETSTREAM_REDRIVE_MAX_COUNT", "3"),
         ],
@@ -254,9 +262,7 @@ async fn notes_on_a_mapped_table(
     limit: (&str, &str),
     notes: usize,
 ) -> (crate::support::serving::KillOnDrop, async_nats::Client, String, Vec<String>) {
-    let addr = metrics_addr();
-    let env = [("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()), ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"), limit];
-    let (serving, client) = serve(nats, data, &env).await;
+    let (serving, client, addr) = serve_sweeping(nats, data, &[limit]).await;
     let table = "CREATE TABLE orders (id INT PRIMARY KEY, customer_email TEXT, invoice_total NUMERIC);";
     let mapped =
         ask(&client, "capdex.v1.map", json!({"sourceId": "orders", "document": table, "workspaces": ["shop"]})).await;
@@ -314,15 +320,12 @@ async fn memory_notes_in_the_shared_scg_bucket_go_with_their_age() {
 async fn records_older_than_their_age_are_pruned_continuously() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let addr = metrics_addr();
-    let (_serving, client) = serve(
+    let (_serving, client, addr) = serve_sweeping(
         &nats,
         data.path(),
         &[
-            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
             // Dispatch state in sled (with shared dispatch, re-drive records live in a bucket).
             ("CAPDEX_JETSTREAM_SHARED_DISPATCH", "false"),
-            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
             ("CAPDEX_RETENTION_PROVENANCE_MAX_AGE_MS", "8000"),
             ("CAPDEX_RETENTION_REDRIVE_MAX_AGE_MS", "8000"),
             ("CAPDEX_RETENTION_APPROVALS_MAX_AGE_MS", "8000"),
@@ -358,17 +361,7 @@ fn gauge(metrics: &str, name: &str) -> Option<f64> {
 async fn kpi_scopes_beyond_their_count_are_pruned_least_recently_updated_first() {
     let nats = NatsServer::start();
     let data = tempfile::tempdir().unwrap();
-    let addr = metrics_addr();
-    let (serving, client) = serve(
-        &nats,
-        data.path(),
-        &[
-            ("CAPDEX_METRICS_LISTEN_ADDR", addr.as_str()),
-            ("CAPDEX_RETENTION_SWEEP_INTERVAL_MS", "200"),
-            ("CAPDEX_RETENTION_KPI_MAX_COUNT", "2"),
-        ],
-    )
-    .await;
+    let (serving, client, addr) = serve_sweeping(&nats, data.path(), &[("CAPDEX_RETENTION_KPI_MAX_COUNT", "2")]).await;
     // Four organisations updated in turn, then the first again: o2 and o3 are
     // the least recently updated. Whenever a sweep runs in between, the two
     // kept at the end are the two updated last.
