@@ -50,6 +50,11 @@ pub struct Record {
     pub exempt: bool,
 }
 
+impl Record {
+    /// A record retention cannot judge (its value does not decode): kept.
+    pub const UNREADABLE: Record = Record { at_ms: 0, exempt: true };
+}
+
 /// The count limit of [`plan`] as a cut that a second pass over the same
 /// records, in the same order, applies one record at a time: for a store too
 /// large to hold every record's key in memory while it decides (the first

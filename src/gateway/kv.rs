@@ -528,9 +528,6 @@ where
     }
 }
 
-/// What a sweep makes of a value it cannot decode: kept.
-pub const UNREADABLE: Record = Record { at_ms: 0, exempt: true };
-
 impl DispatchBuckets {
     /// Keeps the approvals and re-drive buckets within their counts
     /// ([`Bucket::sweep`]; their ages are JetStream's): a live approval
@@ -545,10 +542,11 @@ impl DispatchBuckets {
     ) -> Result<[(&'static str, Swept); 2], KvError> {
         let count = |max_count: usize| Limits { max_age_ms: 0, max_count };
         let approval = |_: &str, value: &[u8]| {
-            serde_json::from_slice::<Approval>(value).map_or(UNREADABLE, |approval| approval_record(&approval, now_ms))
+            serde_json::from_slice::<Approval>(value)
+                .map_or(Record::UNREADABLE, |approval| approval_record(&approval, now_ms))
         };
         let redrive = |_: &str, value: &[u8]| {
-            serde_json::from_slice::<CacheEntry>(value).map_or(UNREADABLE, |entry| redrive_record(&entry))
+            serde_json::from_slice::<CacheEntry>(value).map_or(Record::UNREADABLE, |entry| redrive_record(&entry))
         };
         Ok([
             ("jetstream_approvals", self.approvals.sweep(">", count(approvals_max_count), now_ms, approval).await?),

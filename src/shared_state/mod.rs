@@ -44,7 +44,7 @@ use crate::config::Settings;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::registration::RegistrationPayload;
 use crate::core::retention::Record;
-use crate::gateway::kv::{keep_swept, Bucket, BucketSpec, Change, Expect, KvError, UNREADABLE};
+use crate::gateway::kv::{keep_swept, Bucket, BucketSpec, Change, Expect, KvError};
 use crate::gateway::service::{Api, DescribedDiscovery, Gateway};
 use crate::gateway::wire::{
     ApiError, Codec, DiscoverRequest, ListRequest, PlanReply, RecordedOutcome, RegistrationReply, RemoveRequest,
@@ -110,7 +110,7 @@ pub async fn start(
         let note = |_: &str, value: &[u8]| {
             ValueCodec::MsgPack
                 .decode::<Note>(value)
-                .map_or(UNREADABLE, |note| Record { at_ms: note.last_at_ms, exempt: false })
+                .map_or(Record::UNREADABLE, |note| Record { at_ms: note.last_at_ms, exempt: false })
         };
         keep_swept(every, || async {
             Ok([("jetstream_scg", notes.sweep(&format!("{NOTE_PREFIX}>"), limits, epoch_ms(), note).await?)])

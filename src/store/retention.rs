@@ -28,9 +28,6 @@ use crate::core::retention::{
     approval_record, approval_times, count_cut, redrive_record, Limits, Record, StoreSize, Swept,
 };
 
-/// A record retention cannot judge: kept.
-const UNREADABLE: Record = Record { at_ms: 0, exempt: true };
-
 /// How a sweep reads a record: `glance` from a value's time fields alone (the
 /// scans of every record), `read` from the whole value (the check just before
 /// a delete). A value `read` cannot decode is kept, whatever `glance` said.
@@ -109,7 +106,7 @@ pub(crate) fn sweep_tree(
 
 /// The entries and bytes (keys and values) of `tree`, by a full scan.
 pub(crate) fn measure_tree(tree: &sled::Tree, name: &'static str) -> Result<StoreSize, StoreError> {
-    let unread = |_: &[u8]| UNREADABLE;
+    let unread = |_: &[u8]| Record::UNREADABLE;
     sweep_tree(tree, name, b"", 0, Limits::OFF, Reader { glance: unread, read: unread }).map(|swept| swept.size)
 }
 
@@ -156,28 +153,29 @@ impl ApprovalTimes {
 }
 
 fn provenance_glance(value: &[u8]) -> Record {
-    decoded::<ProvenanceTime>(value).map_or(UNREADABLE, |time| Record { at_ms: time.at_ms, exempt: false })
+    decoded::<ProvenanceTime>(value).map_or(Record::UNREADABLE, |time| Record { at_ms: time.at_ms, exempt: false })
 }
 
 fn provenance_read(value: &[u8]) -> Record {
-    decoded::<ProvenanceRecord>(value).map_or(UNREADABLE, |record| Record { at_ms: record.at_ms, exempt: false })
+    decoded::<ProvenanceRecord>(value)
+        .map_or(Record::UNREADABLE, |record| Record { at_ms: record.at_ms, exempt: false })
 }
 
 fn redrive_glance(value: &[u8]) -> Record {
     decoded::<RedriveTime>(value)
-        .map_or(UNREADABLE, |time| Record { at_ms: time.started_at_ms, exempt: time.result.is_none() })
+        .map_or(Record::UNREADABLE, |time| Record { at_ms: time.started_at_ms, exempt: time.result.is_none() })
 }
 
 fn redrive_read(value: &[u8]) -> Record {
-    decoded::<CacheEntry>(value).map_or(UNREADABLE, |entry| redrive_record(&entry))
+    decoded::<CacheEntry>(value).map_or(Record::UNREADABLE, |entry| redrive_record(&entry))
 }
 
 fn approval_glance(value: &[u8], now_ms: u64) -> Record {
-    decoded::<ApprovalTimes>(value).map_or(UNREADABLE, |times| times.record(now_ms))
+    decoded::<ApprovalTimes>(value).map_or(Record::UNREADABLE, |times| times.record(now_ms))
 }
 
 fn approval_read(value: &[u8], now_ms: u64) -> Record {
-    decoded::<Approval>(value).map_or(UNREADABLE, |approval| approval_record(&approval, now_ms))
+    decoded::<Approval>(value).map_or(Record::UNREADABLE, |approval| approval_record(&approval, now_ms))
 }
 
 impl Store {
@@ -223,8 +221,9 @@ impl Store {
                 })?;
             }
         }
-        let time =
-            |value: &[u8]| sequence::outcome_time(value).map_or(UNREADABLE, |at_ms| Record { at_ms, exempt: false });
+        let time = |value: &[u8]| {
+            sequence::outcome_time(value).map_or(Record::UNREADABLE, |at_ms| Record { at_ms, exempt: false })
+        };
         sweep_tree(&tree, sequence::TREE, sequence::OUTCOME_PREFIX, now_ms, limits, Reader { glance: time, read: time })
     }
 
@@ -400,9 +399,9 @@ mod tests {
             }
         }
         for junk in [&b""[..], b"\xc1 not msgpack", b"\x81\xa4atMs\xa3ten"] {
-            assert_eq!(provenance_glance(junk), UNREADABLE);
-            assert_eq!(redrive_glance(junk), UNREADABLE);
-            assert_eq!(approval_glance(junk, 0), UNREADABLE);
+            assert_eq!(provenance_glance(junk), Record::UNREADABLE);
+            assert_eq!(redrive_glance(junk), Record::UNREADABLE);
+            assert_eq!(approval_glance(junk, 0), Record::UNREADABLE);
         }
     }
 
