@@ -159,6 +159,11 @@ enum Command {
         /// `--soak 40 --soak-warmup 10` judges the last 30 minutes.
         #[arg(long, value_name = "MINUTES", requires = "soak")]
         soak_warmup: Option<f64>,
+        /// The soak's rate in operations a second instead of half the measured capacity (the
+        /// ramp still runs and is reported): to hold the soak at one rate on machines of
+        /// different speeds. Example: `--soak 45 --soak-warmup 15 --soak-rate 4700`.
+        #[arg(long, value_name = "OPS", requires = "soak")]
+        soak_rate: Option<f64>,
     },
     /// Rank every query of a benchmark against its tools and print Recall@1/5/10, NDCG@5/10 and MRR.
     ///
@@ -565,10 +570,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         return print_eval(&capdex::eval::run(&options)?, json);
     }
-    if let Command::Bench { soak: Some(minutes), nats_server, soak_report_seconds, soak_warmup, json, .. } =
-        &cli.command
+    if let Command::Bench {
+        soak: Some(minutes), nats_server, soak_report_seconds, soak_warmup, soak_rate, json, ..
+    } = &cli.command
     {
-        return run_soak(&settings, *minutes, nats_server, *soak_report_seconds, *soak_warmup, *json);
+        return run_soak(&settings, *minutes, nats_server, *soak_report_seconds, *soak_warmup, *soak_rate, *json);
     }
     if let Command::Bench { synthetic, sources, queries, prompt_size, memory, max_rss, embedder, json, .. } =
         cli.command
@@ -943,6 +949,7 @@ fn run_soak(
     nats_server: &std::path::Path,
     report_seconds: Option<f64>,
     warmup_minutes: Option<f64>,
+    rate: Option<f64>,
     json: bool,
 ) -> anyhow::Result<()> {
     if !(minutes.is_finite() && minutes > 0.0) {
@@ -951,12 +958,16 @@ fn run_soak(
     if let Some(warmup) = warmup_minutes.filter(|warmup| !(warmup.is_finite() && (0.0..minutes).contains(warmup))) {
         anyhow::bail!("--soak-warmup {warmup}: must be at least 0 and shorter than the soak ({minutes} minutes)");
     }
+    if let Some(rate) = rate.filter(|rate| !(rate.is_finite() && *rate >= 1.0)) {
+        anyhow::bail!("--soak-rate {rate}: must be at least 1 operation a second");
+    }
     let seconds = |value: f64| std::time::Duration::from_secs_f64(value);
     let options = capdex::bench::soak::SoakOptions {
         duration: seconds(minutes * 60.0),
         report_every: seconds(report_seconds.unwrap_or(60.0).max(0.1)),
         ramp: seconds(report_seconds.map_or(20.0, |every| every.max(0.1))),
         warmup: warmup_minutes.map(|warmup| seconds(warmup * 60.0)),
+        rate,
         nats_server: nats_server.to_path_buf(),
         capdex: std::env::current_exe()?,
         nats: settings.nats.clone(),

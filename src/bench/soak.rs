@@ -97,6 +97,9 @@ pub struct SoakOptions {
     /// The warm-up: the report intervals scheduled to end within it are left out of
     /// the flatness figures. `None`: a third of the intervals, at most five minutes.
     pub warmup: Option<Duration>,
+    /// The soak's rate in operations a second; `None`: half the capacity the ramp
+    /// measured (the ramp runs either way, and its capacity is reported).
+    pub rate: Option<f64>,
     /// The `nats-server` binary.
     pub nats_server: PathBuf,
     /// The `capdex` binary to serve with.
@@ -539,11 +542,18 @@ async fn soak(
         let _ = worker.await;
     }
     let capacity_ops = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    let target_ops = (capacity_ops / 2.0).max(1.0);
+    let target_ops = options.rate.unwrap_or(capacity_ops / 2.0).max(1.0);
     let (ramp_latencies, _, ramp_errors) = load.recorder.take();
     let retention: Vec<String> = RETENTION.iter().map(|(name, value)| format!("{name}={value}")).collect();
+    let soak_at = match options.rate {
+        None => format!("soak at half: {target_ops:.0} ops/s"),
+        Some(_) => format!(
+            "soak at the rate asked for: {target_ops:.0} ops/s ({:.0} % of capacity)",
+            100.0 * target_ops / capacity_ops
+        ),
+    };
     progress(&format!(
-        "capacity (ramp, {WORKERS} closed-loop clients, {:.0} s): {capacity_ops:.0} ops/s (p99 {:.1} ms, {ramp_errors} errors); soak at half: {target_ops:.0} ops/s",
+        "capacity (ramp, {WORKERS} closed-loop clients, {:.0} s): {capacity_ops:.0} ops/s (p99 {:.1} ms, {ramp_errors} errors); {soak_at}",
         options.ramp.as_secs_f64(),
         percentile_ms(&ramp_latencies, 0.99),
     ));

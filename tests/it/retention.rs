@@ -400,7 +400,7 @@ async fn kpi_scopes_beyond_their_count_are_pruned_least_recently_updated_first()
 fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
     let nats_server = crate::support::nats_server::find_binary();
     let output = capdex()
-        .args(["bench", "--soak", "0.05", "--soak-report-seconds", "1", "--json"])
+        .args(["bench", "--soak", "0.05", "--soak-report-seconds", "1", "--soak-rate", "40", "--json"])
         .env("CAPDEX_NATS_SERVER", nats_server)
         .output()
         .expect("capdex runs");
@@ -408,7 +408,7 @@ fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
     let report: Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&output.stdout)));
     assert!(report["capacityOps"].as_f64().unwrap() > 0.0, "{report}");
-    assert!(report["targetOps"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(report["targetOps"].as_f64(), Some(40.0), "the rate asked for: {report}");
     assert!(report["retention"]
         .as_array()
         .unwrap()
@@ -441,4 +441,11 @@ fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr)
         .contains("--soak-warmup 1: must be at least 0 and shorter than the soak"));
+    let refused = capdex()
+        .args(["bench", "--soak", "1", "--soak-rate", "0.5"])
+        .env("CAPDEX_NATS_SERVER", crate::support::nats_server::find_binary())
+        .output()
+        .expect("capdex runs");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--soak-rate 0.5: must be at least 1 operation a second"));
 }
