@@ -804,7 +804,8 @@ pub async fn serve_mcp_stdio(settings: &Settings, direct: bool) -> anyhow::Resul
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Ctrl-C or SIGTERM, whichever comes first.
+pub(crate) async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

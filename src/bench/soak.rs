@@ -160,6 +160,8 @@ pub struct SoakReport {
     pub data_dir_sample_ratio: f64,
     /// Both ratios of means at most 1.05.
     pub flat: bool,
+    /// Ended early by Ctrl-C or SIGTERM (the figures are those measured until then).
+    pub interrupted: bool,
 }
 
 /// Why the soak could not run.
@@ -172,6 +174,9 @@ pub enum SoakError {
     #[error("setting up the load failed: {0}")]
     Setup(String),
 }
+
+/// Ctrl-C or SIGTERM.
+type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
 /// A directory removed when dropped.
 struct TempDir(PathBuf);
@@ -419,6 +424,23 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
             .map(|()| TempDir(path))
             .map_err(|err| SoakError::Start { what: format!("a temporary {what} dir"), message: err.to_string() })
     };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|err| SoakError::Start { what: "a runtime".into(), message: err.to_string() })?;
+    // Ctrl-C or SIGTERM ends the soak early: the interval under way is reported, the
+    // figures are judged on what was measured, and the children and dirs are removed.
+    // Polled once here so the handlers are in place before any child starts (a signal
+    // before the soak's first step ends it at that step).
+    let mut stop: Stop = Box::pin(crate::app::shutdown_signal());
+    let interrupted = runtime.block_on(async {
+        tokio::select! {
+            biased;
+            () = &mut stop => true,
+            () = std::future::ready(()) => false,
+        }
+    });
     let (nats_dir, data_dir, caps_dir) = (temp("nats")?, temp("data")?, temp("caps")?);
     let port = free_port()?;
     let metrics = format!("127.0.0.1:{}", free_port()?);
@@ -448,14 +470,9 @@ pub fn run(options: &SoakOptions, progress: &mut dyn FnMut(&str)) -> Result<Soak
         .stderr(Stdio::null());
     let serving = start("capdex serve", &mut serve)?;
     let pid = serving.0.id();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|err| SoakError::Start { what: "a runtime".into(), message: err.to_string() })?;
     let nats = NatsSettings { url: url.clone(), servers: vec![url], ..options.nats.clone() };
     let watched = Watched { pid, data_dir: data_dir.path(), nats_pid: nats_server.0.id(), nats_dir: nats_dir.path() };
-    let report = runtime.block_on(soak(options, nats, watched, &metrics, progress));
+    let report = runtime.block_on(soak(options, nats, watched, &metrics, (stop, interrupted), progress));
     drop(serving);
     report
 }
@@ -473,6 +490,7 @@ async fn soak(
     nats: NatsSettings,
     watched: Watched<'_>,
     metrics: &str,
+    (mut stop, mut interrupted): (Stop, bool),
     progress: &mut dyn FnMut(&str),
 ) -> Result<SoakReport, SoakError> {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -588,7 +606,7 @@ async fn soak(
                 next_sample += sample_every;
             }
         }
-        if now >= next_report || now >= soak_end {
+        if now >= next_report || now >= soak_end || interrupted {
             let (latencies, requests, errors) = load.recorder.take();
             let (rss, data) = (std::mem::take(&mut rss), std::mem::take(&mut data));
             let (nats_rss, nats_data) = (std::mem::take(&mut nats_rss), std::mem::take(&mut nats_data));
@@ -627,7 +645,7 @@ async fn soak(
                 interval.shed
             ));
             intervals.push(interval);
-            if now >= soak_end {
+            if now >= soak_end || interrupted {
                 break;
             }
             next_report += options.report_every;
@@ -648,7 +666,17 @@ async fn soak(
             next_op += period;
         }
         let wake = next_op.min(next_report).min(soak_end).min(next_sample);
-        tokio::time::sleep_until(tokio::time::Instant::from_std(wake)).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
+            () = &mut stop, if !interrupted => interrupted = true,
+        }
+    }
+    if interrupted {
+        progress(&format!(
+            "interrupted after {:.1} of {:.1} minutes",
+            soak_start.elapsed().as_secs_f64() / 60.0,
+            options.duration.as_secs_f64() / 60.0
+        ));
     }
     let warmup_intervals = warmup_intervals(&intervals, options.report_every, options.warmup);
     let steady = &intervals[warmup_intervals.min(intervals.len())..];
@@ -669,6 +697,7 @@ async fn soak(
         rss_sample_ratio,
         data_dir_sample_ratio,
         flat: rss_ratio <= 1.05 && data_dir_ratio <= 1.05,
+        interrupted,
     })
 }
 

@@ -449,3 +449,50 @@ fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--soak-rate 0.5: must be at least 1 operation a second"));
 }
+
+#[test]
+fn an_interrupted_soak_reports_what_it_measured_and_leaves_nothing_behind() {
+    use std::io::BufRead;
+    let mut soak = capdex()
+        .args(["bench", "--soak", "5", "--soak-report-seconds", "1"])
+        .env("CAPDEX_NATS_SERVER", crate::support::nats_server::find_binary())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("capdex runs");
+    let pid = soak.id();
+    let mut lines = std::io::BufReader::new(soak.stdout.take().unwrap()).lines().map_while(Result::ok);
+    let mut seen = Vec::new();
+    // The first interval's line: the soak is under way.
+    for line in lines.by_ref() {
+        let first_interval = line.split_whitespace().next().is_some_and(|at| at.parse::<f64>().is_ok());
+        seen.push(line);
+        if first_interval {
+            break;
+        }
+    }
+    assert!(
+        std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success(),
+        "{seen:?}"
+    );
+    seen.extend(lines);
+    let status = soak.wait().unwrap();
+    let out = seen.join("\n");
+    assert!(status.success(), "{status}: {out}");
+    assert!(out.contains("interrupted after") && out.contains("after the warm-up"), "{out}");
+    let left: Vec<_> = ["nats", "data", "caps"]
+        .iter()
+        .map(|what| std::env::temp_dir().join(format!("capdex-soak-{pid}-{what}")))
+        .filter(|dir| dir.exists())
+        .collect();
+    assert!(left.is_empty(), "dirs left behind: {left:?}");
+    // No child left running: nats-server's command line names its store dir.
+    let nats_dir = format!("capdex-soak-{pid}-nats");
+    let running: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&nats_dir))
+        .collect();
+    assert!(running.is_empty(), "a child of the soak still runs");
+}
