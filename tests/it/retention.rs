@@ -433,21 +433,18 @@ fn the_soak_benchmark_reports_rss_data_dir_and_p99_per_interval() {
         assert!(report[ratio].as_f64().unwrap() >= 1.0, "{ratio}: {report}");
     }
     assert!(report["flat"].is_boolean() && report["warmupIntervals"].is_u64(), "{report}");
-    let refused = capdex()
-        .args(["bench", "--soak", "1", "--soak-warmup", "1"])
-        .env("CAPDEX_NATS_SERVER", crate::support::nats_server::find_binary())
-        .output()
-        .expect("capdex runs");
-    assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr)
-        .contains("--soak-warmup 1: must be at least 0 and shorter than the soak"));
-    let refused = capdex()
-        .args(["bench", "--soak", "1", "--soak-rate", "0.5"])
-        .env("CAPDEX_NATS_SERVER", crate::support::nats_server::find_binary())
-        .output()
-        .expect("capdex runs");
-    assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--soak-rate 0.5: must be at least 1 operation a second"));
+    for (option, value, refusal) in [
+        ("--soak-warmup", "1", "--soak-warmup 1: must be at least 0 and shorter than the soak"),
+        ("--soak-rate", "0.5", "--soak-rate 0.5: must be at least 1 operation a second"),
+    ] {
+        let refused = capdex()
+            .args(["bench", "--soak", "1", option, value])
+            .env("CAPDEX_NATS_SERVER", crate::support::nats_server::find_binary())
+            .output()
+            .expect("capdex runs");
+        assert!(!refused.status.success(), "{option} {value}");
+        assert!(String::from_utf8_lossy(&refused.stderr).contains(refusal), "{option} {value}");
+    }
 }
 
 #[test]
