@@ -58,8 +58,8 @@ const SCOPES: usize = 50;
 ///
 /// Two minutes of age for every store capdex keeps and counts of a few
 /// thousand, so every store reaches its steady state (about 3.5 MB of records,
-/// an 11 to 15 MB data dir, by the soak's rate) within the warm-up. At that size sled's file moves in
-/// steps of its 512 KiB log segments, 4 % of it each, which is why the verdict
+/// a 10 to 16 MB data dir, by the soak's rate) within the warm-up. At that size sled's file moves in
+/// steps of its 512 KiB log segments, 3 to 5 % of it each, which is why the verdict
 /// reads per-minute means of samples taken every second. (With the counts at
 /// their defaults, so the age binds, the stores held 47 MB and the service
 /// 230 MB, its p99 rising as sled's cache overflowed: docs/performance.md.)
@@ -69,7 +69,7 @@ const SCOPES: usize = 50;
 /// default counts of a million is 6 % of them at a thousand calls a second; at the soak's rate and
 /// counts, five seconds of provenance records were 1.4 times the count (that store swung between its
 /// count and 2.4 times it, the approvals between theirs and 2.2 times), and sled's file followed in a
-/// sawtooth of 21 to 28 segments (sampled four times a second) whose per-minute means wandered by 5.8 %
+/// sawtooth of 21 to 29 segments (sampled four times a second) whose per-minute means wandered by 5.8 %
 /// with no trend. Swept every second the inflow is about a quarter of the count and the file held one
 /// length (docs/performance.md, "The sweep's cadence").
 /// The JetStream streams keep 5,000 messages, and the approval and re-drive
