@@ -127,12 +127,17 @@ pub struct ReplayReport {
     /// The second half ranked with the prior and the outcome memory (the
     /// remembered capabilities' vectors moved towards their requests').
     pub with_memory: Metrics,
+    /// The second half ranked with the outcome memory and without the prior:
+    /// what the memory does on its own.
+    pub memory_only: Metrics,
     /// Requests of the second half whose relevant capabilities were in no outcome.
     pub unseen: usize,
     /// Those requests without the prior, and with the prior and the memory:
     /// what the learning costs capabilities it never saw.
     pub unseen_without_prior: Metrics,
     pub unseen_with_memory: Metrics,
+    /// Those requests with the memory and without the prior.
+    pub unseen_memory_only: Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -487,8 +492,10 @@ fn replay(
         without_prior: score(&second, None, false),
         with_prior: score(&second, Some(&prior), false),
         with_memory: score(&second, Some(&prior), true),
+        memory_only: score(&second, None, true),
         unseen: unseen.len(),
         unseen_without_prior: score(&unseen, None, false),
         unseen_with_memory: score(&unseen, Some(&prior), true),
+        unseen_memory_only: score(&unseen, None, true),
     }
 }

@@ -289,6 +289,8 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     assert!(replay["remembered"].as_u64().unwrap() > 0, "{replay}");
     assert_eq!(replay["withMemory"]["queries"], 60);
     assert_ne!(replay["withMemory"], replay["withPrior"], "the memory moved some ranking: {replay}");
+    assert_eq!(replay["memoryOnly"]["queries"], 60);
+    assert_ne!(replay["memoryOnly"], replay["withoutPrior"], "the memory alone moved some ranking: {replay}");
     let unseen = replay["unseen"].as_u64().unwrap();
     assert!(unseen < 60, "{replay}");
     assert_eq!(replay["unseenWithMemory"]["queries"].as_u64(), Some(unseen));
