@@ -64,14 +64,16 @@ const SCOPES: usize = 50;
 /// their defaults, so the age binds, the stores held 47 MB and the service
 /// 230 MB, its p99 rising as sled's cache overflowed: docs/performance.md.)
 ///
-/// The sweep runs every second. A sweep deletes at once what came in over a limit since the last one,
-/// so what matters is that inflow against the records kept: in service, a minute of calls against the
-/// default counts of a million is 6 % of them at a thousand calls a second; at the soak's rate and
-/// counts, five seconds of provenance records were 1.4 times the count (that store swung between its
-/// count and 2.4 times it, the approvals between theirs and 2.2 times), and sled's file followed in a
-/// sawtooth of 21 to 29 segments (sampled four times a second) whose per-minute means wandered by 5.8 %
-/// with no trend. Swept every second the inflow is about a quarter of the count and the file held one
-/// length (docs/performance.md, "The sweep's cadence").
+/// The sweep runs every second. A sweep deletes at once what came in over a
+/// limit since the last one, so what matters is that inflow against the records
+/// kept: in service, a minute of calls against the default counts of a million
+/// is 6 % of them at a thousand calls a second; at the soak's rate and counts,
+/// five seconds of provenance records were 1.4 times the count (that store
+/// swung between its count and 2.4 times it, the approvals between theirs and
+/// 2.2 times), and sled's file followed in a sawtooth of 21 to 29 segments
+/// (sampled four times a second) whose per-minute means wandered by 5.8 % with
+/// no trend. Swept every second the inflow is about a quarter of the count and
+/// the file held one length (docs/performance.md, "The sweep's cadence").
 /// The JetStream streams keep 5,000 messages, and the approval and re-drive
 /// buckets two minutes, as capdex's own stores (they live in `nats-server`'s
 /// store, whose RSS and bytes the report shows beside capdex's).

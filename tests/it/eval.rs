@@ -295,6 +295,7 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     assert!(unseen < 60, "{replay}");
     assert_eq!(replay["unseenWithMemory"]["queries"].as_u64(), Some(unseen));
     assert_eq!(replay["unseenWithoutPrior"]["queries"].as_u64(), Some(unseen));
+    assert_eq!(replay["unseenMemoryOnly"]["queries"].as_u64(), Some(unseen));
     let (again, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
     assert_eq!(again["replay"], report["replay"]);
     let (other, _) = eval_report(&tools, &[&queries], &["--replay", "8"]);
