@@ -2,26 +2,46 @@
 """Distils all-MiniLM-L6-v2 into the static token-embedding table of the `static` embedder.
 
 Writes assets/static-minilm/{vocab.txt, table.bin, PROVENANCE.md}, which are committed: run
-this ONCE (again only when the parameters change), never in CI. model2vec-style:
+this ONCE (again only when the parameters change), never in CI.
 
-  1. For every vocabulary token t, the sentence-transformers output of the one-token input
+  1. For every vocabulary token `t`, the sentence-transformers output of the one-token input
      `[CLS] t [SEP]`: the BERT forward pass of scripts/minilm_reference.py (imported, run in
      float32 and in batches, since every input has length 3), mean pooled over the three
-     positions. Cached in /tmp (the slow step: a few minutes on 2 cores).
-  2. PCA (centred, SVD) of those 30,522 vectors to D dimensions.
-  3. A per-token weight by vocabulary rank (SIF on a Zipf estimate, as model2vec does):
+     positions (model2vec's distillation). Cached in /tmp (a few minutes on 2 cores).
+  2. With --corpus (a file of sentences, one a line: scripts/static_corpus.py writes one),
+     the token rows are fitted to the teacher's meaning of whole sentences (tokenlearn's idea,
+     solved in closed form): the teacher embeds every sentence (y_s, unit length; cached, the
+     slow step: about 200 sentences a second on 2 cores), and the rows R solve
+
+         min_R  sum_s || sum_t a_st R_t - y_s ||^2  +  lambda * sum_t || R_t - R0_t ||^2
+
+     where a_st = (count of t in s) * w_t / sum_u w_u over the tokens u of s (the weighted mean
+     the embedder takes, w the weights of step 4) and R0_t the unit one-pass output of step 1:
+     a token seen in many sentences takes the meaning it has there, a rare or unseen one keeps
+     its one-pass meaning. The normal equations (A'A + lambda I) R = A'Y + lambda R0 are
+     solved by conjugate gradients (Jacobi preconditioned), one column per dimension. 5 % of the
+     sentences are held out and the fit's fidelity reported on them: the Pearson correlation of
+     the student's pairwise cosines with the teacher's, and how often the student's nearest
+     neighbour of a sentence is the teacher's.
+  3. Projection to D dimensions: without --corpus, PCA (centred) of the one-pass outputs; with
+     it, the first D right singular vectors of the teacher's sentence embeddings (uncentred:
+     the directions sentences use, the common one included, since the teacher's cosine keeps it).
+  4. A per-token weight by vocabulary rank (SIF on a Zipf estimate, as model2vec does):
      p(rank) = (1/rank) / H, weight = a / (a + p); BERT's vocabulary is roughly frequency
      ordered within each block, which is all this needs. Special and [unused*] tokens get
      weight 0.
-  4. Int8 quantisation with one f32 scale per row (row = scale * int8 / 127).
+  5. Int8 quantisation with one f32 scale per row (row = scale * int8 / 127).
 
 table.bin layout (little endian): magic b"CDXS", u32 version 1, u32 rows, u32 dims, then rows
 f32 scales, then rows*dims i8 values. The Rust side (src/core/static_embedder.rs) includes it
 with include_bytes!, tokenises with its own BERT WordPiece tokenizer over vocab.txt, and
-embeds a text as the L2-normalised mean of its token rows (the weights are folded into them).
+embeds a text as the L2-normalised sum of its token rows (the weights are folded into them).
 
 Usage (a scratch virtualenv outside the repository, as for minilm_reference.py):
-    /tmp/minilm-venv/bin/python scripts/distill_static.py [--dims 64] [--sif 1e-5]
+    /tmp/minilm-venv/bin/pip install numpy safetensors tokenizers scipy
+    python3 scripts/static_corpus.py /tmp/corpus.txt [--listing ...]
+    /tmp/minilm-venv/bin/python scripts/distill_static.py [--dims 256] [--sif 1e-5] \
+        [--corpus /tmp/corpus.txt --lam 0.3]
 """
 
 import argparse
@@ -119,6 +139,108 @@ def token_outputs(model_dir, vocab, cache):
     return out
 
 
+def load_weights(model_dir):
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    weights = {
+        name: t.astype(np.float32)
+        for name, t in safetensors.numpy.load_file(os.path.join(model_dir, "model.safetensors")).items()
+        if t.dtype == np.float32
+    }
+    return weights, config
+
+
+def teacher_embeddings(model_dir, sentences, cache):
+    """Token ids (the model's tokenizer, truncated at 128) and the teacher's unit sentence
+    embeddings of `sentences`, cached in `cache` (.npz). Sentences are run in batches of equal
+    length, so no padding is needed."""
+    if os.path.exists(cache):
+        saved = np.load(cache, allow_pickle=False)
+        lengths = saved["lengths"]
+        ids = np.split(saved["ids"], np.cumsum(lengths)[:-1])
+        return ids, saved["embeddings"]
+    import tokenizers
+
+    tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(128)
+    ids = [np.array(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(sentences)]
+    weights, config = load_weights(model_dir)
+    out = np.zeros((len(ids), config["hidden_size"]), dtype=np.float32)
+    by_length = {}
+    for i, seq in enumerate(ids):
+        by_length.setdefault(len(seq), []).append(i)
+    done = 0
+    for _, members in sorted(by_length.items()):
+        for start in range(0, len(members), 128):
+            batch = members[start : start + 128]
+            x = np.stack([ids[i] for i in batch]).astype(np.int64)
+            out[batch] = forward_batch(weights, config, x).mean(axis=1)
+            done += len(batch)
+        print(f"\rteacher: {done}/{len(ids)}", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    out /= np.linalg.norm(out, axis=1, keepdims=True)
+    lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
+    np.savez(cache, ids=np.concatenate(ids), lengths=lengths, embeddings=out)
+    return ids, out
+
+
+def bag_matrix(ids, weight, vocab_size):
+    """Rows a_s: each sentence's weighted mean over its tokens (the embedder's sum, scaled)."""
+    import scipy.sparse
+
+    rows, cols, vals = [], [], []
+    for s, seq in enumerate(ids):
+        w = weight[seq]
+        total = w.sum()
+        if total > 0:
+            rows.append(np.full(len(seq), s))
+            cols.append(seq)
+            vals.append(w / total)
+    a = scipy.sparse.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(ids), vocab_size)
+    )
+    a.sum_duplicates()
+    return a
+
+
+def fit_rows(a, y, prior, lam, iterations):
+    """Solves (A'A + lam I) R = A'Y + lam R0 by Jacobi-preconditioned conjugate gradients,
+    every column at once (each with its own step sizes)."""
+    gram = (a.T @ a).tocsr()
+    rhs = a.T @ y + lam * prior
+    diag = gram.diagonal() + lam
+    x = prior.copy()
+    r = rhs - (gram @ x + lam * x)
+    z = r / diag[:, None]
+    p = z.copy()
+    rz = (r * z).sum(axis=0)
+    for _ in range(iterations):
+        mp = gram @ p + lam * p
+        alpha = rz / np.maximum((p * mp).sum(axis=0), 1e-30)
+        x += p * alpha
+        r -= mp * alpha
+        z = r / diag[:, None]
+        rz_next = (r * z).sum(axis=0)
+        p = z + p * (rz_next / np.maximum(rz, 1e-30))
+        rz = rz_next
+    return x, float(np.linalg.norm(r) / np.linalg.norm(rhs))
+
+
+def fidelity(a, y, rows, sample=1500):
+    """On held-out sentences: Pearson correlation of the student's pairwise cosines with the
+    teacher's, and the share whose nearest neighbour (among the sample) both agree on."""
+    student = np.asarray(a[:sample] @ rows)
+    student /= np.maximum(np.linalg.norm(student, axis=1, keepdims=True), 1e-12)
+    teacher = y[:sample]
+    st, tt = student @ student.T, teacher @ teacher.T
+    upper = np.triu_indices(len(teacher), 1)
+    pearson = float(np.corrcoef(st[upper], tt[upper])[0, 1])
+    np.fill_diagonal(st, -9.0)
+    np.fill_diagonal(tt, -9.0)
+    return round(pearson, 4), round(float((st.argmax(axis=1) == tt.argmax(axis=1)).mean()), 4)
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -133,6 +255,11 @@ def main():
     ap.add_argument("--cache", default="/tmp/capdex-static-token-outputs.npy")
     ap.add_argument("--dims", type=int, default=64)
     ap.add_argument("--sif", type=float, default=1e-5)
+    ap.add_argument("--corpus", help="sentences, one a line, to fit the rows to (scripts/static_corpus.py)")
+    ap.add_argument("--teacher-cache", default="/tmp/capdex-static-teacher.npz")
+    ap.add_argument("--lam", type=float, default=0.3, help="weight of the one-pass rows in the fit")
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--centre", action="store_true", help="subtract the teacher's mean sentence (corpus fit only)")
     args = ap.parse_args()
 
     with open(os.path.join(args.model_dir, "tokenizer.json"), encoding="utf-8") as f:
@@ -146,17 +273,51 @@ def main():
     raw = token_outputs(args.model_dir, vocab, args.cache).astype(np.float64)
 
     special = np.array([t.startswith("[") and t.endswith("]") for t in vocab])
-    # PCA over the real tokens.
-    real = raw[~special]
-    mean = real.mean(axis=0)
-    _, s, vt = np.linalg.svd(real - mean, full_matrices=False)
-    explained = float((s[: args.dims] ** 2).sum() / (s**2).sum())
-    reduced = (raw - mean) @ vt[: args.dims].T
-
     rank = np.arange(1, len(vocab) + 1, dtype=np.float64)
     p = (1.0 / rank) / (1.0 / rank).sum()
     weight = args.sif / (args.sif + p)
     weight[special] = 0.0
+
+    corpus = {}
+    if args.corpus:
+        with open(args.corpus, encoding="utf-8") as f:
+            sentences = f.read().splitlines()
+        ids, y = teacher_embeddings(args.model_dir, sentences, args.teacher_cache)
+        y = y.astype(np.float64)
+        a = bag_matrix(ids, weight, len(vocab))
+        held = np.random.default_rng(20261205).random(len(ids)) < 0.05
+        prior = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+        fitted, residual = fit_rows(a[~held], y[~held], prior, args.lam, args.iterations)
+        # The projection: the directions the teacher's sentences use, about their mean when
+        # centring (every row then loses the mean: a text's vector is the teacher's minus
+        # the mean sentence, so words every sentence shares stop pulling all texts together).
+        sample = y[~held][:50000]
+        centre = sample.mean(axis=0) if args.centre else np.zeros(sample.shape[1])
+        _, s_y, vt = np.linalg.svd(sample - centre, full_matrices=False)
+        basis = vt[: args.dims]
+        explained = float((s_y[: args.dims] ** 2).sum() / (s_y**2).sum())
+        fitted = fitted - centre
+        prior = prior - centre
+        y = y - centre
+        corpus = {
+            "sentences": len(sentences),
+            "corpusSha256": sha256(args.corpus),
+            "tokensSeen": int((np.asarray(a[~held].sum(axis=0)).ravel() > 0).sum()),
+            "lam": args.lam,
+            "residual": f"{residual:.1e}",
+            "before": fidelity(a[held], y[held], prior @ basis.T),
+            "after": fidelity(a[held], y[held], fitted @ basis.T),
+        }
+        print(json.dumps(corpus), file=sys.stderr)
+        reduced = fitted @ basis.T
+    else:
+        # PCA over the real tokens.
+        real = raw[~special]
+        mean = real.mean(axis=0)
+        _, s_raw, vt = np.linalg.svd(real - mean, full_matrices=False)
+        explained = float((s_raw[: args.dims] ** 2).sum() / (s_raw**2).sum())
+        reduced = (raw - mean) @ vt[: args.dims].T
+
     rows = reduced * weight[:, None]
 
     scale = np.abs(rows).max(axis=1)
@@ -185,7 +346,8 @@ def main():
     }
     print(json.dumps(params, indent=1))
     with open(os.path.join(args.out, "PROVENANCE.md"), "w", encoding="utf-8") as f:
-        f.write(PROVENANCE.format(**params, size=os.path.getsize(table_path), short=params["tableSha256"][:12]))
+        method = (METHOD_CORPUS if corpus else METHOD_ONE_PASS).format(**params, **corpus)
+        f.write(PROVENANCE.format(**params, method=method, size=os.path.getsize(table_path), short=params["tableSha256"][:12]))
 
 
 PROVENANCE = """# assets/static-minilm: provenance
@@ -214,7 +376,13 @@ a sentence-transformers model. Generated by `scripts/distill_static.py`; do not 
 The embedder's model id is `capdex-static-minilm-v1-{dims}-{short}` (the first 12 hex digits of
 `table.bin`'s SHA-256; a unit test checks it).
 
-## Method (model2vec-style)
+## Method
+
+{method}
+"""
+
+
+METHOD_ONE_PASS = """Model2vec-style:
 
 1. For every vocabulary token `t`: all-MiniLM-L6-v2's sentence output for the input
    `[CLS] t [SEP]` (BERT forward pass of `scripts/minilm_reference.py` in float32, mean pooling
@@ -227,6 +395,36 @@ The embedder's model id is `capdex-static-minilm-v1-{dims}-{short}` (the first 1
 
 Command: `/tmp/minilm-venv/bin/python scripts/distill_static.py --dims {dims} --sif {sif}`
 (numpy, safetensors; about 2 minutes on 2 cores).
+"""
+
+
+METHOD_CORPUS = """Model2vec's one pass per token, then the rows fitted to whole sentences (tokenlearn's idea, in
+closed form); `scripts/distill_static.py` says each step in full:
+
+1. For every vocabulary token `t`: all-MiniLM-L6-v2's sentence output for the input
+   `[CLS] t [SEP]` (BERT forward pass of `scripts/minilm_reference.py` in float32, mean pooling
+   over the three positions, as sentence-transformers pools), scaled to unit length: `R0_t`.
+2. A corpus of {sentences} sentences of software and tool language (`scripts/static_corpus.py`:
+   Debian package descriptions, manual pages, Python standard library docstrings, PyPI and npm
+   package summaries; none of them a benchmark set; SHA-256 `{corpusSha256}`), each embedded by
+   the teacher (`y_s`, unit length). The rows `R` minimise
+   `sum_s |sum_t a_st R_t - y_s|^2 + {lam} * sum_t |R_t - R0_t|^2`, `a_st` the weighted mean the
+   embedder takes (weights of step 4), over 95 % of the sentences; {tokensSeen} tokens occur in
+   them, the others keep `R0`. Conjugate gradients, relative residual {residual}.
+   Fidelity on the 5 % held out (Pearson correlation of pairwise cosines with the teacher's;
+   share of nearest neighbours agreed), in the final {dims} dimensions: one-pass rows {before[0]} and
+   {before[1]}, fitted rows {after[0]} and {after[1]}.
+3. Projection to {dims} dimensions: the first right singular vectors of the teacher's sentence
+   embeddings (uncentred; explained {pcaExplainedVariance} of their energy).
+4. Weight per token by vocabulary rank r (1-based): p = (1/r) / sum(1/r), w = a / (a + p) with
+   a = {sif} (SIF on a Zipf estimate); special tokens (`[PAD]`, `[UNK]`, `[CLS]`, `[SEP]`,
+   `[MASK]`, `[unused*]`) get 0.
+5. Int8 quantisation per row: value = round(row / max|row| * 127), scale = max|row| / 127.
+
+Commands: `python3 scripts/static_corpus.py /tmp/corpus.txt --max 100000 --listing pypi.tsv --listing npm.tsv`
+(the listings: the registries' package names and one-line summaries, as of November 2026), then
+`/tmp/minilm-venv/bin/python scripts/distill_static.py --dims {dims} --sif {sif} --corpus /tmp/corpus.txt --lam {lam}`
+(numpy, safetensors, tokenizers, scipy; the teacher takes about 30 minutes on 2 cores, the fit two).
 """
 
 

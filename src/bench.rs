@@ -5,7 +5,7 @@
 //! (`--sources FILE`: a sources object `{tools, skills, ...}`, a catalog
 //! array of descriptors, or a benchmark `tools.jsonl`) with its queries
 //! (`--queries FILE`: JSON lines with a `text` or `query` field). The
-//! embedder is the configured one (built-in by default).
+//! embedder is the configured one (the static one by default).
 //!
 //! Build time covers embedding (in batches of `embedder.batch_size`), the
 //! vector index, the lexical index and the graph. Per-turn time covers
@@ -499,10 +499,17 @@ pub fn memory_account(
     let schema_bytes = meter.grown() - (schemas.capacity() * std::mem::size_of::<Option<CompactJson>>()) as isize;
     drop(schemas);
 
+    // What the embedder loads on its first use (the static embedder's
+    // vocabulary and scales), once per process: not the vectors' share.
+    let meter = Meter::now();
+    embedder.embed_batch(&["capdex".to_string()])?;
+    let model = (meter.grown(), meter.transient());
+
     let n = descriptors.len();
     let mut parts = vec![
         ("descriptors (ids, names, texts, tags)", all_descriptors - schema_bytes, descriptors_transient),
         ("schemas", schema_bytes, 0),
+        ("embedder model (loaded once)", model.0, model.1),
     ];
     let mut meter = Meter::now();
     let built = build_marked(descriptors, presets, embedder, batch_size, &mut |step| {

@@ -178,9 +178,9 @@ mod tests {
     }
 
     #[test]
-    fn the_defaults_are_the_builtin_embedder() {
+    fn the_defaults_are_the_static_embedder() {
         let settings = check(|_| {}).unwrap();
-        assert_eq!((settings.backend, settings.dimensions, settings.batch_size), (EmbedderBackend::Builtin, 512, 32));
+        assert_eq!((settings.backend, settings.dimensions, settings.batch_size), (EmbedderBackend::Static, 512, 32));
         let http = check(|raw| {
             raw.backend = "http".into();
             raw.endpoint = "https://e.example".into();

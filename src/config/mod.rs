@@ -241,7 +241,10 @@ pub(crate) mod tests {
     #[test]
     fn shipped_file_gives_the_design_defaults() {
         let settings = Settings::load(None, &env(&[])).unwrap();
-        assert_eq!(settings.discovery, DiscoveryConfig::default());
+        // The core's default fusion suits the built-in embedder; the shipped
+        // file's embedder is the static one, and "auto" follows it.
+        let static_fusion = crate::core::retrieval::STATIC_LEXICAL_WEIGHT;
+        assert_eq!(settings.discovery, DiscoveryConfig { lexical_weight: static_fusion, ..DiscoveryConfig::default() });
         assert_eq!(settings.kpi.alerts, AlertPolicy::default());
         assert_eq!(settings.kpi.window, WindowSpec::new(100, 0).unwrap());
         assert_eq!(settings.kpi.adaptive, AdaptivePolicy::default());
@@ -277,8 +280,10 @@ pub(crate) mod tests {
 
     #[test]
     fn the_lexical_weight_follows_the_embedder_unless_set() {
-        let builtin = Settings::load(None, &env(&[])).unwrap();
-        assert_eq!(builtin.lexical_weight, LexicalWeight::Auto);
+        let shipped = Settings::load(None, &env(&[])).unwrap();
+        assert_eq!(shipped.lexical_weight, LexicalWeight::Auto);
+        assert_eq!(shipped.discovery.lexical_weight, crate::core::retrieval::STATIC_LEXICAL_WEIGHT);
+        let builtin = Settings::load(None, &env(&[("CAPDEX_EMBEDDER_BACKEND", "builtin")])).unwrap();
         assert_eq!(builtin.discovery.lexical_weight, crate::core::retrieval::LEXICAL_WEIGHT);
         let http = Settings::load(
             None,
@@ -364,7 +369,7 @@ pub(crate) mod tests {
     #[test]
     fn embedder_backends_are_checked_for_what_they_need() {
         let settings = Settings::load(None, &env(&[])).unwrap();
-        assert_eq!(settings.embedder.backend, EmbedderBackend::Builtin);
+        assert_eq!(settings.embedder.backend, EmbedderBackend::Static);
         assert_eq!(settings.embedder.batch_size, 32);
         let settings = Settings::load(
             None,

@@ -3,9 +3,13 @@
 //!
 //! `assets/static-minilm/` holds the table (`table.bin`) and its vocabulary
 //! (`vocab.txt`, MiniLM's BERT WordPiece vocabulary); `PROVENANCE.md` there
-//! says how `scripts/distill_static.py` made them (model2vec-style: MiniLM's
-//! sentence output for every single token, PCA, a per-token weight, int8 with
-//! a scale per row). Both files are included with `include_bytes!`/`include_str!`.
+//! says how `scripts/distill_static.py` made them: MiniLM's sentence output
+//! for every single token (model2vec), then the rows fitted so that a
+//! sentence's weighted mean of rows is MiniLM's embedding of it, over a corpus
+//! of software and tool language (`scripts/static_corpus.py`; a rare token
+//! keeps its one-pass row), projected on the directions MiniLM's sentences
+//! use, a per-token weight, int8 with a scale per row. Both files are included
+//! with `include_bytes!`/`include_str!`.
 //!
 //! A text is embedded as:
 //!
@@ -35,7 +39,7 @@ static VOCAB: &str = include_str!("../../assets/static-minilm/vocab.txt");
 
 /// The model id: scheme, dimensions and the first 12 hex digits of the
 /// table's SHA-256 (`tests::the_model_id_names_the_table` checks it).
-pub const MODEL_ID: &str = "capdex-static-minilm-v1-64-e140d94f6a7f";
+pub const MODEL_ID: &str = "capdex-static-minilm-v1-128-ceffa64299a3";
 
 /// Longest word WordPiece splits; a longer one is `[UNK]` (BERT's 100).
 pub const MAX_INPUT_CHARS_PER_WORD: usize = 100;
