@@ -46,6 +46,8 @@ fn main() {
         ("CAPDEX_DATA_DIR", data.path().display().to_string()),
         ("CAPDEX_CAPABILITY_DIRS", caps.path().display().to_string()),
         ("CAPDEX_WATCH", "false".into()),
+        // The built-in embedder, as in the figures of docs/performance.md.
+        ("CAPDEX_EMBEDDER_BACKEND", "builtin".into()),
         ("CAPDEX_METRICS_LISTEN_ADDR", String::new()),
         ("CAPDEX_CONSOLE_LISTEN", console.clone()),
     ]

@@ -39,6 +39,8 @@ fn main() {
             ("CAPDEX_DATA_DIR".to_string(), data.display().to_string()),
             ("CAPDEX_CAPABILITY_DIRS".to_string(), empty.path().display().to_string()),
             ("CAPDEX_WATCH".to_string(), "false".to_string()),
+            // The built-in embedder, as in the figures of docs/performance.md.
+            ("CAPDEX_EMBEDDER_BACKEND".to_string(), "builtin".to_string()),
             ("CAPDEX_METRICS_LISTEN_ADDR".to_string(), String::new()),
             ("CAPDEX_LOG".to_string(), "warn".to_string()),
         ]

@@ -1,7 +1,8 @@
 //! The load benchmark over loopback NATS (issue 5's targets): a real
 //! nats-server with JetStream, `capdex serve` in-process on its actix System
 //! (one thread, as in production), 1,000 synthetic capabilities registered
-//! through `capabilities.upsert`, the built-in embedder.
+//! through `capabilities.upsert`, the configured embedder (the default:
+//! static; before 2026-12-05, the built-in one).
 //!
 //! Measures, from a separate client:
 //! - a bare async-nats echo responder (its own thread and current-thread
@@ -127,7 +128,7 @@ fn main() {
         wait_for_capdex(&client).await;
         register(&client, plan.capabilities).await;
         println!(
-            "capdex nats bench: {} capabilities, built-in embedder, loopback, {} mode, node {}",
+            "capdex nats bench: {} capabilities, default embedder, loopback, {} mode, node {}",
             plan.capabilities,
             if full { "full" } else { "smoke" },
             serve_bin.as_ref().map_or("in-process".to_string(), |bin| format!("{}", bin.to_string_lossy()))

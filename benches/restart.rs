@@ -51,6 +51,8 @@ fn main() {
         ("CAPDEX_DATA_DIR", data.display().to_string()),
         ("CAPDEX_CAPABILITY_DIRS", caps.display().to_string()),
         ("CAPDEX_WATCH", "false".into()),
+        // The built-in embedder, as in the figures of docs/performance.md.
+        ("CAPDEX_EMBEDDER_BACKEND", "builtin".into()),
         ("CAPDEX_METRICS_LISTEN_ADDR", format!("127.0.0.1:{metrics_port}")),
         ("CAPDEX_LOG", "warn".into()),
     ]
@@ -79,7 +81,7 @@ fn main() {
         let answer = runtime.block_on(first_full_answer(&client, n, &mut node));
         let elapsed = started.elapsed();
         let rss = rss_bytes(node.id());
-        // The built-in embedder embeds queries in the discovery workers, so
+        // The built-in embedder (as the static one) embeds queries in the discovery workers, so
         // the Embedder's count is the catalog's texts embedded since start.
         let embedded = embedded_texts(metrics_port);
         stop(&mut node);

@@ -11,7 +11,7 @@
 //! threads that have work).
 //!
 //! A worker embeds the query itself when the embedder is in-process and cheap
-//! (the built-in hashing embedder, pure and deterministic); otherwise
+//! (the built-in hashing and the static embedders, pure and deterministic); otherwise
 //! [`DiscoveryLanes::run`] asks the Embedder actor first and hands the vectors
 //! over. The caller's `finish` runs on the worker too, so a reply is encoded
 //! there (JSON or msgpack) and the System's thread sends bytes.

@@ -176,14 +176,15 @@ pub async fn spawn_all(
 }
 
 /// Starts `settings.discovery_workers` discovery threads on `snapshots`. With
-/// the built-in embedder each thread embeds queries with its own copy (it is
-/// pure and cheap); any other backend stays behind the Embedder actor.
+/// the built-in or the static embedder each thread embeds queries with its own
+/// copy (both are pure and cheap: the static table is shared by the process);
+/// a model (`local`) or a service (`http`) stays behind the Embedder actor.
 fn spawn_discovery_workers(
     settings: &Settings,
     snapshots: &std::sync::Arc<snapshot::SnapshotCell>,
     embedder: &Addr<embedder::Embedder>,
 ) -> Result<discovery_worker::DiscoveryLanes, SpawnError> {
-    let in_process = settings.embedder.backend == crate::config::EmbedderBackend::Builtin;
+    let in_process = settings.embedder.backend.is_in_process();
     if in_process {
         // Fails here, not on a worker thread, if the settings cannot build it.
         crate::embedders::backend::build(&settings.embedder)?;

@@ -49,6 +49,13 @@ impl EmbedderBackend {
         }
     }
 
+    /// Whether the backend is pure computation, cheap enough for every
+    /// discovery thread to embed its queries itself (no model to load per
+    /// thread, no service to call): the built-in and the static embedders.
+    pub fn is_in_process(self) -> bool {
+        matches!(self, EmbedderBackend::Builtin | EmbedderBackend::Static)
+    }
+
     /// The lexical share of fusion that suits this backend's vectors: the
     /// built-in hashing embedder's cosine is lexical itself, a neural model's
     /// is semantic ([`crate::core::retrieval::SEMANTIC_LEXICAL_WEIGHT`]).
