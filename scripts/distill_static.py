@@ -116,9 +116,7 @@ def forward_batch(weights, config, ids):
     return x
 
 
-def token_outputs(model_dir, vocab, cache):
-    if os.path.exists(cache):
-        return np.load(cache)
+def load_weights(model_dir):
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     weights = {
@@ -126,6 +124,13 @@ def token_outputs(model_dir, vocab, cache):
         for name, t in safetensors.numpy.load_file(os.path.join(model_dir, "model.safetensors")).items()
         if t.dtype == np.float32
     }
+    return weights, config
+
+
+def token_outputs(model_dir, vocab, cache):
+    if os.path.exists(cache):
+        return np.load(cache)
+    weights, config = load_weights(model_dir)
     cls, sep = vocab.index("[CLS]"), vocab.index("[SEP]")
     n = len(vocab)
     out = np.zeros((n, config["hidden_size"]), dtype=np.float32)
@@ -137,17 +142,6 @@ def token_outputs(model_dir, vocab, cache):
     print(file=sys.stderr)
     np.save(cache, out)
     return out
-
-
-def load_weights(model_dir):
-    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-        config = json.load(f)
-    weights = {
-        name: t.astype(np.float32)
-        for name, t in safetensors.numpy.load_file(os.path.join(model_dir, "model.safetensors")).items()
-        if t.dtype == np.float32
-    }
-    return weights, config
 
 
 def teacher_embeddings(model_dir, sentences, cache):
