@@ -40,8 +40,8 @@ embeds a text as the L2-normalised sum of its token rows (the weights are folded
 Usage (a scratch virtualenv outside the repository, as for minilm_reference.py):
     /tmp/minilm-venv/bin/pip install numpy safetensors tokenizers scipy
     python3 scripts/static_corpus.py /tmp/corpus.txt [--listing ...]
-    /tmp/minilm-venv/bin/python scripts/distill_static.py [--dims 256] [--sif 1e-5] \
-        [--corpus /tmp/corpus.txt --lam 0.3]
+    /tmp/minilm-venv/bin/python scripts/distill_static.py [--dims 128] [--sif 1e-5] \
+        [--corpus /tmp/corpus.txt --lam 0.1]
 """
 
 import argparse
@@ -247,13 +247,12 @@ def main():
     ap.add_argument("--model-dir", default=os.path.join(root, ".models", "all-MiniLM-L6-v2"))
     ap.add_argument("--out", default=os.path.join(root, "assets", "static-minilm"))
     ap.add_argument("--cache", default="/tmp/capdex-static-token-outputs.npy")
-    ap.add_argument("--dims", type=int, default=64)
+    ap.add_argument("--dims", type=int, default=128)
     ap.add_argument("--sif", type=float, default=1e-5)
     ap.add_argument("--corpus", help="sentences, one a line, to fit the rows to (scripts/static_corpus.py)")
     ap.add_argument("--teacher-cache", default="/tmp/capdex-static-teacher.npz")
-    ap.add_argument("--lam", type=float, default=0.3, help="weight of the one-pass rows in the fit")
+    ap.add_argument("--lam", type=float, default=0.1, help="weight of the one-pass rows in the fit")
     ap.add_argument("--iterations", type=int, default=50)
-    ap.add_argument("--centre", action="store_true", help="subtract the teacher's mean sentence (corpus fit only)")
     args = ap.parse_args()
 
     with open(os.path.join(args.model_dir, "tokenizer.json"), encoding="utf-8") as f:
@@ -282,17 +281,10 @@ def main():
         held = np.random.default_rng(20261205).random(len(ids)) < 0.05
         prior = raw / np.linalg.norm(raw, axis=1, keepdims=True)
         fitted, residual = fit_rows(a[~held], y[~held], prior, args.lam, args.iterations)
-        # The projection: the directions the teacher's sentences use, about their mean when
-        # centring (every row then loses the mean: a text's vector is the teacher's minus
-        # the mean sentence, so words every sentence shares stop pulling all texts together).
-        sample = y[~held][:50000]
-        centre = sample.mean(axis=0) if args.centre else np.zeros(sample.shape[1])
-        _, s_y, vt = np.linalg.svd(sample - centre, full_matrices=False)
+        # The projection: the directions the teacher's sentences use (uncentred, as its cosine is).
+        _, s_y, vt = np.linalg.svd(y[~held][:50000], full_matrices=False)
         basis = vt[: args.dims]
         explained = float((s_y[: args.dims] ** 2).sum() / (s_y**2).sum())
-        fitted = fitted - centre
-        prior = prior - centre
-        y = y - centre
         corpus = {
             "sentences": len(sentences),
             "corpusSha256": sha256(args.corpus),
@@ -418,7 +410,7 @@ closed form); `scripts/distill_static.py` says each step in full:
 Commands: `python3 scripts/static_corpus.py /tmp/corpus.txt --max 100000 --listing pypi.tsv --listing npm.tsv`
 (the listings: the registries' package names and one-line summaries, as of November 2026), then
 `/tmp/minilm-venv/bin/python scripts/distill_static.py --dims {dims} --sif {sif} --corpus /tmp/corpus.txt --lam {lam}`
-(numpy, safetensors, tokenizers, scipy; the teacher takes about 30 minutes on 2 cores, the fit two).
+(numpy, safetensors, tokenizers, scipy; the teacher takes about 30 minutes on 2 cores, the fit three).
 """
 
 

@@ -71,7 +71,7 @@ TROFF_ESCAPE = re.compile(r"\\(\(..|\[[^\]]*\]|[-&e|^ ]|\*\(..|\*.|s[-+]?\d)")
 def troff_text(line):
     line = TROFF_FONT.sub("", line)
     line = line.replace("\\-", "-").replace("\\(em", "-").replace("\\(aq", "'")
-    line = TROFF_ESCAPE.sub(lambda m: "-" if m.group(0) == "\\-" else " ", line)
+    line = TROFF_ESCAPE.sub(" ", line)
     return line.replace("\\", "")
 
 
