@@ -28,9 +28,11 @@ name, path = sys.argv[1], sys.argv[2]
 report = json.load(open(path))
 m, f = report["metrics"], report["nothingFits"]
 replay = report.get("replay")
-r = (f"{replay['withoutPrior']['ndcgAt10']:.2f} -> prior {replay['withPrior']['ndcgAt10']:.2f}"
-     f" -> memory {replay['withMemory']['ndcgAt10']:.2f} (memory alone {replay['memoryOnly']['ndcgAt10']:.2f})"
-     f" (unseen {replay['unseen']}: {replay['unseenWithoutPrior']['ndcgAt10']:.2f} -> {replay['unseenWithMemory']['ndcgAt10']:.2f}, alone {replay['unseenMemoryOnly']['ndcgAt10']:.2f})"
+def learning(l):
+    if not l: return "none"
+    return ("prior" if l["prior"] else "") + (f"+memory k={l['memoryOwnWeight']:g}" if l["memoryOwnWeight"] else "")
+r = (f"{replay['withoutLearning']['ndcgAt10']:.2f} -> {replay['learned']['ndcgAt10']:.2f} ({learning(replay['chosen'])})"
+     f" (unseen {replay['unseen']}: {replay['unseenWithoutLearning']['ndcgAt10']:.2f} -> {replay['unseenLearned']['ndcgAt10']:.2f})"
      if replay else "")
 print(f"{name:11s} {m['ndcgAt10']:8.2f} {m['recallAt5']:8.2f} {m['recallAt1']:8.2f} {m['mrr']:8.2f} "
       f"{f['answeredEmptyShare']:11.1f}% {f['keptShare']:9.2f}% {r}")

@@ -31,8 +31,8 @@ use crate::core::catalog::Catalog;
 use crate::core::discovery::{tier1_with_dependencies, DiscoveryConfig, DiscoveryFilter};
 use crate::core::embedder::{embed_in_batches_as, text_hash, Embed, EmbedError, TextRole};
 use crate::core::evaluation::{
-    aggregate, replay_outcomes, score_query, seeded_halves, Metrics, NothingFits, QueryRecord, QueryScores, RunLine,
-    ToolRecord,
+    aggregate, mean_reciprocal_rank, replay_outcomes, score_query, seeded_halves, seeded_order, Metrics, NothingFits,
+    QueryRecord, QueryScores, RunLine, ToolRecord,
 };
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
@@ -41,6 +41,7 @@ use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::nothing_fits::{coverage, generic_likeness, terms_of, GenericFloor, GENERIC_SENTENCES};
 use crate::core::outcome_memory::OutcomeMemory;
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
+use crate::core::outcome_trust::{Learning, OutcomeTrust, TrialGain};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query, RankedHit};
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError};
@@ -101,13 +102,14 @@ pub struct EvalReport {
 }
 
 /// The outcome replay protocol: the answerable requests are split in two
-/// halves ([`seeded_halves`]); each request of the first half is ranked and
-/// its outcomes ([`replay_outcomes`]) are credited to the outcome
-/// statistics; the second half is then ranked without and with the prior
-/// those statistics give (the configured `outcome_prior_*` settings), and with
-/// that prior and the outcome memory ([`OutcomeMemory`]: each succeeding
-/// capability's vector moved towards the vectors of the requests it
-/// succeeded on, its own text weighing `outcome_prior_pseudo_count` requests).
+/// halves ([`seeded_halves`]); the first half's outcomes ([`replay_outcomes`])
+/// arrive one request at a time, in a seeded order, and are credited to the
+/// outcome statistics (the scalar prior) and, for successes, to the outcome
+/// memory ([`OutcomeMemory`]). Before each request's outcomes are learnt,
+/// every learning of [`crate::core::outcome_trust::TRIED`] is tried on it ([`OutcomeTrust`]). The second
+/// half is then ranked with no learning, with the learning the trials chose,
+/// and with each tried learning (chosen or not), to show what the choice is
+/// worth.
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayReport {
@@ -120,24 +122,35 @@ pub struct ReplayReport {
     pub adjusted: usize,
     /// Capabilities with remembered requests ([`OutcomeMemory`]).
     pub remembered: usize,
-    /// The second half ranked without the prior.
-    pub without_prior: Metrics,
-    /// The second half ranked with it.
-    pub with_prior: Metrics,
-    /// The second half ranked with the prior and the outcome memory (the
-    /// remembered capabilities' vectors moved towards their requests').
-    pub with_memory: Metrics,
-    /// The second half ranked with the outcome memory and without the prior:
-    /// what the memory does on its own.
-    pub memory_only: Metrics,
+    /// Trials of the learnings on the first half's requests as they came.
+    pub trials: u64,
+    /// The learning the trials chose; `None`: nothing learnt is used.
+    pub chosen: Option<Learning>,
+    /// The second half ranked with no learning.
+    pub without_learning: Metrics,
+    /// The second half ranked with the chosen learning (as without, when none).
+    pub learned: Metrics,
     /// Requests of the second half whose relevant capabilities were in no outcome.
     pub unseen: usize,
-    /// Those requests without the prior, and with the prior and the memory:
-    /// what the learning costs capabilities it never saw.
-    pub unseen_without_prior: Metrics,
-    pub unseen_with_memory: Metrics,
-    /// Those requests with the memory and without the prior.
-    pub unseen_memory_only: Metrics,
+    /// Those requests with no learning, and with the chosen one: what the
+    /// learning costs capabilities it never saw.
+    pub unseen_without_learning: Metrics,
+    pub unseen_learned: Metrics,
+    /// Each tried learning: its trials' gain, and the second half (and its
+    /// unseen requests) ranked with it, chosen or not.
+    pub at_each_learning: Vec<LearningTrial>,
+}
+
+/// One learning of the replay's [`OutcomeTrust`]: what its trials gained
+/// (mean reciprocal rank of the capabilities that did the job), and what it
+/// gives the second half.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LearningTrial {
+    #[serde(flatten)]
+    pub trial: TrialGain,
+    pub second_half: Metrics,
+    pub unseen: Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -426,6 +439,55 @@ fn write_signals(
     writer.flush().map_err(write_error)
 }
 
+/// Requests learnt between two refits of the learnings the replay tries.
+const TRIAL_REFIT_EVERY: usize = 10;
+
+/// What one [`Learning`] ranks with: the prior's snapshot, the memory's index.
+struct Applied<'a> {
+    prior: Option<OutcomePrior>,
+    vectors: Option<VectorIndex>,
+    shared: &'a Indexed,
+}
+
+impl Applied<'_> {
+    fn new<'a>(
+        learning: Option<Learning>,
+        stats: &OutcomeStats,
+        memory: &OutcomeMemory,
+        options: &EvalOptions,
+        shared: &'a Indexed,
+    ) -> Applied<'a> {
+        let learning = learning.unwrap_or(Learning { prior: false, memory_own_weight: None });
+        Applied {
+            prior: learning.prior.then(|| stats.snapshot(&options.prior_settings, 0)),
+            vectors: learning.memory_own_weight.map(|weight| memory.adapt_index(&shared.vectors, weight)),
+            shared,
+        }
+    }
+
+    /// `ranked`'s request ranked again with this learning (its own ranking when
+    /// the memory is not used or the request came with its own tools).
+    fn rank(&self, ranked: &Ranked, record: &QueryRecord, options: &EvalOptions) -> Vec<RankedHit> {
+        let mut hits = match (&self.vectors, &record.tools) {
+            (Some(vectors), None) => {
+                let indexes = Indexes { vectors, ..self.shared.indexes() };
+                let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
+                let limit = options.depth.max(options.config.tier1_top_k * 2);
+                rank_with(&ranked.query, &indexes, &DiscoveryFilter::default(), limit, graph_boost, options.fusion).hits
+            }
+            _ => ranked.hits.clone(),
+        };
+        if let Some(prior) = &self.prior {
+            prior.apply(&mut hits);
+        }
+        hits
+    }
+}
+
+fn hit_ids(hits: Vec<RankedHit>, depth: usize) -> Vec<String> {
+    hits.into_iter().take(depth).map(|hit| hit.id).collect()
+}
+
 /// The replay protocol of [`ReplayReport`] over the rankings of the answerable requests.
 fn replay(
     seed: u64,
@@ -438,64 +500,93 @@ fn replay(
     let (first, second) = seeded_halves(answerable.len(), seed);
     let mut stats = OutcomeStats::default();
     let mut memory = OutcomeMemory::new(shared.vectors.dimensions());
+    let mut trust = OutcomeTrust::default();
+    let mut tried: Vec<Applied> = Vec::new();
+    let mut learnt_since_refit = usize::MAX;
     let mut outcomes = 0;
-    for &k in &first {
-        let i = answerable[k];
-        let ids: Vec<String> = ranked[i].hits.iter().map(|hit| hit.id.clone()).collect();
-        for (id, score) in replay_outcomes(&ids, &queries[i].relevant) {
+    // The first half's outcomes arrive in a seeded order; before each request's outcomes are
+    // learnt, every learning as it stands is tried on it (prequential: none saw the request).
+    for position in seeded_order(first.len(), seed.rotate_left(17)) {
+        let i = answerable[first[position]];
+        let ids = hit_ids(ranked[i].hits.clone(), options.depth);
+        let credited = replay_outcomes(&ids, &queries[i].relevant);
+        if outcomes > 0 {
+            if learnt_since_refit >= TRIAL_REFIT_EVERY {
+                tried = trust
+                    .learnings()
+                    .iter()
+                    .map(|&learning| Applied::new(Some(learning), &stats, &memory, options, shared))
+                    .collect();
+                learnt_since_refit = 0;
+            }
+            let succeeded: Vec<&str> =
+                credited.iter().filter(|(_, score)| *score >= 0.5).map(|(id, _)| id.as_str()).collect();
+            let with: Vec<f64> = tried
+                .iter()
+                .map(|applied| {
+                    let ids = hit_ids(applied.rank(&ranked[i], &queries[i], options), options.depth);
+                    mean_reciprocal_rank(&ids, &succeeded)
+                })
+                .collect();
+            trust.record(mean_reciprocal_rank(&ids, &succeeded), &with);
+        }
+        // The whole message's vector (the first part), for requests ranked against the shared catalog.
+        let request = match (&queries[i].tools, ranked[i].query.parts.first()) {
+            (None, Some(part)) => Some(part.vector.as_slice()),
+            _ => None,
+        };
+        for (id, score) in credited {
             stats.credit(&id, score, 0, options.prior_settings.half_life_ms);
             outcomes += 1;
-            // The whole message's vector (the first part), for requests ranked against the shared catalog.
-            if let (true, None, Some(part)) = (score >= 0.5, &queries[i].tools, ranked[i].query.parts.first()) {
-                memory.remember(&id, &part.vector);
+            if let (true, Some(request)) = (score >= 0.5, request) {
+                memory.remember(&id, request);
             }
         }
+        learnt_since_refit = learnt_since_refit.saturating_add(1);
     }
-    let prior = stats.snapshot(&options.prior_settings, 0);
-    let adapted = memory.adapt_index(&shared.vectors, options.prior_settings.pseudo_count);
-    let filter = DiscoveryFilter::default();
-    let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
-    let limit = options.depth.max(options.config.tier1_top_k * 2);
     // The second half's requests whose relevant capabilities were never in an outcome.
     let unseen: Vec<usize> = second
         .iter()
         .copied()
         .filter(|&k| queries[answerable[k]].relevant.iter().all(|id| !stats.capabilities.contains_key(id.as_str())))
         .collect();
-    let score = |half: &[usize], prior: Option<&OutcomePrior>, remembered: bool| {
+    let score = |half: &[usize], applied: &Applied| {
         let scores: Vec<QueryScores> = half
             .iter()
             .map(|&k| {
                 let i = answerable[k];
-                let mut hits = match (remembered, &queries[i].tools) {
-                    (true, None) => {
-                        let indexes = Indexes { vectors: &adapted, ..shared.indexes() };
-                        rank_with(&ranked[i].query, &indexes, &filter, limit, graph_boost, options.fusion).hits
-                    }
-                    _ => ranked[i].hits.clone(),
-                };
-                if let Some(prior) = prior {
-                    prior.apply(&mut hits);
-                }
-                let ids: Vec<String> = hits.into_iter().take(options.depth).map(|hit| hit.id).collect();
-                score_query(&ids, &queries[i].relevant)
+                score_query(
+                    &hit_ids(applied.rank(&ranked[i], &queries[i], options), options.depth),
+                    &queries[i].relevant,
+                )
             })
             .collect();
         aggregate(&scores, half.len())
     };
+    let none = Applied::new(None, &stats, &memory, options, shared);
+    let chosen = trust.chosen();
+    let learned = Applied::new(chosen, &stats, &memory, options, shared);
+    let at_each_learning = trust
+        .gains()
+        .into_iter()
+        .map(|trial| {
+            let applied = Applied::new(Some(trial.learning), &stats, &memory, options, shared);
+            LearningTrial { trial, second_half: score(&second, &applied), unseen: score(&unseen, &applied) }
+        })
+        .collect();
     ReplayReport {
         seed,
         first_half: first.len(),
         outcomes,
-        adjusted: prior.len(),
+        adjusted: stats.snapshot(&options.prior_settings, 0).len(),
         remembered: memory.len(),
-        without_prior: score(&second, None, false),
-        with_prior: score(&second, Some(&prior), false),
-        with_memory: score(&second, Some(&prior), true),
-        memory_only: score(&second, None, true),
+        trials: trust.trials(),
+        chosen,
+        without_learning: score(&second, &none),
+        learned: score(&second, &learned),
         unseen: unseen.len(),
-        unseen_without_prior: score(&unseen, None, false),
-        unseen_with_memory: score(&unseen, Some(&prior), true),
-        unseen_memory_only: score(&unseen, None, true),
+        unseen_without_learning: score(&unseen, &none),
+        unseen_learned: score(&unseen, &learned),
+        at_each_learning,
     }
 }

@@ -214,7 +214,8 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
         /// Outcome replay with this seed: feed the outcomes of a seeded half of the answerable
-        /// queries in, then rank the other half without and with the outcome prior.
+        /// queries in one at a time, trying the outcome prior and memory on each before it is
+        /// learnt, then rank the other half without learning and with what the trials chose.
         #[arg(long, value_name = "SEED")]
         replay: Option<u64>,
         /// Write an empty ranking for a query whose Tier 1 would be empty (no capability reaches
@@ -1202,16 +1203,31 @@ fn print_eval(report: &capdex::eval::EvalReport, json: bool) -> anyhow::Result<(
         fits.kept, fits.answerable_in_reach, fits.kept_share
     );
     if let Some(replay) = &report.replay {
+        let chosen = match replay.chosen {
+            None => "nothing learnt is used".to_string(),
+            Some(learning) => format!(
+                "{}{}",
+                if learning.prior { "the prior" } else { "no prior" },
+                learning
+                    .memory_own_weight
+                    .map(|weight| format!(", the memory at own weight {weight}"))
+                    .unwrap_or_default()
+            ),
+        };
         println!(
-            "replay (seed {}): {} outcomes from {} queries, {} capabilities adjusted; second half NDCG@10 {:.2} -> {:.2}, R@5 {:.2} -> {:.2}",
+            "replay (seed {}): {} outcomes from {} queries, {} trials chose: {}; second half NDCG@10 {:.2} -> {:.2}, R@5 {:.2} -> {:.2}; its {} unseen NDCG@10 {:.2} -> {:.2}",
             replay.seed,
             replay.outcomes,
             replay.first_half,
-            replay.adjusted,
-            replay.without_prior.ndcg_at_10,
-            replay.with_prior.ndcg_at_10,
-            replay.without_prior.recall_at_5,
-            replay.with_prior.recall_at_5
+            replay.trials,
+            chosen,
+            replay.without_learning.ndcg_at_10,
+            replay.learned.ndcg_at_10,
+            replay.without_learning.recall_at_5,
+            replay.learned.recall_at_5,
+            replay.unseen,
+            replay.unseen_without_learning.ndcg_at_10,
+            replay.unseen_learned.ndcg_at_10,
         );
     }
     eprintln!("{} tools indexed in {:.0} ms; {:.2} ms a query", report.tools, report.build_ms, report.query_ms_mean);

@@ -259,6 +259,16 @@ fn share(part: usize, whole: usize, otherwise: f64) -> f64 {
 /// assert_eq!(seeded_halves(5, 7), (first, second));
 /// ```
 pub fn seeded_halves(n: usize, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let order = seeded_order(n, seed);
+    let mut first = order[..n / 2].to_vec();
+    let mut second = order[n / 2..].to_vec();
+    first.sort_unstable();
+    second.sort_unstable();
+    (first, second)
+}
+
+/// `0..n` in an order shuffled by `seed` (Fisher–Yates over SplitMix64).
+pub fn seeded_order(n: usize, seed: u64) -> Vec<usize> {
     let mut state = seed;
     let mut next = || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -272,11 +282,18 @@ pub fn seeded_halves(n: usize, seed: u64) -> (Vec<usize>, Vec<usize>) {
         let j = (next() % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
-    let mut first = order[..n / 2].to_vec();
-    let mut second = order[n / 2..].to_vec();
-    first.sort_unstable();
-    second.sort_unstable();
-    (first, second)
+    order
+}
+
+/// The mean over `succeeded` of the reciprocal of its rank in `ranked`
+/// (0 for one not in it): how high the capabilities that did the job were.
+pub fn mean_reciprocal_rank(ranked: &[String], succeeded: &[&str]) -> f64 {
+    if succeeded.is_empty() {
+        return 0.0;
+    }
+    let sum: f64 =
+        succeeded.iter().map(|id| ranked.iter().position(|hit| hit == id).map_or(0.0, |i| 1.0 / (i + 1) as f64)).sum();
+    sum / succeeded.len() as f64
 }
 
 /// The outcomes the replay protocol feeds in for one request of the first

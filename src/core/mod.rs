@@ -28,6 +28,7 @@ pub mod meta_tool;
 pub mod nothing_fits;
 pub mod outcome_memory;
 pub mod outcome_prior;
+pub mod outcome_trust;
 pub mod registration;
 pub mod reindex;
 pub mod retention;

@@ -17,10 +17,19 @@
 //! capability succeeded on then meets it in the dense ranking, whatever words
 //! its description uses.
 //!
-//! A capability never seen in an outcome keeps its own vector, so its cosine
-//! with every request, and so its relevance, are exactly what they were
-//! without the memory: it is never pushed down by it, only overtaken where a
-//! remembered capability now fits a request better.
+//! Moving towards requests has two parts: towards what a capability's
+//! requests ask (its own), and towards how requests are worded at all (every
+//! capability's). A capability never seen in an outcome gets the second:
+//! its vector moves by the mean displacement of the remembered ones
+//! ([`OutcomeMemory::style_shift`]), so it is not sunk merely for having no
+//! outcomes, only overtaken where a remembered capability fits a request
+//! better.
+//!
+//! Whether the memory is used at all, and how far it may outweigh a
+//! capability's text, is decided on the outcomes as they come
+//! ([`crate::core::outcome_trust`]): where it would overtake unseen
+//! near-duplicates on their own requests, the trials show the loss and it
+//! stays off.
 
 use crate::core::embedder::dot;
 use crate::core::index::VectorIndex;
@@ -97,19 +106,73 @@ impl OutcomeMemory {
         Some(moved)
     }
 
+    /// The mean displacement from a remembered capability's own (unit)
+    /// vector to the mean of its requests' vectors, over the remembered
+    /// capabilities `vectors` holds, and their mean number of requests;
+    /// `None` when none is there.
+    pub fn style_shift(&self, vectors: &VectorIndex) -> Option<(Vec<f32>, f32)> {
+        let mut shift = vec![0.0f32; self.dimensions];
+        let (mut capabilities, mut requests) = (0usize, 0u64);
+        for (id, (sum, count)) in &self.sums {
+            let Some(own) = vectors.stored_vector(id) else { continue };
+            let own_norm = dot(&own, &own).sqrt();
+            if own.len() != self.dimensions || own_norm <= f32::EPSILON || *count == 0 {
+                continue;
+            }
+            for ((total, value), request_sum) in shift.iter_mut().zip(&own).zip(sum) {
+                *total += request_sum / *count as f32 - value / own_norm;
+            }
+            capabilities += 1;
+            requests += u64::from(*count);
+        }
+        if capabilities == 0 {
+            return None;
+        }
+        shift.iter_mut().for_each(|value| *value /= capabilities as f32);
+        Some((shift, requests as f32 / capabilities as f32))
+    }
+
     /// A copy of `vectors` in which every remembered capability has its
-    /// [`OutcomeMemory::adapted`] vector and every other row its own.
+    /// [`OutcomeMemory::adapted`] vector and every other row its own moved
+    /// as far towards requests in general as a remembered one moves on
+    /// average ([`OutcomeMemory::style_shift`]).
     pub fn adapt_index(&self, vectors: &VectorIndex, own_weight: f32) -> VectorIndex {
+        let shift = self.style_shift(vectors);
         let mut adapted = VectorIndex::with_capacity(vectors.dimensions(), vectors.len());
         for row in 0..vectors.len() {
             let id = vectors.id(row);
             let Some(own) = vectors.stored_vector(id) else { continue };
-            let vector = self.adapted(id, &own, own_weight).unwrap_or(own);
+            let vector = match (self.adapted(id, &own, own_weight), &shift) {
+                (Some(vector), _) => vector,
+                (None, Some((shift, requests))) => unseen_moved(&own, own_weight, shift, *requests).unwrap_or(own),
+                (None, None) => own,
+            };
             // Same dimensions as the index it came from, so the upsert cannot fail.
             let _ = adapted.upsert(id, &vector);
         }
         adapted
     }
+}
+
+/// An unseen capability's vector as if it had `requests` remembered
+/// requests whose mean is its own (unit) vector plus `shift`:
+/// `normalise(k · v + n · (v + Δ))`.
+fn unseen_moved(own: &[f32], own_weight: f32, shift: &[f32], requests: f32) -> Option<Vec<f32>> {
+    let own_norm = dot(own, own).sqrt();
+    if own.len() != shift.len() || own_norm <= f32::EPSILON {
+        return None;
+    }
+    let mut moved: Vec<f32> = own
+        .iter()
+        .zip(shift)
+        .map(|(value, delta)| own_weight.max(0.0) * value / own_norm + requests * (value / own_norm + delta))
+        .collect();
+    let norm = dot(&moved, &moved).sqrt();
+    if norm <= f32::EPSILON {
+        return None;
+    }
+    moved.iter_mut().for_each(|value| *value /= norm);
+    Some(moved)
 }
 
 #[cfg(test)]
@@ -154,18 +217,37 @@ mod tests {
     }
 
     #[test]
-    fn an_unseen_capability_keeps_its_vector_and_so_every_cosine() {
-        let mut index = VectorIndex::new(2);
-        index.upsert("seen", &unit(&[1.0, 0.2])).unwrap();
-        index.upsert("unseen", &unit(&[0.3, 1.0])).unwrap();
-        let mut memory = OutcomeMemory::new(2);
-        memory.remember("seen", &[0.0, 1.0]);
+    fn an_unseen_capability_moves_as_far_towards_requests_as_the_remembered_on_average() {
+        // Requests lean towards the third axis whatever they ask for (their style);
+        // "seen" was remembered with one, "unseen" never.
+        let mut index = VectorIndex::new(3);
+        index.upsert("seen", &[1.0, 0.0, 0.0]).unwrap();
+        index.upsert("unseen", &[0.0, 1.0, 0.0]).unwrap();
+        let mut memory = OutcomeMemory::new(3);
+        memory.remember("seen", &unit(&[1.0, 0.0, 1.0]));
+        let (shift, requests) = memory.style_shift(&index).unwrap();
+        assert_eq!(requests, 1.0);
+        let expected = [unit(&[1.0, 0.0, 1.0])[0] - 1.0, 0.0, unit(&[1.0, 0.0, 1.0])[2]];
+        for (got, want) in shift.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-3, "{shift:?}");
+        }
         let adapted = memory.adapt_index(&index, 2.0);
         assert_eq!(adapted.len(), 2);
-        for query in [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]] {
-            assert_eq!(adapted.cosine("unseen", &query), index.cosine("unseen", &query));
-        }
-        let towards = [0.0, 1.0];
-        assert!(adapted.cosine("seen", &towards).unwrap() > index.cosine("seen", &towards).unwrap() + 0.2);
+        // A request for the unseen capability, in the requests' style: both moved alike,
+        // so the unseen one gains on it as much as the seen one gains on its own.
+        let for_unseen = unit(&[0.0, 1.0, 1.0]);
+        let for_seen = unit(&[1.0, 0.0, 1.0]);
+        let gain = |id: &str, query: &[f32]| adapted.cosine(id, query).unwrap() - index.cosine(id, query).unwrap();
+        assert!(gain("unseen", &for_unseen) > 0.1);
+        assert!((gain("unseen", &for_unseen) - gain("seen", &for_seen)).abs() < 0.02);
+        assert!(adapted.cosine("unseen", &for_unseen).unwrap() > adapted.cosine("seen", &for_unseen).unwrap());
+    }
+
+    #[test]
+    fn with_nothing_remembered_every_vector_stays() {
+        let mut index = VectorIndex::new(2);
+        index.upsert("a", &unit(&[1.0, 0.2])).unwrap();
+        let adapted = OutcomeMemory::new(2).adapt_index(&index, 5.0);
+        assert_eq!(adapted.stored_vector("a"), index.stored_vector("a"));
     }
 }

@@ -266,9 +266,10 @@ fn nothing_fits_is_measured_on_empty_rankings() {
     assert!(fits["answerableInReach"].as_u64().unwrap() > 10, "many sample requests find a relevant tool: {fits}");
 }
 
-/// The replay protocol: a seeded half's outcomes are fed in, the other half is
-/// ranked without and with the prior; the same seed gives the same figures,
-/// and the prior the outcomes build changes the second half's ranking.
+/// The replay protocol: a seeded half's outcomes are fed in one at a time,
+/// every learning tried on each before it is learnt; the other half is ranked
+/// without learning, with each learning and with the one the trials chose;
+/// the same seed gives the same figures.
 #[test]
 fn replay_feeds_one_half_and_ranks_the_other() {
     let bench = bench_dir();
@@ -280,24 +281,51 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     let replay = &report["replay"];
     assert_eq!(replay["seed"], 7);
     assert_eq!(replay["firstHalf"], 60);
-    assert_eq!(replay["withoutPrior"]["queries"], 60);
+    assert_eq!(replay["withoutLearning"]["queries"], 60);
     assert!(replay["outcomes"].as_u64().unwrap() >= 60, "{replay}");
     assert!(replay["adjusted"].as_u64().unwrap() > 0, "{replay}");
-    assert_ne!(replay["withPrior"], replay["withoutPrior"], "the prior moved some ranking: {replay}");
-    // The outcome memory: the capabilities that succeeded move towards their requests, and the
-    // requests whose relevant capabilities were in no outcome are scored apart.
     assert!(replay["remembered"].as_u64().unwrap() > 0, "{replay}");
-    assert_eq!(replay["withMemory"]["queries"], 60);
-    assert_ne!(replay["withMemory"], replay["withPrior"], "the memory moved some ranking: {replay}");
-    assert_eq!(replay["memoryOnly"]["queries"], 60);
-    assert_ne!(replay["memoryOnly"], replay["withoutPrior"], "the memory alone moved some ranking: {replay}");
+    // Every learning was tried on the first half's requests as they came (all but the first).
+    assert_eq!(replay["trials"], 59);
+    let tried = replay["atEachLearning"].as_array().unwrap();
+    assert_eq!(tried.len(), 9);
+    let moved = |prior: bool, memory: bool| {
+        tried.iter().any(|trial| {
+            trial["prior"] == prior
+                && trial["memoryOwnWeight"].is_number() == memory
+                && trial["secondHalf"] != replay["withoutLearning"]
+        })
+    };
+    assert!(moved(true, false), "the prior moved some ranking: {replay}");
+    assert!(moved(false, true), "the memory alone moved some ranking: {replay}");
     let unseen = replay["unseen"].as_u64().unwrap();
     assert!(unseen < 60, "{replay}");
-    assert_eq!(replay["unseenWithMemory"]["queries"].as_u64(), Some(unseen));
-    assert_eq!(replay["unseenWithoutPrior"]["queries"].as_u64(), Some(unseen));
-    assert_eq!(replay["unseenMemoryOnly"]["queries"].as_u64(), Some(unseen));
+    for trial in tried {
+        assert_eq!(trial["secondHalf"]["queries"], 60);
+        assert_eq!(trial["unseen"]["queries"].as_u64(), Some(unseen));
+        assert!(trial["standardError"].as_f64().unwrap() >= 0.0, "{trial}");
+    }
+    assert_eq!(replay["unseenWithoutLearning"]["queries"].as_u64(), Some(unseen));
+    // What the second half gets is what the chosen learning gives it, or no learning at all.
+    match replay["chosen"].as_object() {
+        None => {
+            assert_eq!(replay["learned"], replay["withoutLearning"]);
+            assert_eq!(replay["unseenLearned"], replay["unseenWithoutLearning"]);
+        }
+        Some(chosen) => {
+            let trial = tried
+                .iter()
+                .find(|trial| {
+                    trial["prior"] == chosen["prior"] && trial["memoryOwnWeight"] == chosen["memoryOwnWeight"]
+                })
+                .unwrap();
+            assert!(trial["meanGain"].as_f64().unwrap() > 2.0 * trial["standardError"].as_f64().unwrap(), "{replay}");
+            assert_eq!(replay["learned"], trial["secondHalf"]);
+            assert_eq!(replay["unseenLearned"], trial["unseen"]);
+        }
+    }
     let (again, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
     assert_eq!(again["replay"], report["replay"]);
     let (other, _) = eval_report(&tools, &[&queries], &["--replay", "8"]);
-    assert_ne!(other["replay"]["withoutPrior"], report["replay"]["withoutPrior"], "another seed, another split");
+    assert_ne!(other["replay"]["withoutLearning"], report["replay"]["withoutLearning"], "another seed, another split");
 }

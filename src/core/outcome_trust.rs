@@ -1,0 +1,201 @@
+//! Whether learning from outcomes is worth using here, judged on the
+//! deployment's own outcomes as they come.
+//!
+//! Two things learn from outcomes: the scalar prior
+//! ([`crate::core::outcome_prior`]: capabilities that do better than the rest
+//! rise) and the outcome memory ([`crate::core::outcome_memory`]: a
+//! capability's vector moves towards the requests it did the job for, its
+//! text weighing `own_weight` requests). Both can help and both can hurt:
+//! where near-identical capabilities answer near-identical requests, a
+//! capability that succeeded overtakes its unseen siblings on their own
+//! requests. Which happens depends on the catalog and on how its users ask,
+//! so it is measured, not assumed (prequential evaluation): before a
+//! request's successes are learnt, the capabilities that did the job are
+//! looked up in the ranking with no learning and in the ranking with each
+//! [`Learning`] of [`TRIED`] (the prior and the memory as they stand, so
+//! they never saw the request), and the difference is recorded
+//! ([`OutcomeTrust::record`]). A learning is used only when its mean gain
+//! clears [`TRUST_STANDARD_ERRORS`] standard errors of those paired
+//! differences; of those that do, the one with the largest gain
+//! ([`OutcomeTrust::chosen`]). With no evidence, nothing learnt is used, so a
+//! capability never seen in an outcome is never ranked below where it would
+//! be without the learning on the strength of a guess.
+
+use serde::Serialize;
+
+/// One way of using what was learnt from outcomes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Learning {
+    /// Whether the scalar prior is applied.
+    pub prior: bool,
+    /// The outcome memory's own weight (in requests), or `None` for no memory.
+    pub memory_own_weight: Option<f32>,
+}
+
+/// The learnings tried: the prior alone, and the memory at own weights from
+/// one that soon outweighs a capability's text to one that only leans on it,
+/// without and with the prior.
+pub const TRIED: [Learning; 9] = [
+    Learning { prior: true, memory_own_weight: None },
+    Learning { prior: false, memory_own_weight: Some(1.0) },
+    Learning { prior: false, memory_own_weight: Some(2.0) },
+    Learning { prior: false, memory_own_weight: Some(5.0) },
+    Learning { prior: false, memory_own_weight: Some(10.0) },
+    Learning { prior: true, memory_own_weight: Some(1.0) },
+    Learning { prior: true, memory_own_weight: Some(2.0) },
+    Learning { prior: true, memory_own_weight: Some(5.0) },
+    Learning { prior: true, memory_own_weight: Some(10.0) },
+];
+
+/// How many standard errors a mean gain must clear for a learning to be used.
+pub const TRUST_STANDARD_ERRORS: f64 = 2.0;
+
+/// The trials of each [`Learning`] against none ([`crate::core::outcome_trust`]).
+#[derive(Clone, Debug)]
+pub struct OutcomeTrust {
+    learnings: Vec<Learning>,
+    /// Per learning: the sum and the sum of squares of the gains.
+    gains: Vec<(f64, f64)>,
+    trials: u64,
+}
+
+/// One learning's record in an [`OutcomeTrust`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrialGain {
+    #[serde(flatten)]
+    pub learning: Learning,
+    pub mean_gain: f64,
+    pub standard_error: f64,
+}
+
+impl Default for OutcomeTrust {
+    fn default() -> Self {
+        OutcomeTrust::new(&TRIED)
+    }
+}
+
+impl OutcomeTrust {
+    /// A trust with no trials yet, over `learnings`.
+    pub fn new(learnings: &[Learning]) -> OutcomeTrust {
+        OutcomeTrust { learnings: learnings.to_vec(), gains: vec![(0.0, 0.0); learnings.len()], trials: 0 }
+    }
+
+    /// The learnings tried, in the order [`OutcomeTrust::record`] takes their scores.
+    pub fn learnings(&self) -> &[Learning] {
+        &self.learnings
+    }
+
+    /// Number of trials recorded.
+    pub fn trials(&self) -> u64 {
+        self.trials
+    }
+
+    /// Records one trial: the score of the capabilities that did the job
+    /// (e.g. their mean reciprocal rank) `without` any learning and `with`
+    /// each learning. A trial of another length, or with a score that is not
+    /// finite, is ignored; returns whether it was recorded.
+    pub fn record(&mut self, without: f64, with: &[f64]) -> bool {
+        if with.len() != self.learnings.len() || !without.is_finite() || with.iter().any(|score| !score.is_finite()) {
+            return false;
+        }
+        for ((sum, squares), score) in self.gains.iter_mut().zip(with) {
+            let gain = score - without;
+            *sum += gain;
+            *squares += gain * gain;
+        }
+        self.trials += 1;
+        true
+    }
+
+    /// Each learning's mean gain and its standard error so far (infinite
+    /// below two trials).
+    pub fn gains(&self) -> Vec<TrialGain> {
+        let n = self.trials as f64;
+        self.learnings
+            .iter()
+            .zip(&self.gains)
+            .map(|(&learning, &(sum, squares))| {
+                if self.trials < 2 {
+                    return TrialGain { learning, mean_gain: 0.0, standard_error: f64::INFINITY };
+                }
+                let mean = sum / n;
+                let variance = ((squares - n * mean * mean) / (n - 1.0)).max(0.0);
+                TrialGain { learning, mean_gain: mean, standard_error: (variance / n).sqrt() }
+            })
+            .collect()
+    }
+
+    /// The learning to use, or `None` (nothing learnt is used) when no
+    /// learning's gain clears [`TRUST_STANDARD_ERRORS`] standard errors.
+    pub fn chosen(&self) -> Option<Learning> {
+        self.gains()
+            .into_iter()
+            .filter(|trial| trial.mean_gain > 0.0 && trial.mean_gain > TRUST_STANDARD_ERRORS * trial.standard_error)
+            .max_by(|a, b| a.mean_gain.total_cmp(&b.mean_gain))
+            .map(|trial| trial.learning)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const PRIOR: Learning = Learning { prior: true, memory_own_weight: None };
+    const MEMORY: Learning = Learning { prior: false, memory_own_weight: Some(5.0) };
+
+    #[test]
+    fn a_learning_is_trusted_only_at_a_gain_beyond_its_noise() {
+        let mut trust = OutcomeTrust::new(&[PRIOR, MEMORY]);
+        assert_eq!(trust.chosen(), None, "no trials");
+        // The prior gains a little, the memory more; both steadily.
+        for round in 0..40 {
+            let wobble = if round % 2 == 0 { 0.01 } else { -0.01 };
+            assert!(trust.record(0.5, &[0.52 + wobble, 0.6 + wobble]));
+        }
+        assert_eq!(trust.chosen(), Some(MEMORY));
+        let gains = trust.gains();
+        assert!((gains[1].mean_gain - 0.1).abs() < 1e-9 && gains[1].standard_error < 0.01);
+        // Misshapen trials are not counted.
+        assert!(!trust.record(0.5, &[0.5]));
+        assert!(!trust.record(f64::NAN, &[0.5, 0.5]));
+        assert_eq!(trust.trials(), 40);
+    }
+
+    #[test]
+    fn a_learning_that_loses_or_only_wobbles_is_not_used() {
+        let mut losing = OutcomeTrust::new(&[PRIOR, MEMORY]);
+        for _ in 0..50 {
+            losing.record(0.8, &[0.5, 0.7]);
+        }
+        assert_eq!(losing.chosen(), None);
+        // Gains of +0.5 and −0.4 in turn: a mean of +0.05 within its noise.
+        let mut noisy = OutcomeTrust::new(&[MEMORY]);
+        for round in 0..20 {
+            noisy.record(0.5, &[if round % 2 == 0 { 1.0 } else { 0.1 }]);
+        }
+        assert!(noisy.gains()[0].mean_gain > 0.0);
+        assert_eq!(noisy.chosen(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn the_chosen_learning_gains_and_clears_its_noise(
+            trials in proptest::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0), 0..60),
+        ) {
+            let mut trust = OutcomeTrust::new(&[PRIOR, MEMORY]);
+            for (without, prior, memory) in &trials {
+                prop_assert!(trust.record(*without, &[*prior, *memory]));
+            }
+            if let Some(chosen) = trust.chosen() {
+                let gains = trust.gains();
+                let trial = gains.iter().find(|trial| trial.learning == chosen).unwrap();
+                prop_assert!(trial.mean_gain > TRUST_STANDARD_ERRORS * trial.standard_error);
+                prop_assert!(gains.iter().all(|other| other.mean_gain <= trial.mean_gain
+                    || other.mean_gain <= TRUST_STANDARD_ERRORS * other.standard_error));
+            }
+        }
+    }
+}
