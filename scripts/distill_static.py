@@ -411,6 +411,10 @@ Commands: `python3 scripts/static_corpus.py /tmp/corpus.txt --max 100000 --listi
 (the listings: the registries' package names and one-line summaries, as of November 2026), then
 `/tmp/minilm-venv/bin/python scripts/distill_static.py --dims {dims} --sif {sif} --corpus /tmp/corpus.txt --lam {lam}`
 (numpy, safetensors, tokenizers, scipy; the teacher takes about 30 minutes on 2 cores, the fit three).
+
+The corpus depends on the machine it is made on (its Debian packages, manual pages and Python standard library), so
+a table distilled on another machine can differ slightly from this one; the corpus's SHA-256 above says which one
+this table was fitted to.
 """
 
 
