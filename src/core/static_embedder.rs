@@ -27,7 +27,7 @@
 //! checks the hash), so stored vectors are re-embedded whenever it changes.
 
 use crate::core::embedder::{Embed, EmbedError};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::OnceLock;
 use unicode_categories::UnicodeCategories;
 use unicode_normalization_alignments::UnicodeNormalization;
@@ -139,6 +139,17 @@ fn normalize(text: &str) -> String {
             cleaned.push(c);
         }
     }
+    // ASCII has no decomposition and no marks, and lower-cases byte by byte:
+    // the common case skips the Unicode tables.
+    if cleaned.is_ascii() {
+        cleaned.make_ascii_lowercase();
+        return cleaned;
+    }
+    fold_accents_and_case(&cleaned)
+}
+
+/// NFD without non-spacing marks, lower-cased character by character.
+fn fold_accents_and_case(cleaned: &str) -> String {
     let mut normalized = String::with_capacity(cleaned.len());
     for (c, _) in cleaned.nfd() {
         if !c.is_mark_nonspacing() {
@@ -294,7 +305,15 @@ impl Embed for StaticEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use sha2::{Digest, Sha256};
+
+    proptest! {
+        #[test]
+        fn the_ascii_path_folds_as_the_unicode_one(text in "[\\x00-\\x7f]{0,64}") {
+            prop_assert_eq!(fold_accents_and_case(&text), text.to_ascii_lowercase());
+        }
+    }
 
     fn cosine(a: &[f32], b: &[f32]) -> f32 {
         a.iter().zip(b).map(|(x, y)| x * y).sum()
