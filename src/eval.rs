@@ -106,10 +106,10 @@ pub struct EvalReport {
 /// arrive one request at a time, in a seeded order, and are credited to the
 /// outcome statistics (the scalar prior) and, for successes, to the outcome
 /// memory ([`OutcomeMemory`]). Before each request's outcomes are learnt,
-/// every learning of [`crate::core::outcome_trust::TRIED`] is tried on it ([`OutcomeTrust`]). The second
-/// half is then ranked with no learning, with the learning the trials chose,
-/// and with each tried learning (chosen or not), to show what the choice is
-/// worth.
+/// every learning of [`crate::core::outcome_trust::TRIED`] is tried on it
+/// ([`OutcomeTrust`]). The second half is then ranked with no learning, with
+/// the learning the trials chose, and with each tried learning (chosen or
+/// not), to show what the choice is worth.
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayReport {
