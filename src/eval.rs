@@ -442,33 +442,46 @@ fn write_signals(
 /// Requests learnt between two refits of the learnings the replay tries.
 const TRIAL_REFIT_EVERY: usize = 10;
 
-/// What one [`Learning`] ranks with: the prior's snapshot, the memory's index.
-struct Applied<'a> {
-    prior: Option<OutcomePrior>,
-    vectors: Option<VectorIndex>,
+/// What the outcomes so far have taught, once: the prior's snapshot and the
+/// memory's index at each own weight the learnings use; each [`Learning`]
+/// ranks with its part of it ([`Learnt::rank`]).
+struct Learnt<'a> {
+    prior: OutcomePrior,
+    adapted: Vec<(f32, VectorIndex)>,
     shared: &'a Indexed,
 }
 
-impl Applied<'_> {
-    fn new<'a>(
-        learning: Option<Learning>,
+impl<'a> Learnt<'a> {
+    fn new(
+        learnings: &[Learning],
         stats: &OutcomeStats,
         memory: &OutcomeMemory,
         options: &EvalOptions,
         shared: &'a Indexed,
-    ) -> Applied<'a> {
-        let learning = learning.unwrap_or(Learning { prior: false, memory_own_weight: None });
-        Applied {
-            prior: learning.prior.then(|| stats.snapshot(&options.prior_settings, 0)),
-            vectors: learning.memory_own_weight.map(|weight| memory.adapt_index(&shared.vectors, weight)),
-            shared,
+    ) -> Learnt<'a> {
+        let mut adapted: Vec<(f32, VectorIndex)> = Vec::new();
+        for weight in learnings.iter().filter_map(|learning| learning.memory_own_weight) {
+            if !adapted.iter().any(|(done, _)| *done == weight) {
+                adapted.push((weight, memory.adapt_index(&shared.vectors, weight)));
+            }
         }
+        Learnt { prior: stats.snapshot(&options.prior_settings, 0), adapted, shared }
     }
 
-    /// `ranked`'s request ranked again with this learning (its own ranking when
-    /// the memory is not used or the request came with its own tools).
-    fn rank(&self, ranked: &Ranked, record: &QueryRecord, options: &EvalOptions) -> Vec<RankedHit> {
-        let mut hits = match (&self.vectors, &record.tools) {
+    /// `ranked`'s request ranked again with `learning` (`None`: no learning; the
+    /// request's own ranking where the memory is not used or it came with its own tools).
+    fn rank(
+        &self,
+        learning: Option<Learning>,
+        ranked: &Ranked,
+        record: &QueryRecord,
+        options: &EvalOptions,
+    ) -> Vec<RankedHit> {
+        let Some(learning) = learning else { return ranked.hits.clone() };
+        let vectors = learning
+            .memory_own_weight
+            .and_then(|weight| self.adapted.iter().find(|(done, _)| *done == weight).map(|(_, vectors)| vectors));
+        let mut hits = match (vectors, &record.tools) {
             (Some(vectors), None) => {
                 let indexes = Indexes { vectors, ..self.shared.indexes() };
                 let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
@@ -477,8 +490,8 @@ impl Applied<'_> {
             }
             _ => ranked.hits.clone(),
         };
-        if let Some(prior) = &self.prior {
-            prior.apply(&mut hits);
+        if learning.prior {
+            self.prior.apply(&mut hits);
         }
         hits
     }
@@ -501,7 +514,7 @@ fn replay(
     let mut stats = OutcomeStats::default();
     let mut memory = OutcomeMemory::new(shared.vectors.dimensions());
     let mut trust = OutcomeTrust::default();
-    let mut tried: Vec<Applied> = Vec::new();
+    let mut learnt: Option<Learnt> = None;
     let mut learnt_since_refit = usize::MAX;
     let mut outcomes = 0;
     // The first half's outcomes arrive in a seeded order; before each request's outcomes are
@@ -512,23 +525,22 @@ fn replay(
         let credited = replay_outcomes(&ids, &queries[i].relevant);
         if outcomes > 0 {
             if learnt_since_refit >= TRIAL_REFIT_EVERY {
-                tried = trust
-                    .learnings()
-                    .iter()
-                    .map(|&learning| Applied::new(Some(learning), &stats, &memory, options, shared))
-                    .collect();
+                learnt = Some(Learnt::new(trust.learnings(), &stats, &memory, options, shared));
                 learnt_since_refit = 0;
             }
-            let succeeded: Vec<&str> =
-                credited.iter().filter(|(_, score)| *score >= 0.5).map(|(id, _)| id.as_str()).collect();
-            let with: Vec<f64> = tried
-                .iter()
-                .map(|applied| {
-                    let ids = hit_ids(applied.rank(&ranked[i], &queries[i], options), options.depth);
-                    mean_reciprocal_rank(&ids, &succeeded)
-                })
-                .collect();
-            trust.record(mean_reciprocal_rank(&ids, &succeeded), &with);
+            if let Some(learnt) = &learnt {
+                let succeeded: Vec<&str> =
+                    credited.iter().filter(|(_, score)| *score >= 0.5).map(|(id, _)| id.as_str()).collect();
+                let with: Vec<f64> = trust
+                    .learnings()
+                    .iter()
+                    .map(|&learning| {
+                        let ids = hit_ids(learnt.rank(Some(learning), &ranked[i], &queries[i], options), options.depth);
+                        mean_reciprocal_rank(&ids, &succeeded)
+                    })
+                    .collect();
+                trust.record(mean_reciprocal_rank(&ids, &succeeded), &with);
+            }
         }
         // The whole message's vector (the first part), for requests ranked against the shared catalog.
         let request = match (&queries[i].tools, ranked[i].query.parts.first()) {
@@ -550,43 +562,41 @@ fn replay(
         .copied()
         .filter(|&k| queries[answerable[k]].relevant.iter().all(|id| !stats.capabilities.contains_key(id.as_str())))
         .collect();
-    let score = |half: &[usize], applied: &Applied| {
+    let learnt = Learnt::new(trust.learnings(), &stats, &memory, options, shared);
+    let score = |half: &[usize], learning: Option<Learning>| {
         let scores: Vec<QueryScores> = half
             .iter()
             .map(|&k| {
                 let i = answerable[k];
-                score_query(
-                    &hit_ids(applied.rank(&ranked[i], &queries[i], options), options.depth),
-                    &queries[i].relevant,
-                )
+                let ids = hit_ids(learnt.rank(learning, &ranked[i], &queries[i], options), options.depth);
+                score_query(&ids, &queries[i].relevant)
             })
             .collect();
         aggregate(&scores, half.len())
     };
-    let none = Applied::new(None, &stats, &memory, options, shared);
     let chosen = trust.chosen();
-    let learned = Applied::new(chosen, &stats, &memory, options, shared);
     let at_each_learning = trust
         .gains()
         .into_iter()
-        .map(|trial| {
-            let applied = Applied::new(Some(trial.learning), &stats, &memory, options, shared);
-            LearningTrial { trial, second_half: score(&second, &applied), unseen: score(&unseen, &applied) }
+        .map(|trial| LearningTrial {
+            trial,
+            second_half: score(&second, Some(trial.learning)),
+            unseen: score(&unseen, Some(trial.learning)),
         })
         .collect();
     ReplayReport {
         seed,
         first_half: first.len(),
         outcomes,
-        adjusted: stats.snapshot(&options.prior_settings, 0).len(),
+        adjusted: learnt.prior.len(),
         remembered: memory.len(),
         trials: trust.trials(),
         chosen,
-        without_learning: score(&second, &none),
-        learned: score(&second, &learned),
+        without_learning: score(&second, None),
+        learned: score(&second, chosen),
         unseen: unseen.len(),
-        unseen_without_learning: score(&unseen, &none),
-        unseen_learned: score(&unseen, &learned),
+        unseen_without_learning: score(&unseen, None),
+        unseen_learned: score(&unseen, chosen),
         at_each_learning,
     }
 }

@@ -92,18 +92,7 @@ impl OutcomeMemory {
     /// dimensions differ.
     pub fn adapted(&self, capability_id: &str, own: &[f32], own_weight: f32) -> Option<Vec<f32>> {
         let (sum, _) = self.sums.get(capability_id)?;
-        if own.len() != sum.len() {
-            return None;
-        }
-        let own_norm = dot(own, own).sqrt();
-        let scale = if own_norm > f32::EPSILON { own_weight.max(0.0) / own_norm } else { 0.0 };
-        let mut moved: Vec<f32> = own.iter().zip(sum).map(|(value, total)| scale * value + total).collect();
-        let norm = dot(&moved, &moved).sqrt();
-        if norm <= f32::EPSILON {
-            return None;
-        }
-        moved.iter_mut().for_each(|value| *value /= norm);
-        Some(moved)
+        blend(own, own_weight, sum, 1.0)
     }
 
     /// The mean displacement from a remembered capability's own (unit)
@@ -156,19 +145,27 @@ impl OutcomeMemory {
 
 /// An unseen capability's vector as if it had `requests` remembered
 /// requests whose mean is its own (unit) vector plus `shift`:
-/// `normalise(k · v + n · (v + Δ))`.
+/// `normalise(k · v + n · (v + Δ)) = normalise((k + n) · v + n · Δ)`.
+/// A capability without a dense signal (a zero vector) keeps it.
 fn unseen_moved(own: &[f32], own_weight: f32, shift: &[f32], requests: f32) -> Option<Vec<f32>> {
-    let own_norm = dot(own, own).sqrt();
-    if own.len() != shift.len() || own_norm <= f32::EPSILON {
+    if dot(own, own) <= f32::EPSILON {
         return None;
     }
-    let mut moved: Vec<f32> = own
-        .iter()
-        .zip(shift)
-        .map(|(value, delta)| own_weight.max(0.0) * value / own_norm + requests * (value / own_norm + delta))
-        .collect();
+    blend(own, own_weight.max(0.0) + requests, shift, requests)
+}
+
+/// `normalise(own_weight · own / |own| + towards_weight · towards)`; `None`
+/// when the dimensions differ or the result is zero.
+fn blend(own: &[f32], own_weight: f32, towards: &[f32], towards_weight: f32) -> Option<Vec<f32>> {
+    if own.len() != towards.len() {
+        return None;
+    }
+    let own_norm = dot(own, own).sqrt();
+    let scale = if own_norm > f32::EPSILON { own_weight.max(0.0) / own_norm } else { 0.0 };
+    let mut moved: Vec<f32> =
+        own.iter().zip(towards).map(|(value, toward)| scale * value + towards_weight * toward).collect();
     let norm = dot(&moved, &moved).sqrt();
-    if norm <= f32::EPSILON {
+    if !norm.is_finite() || norm <= f32::EPSILON {
         return None;
     }
     moved.iter_mut().for_each(|value| *value /= norm);
@@ -249,5 +246,16 @@ mod tests {
         index.upsert("a", &unit(&[1.0, 0.2])).unwrap();
         let adapted = OutcomeMemory::new(2).adapt_index(&index, 5.0);
         assert_eq!(adapted.stored_vector("a"), index.stored_vector("a"));
+    }
+
+    #[test]
+    fn an_unseen_capability_without_a_dense_signal_keeps_its_zero_vector() {
+        let mut index = VectorIndex::new(2);
+        index.upsert("seen", &[1.0, 0.0]).unwrap();
+        index.upsert("silent", &[0.0, 0.0]).unwrap();
+        let mut memory = OutcomeMemory::new(2);
+        memory.remember("seen", &[0.0, 1.0]);
+        let adapted = memory.adapt_index(&index, 1.0);
+        assert_eq!(adapted.stored_vector("silent"), index.stored_vector("silent"));
     }
 }
