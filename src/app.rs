@@ -11,6 +11,7 @@ use crate::actors::discoverer::Discover;
 use crate::actors::dispatcher::Dispatch;
 use crate::actors::indexer::{IndexEvent, SyncCapabilities, SyncReport};
 use crate::actors::kpi::{KpiError, RecordOutcome, ViewScope};
+use crate::actors::outcome_learner::TurnPlanned;
 use crate::actors::scanner::{self, ScanManifests, ScanOutcome};
 use crate::actors::scg::{DepositNote, ObserveNode, Route as ScgRoute, ScgError, SourcesOf};
 use crate::actors::{spawn_all, Actors};
@@ -370,7 +371,8 @@ impl Api for ActorApi {
     }
 
     fn plan(&self, request: DiscoverRequest) -> LocalBoxFuture<'static, Result<PlanReply, ApiError>> {
-        let (lanes, kpi) = (self.actors.discovery.clone(), self.actors.kpi.clone());
+        let (lanes, kpi, learner) =
+            (self.actors.discovery.clone(), self.actors.kpi.clone(), self.actors.learner.clone());
         let (defaults, adaptive) = (self.planner.clone(), self.adaptive.clone());
         let retries = self.discovery_retries;
         let config = per_query_config(&self.discovery, &request);
@@ -398,6 +400,13 @@ impl Api for ActorApi {
                 }
             })
             .await;
+            // The turn's message, for the outcome learner when the turn's outcome comes.
+            if let (Ok(_), Some(turn_id)) = (&discovered, &options.turn_id) {
+                let turn = TurnPlanned { turn_id: turn_id.clone(), message: discover.query.clone() };
+                if learner.try_send(turn).is_err() {
+                    metrics::counter!("capdex_outcome_learning_skipped_total", "reason" => "busy").increment(1);
+                }
+            }
             let discovery_outcome = match &discovered {
                 Ok(result) => DiscoveryOutcome::found(result.tier1.iter().map(|entry| entry.id.clone()).collect()),
                 Err(reason) => DiscoveryOutcome::Failed(reason.clone()),

@@ -119,7 +119,7 @@ pub fn run_discovery(
     let tier0 = snapshot.tier0(&discover.filter, TokenBudget::new(config.tier0_token_budget));
     let indexes = Indexes {
         catalog: &snapshot.catalog,
-        vectors: &snapshot.index,
+        vectors: snapshot.vectors(),
         lexical: &snapshot.lexical,
         graph: &snapshot.graph,
     };

@@ -23,6 +23,7 @@
 //! A retried turn (same `turnId` still in the window) is not counted again,
 //! nor credited to its capabilities again.
 
+use crate::actors::outcome_learner::OutcomeToLearn;
 use crate::actors::Inspect;
 use crate::config::KpiSettings;
 use crate::core::console::model::{KpiOverview, ScopeOverview, RECENT_ALERTS, SPARKLINE_SLICES};
@@ -212,6 +213,8 @@ pub struct KpiTelemetry {
     stats: OutcomeStats,
     /// Where the prior goes, and when it last went.
     prior_sinks: Vec<Recipient<PriorPublished>>,
+    /// The outcome learner, sent each new outcome of a turn that names capabilities.
+    learning_sink: Option<Recipient<OutcomeToLearn>>,
     prior_dirty: bool,
     prior_scheduled: bool,
     prior_published_at: Option<Instant>,
@@ -247,6 +250,7 @@ impl KpiTelemetry {
             latest_ms: stored.prior.global.at_ms,
             stats: stored.prior,
             prior_sinks: Vec::new(),
+            learning_sink: None,
             prior_dirty: true,
             prior_scheduled: false,
             prior_published_at: None,
@@ -286,6 +290,13 @@ impl KpiTelemetry {
     /// Sends every ranking prior to `sink` (the Discoverer), first when the actor starts.
     pub fn with_prior_sink(mut self, sink: Recipient<PriorPublished>) -> KpiTelemetry {
         self.prior_sinks.push(sink);
+        self
+    }
+
+    /// Sends each new outcome that names a `turnId` and capabilities to `sink`
+    /// (the OutcomeLearner); dropped, and counted, when its mailbox is full.
+    pub fn with_learning_sink(mut self, sink: Recipient<OutcomeToLearn>) -> KpiTelemetry {
+        self.learning_sink = Some(sink);
         self
     }
 
@@ -371,6 +382,15 @@ impl KpiTelemetry {
         }
         if credited {
             self.ops.push(KpiOp::PriorGlobal { stat: self.stats.global });
+        }
+        if let (Some(sink), Some(turn_id)) = (&self.learning_sink, &report.turn_id) {
+            if !report.capabilities.is_empty() {
+                let capabilities = distinct_ids(&report.capabilities).map(str::to_string).collect();
+                let outcome = OutcomeToLearn { turn_id: turn_id.clone(), capabilities, score: sample.score };
+                if sink.try_send(outcome).is_err() {
+                    metrics::counter!("capdex_outcome_learning_skipped_total", "reason" => "busy").increment(1);
+                }
+            }
         }
         self.outcomes += 1;
         match sample.status {

@@ -2,7 +2,8 @@
 //! the result on. One file per actor; messages live beside their handler.
 //!
 //! Flow: Scanner → Indexer (with Embedder) → GraphBuilder → Discoverer;
-//! Indexer → Discoverer (catalog snapshots); KpiTelemetry → Discoverer (outcome prior).
+//! Indexer → Discoverer (catalog snapshots); KpiTelemetry → Discoverer (outcome prior);
+//! KpiTelemetry → OutcomeLearner (outcomes of planned turns) → SnapshotCell (learnt vectors).
 //! Everything runs on the actix System's single arbiter thread except the
 //! `SyncArbiter` actors (CPU and disk bound): the Embedder, Scanner,
 //! GraphBuilder and ScgMapper; and the DiscoveryWorkers (a pool of
@@ -17,6 +18,7 @@ pub mod embedder;
 pub mod graph_builder;
 pub mod indexer;
 pub mod kpi;
+pub mod outcome_learner;
 pub mod retention;
 pub mod scanner;
 pub mod scg;
@@ -66,6 +68,8 @@ pub struct Actors {
     pub discovery: discovery_worker::DiscoveryLanes,
     pub dispatcher: Addr<dispatcher::Dispatcher>,
     pub kpi: Addr<kpi::KpiTelemetry>,
+    /// Learns from the turns' outcomes, on its own thread.
+    pub learner: Addr<outcome_learner::OutcomeLearner>,
     /// The Source Capability Graph: mapper and graph, with their progress events.
     pub scg: scg::ScgActors,
 }
@@ -134,7 +138,7 @@ pub async fn spawn_all(
     if let Some(events) = index_events {
         indexer = indexer.with_events(events);
     }
-    indexer = indexer.with_snapshot_cell(snapshots);
+    indexer = indexer.with_snapshot_cell(snapshots.clone());
     let indexer = indexer.start();
     let scan_dirs = settings.capability_dirs.clone();
     let indexer_for_scanner = indexer.clone().recipient();
@@ -143,9 +147,21 @@ pub async fn spawn_all(
         scanner::Scanner::new(scan_dirs.clone(), scan_limits, indexer_for_scanner.clone())
     });
     let scg = scg::spawn(settings, &store, Some(embedder.clone().recipient()))?;
+    let learner = outcome_learner::OutcomeLearner::new(
+        settings.outcome_learning,
+        settings.discovery.clone(),
+        settings.kpi.prior.enabled,
+        snapshots,
+        embedder.clone().recipient(),
+        crate::store::learning::LearntModel { model_id: model_id.clone(), dimensions },
+        Some(crate::store::learning::LearningStore::open(&store)?),
+    )?;
+    // On a thread of its own: a trial ranks a message five times.
+    let learner = outcome_learner::OutcomeLearner::start_in_arbiter(&Arbiter::new().handle(), |_| learner);
     let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?
         .with_max_tracked_capabilities(settings.retention.outcome_prior_max_count)
         .with_prior_sink(discoverer.clone().recipient())
+        .with_learning_sink(learner.clone().recipient())
         .start();
     // Dispatch results that reached a handler feed the per-capability success statistics,
     // under the discovery id, so the outcome prior applies to what discovery ranks.
@@ -172,7 +188,7 @@ pub async fn spawn_all(
         .send(dispatcher::SetCatalog(indexer.clone().recipient()))
         .await
         .map_err(|err| SpawnError::Builtins(err.to_string()))?;
-    Ok(Actors { scanner, embedder, indexer, graph_builder, discoverer, discovery, dispatcher, kpi, scg })
+    Ok(Actors { scanner, embedder, indexer, graph_builder, discoverer, discovery, dispatcher, kpi, learner, scg })
 }
 
 /// Starts `settings.discovery_workers` discovery threads on `snapshots`. With

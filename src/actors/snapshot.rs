@@ -1,6 +1,6 @@
 //! What discovery serves from: the [`SnapshotCell`] holding the latest
-//! [`DiscoverySnapshot`] (catalog, vector index, lexical index, graph and
-//! outcome prior, each an immutable `Arc`).
+//! [`DiscoverySnapshot`] (catalog, vector index, lexical index, graph,
+//! outcome prior and what the outcome learner learnt, each an immutable `Arc`).
 //!
 //! The Indexer and the GraphBuilder publish into the cell directly before they
 //! reply (so a discovery after an upsert's reply sees the upsert), the
@@ -13,6 +13,7 @@ use crate::core::discovery::DiscoveryFilter;
 use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LexicalIndex;
+use crate::core::outcome_learning::Learned;
 use crate::core::outcome_prior::OutcomePrior;
 use crate::core::tiers::TokenBudget;
 use std::collections::HashMap;
@@ -29,6 +30,9 @@ pub struct DiscoverySnapshot {
     pub graph: Arc<CapabilityGraph>,
     pub graph_version: u64,
     pub prior: Arc<OutcomePrior>,
+    /// What the outcome learner publishes (`core::outcome_learning`); used
+    /// only with the vector index it was fitted to ([`DiscoverySnapshot::vectors`]).
+    pub learned: Option<Arc<Learned>>,
     /// Tier 0 per (budget, filter), for `catalog` only (a new catalog gets a new cache);
     /// the key holds the whole filter, so one query's exclusions never leak into another's.
     tier0_cache: Arc<Mutex<HashMap<String, String>>>,
@@ -55,6 +59,20 @@ impl DiscoverySnapshot {
         text
     }
 
+    /// The vector index to rank with: the learnt one when it was fitted to
+    /// this snapshot's index, else the index itself.
+    pub fn vectors(&self) -> &VectorIndex {
+        match &self.learned {
+            Some(learned) if Arc::ptr_eq(&learned.base, &self.index) => &learned.vectors,
+            _ => &self.index,
+        }
+    }
+
+    /// Whether discovery ranks with learnt vectors now.
+    pub fn uses_learned(&self) -> bool {
+        self.learned.as_ref().is_some_and(|learned| Arc::ptr_eq(&learned.base, &self.index))
+    }
+
     /// A copy sharing every `Arc` (and the Tier 0 cache).
     fn share(&self) -> DiscoverySnapshot {
         DiscoverySnapshot {
@@ -64,6 +82,7 @@ impl DiscoverySnapshot {
             graph: self.graph.clone(),
             graph_version: self.graph_version,
             prior: self.prior.clone(),
+            learned: self.learned.clone(),
             tier0_cache: self.tier0_cache.clone(),
         }
     }
@@ -106,6 +125,7 @@ impl SnapshotCell {
                 graph: current.graph.clone(),
                 graph_version: current.graph_version,
                 prior: current.prior.clone(),
+                learned: current.learned.clone(),
                 tier0_cache: if Arc::ptr_eq(&current.catalog, catalog) {
                     current.tier0_cache.clone()
                 } else {
@@ -130,6 +150,18 @@ impl SnapshotCell {
     pub fn publish_prior(&self, prior: &Arc<OutcomePrior>) {
         self.update(|current| {
             (!Arc::ptr_eq(&current.prior, prior)).then(|| DiscoverySnapshot { prior: prior.clone(), ..current.share() })
+        });
+    }
+
+    /// Publishes what the outcome learner learnt (`None`: nothing is used).
+    pub fn publish_learned(&self, learned: Option<Arc<Learned>>) {
+        self.update(|current| {
+            let same = match (&current.learned, &learned) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            (!same).then(|| DiscoverySnapshot { learned, ..current.share() })
         });
     }
 

@@ -26,8 +26,30 @@ pub struct RawDiscovery {
     pub outcome_prior_half_life_ms: u64,
     pub outcome_prior_pseudo_count: f32,
     pub outcome_prior_publish_interval_ms: u64,
+    pub outcome_learning: bool,
+    pub outcome_learning_turns: usize,
+    pub outcome_learning_max_capabilities: usize,
+    pub outcome_learning_refit_interval_ms: u64,
     pub workers: usize,
 }
+
+/// `[discovery] outcome_learning*`: the outcome learner (`actors::outcome_learner`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutcomeLearningSettings {
+    pub enabled: bool,
+    /// Turns whose message is kept for their outcome.
+    pub turns: usize,
+    /// Above this many capabilities nothing is learnt nor used.
+    pub max_capabilities: usize,
+    /// The memory's vectors are fitted again at most this often (as more is learnt).
+    pub refit_interval_ms: u64,
+}
+
+/// The most turns `outcome_learning_turns` may keep.
+const MAX_LEARNING_TURNS: usize = 1_000_000;
+/// The largest catalog `outcome_learning_max_capabilities` may allow: the
+/// learner keeps four fitted copies of the vector index.
+const MAX_LEARNING_CAPABILITIES: usize = 1_000_000;
 
 /// `[discovery] lexical_weight`: the lexical share of fusion, fixed or
 /// following the embedder (`"auto"`, the default).
@@ -80,6 +102,7 @@ pub struct DiscoverySection {
     /// The outcome prior (`outcome_prior*`), which the KPI actor keeps.
     pub prior: OutcomePriorSettings,
     pub prior_publish_interval_ms: u64,
+    pub learning: OutcomeLearningSettings,
     /// Worker threads, 0 resolved to the available parallelism.
     pub workers: usize,
 }
@@ -119,11 +142,25 @@ impl DiscoverySection {
             raw.outcome_prior_publish_interval_ms,
             MAX_PRIOR_PUBLISH_INTERVAL_MS,
         )?;
+        let learning = OutcomeLearningSettings {
+            enabled: raw.outcome_learning,
+            turns: at_most("discovery.outcome_learning_turns", raw.outcome_learning_turns, MAX_LEARNING_TURNS)?,
+            max_capabilities: at_most(
+                "discovery.outcome_learning_max_capabilities",
+                raw.outcome_learning_max_capabilities,
+                MAX_LEARNING_CAPABILITIES,
+            )?,
+            refit_interval_ms: at_most(
+                "discovery.outcome_learning_refit_interval_ms",
+                raw.outcome_learning_refit_interval_ms,
+                MAX_PRIOR_PUBLISH_INTERVAL_MS,
+            )?,
+        };
         let workers = match at_most("discovery.workers", raw.workers, MAX_DISCOVERY_WORKERS)? {
             0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             n => n,
         };
-        Ok(DiscoverySection { config, lexical_weight, prior, prior_publish_interval_ms, workers })
+        Ok(DiscoverySection { config, lexical_weight, prior, prior_publish_interval_ms, learning, workers })
     }
 }
 

@@ -33,7 +33,7 @@ mod scg;
 mod sources;
 
 pub use console::{ConsoleSettings, RawConsole};
-pub use discovery::{DiscoverySection, LexicalWeight, RawDiscovery, MAX_DISCOVERY_WORKERS};
+pub use discovery::{DiscoverySection, LexicalWeight, OutcomeLearningSettings, RawDiscovery, MAX_DISCOVERY_WORKERS};
 pub use dispatch::{DispatchSettings, RawDispatch};
 pub use embedder::{EmbedderBackend, EmbedderSettings, Pooling, RawEmbedder};
 pub use environment::Environment;
@@ -103,6 +103,8 @@ pub struct Settings {
     pub discovery: DiscoveryConfig,
     /// `[discovery] lexical_weight` as written (`auto` follows the embedder).
     pub lexical_weight: LexicalWeight,
+    /// `[discovery] outcome_learning*`.
+    pub outcome_learning: OutcomeLearningSettings,
     pub embedder_dimensions: usize,
     pub nats: NatsSettings,
     /// The `[embedder]` section (`embedder_dimensions` is its `dimensions`).
@@ -194,6 +196,7 @@ impl Settings {
             log_format,
             discovery: discovery.config,
             lexical_weight: discovery.lexical_weight,
+            outcome_learning: discovery.learning,
             embedder_dimensions: embedder.dimensions,
             embedder,
             nats,

@@ -7,7 +7,7 @@
 // The filter sits below retrieval, which applies it; discovery's callers name it from here.
 pub use crate::core::filter::DiscoveryFilter;
 use crate::core::retrieval::{
-    rank_explained, rank_with, Fusion, FusionSignals, Indexes, Query, RankedHit, LEXICAL_WEIGHT,
+    rank_explained, rank_with, Fusion, FusionSignals, Indexes, Query, RankedHit, Ranking, LEXICAL_WEIGHT,
 };
 use crate::core::text::{detail_text, summary_line};
 use crate::core::tiers::{
@@ -298,21 +298,7 @@ pub fn discover_with_prior(
 ) -> DiscoveryResult {
     let started = std::time::Instant::now();
     let catalog = indexes.catalog;
-    let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
-    let fusion = Fusion { lexical: config.lexical_weight, ..Fusion::default() };
-    let limit = config.tier1_top_k * 2;
-    let mut ranking = if explain {
-        rank_explained(query, indexes, filter, limit, graph_boost, fusion)
-    } else {
-        rank_with(query, indexes, filter, limit, graph_boost, fusion)
-    };
-    // The ranking before concepts and the prior, to tell the graph's part from theirs.
-    let reranked: Vec<RankedHit> = if explain { ranking.hits.clone() } else { Vec::new() };
-    let message = query.parts.first().map_or("", |part| part.text.as_str());
-    let concepts = crate::core::source_concepts::apply(message, &mut ranking.hits, catalog);
-    if let Some(prior) = prior {
-        prior.apply(&mut ranking.hits);
-    }
+    let Ranked { ranking, reranked, concepts } = ranked(query, indexes, config, filter, prior, explain);
     let tiers_started = std::time::Instant::now();
     let chosen = tier1_with_dependencies(&ranking.hits, indexes, config, filter);
     // The lexical index keeps each capability's texts for its catalog version;
@@ -377,6 +363,53 @@ pub fn discover_with_prior(
     let explanations =
         if explain { explain_tier1(&tier1, &ranking.signals, &reranked, prior, &concepts) } else { Vec::new() };
     DiscoveryResult { tier0, tier1, tier2, token_estimate, rendered, diagnostics, explanations }
+}
+
+/// The ranking Tier 1 is chosen from, with what explanations need.
+struct Ranked {
+    ranking: Ranking,
+    /// The ranking before concepts and the prior (kept only to explain), to tell the graph's part from theirs.
+    reranked: Vec<RankedHit>,
+    concepts: crate::core::source_concepts::SourceConcepts,
+}
+
+/// Fusion, the graph, the source concepts and the prior, as discovery ranks.
+fn ranked(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    config: &DiscoveryConfig,
+    filter: &DiscoveryFilter,
+    prior: Option<&crate::core::outcome_prior::OutcomePrior>,
+    explain: bool,
+) -> Ranked {
+    let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
+    let fusion = Fusion { lexical: config.lexical_weight, ..Fusion::default() };
+    let limit = config.tier1_top_k * 2;
+    let mut ranking = if explain {
+        rank_explained(query, indexes, filter, limit, graph_boost, fusion)
+    } else {
+        rank_with(query, indexes, filter, limit, graph_boost, fusion)
+    };
+    let reranked: Vec<RankedHit> = if explain { ranking.hits.clone() } else { Vec::new() };
+    let message = query.parts.first().map_or("", |part| part.text.as_str());
+    let concepts = crate::core::source_concepts::apply(message, &mut ranking.hits, indexes.catalog);
+    if let Some(prior) = prior {
+        prior.apply(&mut ranking.hits);
+    }
+    Ranked { ranking, reranked, concepts }
+}
+
+/// The ids discovery ranks for `query` before it chooses Tier 1 (best
+/// first; fusion, the graph, the source concepts, the prior when given),
+/// with no filter: what the outcome learner's trials compare.
+pub fn ranked_ids(
+    query: &Query,
+    indexes: &Indexes<'_>,
+    config: &DiscoveryConfig,
+    prior: Option<&crate::core::outcome_prior::OutcomePrior>,
+) -> Vec<String> {
+    let ranked = ranked(query, indexes, config, &DiscoveryFilter::default(), prior, false);
+    ranked.ranking.hits.into_iter().map(|hit| hit.id).collect()
 }
 
 /// One [`Explanation`] per Tier 1 entry, from what retrieval saw (`signals`),

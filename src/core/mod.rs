@@ -26,6 +26,7 @@ pub mod manifest;
 pub mod mcp_face;
 pub mod meta_tool;
 pub mod nothing_fits;
+pub mod outcome_learning;
 pub mod outcome_memory;
 pub mod outcome_prior;
 pub mod outcome_trust;

@@ -81,6 +81,28 @@ impl OutcomeMemory {
         true
     }
 
+    /// The dimension of the vectors remembered.
+    pub fn dimensions(&self) -> usize {
+        self.dimensions
+    }
+
+    /// What is remembered for `capability_id`: the sum of its requests'
+    /// unit vectors and their number.
+    pub fn entry(&self, capability_id: &str) -> Option<(&[f32], u32)> {
+        self.sums.get(capability_id).map(|(sum, count)| (sum.as_slice(), *count))
+    }
+
+    /// Takes back a kept [`OutcomeMemory::entry`]; one of another dimension,
+    /// with a value that is not finite or no request, is refused (returns false).
+    pub fn restore(&mut self, capability_id: &str, sum: Vec<f32>, count: u32) -> bool {
+        let sound = sum.len() == self.dimensions && count > 0 && sum.iter().all(|value| value.is_finite());
+        if !sound || (!self.sums.contains_key(capability_id) && self.sums.len() >= MAX_REMEMBERED_CAPABILITIES) {
+            return false;
+        }
+        self.sums.insert(capability_id.to_string(), (sum, count));
+        true
+    }
+
     /// Number of requests remembered for `capability_id`.
     pub fn count(&self, capability_id: &str) -> u32 {
         self.sums.get(capability_id).map_or(0, |(_, count)| *count)

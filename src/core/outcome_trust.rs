@@ -21,10 +21,10 @@
 //! capability never seen in an outcome is never ranked below where it would
 //! be without the learning on the strength of a guess.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One way of using what was learnt from outcomes.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Learning {
     /// Whether the scalar prior is applied.
@@ -60,6 +60,15 @@ pub struct OutcomeTrust {
     trials: u64,
 }
 
+/// What an [`OutcomeTrust`] has recorded, as kept across restarts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrustState {
+    pub learnings: Vec<Learning>,
+    /// Per learning: the sum and the sum of squares of the gains.
+    pub gains: Vec<(f64, f64)>,
+    pub trials: u64,
+}
+
 /// One learning's record in an [`OutcomeTrust`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -85,6 +94,20 @@ impl OutcomeTrust {
     /// The learnings tried, in the order [`OutcomeTrust::record`] takes their scores.
     pub fn learnings(&self) -> &[Learning] {
         &self.learnings
+    }
+
+    /// What has been recorded, to keep ([`OutcomeTrust::from_state`] takes it back).
+    pub fn state(&self) -> TrustState {
+        TrustState { learnings: self.learnings.clone(), gains: self.gains.clone(), trials: self.trials }
+    }
+
+    /// The trust `state` recorded, if it tried exactly `learnings` (a kept
+    /// state of other learnings, or a misshapen one, says nothing about these).
+    pub fn from_state(state: TrustState, learnings: &[Learning]) -> Option<OutcomeTrust> {
+        let sound = state.learnings == learnings
+            && state.gains.len() == learnings.len()
+            && state.gains.iter().all(|(sum, squares)| sum.is_finite() && squares.is_finite() && *squares >= 0.0);
+        sound.then(|| OutcomeTrust { learnings: state.learnings, gains: state.gains, trials: state.trials })
     }
 
     /// Number of trials recorded.
@@ -178,6 +201,21 @@ mod tests {
         }
         assert!(noisy.gains()[0].mean_gain > 0.0);
         assert_eq!(noisy.chosen(), None);
+    }
+
+    #[test]
+    fn a_kept_state_comes_back_only_for_the_same_learnings() {
+        let mut trust = OutcomeTrust::new(&[PRIOR, MEMORY]);
+        for round in 0..5 {
+            trust.record(0.5, &[0.5, 0.5 + f64::from(round) / 10.0]);
+        }
+        let back = OutcomeTrust::from_state(trust.state(), &[PRIOR, MEMORY]).unwrap();
+        assert_eq!(back.gains(), trust.gains());
+        assert_eq!(back.trials(), 5);
+        assert!(OutcomeTrust::from_state(trust.state(), &[MEMORY]).is_none());
+        let mut bad = trust.state();
+        bad.gains[0].1 = f64::NAN;
+        assert!(OutcomeTrust::from_state(bad, &[PRIOR, MEMORY]).is_none());
     }
 
     proptest! {

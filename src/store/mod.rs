@@ -43,6 +43,7 @@
 
 mod catalog_epoch;
 pub mod dispatch;
+pub mod learning;
 pub mod retention;
 pub mod scg;
 pub mod sequence;

@@ -1,0 +1,267 @@
+//! OutcomeLearner: learns from the turns' outcomes while capdex serves
+//! (`core::outcome_learning`), on a thread of its own.
+//!
+//! - A planned turn with a `turnId` ([`TurnPlanned`], from the plan path)
+//!   leaves its message here.
+//! - The KPI actor sends each new outcome that names a `turnId` and
+//!   capabilities ([`OutcomeToLearn`]); a successful one is embedded (by the
+//!   Embedder), tried and remembered against the snapshot discovery serves,
+//!   and the memory's entries and the trials are written to the store
+//!   (`store::learning`).
+//! - What the trials chose is published into the [`SnapshotCell`]
+//!   (`publish_learned`), fitted to the vector index served; a new catalog is
+//!   fitted again on the next tick.
+//!
+//! Both messages are sent with `try_send` into a bounded mailbox: when the
+//! learner falls behind, outcomes go unlearnt (counted), never does a sender wait.
+
+use crate::actors::embedder::EmbedTexts;
+use crate::actors::snapshot::SnapshotCell;
+use crate::actors::Inspect;
+use crate::config::OutcomeLearningSettings;
+use crate::core::discovery::DiscoveryConfig;
+use crate::core::embedder::TextRole;
+use crate::core::outcome_learning::{OutcomeLearning, Serving, TurnMessages};
+use crate::core::outcome_trust::Learning;
+use crate::core::retrieval::{query_texts, Indexes, Query};
+use crate::store::learning::{LearningStore, LearntModel};
+use actix::prelude::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Messages the learner's mailbox holds; more are dropped by their senders.
+pub const MAILBOX_CAPACITY: usize = 4096;
+
+/// How often a new catalog publication is looked for, to fit the memory to it.
+const TICK: Duration = Duration::from_secs(1);
+
+/// A turn was planned: its message, kept for its outcome.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct TurnPlanned {
+    pub turn_id: String,
+    pub message: String,
+}
+
+/// A new (not repeated) outcome of turn `turn_id`, scored `score`, naming `capabilities`.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct OutcomeToLearn {
+    pub turn_id: String,
+    pub capabilities: Vec<String>,
+    pub score: f32,
+}
+
+/// What the learner has done, for tests and the logs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LearnerStats {
+    /// Turns whose message is kept.
+    pub turns: usize,
+    /// Capabilities with remembered requests.
+    pub remembered: usize,
+    pub trials: u64,
+    /// Successful outcomes learnt.
+    pub learnt: u64,
+    /// Outcomes of a turn not planned here (or no longer kept).
+    pub without_turn: u64,
+    /// The learning the trials chose, if any.
+    pub chosen: Option<Learning>,
+    /// Whether discovery ranks with it now.
+    pub in_use: bool,
+}
+
+pub struct OutcomeLearner {
+    learning: OutcomeLearning,
+    turns: TurnMessages,
+    snapshots: Arc<SnapshotCell>,
+    embedder: Recipient<EmbedTexts>,
+    config: DiscoveryConfig,
+    prior: bool,
+    settings: OutcomeLearningSettings,
+    store: Option<LearningStore>,
+    last_refit: Option<Instant>,
+    stats: LearnerStats,
+}
+
+impl OutcomeLearner {
+    /// A learner serving `snapshots`, with what `store` kept for `model`
+    /// (`None`: nothing is kept). `prior`: whether discovery applies the outcome prior.
+    pub fn new(
+        settings: OutcomeLearningSettings,
+        config: DiscoveryConfig,
+        prior: bool,
+        snapshots: Arc<SnapshotCell>,
+        embedder: Recipient<EmbedTexts>,
+        model: LearntModel,
+        store: Option<LearningStore>,
+    ) -> Result<OutcomeLearner, crate::store::StoreError> {
+        let learning = match &store {
+            Some(store) => {
+                let kept = store.load(&model)?;
+                if kept.refused > 0 {
+                    tracing::warn!(refused = kept.refused, "outcome memory entries that do not decode were dropped");
+                }
+                OutcomeLearning::restore(kept.memory, kept.trust, prior)
+            }
+            None => OutcomeLearning::new(model.dimensions, prior),
+        };
+        Ok(OutcomeLearner {
+            learning,
+            turns: TurnMessages::new(settings.turns),
+            snapshots,
+            embedder,
+            config,
+            prior,
+            settings,
+            store,
+            last_refit: None,
+            stats: LearnerStats::default(),
+        })
+    }
+
+    /// Whether the memory's vectors may be fitted again now (at most once per `refit_interval_ms`).
+    fn may_refit(&mut self) -> bool {
+        let interval = Duration::from_millis(self.settings.refit_interval_ms);
+        let may = self.last_refit.is_none_or(|last| last.elapsed() >= interval);
+        if may {
+            self.last_refit = Some(Instant::now());
+        }
+        may
+    }
+
+    /// Learns one successful turn: `texts` (its message and clauses) embedded as `vectors`.
+    fn learn(&mut self, texts: Vec<String>, vectors: Vec<Vec<f32>>, succeeded: &[String]) {
+        let snapshot = self.snapshots.load();
+        if snapshot.catalog.len() > self.settings.max_capabilities {
+            metrics::counter!("capdex_outcome_learning_skipped_total", "reason" => "catalog_too_large").increment(1);
+            return;
+        }
+        let query = Query::new(texts, vectors);
+        let may_refit = self.may_refit();
+        let indexes = Indexes {
+            catalog: &snapshot.catalog,
+            vectors: &snapshot.index,
+            lexical: &snapshot.lexical,
+            graph: &snapshot.graph,
+        };
+        let serving = Serving {
+            indexes,
+            vectors: &snapshot.index,
+            config: &self.config,
+            prior: self.prior.then_some(&*snapshot.prior),
+        };
+        let (trial, remembered) = self.learning.learn(&query, succeeded, &serving, may_refit);
+        if trial.is_some() {
+            metrics::counter!("capdex_outcome_learning_trials_total").increment(1);
+        }
+        if remembered.is_empty() {
+            return;
+        }
+        self.stats.learnt += 1;
+        metrics::counter!("capdex_outcome_learning_learnt_total").increment(1);
+        if let Some(store) = &self.store {
+            if let Err(err) = store.save(self.learning.memory(), &remembered, &self.learning.trust().state()) {
+                tracing::warn!(error = %err, "the outcome memory could not be stored");
+            }
+        }
+        self.publish(false);
+    }
+
+    /// Publishes what discovery should use now with the served index.
+    fn publish(&mut self, tick: bool) {
+        let snapshot = self.snapshots.load();
+        if !self.settings.enabled || snapshot.catalog.len() > self.settings.max_capabilities {
+            self.snapshots.publish_learned(None);
+            return;
+        }
+        let current = snapshot.learned.clone();
+        let fitted_to_served = current.as_ref().is_some_and(|learned| Arc::ptr_eq(&learned.base, &snapshot.index));
+        // On a tick, only a new publication of the catalog needs a fit.
+        if tick && fitted_to_served {
+            return;
+        }
+        let may_refit = !tick && self.may_refit();
+        let learned = self.learning.learned(&snapshot.index, may_refit);
+        let unchanged = match (&current, &learned) {
+            (Some(current), Some(learned)) => {
+                Arc::ptr_eq(&current.vectors, &learned.vectors) && current.learning == learned.learning
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if !unchanged {
+            if let Some(learned) = &learned {
+                tracing::info!(learning = ?learned.learning, trials = self.learning.trust().trials(), "discovery uses the outcome memory");
+            }
+            self.snapshots.publish_learned(learned.map(Arc::new));
+        }
+        metrics::gauge!("capdex_outcome_learning_in_use").set(if self.snapshots.load().uses_learned() {
+            1.0
+        } else {
+            0.0
+        });
+    }
+}
+
+impl Actor for OutcomeLearner {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        ctx.run_interval(TICK, |actor, _| actor.publish(true));
+    }
+}
+
+impl Handler<TurnPlanned> for OutcomeLearner {
+    type Result = ();
+
+    fn handle(&mut self, msg: TurnPlanned, _: &mut Context<Self>) {
+        if self.settings.enabled {
+            self.turns.insert(&msg.turn_id, &msg.message);
+        }
+    }
+}
+
+impl Handler<OutcomeToLearn> for OutcomeLearner {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, msg: OutcomeToLearn, _: &mut Context<Self>) -> Self::Result {
+        let message = self.turns.take(&msg.turn_id);
+        let Some(message) = message.filter(|_| self.settings.enabled) else {
+            self.stats.without_turn += 1;
+            return Box::pin(fut::ready(()));
+        };
+        // Only what did the job is learnt: a failed turn says nothing of which capability was wrong.
+        if msg.score < 0.5 || msg.capabilities.is_empty() {
+            return Box::pin(fut::ready(()));
+        }
+        let texts = query_texts(&message);
+        let request = self.embedder.send(EmbedTexts { texts: texts.clone(), role: TextRole::Query });
+        Box::pin(request.into_actor(self).map(move |embedded, actor, _| match embedded {
+            Ok(answer) => match answer.vectors {
+                Ok(vectors) if vectors.len() == texts.len() => actor.learn(texts, vectors, &msg.capabilities),
+                Ok(_) | Err(_) => {
+                    metrics::counter!("capdex_outcome_learning_skipped_total", "reason" => "embedder").increment(1);
+                }
+            },
+            Err(_) => {
+                metrics::counter!("capdex_outcome_learning_skipped_total", "reason" => "embedder").increment(1);
+            }
+        }))
+    }
+}
+
+impl Handler<Inspect<LearnerStats>> for OutcomeLearner {
+    type Result = MessageResult<Inspect<LearnerStats>>;
+
+    fn handle(&mut self, _: Inspect<LearnerStats>, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(LearnerStats {
+            turns: self.turns.len(),
+            remembered: self.learning.memory().len(),
+            trials: self.learning.trust().trials(),
+            chosen: self.learning.trust().chosen(),
+            in_use: self.snapshots.load().uses_learned(),
+            ..self.stats.clone()
+        })
+    }
+}

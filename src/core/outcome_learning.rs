@@ -1,0 +1,431 @@
+//! Learning from outcomes while serving: the outcome memory
+//! ([`crate::core::outcome_memory`]) fed by the turns' outcomes, used by
+//! discovery only once trials on those outcomes show it helps
+//! ([`crate::core::outcome_trust`]).
+//!
+//! A turn planned with a `turnId` leaves its message here
+//! ([`TurnMessages`], bounded, oldest first out). When that turn's outcome
+//! arrives and it succeeded, the learner ([`OutcomeLearning::learn`]):
+//! 1. ranks the message as discovery serves it now and as each
+//!    [`live_learnings`] would, the memory fitted before this outcome (so
+//!    none saw the request), and records the gain in the reciprocal rank of
+//!    the capabilities that did the job (a trial);
+//! 2. remembers the message's vector for each of them.
+//!
+//! The learnings tried are the memory at each of [`OWN_WEIGHTS`] on top of
+//! discovery as configured (the prior as `[discovery] outcome_prior` says), so
+//! a trial measures the memory and nothing else. Discovery uses the learning
+//! [`OutcomeTrust::chosen`] picks ([`OutcomeLearning::learned`]): the
+//! capabilities' vectors moved towards their requests, every other
+//! capability by the memory's style shift; with no learning chosen it ranks
+//! exactly as it would without the memory. The fitted vectors belong to one
+//! vector index: a new catalog publication is served without them until they
+//! are fitted to it again.
+
+use crate::core::discovery::{ranked_ids, DiscoveryConfig};
+use crate::core::evaluation::mean_reciprocal_rank;
+use crate::core::index::VectorIndex;
+use crate::core::outcome_memory::OutcomeMemory;
+use crate::core::outcome_prior::OutcomePrior;
+use crate::core::outcome_trust::{Learning, OutcomeTrust, TrustState};
+use crate::core::retrieval::{Indexes, Query};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// The memory's own weights tried live, in requests: from one that soon
+/// outweighs a capability's text to one that only leans on it.
+pub const OWN_WEIGHTS: [f32; 4] = [1.0, 2.0, 5.0, 10.0];
+
+/// Successes learnt before the memory's vectors are fitted again for the trials.
+pub const REFIT_EVERY: usize = 10;
+
+/// The learnings tried live: the memory at each of [`OWN_WEIGHTS`], with the
+/// prior as discovery applies it (`prior`).
+pub fn live_learnings(prior: bool) -> Vec<Learning> {
+    OWN_WEIGHTS.iter().map(|&weight| Learning { prior, memory_own_weight: Some(weight) }).collect()
+}
+
+/// The messages of the turns planned lately, by `turnId`; at most
+/// `capacity`, the oldest dropped first.
+#[derive(Clone, Debug)]
+pub struct TurnMessages {
+    capacity: usize,
+    order: VecDeque<String>,
+    messages: HashMap<String, String>,
+}
+
+impl TurnMessages {
+    /// Keeps at most `capacity` turns (0 keeps none).
+    pub fn new(capacity: usize) -> TurnMessages {
+        TurnMessages { capacity, order: VecDeque::new(), messages: HashMap::new() }
+    }
+
+    /// Keeps `message` for `turn_id`; a turn planned again keeps its latest message.
+    pub fn insert(&mut self, turn_id: &str, message: &str) {
+        if self.capacity == 0 {
+            return;
+        }
+        if let Some(kept) = self.messages.get_mut(turn_id) {
+            message.clone_into(kept);
+            return;
+        }
+        while self.messages.len() >= self.capacity {
+            match self.order.pop_front() {
+                Some(oldest) => {
+                    self.messages.remove(&oldest);
+                }
+                None => break,
+            }
+        }
+        self.order.push_back(turn_id.to_string());
+        self.messages.insert(turn_id.to_string(), message.to_string());
+    }
+
+    /// The message of `turn_id`, no longer kept (an outcome is learnt once).
+    pub fn take(&mut self, turn_id: &str) -> Option<String> {
+        let message = self.messages.remove(turn_id)?;
+        if let Some(position) = self.order.iter().position(|kept| kept == turn_id) {
+            self.order.remove(position);
+        }
+        Some(message)
+    }
+
+    /// Number of turns kept.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether no turn is kept.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+}
+
+/// What discovery uses in place of the vector index `base`: the memory's
+/// vectors at the chosen learning's own weight.
+#[derive(Debug)]
+pub struct Learned {
+    pub base: Arc<VectorIndex>,
+    pub vectors: Arc<VectorIndex>,
+    pub learning: Learning,
+}
+
+/// The memory's vectors at each own weight, fitted to one vector index.
+struct Fitted {
+    base: Arc<VectorIndex>,
+    adapted: Vec<(f32, Arc<VectorIndex>)>,
+}
+
+impl Fitted {
+    fn fit(memory: &OutcomeMemory, base: &Arc<VectorIndex>) -> Fitted {
+        let adapted = OWN_WEIGHTS.iter().map(|&weight| (weight, Arc::new(memory.adapt_index(base, weight)))).collect();
+        Fitted { base: base.clone(), adapted }
+    }
+
+    fn vectors(&self, weight: f32) -> Option<&Arc<VectorIndex>> {
+        self.adapted.iter().find(|(fitted, _)| *fitted == weight).map(|(_, vectors)| vectors)
+    }
+}
+
+/// One trial: the mean reciprocal rank of the capabilities that did the job
+/// as discovery served them (`without`) and with each learning (`with`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trial {
+    pub without: f64,
+    pub with: Vec<f64>,
+}
+
+/// What serving discovery ranks with now: its indexes (`vectors` the one
+/// published, not a learnt one), settings, and the prior when it applies one.
+pub struct Serving<'a> {
+    pub indexes: Indexes<'a>,
+    pub vectors: &'a Arc<VectorIndex>,
+    pub config: &'a DiscoveryConfig,
+    pub prior: Option<&'a OutcomePrior>,
+}
+
+/// The live learner's state: the memory, the trials, and the memory's
+/// vectors as last fitted.
+pub struct OutcomeLearning {
+    memory: OutcomeMemory,
+    trust: OutcomeTrust,
+    fitted: Option<Fitted>,
+    learnt_since_fit: usize,
+}
+
+impl OutcomeLearning {
+    /// Nothing learnt, for vectors of `dimensions`; `prior` as discovery applies it.
+    pub fn new(dimensions: usize, prior: bool) -> OutcomeLearning {
+        OutcomeLearning::restore(OutcomeMemory::new(dimensions), None, prior)
+    }
+
+    /// What was kept: the memory, and the trials if they tried today's learnings.
+    pub fn restore(memory: OutcomeMemory, trust: Option<TrustState>, prior: bool) -> OutcomeLearning {
+        let learnings = live_learnings(prior);
+        let trust = trust
+            .and_then(|state| OutcomeTrust::from_state(state, &learnings))
+            .unwrap_or_else(|| OutcomeTrust::new(&learnings));
+        OutcomeLearning { memory, trust, fitted: None, learnt_since_fit: usize::MAX }
+    }
+
+    pub fn memory(&self) -> &OutcomeMemory {
+        &self.memory
+    }
+
+    pub fn trust(&self) -> &OutcomeTrust {
+        &self.trust
+    }
+
+    /// Learns that the capabilities `succeeded` did the job for `query` (the
+    /// turn's message and clauses, embedded): a trial first, when something
+    /// is remembered, then the message's vector remembered for each of them
+    /// the served index holds. Returns the trial, if one was made, and the
+    /// ids remembered. `may_refit`: whether the memory's vectors may be fitted
+    /// again now (fitting costs a pass over the index per own weight; the
+    /// caller bounds how often).
+    pub fn learn(
+        &mut self,
+        query: &Query,
+        succeeded: &[String],
+        serving: &Serving<'_>,
+        may_refit: bool,
+    ) -> (Option<Trial>, Vec<String>) {
+        let known: Vec<String> = succeeded
+            .iter()
+            .filter(|id| serving.vectors.stored_vector(id).is_some())
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let Some(request) = query.parts.first().map(|part| part.vector.as_slice()) else {
+            return (None, Vec::new());
+        };
+        if known.is_empty() || request.len() != self.memory.dimensions() {
+            return (None, Vec::new());
+        }
+        let trial = if self.memory.is_empty() { None } else { self.trial(query, &known, serving, may_refit) };
+        let remembered = known.into_iter().filter(|id| self.memory.remember(id, request)).collect::<Vec<_>>();
+        if !remembered.is_empty() {
+            self.learnt_since_fit = self.learnt_since_fit.saturating_add(1);
+        }
+        (trial, remembered)
+    }
+
+    fn trial(&mut self, query: &Query, succeeded: &[String], serving: &Serving<'_>, may_refit: bool) -> Option<Trial> {
+        self.fit(serving.vectors, may_refit);
+        let fitted = self.fitted.as_ref()?;
+        let succeeded: Vec<&str> = succeeded.iter().map(String::as_str).collect();
+        let reciprocal = |indexes: &Indexes<'_>| {
+            mean_reciprocal_rank(&ranked_ids(query, indexes, serving.config, serving.prior), &succeeded)
+        };
+        let without = reciprocal(&serving.indexes);
+        let with: Option<Vec<f64>> = self
+            .trust
+            .learnings()
+            .iter()
+            .map(|learning| {
+                let vectors = fitted.vectors(learning.memory_own_weight?)?;
+                Some(reciprocal(&Indexes { vectors, ..serving.indexes }))
+            })
+            .collect();
+        let trial = Trial { without, with: with? };
+        self.trust.record(trial.without, &trial.with).then_some(trial)
+    }
+
+    /// Fits the memory's vectors to `base` when they were fitted to another
+    /// index, or when [`REFIT_EVERY`] successes were learnt since and `may_refit`.
+    fn fit(&mut self, base: &Arc<VectorIndex>, may_refit: bool) {
+        let stale = match &self.fitted {
+            Some(fitted) => !Arc::ptr_eq(&fitted.base, base),
+            None => true,
+        };
+        if stale || (may_refit && self.learnt_since_fit >= REFIT_EVERY) {
+            self.fitted = Some(Fitted::fit(&self.memory, base));
+            self.learnt_since_fit = 0;
+        }
+    }
+
+    /// What discovery should use with the vector index `base`: the chosen
+    /// learning's vectors, fitted to `base` (again if `may_refit` and the
+    /// memory grew by [`REFIT_EVERY`] since); `None` while no learning is chosen.
+    pub fn learned(&mut self, base: &Arc<VectorIndex>, may_refit: bool) -> Option<Learned> {
+        let learning = self.trust.chosen()?;
+        let weight = learning.memory_own_weight?;
+        self.fit(base, may_refit);
+        let vectors = self.fitted.as_ref()?.vectors(weight)?.clone();
+        Some(Learned { base: base.clone(), vectors, learning })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::catalog::Catalog;
+    use crate::core::descriptor::CapabilityDescriptor;
+    use crate::core::embedder::{Embed, HashingEmbedder};
+    use crate::core::graph::CapabilityGraph;
+    use crate::core::lexical::LexicalIndex;
+    use crate::core::retrieval::query_texts;
+    use crate::core::text::embedding_text;
+    use proptest::prelude::*;
+
+    #[test]
+    fn turn_messages_keep_the_latest_turns_and_give_each_once() {
+        let mut turns = TurnMessages::new(2);
+        turns.insert("t1", "first");
+        turns.insert("t2", "second");
+        turns.insert("t1", "first, planned again");
+        turns.insert("t3", "third");
+        assert_eq!(turns.len(), 2);
+        assert_eq!(turns.take("t1"), None, "the oldest turn made room");
+        assert_eq!(turns.take("t2").as_deref(), Some("second"));
+        assert_eq!(turns.take("t2"), None, "given once");
+        assert_eq!(turns.take("t3").as_deref(), Some("third"));
+        assert!(turns.is_empty());
+        let mut none = TurnMessages::new(0);
+        none.insert("t", "m");
+        assert!(none.is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn turn_messages_never_exceed_their_capacity(
+            capacity in 0usize..8,
+            steps in proptest::collection::vec((any::<bool>(), 0u8..12), 0..80),
+        ) {
+            let mut turns = TurnMessages::new(capacity);
+            for (insert, turn) in steps {
+                let turn = format!("t{turn}");
+                if insert {
+                    turns.insert(&turn, &turn);
+                    prop_assert_eq!(turns.messages.get(&turn).is_some(), capacity > 0);
+                } else if let Some(message) = turns.take(&turn) {
+                    prop_assert_eq!(message, turn);
+                }
+                prop_assert!(turns.len() <= capacity);
+                prop_assert_eq!(turns.order.len(), turns.messages.len());
+            }
+        }
+    }
+
+    fn tool(id: &str, description: &str) -> CapabilityDescriptor {
+        crate::core::descriptor::test_tool(id.trim_start_matches("tool:"), description)
+    }
+
+    /// A catalog served by discovery, with its indexes.
+    struct Served {
+        catalog: Catalog,
+        vectors: Arc<VectorIndex>,
+        lexical: LexicalIndex,
+        graph: CapabilityGraph,
+        embedder: HashingEmbedder,
+    }
+
+    impl Served {
+        fn new(descriptors: &[CapabilityDescriptor]) -> Served {
+            let embedder = HashingEmbedder::default();
+            let mut catalog = Catalog::default();
+            let mut vectors = VectorIndex::new(embedder.dimensions());
+            for descriptor in descriptors {
+                vectors.upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor))).unwrap();
+                catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+            }
+            let graph = CapabilityGraph::build_from(catalog.descriptors.values(), &[]);
+            Served { lexical: LexicalIndex::build(descriptors), catalog, vectors: Arc::new(vectors), graph, embedder }
+        }
+
+        fn query(&self, message: &str) -> Query {
+            let texts = query_texts(message);
+            let vectors = texts.iter().map(|text| self.embedder.embed(text)).collect();
+            Query::new(texts, vectors)
+        }
+
+        fn serving<'a>(&'a self, config: &'a DiscoveryConfig, vectors: &'a Arc<VectorIndex>) -> Serving<'a> {
+            Serving {
+                indexes: Indexes { catalog: &self.catalog, vectors, lexical: &self.lexical, graph: &self.graph },
+                vectors,
+                config,
+                prior: None,
+            }
+        }
+    }
+
+    /// Requests worded unlike any description, each done by `tool:ledger`.
+    const ASKED: [&str; 6] = [
+        "what do I still owe the plumber",
+        "how much is left on the plumber bill",
+        "did the plumber get paid already",
+        "settle what we owe the plumber",
+        "remaining balance for the plumber",
+        "is the plumber invoice cleared",
+    ];
+
+    #[test]
+    fn learning_is_used_once_trials_show_it_lifts_what_did_the_job() {
+        let served = Served::new(&[
+            tool("tool:ledger", "Record payments against open accounts payable entries"),
+            tool("tool:plumbing", "Find a plumber near you and book a visit"),
+            tool("tool:weather", "Tell the weather forecast for a city"),
+        ]);
+        let config = DiscoveryConfig { use_graph_reranking: false, ..DiscoveryConfig::default() };
+        let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
+        let done = vec!["tool:ledger".to_string()];
+        let serving = served.serving(&config, &served.vectors);
+        assert!(learning.learned(&served.vectors, true).is_none(), "nothing chosen before any trial");
+        for round in 0..4 {
+            for asked in ASKED {
+                let (trial, remembered) = learning.learn(&served.query(asked), &done, &serving, true);
+                assert_eq!(remembered, done);
+                assert_eq!(trial.is_some(), round > 0 || asked != ASKED[0], "a trial once something is remembered");
+            }
+        }
+        let chosen = learning.learned(&served.vectors, true).expect("the trials show a gain");
+        assert!(Arc::ptr_eq(&chosen.base, &served.vectors));
+        assert_eq!(chosen.learning.memory_own_weight.map(|weight| OWN_WEIGHTS.contains(&weight)), Some(true));
+        // A request worded like the remembered ones now meets the ledger first.
+        let asked = served.query("what do we still owe the electrician");
+        let before = ranked_ids(&asked, &serving.indexes, &config, None);
+        let after = ranked_ids(&asked, &Indexes { vectors: &chosen.vectors, ..serving.indexes }, &config, None);
+        assert_ne!(before.first().map(String::as_str), Some("tool:ledger"));
+        assert_eq!(after.first().map(String::as_str), Some("tool:ledger"));
+        // Fitted to one index: another publication gets its own fit.
+        let republished = Arc::new((*served.vectors).clone());
+        let refitted = learning.learned(&republished, false).unwrap();
+        assert!(Arc::ptr_eq(&refitted.base, &republished));
+    }
+
+    #[test]
+    fn ids_the_index_does_not_hold_and_vectors_of_another_model_are_not_learnt() {
+        let served = Served::new(&[tool("tool:weather", "Tell the weather forecast for a city")]);
+        let config = DiscoveryConfig::default();
+        let serving = served.serving(&config, &served.vectors);
+        let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
+        let (trial, remembered) =
+            learning.learn(&served.query("rain tomorrow?"), &["tool:unknown".to_string()], &serving, true);
+        assert_eq!((trial, remembered.len()), (None, 0));
+        let mut other = OutcomeLearning::new(3, false);
+        let (_, remembered) =
+            other.learn(&served.query("rain tomorrow?"), &["tool:weather".to_string()], &serving, true);
+        assert!(remembered.is_empty() && other.memory().is_empty());
+    }
+
+    #[test]
+    fn a_memory_that_only_hurts_is_never_chosen() {
+        // Two near-identical tools; requests that succeeded with one are asked of the other.
+        let served = Served::new(&[
+            tool("tool:convert-a", "Convert an amount between two currencies"),
+            tool("tool:convert-b", "Convert an amount between two currencies today"),
+            tool("tool:weather", "Tell the weather forecast for a city"),
+        ]);
+        let config = DiscoveryConfig { use_graph_reranking: false, ..DiscoveryConfig::default() };
+        let serving = served.serving(&config, &served.vectors);
+        let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
+        for round in 0..30 {
+            let done = if round % 2 == 0 { "tool:convert-a" } else { "tool:convert-b" };
+            let asked = format!("convert {} euros to dollars", 10 + round);
+            learning.learn(&served.query(&asked), &[done.to_string()], &serving, true);
+        }
+        assert!(learning.trust().trials() > 0);
+        assert!(learning.learned(&served.vectors, true).is_none(), "{:?}", learning.trust().gains());
+    }
+}
