@@ -22,6 +22,7 @@ mod multinode;
 mod one_catalog;
 mod openapi_sources;
 mod outbound;
+mod outcome_learning;
 mod python_clients;
 mod retention;
 mod robustness;
