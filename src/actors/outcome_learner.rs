@@ -265,3 +265,136 @@ impl Handler<Inspect<LearnerStats>> for OutcomeLearner {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actors::embedder::Embedder;
+    use crate::actors::test_support::tool;
+    use crate::core::catalog::Catalog;
+    use crate::core::embedder::{Embed, HashingEmbedder};
+    use crate::core::graph::CapabilityGraph;
+    use crate::core::index::VectorIndex;
+    use crate::core::lexical::LexicalIndex;
+    use crate::core::text::embedding_text;
+    use crate::store::Store;
+
+    const SETTINGS: OutcomeLearningSettings =
+        OutcomeLearningSettings { enabled: true, turns: 100, max_capabilities: 1000, refit_interval_ms: 0 };
+
+    /// A cell serving a few tools, as the Indexer and GraphBuilder publish them.
+    fn served() -> Arc<SnapshotCell> {
+        let embedder = HashingEmbedder::default();
+        let descriptors = vec![
+            tool("ledger", "Record payments against open accounts payable entries"),
+            tool("plumbing", "Find a plumber near you and book a visit"),
+            tool("weather", "Tell the weather forecast for a city"),
+        ];
+        let mut catalog = Catalog { version: 1, ..Catalog::default() };
+        let mut index = VectorIndex::new(embedder.dimensions());
+        for descriptor in &descriptors {
+            index.upsert(&descriptor.id, &embedder.embed(&embedding_text(descriptor))).unwrap();
+            catalog.descriptors.insert(descriptor.id.clone(), descriptor.clone());
+        }
+        let cell = Arc::new(SnapshotCell::default());
+        let graph = Arc::new(CapabilityGraph::build_from(catalog.descriptors.values(), &[]));
+        cell.publish_catalog(&Arc::new(catalog), &Arc::new(index), &Arc::new(LexicalIndex::build(&descriptors)));
+        cell.publish_graph(1, &graph);
+        cell
+    }
+
+    fn learner(cell: &Arc<SnapshotCell>, store: Option<LearningStore>) -> Addr<OutcomeLearner> {
+        let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
+        let model = LearntModel { model_id: HashingEmbedder::default().model_id(), dimensions: 512 };
+        let config = DiscoveryConfig { use_graph_reranking: false, ..DiscoveryConfig::default() };
+        OutcomeLearner::new(SETTINGS, config, false, cell.clone(), embedder.recipient(), model, store).unwrap().start()
+    }
+
+    const ASKED: [&str; 6] = [
+        "what do I still owe the plumber",
+        "how much is left on the plumber bill",
+        "did the plumber get paid already",
+        "settle what we owe the plumber",
+        "remaining balance for the plumber",
+        "is the plumber invoice cleared",
+    ];
+
+    async fn teach(learner: &Addr<OutcomeLearner>, rounds: usize) {
+        for round in 0..rounds {
+            for (i, asked) in ASKED.iter().enumerate() {
+                let turn_id = format!("r{round}t{i}");
+                learner.send(TurnPlanned { turn_id: turn_id.clone(), message: asked.to_string() }).await.unwrap();
+                let outcome = OutcomeToLearn { turn_id, capabilities: vec!["tool:ledger".into()], score: 1.0 };
+                learner.send(outcome).await.unwrap();
+            }
+        }
+    }
+
+    #[actix::test]
+    async fn successes_of_planned_turns_are_learnt_and_used_once_the_trials_gain() {
+        let cell = served();
+        let data = tempfile::tempdir().unwrap();
+        let store = Store::open(data.path()).unwrap();
+        let learner = learner(&cell, Some(LearningStore::open(&store).unwrap()));
+        // Outcomes of unplanned turns, and failed turns, teach nothing.
+        let stray = OutcomeToLearn { turn_id: "nobody".into(), capabilities: vec!["tool:ledger".into()], score: 1.0 };
+        learner.send(stray).await.unwrap();
+        learner.send(TurnPlanned { turn_id: "f".into(), message: ASKED[0].into() }).await.unwrap();
+        let failed = OutcomeToLearn { turn_id: "f".into(), capabilities: vec!["tool:ledger".into()], score: 0.0 };
+        learner.send(failed).await.unwrap();
+        let stats = learner.send(Inspect::<LearnerStats>::new()).await.unwrap();
+        assert_eq!((stats.without_turn, stats.learnt, stats.remembered, stats.turns), (1, 0, 0, 0));
+
+        teach(&learner, 4).await;
+        let stats = learner.send(Inspect::<LearnerStats>::new()).await.unwrap();
+        assert_eq!((stats.learnt, stats.remembered, stats.trials), (24, 1, 23));
+        assert!(stats.chosen.is_some() && stats.in_use, "{stats:?}");
+        assert!(cell.load().uses_learned());
+
+        // A new catalog publication is served without the learnt vectors until they are fitted to it.
+        let snapshot = cell.load();
+        let mut catalog = (*snapshot.catalog).clone();
+        catalog.version += 1;
+        let republished = Arc::new((*snapshot.index).clone());
+        cell.publish_catalog(&Arc::new(catalog), &republished, &snapshot.lexical);
+        assert!(!cell.load().uses_learned());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !cell.load().uses_learned() && std::time::Instant::now() < deadline {
+            actix::clock::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(cell.load().uses_learned(), "fitted again on the tick");
+
+        // What was learnt comes back from the store.
+        store.flush().unwrap();
+        let again = learner_with_kept(&store).await;
+        assert_eq!((again.remembered, again.trials, again.chosen), (1, 23, stats.chosen));
+    }
+
+    async fn learner_with_kept(store: &Store) -> LearnerStats {
+        let cell = served();
+        let learner = learner(&cell, Some(LearningStore::open(store).unwrap()));
+        learner.send(Inspect::<LearnerStats>::new()).await.unwrap()
+    }
+
+    #[actix::test]
+    async fn switched_off_it_keeps_no_turn_and_publishes_nothing() {
+        let cell = served();
+        let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
+        let model = LearntModel { model_id: "hashing".into(), dimensions: 512 };
+        let off = OutcomeLearningSettings { enabled: false, ..SETTINGS };
+        let learner = OutcomeLearner::new(
+            off,
+            DiscoveryConfig::default(),
+            false,
+            cell.clone(),
+            embedder.recipient(),
+            model,
+            None,
+        )
+        .unwrap()
+        .start();
+        teach(&learner, 2).await;
+        let stats = learner.send(Inspect::<LearnerStats>::new()).await.unwrap();
+        assert_eq!((stats.turns, stats.learnt, stats.without_turn, stats.in_use), (0, 0, 12, false));
+    }
+}

@@ -298,7 +298,7 @@ mod tests {
                 let turn = format!("t{turn}");
                 if insert {
                     turns.insert(&turn, &turn);
-                    prop_assert_eq!(turns.messages.get(&turn).is_some(), capacity > 0);
+                    prop_assert_eq!(turns.messages.contains_key(&turn), capacity > 0);
                 } else if let Some(message) = turns.take(&turn) {
                     prop_assert_eq!(message, turn);
                 }

@@ -107,7 +107,7 @@ impl OutcomeTrust {
         let sound = state.learnings == learnings
             && state.gains.len() == learnings.len()
             && state.gains.iter().all(|(sum, squares)| sum.is_finite() && squares.is_finite() && *squares >= 0.0);
-        sound.then(|| OutcomeTrust { learnings: state.learnings, gains: state.gains, trials: state.trials })
+        sound.then_some(OutcomeTrust { learnings: state.learnings, gains: state.gains, trials: state.trials })
     }
 
     /// Number of trials recorded.
