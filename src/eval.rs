@@ -39,6 +39,7 @@ use crate::core::index::VectorIndex;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::nothing_fits::{coverage, generic_likeness, terms_of, GenericFloor, GENERIC_SENTENCES};
+use crate::core::outcome_learning::{OutcomeLearning, Serving};
 use crate::core::outcome_memory::OutcomeMemory;
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrialGain};
@@ -48,6 +49,7 @@ use crate::store::{Store, StoreError};
 use serde::de::DeserializeOwned;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What to evaluate.
@@ -139,6 +141,26 @@ pub struct ReplayReport {
     /// Each tried learning: its trials' gain, and the second half (and its
     /// unseen requests) ranked with it, chosen or not.
     pub at_each_learning: Vec<LearningTrial>,
+    /// What `capdex serve` learns from the same outcomes (`core::outcome_learning`).
+    pub served: ServedReplay,
+}
+
+/// The replay as `capdex serve` learns ([`OutcomeLearning`]): discovery as
+/// served applies the prior as configured; the trials try the memory at
+/// each own weight on top of it, on the first half's successes as they come.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServedReplay {
+    /// Whether discovery as served applies the prior (`[discovery] outcome_prior`).
+    pub prior: bool,
+    pub trials: u64,
+    /// The learning the trials chose; `None`: served without the memory.
+    pub chosen: Option<Learning>,
+    /// The second half as served without the memory, and with what was chosen.
+    pub as_served: Metrics,
+    pub learned: Metrics,
+    pub unseen_as_served: Metrics,
+    pub unseen_learned: Metrics,
 }
 
 /// One learning of the replay's [`OutcomeTrust`]: what its trials gained
@@ -515,6 +537,10 @@ fn replay(
     let mut memory = OutcomeMemory::new(shared.vectors.dimensions());
     let mut trust = OutcomeTrust::default();
     let mut learnt: Option<Learnt> = None;
+    // As `capdex serve` learns: the prior as configured, the memory tried on top of it.
+    let served_prior = options.prior_settings.enabled;
+    let served_vectors = Arc::new(shared.vectors.clone());
+    let mut served = OutcomeLearning::new(served_vectors.dimensions(), served_prior);
     let mut learnt_since_refit = usize::MAX;
     let mut outcomes = 0;
     // The first half's outcomes arrive in a seeded order; before each request's outcomes are
@@ -527,6 +553,17 @@ fn replay(
             if learnt_since_refit >= TRIAL_REFIT_EVERY {
                 learnt = Some(Learnt::new(trust.learnings(), &stats, &memory, options, shared));
                 learnt_since_refit = 0;
+            }
+            if let (Some(learnt), None) = (&learnt, &queries[i].tools) {
+                let succeeded: Vec<String> =
+                    credited.iter().filter(|(_, score)| *score >= 0.5).map(|(id, _)| id.clone()).collect();
+                let serving = Serving {
+                    indexes: Indexes { vectors: &served_vectors, ..shared.indexes() },
+                    vectors: &served_vectors,
+                    config: &options.config,
+                    prior: served_prior.then_some(&learnt.prior),
+                };
+                served.learn(&ranked[i].query, &succeeded, &serving, true);
             }
             if let Some(learnt) = &learnt {
                 let succeeded: Vec<&str> =
@@ -575,6 +612,17 @@ fn replay(
         aggregate(&scores, half.len())
     };
     let chosen = trust.chosen();
+    let as_served = served_prior.then_some(Learning { prior: true, memory_own_weight: None });
+    let served_chosen = served.trust().chosen();
+    let served = ServedReplay {
+        prior: served_prior,
+        trials: served.trust().trials(),
+        chosen: served_chosen,
+        as_served: score(&second, as_served),
+        learned: score(&second, served_chosen.or(as_served)),
+        unseen_as_served: score(&unseen, as_served),
+        unseen_learned: score(&unseen, served_chosen.or(as_served)),
+    };
     let at_each_learning = trust
         .gains()
         .into_iter()
@@ -598,5 +646,6 @@ fn replay(
         unseen_without_learning: score(&unseen, None),
         unseen_learned: score(&unseen, chosen),
         at_each_learning,
+        served,
     }
 }

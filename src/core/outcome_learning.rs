@@ -45,11 +45,17 @@ pub fn live_learnings(prior: bool) -> Vec<Learning> {
     OWN_WEIGHTS.iter().map(|&weight| Learning { prior, memory_own_weight: Some(weight) }).collect()
 }
 
+/// The most bytes (ids and messages) [`TurnMessages`] keeps, whatever its
+/// capacity in turns: requests may carry messages of up to a megabyte.
+pub const TURN_MESSAGES_MAX_BYTES: usize = 8 << 20;
+
 /// The messages of the turns planned lately, by `turnId`; at most
-/// `capacity`, the oldest dropped first.
+/// `capacity` turns and [`TURN_MESSAGES_MAX_BYTES`], the oldest dropped first.
 #[derive(Clone, Debug)]
 pub struct TurnMessages {
     capacity: usize,
+    max_bytes: usize,
+    bytes: usize,
     order: VecDeque<String>,
     messages: HashMap<String, String>,
 }
@@ -57,33 +63,41 @@ pub struct TurnMessages {
 impl TurnMessages {
     /// Keeps at most `capacity` turns (0 keeps none).
     pub fn new(capacity: usize) -> TurnMessages {
-        TurnMessages { capacity, order: VecDeque::new(), messages: HashMap::new() }
+        TurnMessages::with_max_bytes(capacity, TURN_MESSAGES_MAX_BYTES)
     }
 
-    /// Keeps `message` for `turn_id`; a turn planned again keeps its latest message.
+    /// Keeps at most `capacity` turns and `max_bytes` of ids and messages.
+    pub fn with_max_bytes(capacity: usize, max_bytes: usize) -> TurnMessages {
+        TurnMessages { capacity, max_bytes, bytes: 0, order: VecDeque::new(), messages: HashMap::new() }
+    }
+
+    /// Keeps `message` for `turn_id`; a turn planned again keeps its latest
+    /// message. A turn larger than the byte bound alone is not kept.
     pub fn insert(&mut self, turn_id: &str, message: &str) {
-        if self.capacity == 0 {
+        let size = turn_id.len() + message.len();
+        self.take(turn_id);
+        if self.capacity == 0 || size > self.max_bytes {
             return;
         }
-        if let Some(kept) = self.messages.get_mut(turn_id) {
-            message.clone_into(kept);
-            return;
-        }
-        while self.messages.len() >= self.capacity {
+        while self.messages.len() >= self.capacity || self.bytes + size > self.max_bytes {
             match self.order.pop_front() {
                 Some(oldest) => {
-                    self.messages.remove(&oldest);
+                    if let Some(dropped) = self.messages.remove(&oldest) {
+                        self.bytes -= oldest.len() + dropped.len();
+                    }
                 }
                 None => break,
             }
         }
         self.order.push_back(turn_id.to_string());
         self.messages.insert(turn_id.to_string(), message.to_string());
+        self.bytes += size;
     }
 
     /// The message of `turn_id`, no longer kept (an outcome is learnt once).
     pub fn take(&mut self, turn_id: &str) -> Option<String> {
         let message = self.messages.remove(turn_id)?;
+        self.bytes -= turn_id.len() + message.len();
         if let Some(position) = self.order.iter().position(|kept| kept == turn_id) {
             self.order.remove(position);
         }
@@ -277,33 +291,47 @@ mod tests {
         turns.insert("t1", "first, planned again");
         turns.insert("t3", "third");
         assert_eq!(turns.len(), 2);
-        assert_eq!(turns.take("t1"), None, "the oldest turn made room");
-        assert_eq!(turns.take("t2").as_deref(), Some("second"));
+        assert_eq!(turns.take("t2"), None, "the oldest turn made room (t1 was planned again since)");
+        assert_eq!(turns.take("t1").as_deref(), Some("first, planned again"));
         assert_eq!(turns.take("t2"), None, "given once");
         assert_eq!(turns.take("t3").as_deref(), Some("third"));
         assert!(turns.is_empty());
         let mut none = TurnMessages::new(0);
         none.insert("t", "m");
         assert!(none.is_empty());
+        // Bytes bound the turns kept too; a turn larger than the bound alone is not kept.
+        let mut small = TurnMessages::with_max_bytes(100, 10);
+        small.insert("a", "1234");
+        small.insert("b", "5678");
+        small.insert("c", "9");
+        assert_eq!((small.len(), small.take("a")), (2, None));
+        small.insert("d", "x".repeat(10).as_str());
+        assert_eq!(small.take("d"), None);
     }
 
     proptest! {
         #[test]
-        fn turn_messages_never_exceed_their_capacity(
+        fn turn_messages_never_exceed_their_bounds(
             capacity in 0usize..8,
-            steps in proptest::collection::vec((any::<bool>(), 0u8..12), 0..80),
+            max_bytes in 0usize..40,
+            steps in proptest::collection::vec((any::<bool>(), 0u8..12, 0usize..12), 0..80),
         ) {
-            let mut turns = TurnMessages::new(capacity);
-            for (insert, turn) in steps {
+            let mut turns = TurnMessages::with_max_bytes(capacity, max_bytes);
+            for (insert, turn, length) in steps {
                 let turn = format!("t{turn}");
+                let message = "m".repeat(length);
                 if insert {
-                    turns.insert(&turn, &turn);
-                    prop_assert_eq!(turns.messages.contains_key(&turn), capacity > 0);
-                } else if let Some(message) = turns.take(&turn) {
-                    prop_assert_eq!(message, turn);
+                    turns.insert(&turn, &message);
+                    let fits = capacity > 0 && turn.len() + length <= max_bytes;
+                    prop_assert_eq!(turns.messages.contains_key(&turn), fits);
+                } else if let Some(kept) = turns.take(&turn) {
+                    prop_assert!(kept.chars().all(|ch| ch == 'm'));
                 }
                 prop_assert!(turns.len() <= capacity);
                 prop_assert_eq!(turns.order.len(), turns.messages.len());
+                let bytes: usize = turns.messages.iter().map(|(id, message)| id.len() + message.len()).sum();
+                prop_assert_eq!(turns.bytes, bytes);
+                prop_assert!(bytes <= max_bytes);
             }
         }
     }

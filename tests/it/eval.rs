@@ -324,6 +324,25 @@ fn replay_feeds_one_half_and_ranks_the_other() {
             assert_eq!(replay["unseenLearned"], trial["unseen"]);
         }
     }
+    // As `capdex serve` learns: the prior as configured (on), the memory tried on top of it.
+    let served = &replay["served"];
+    assert_eq!(served["prior"], true);
+    assert_eq!(
+        served["asServed"],
+        tried.iter().find(|t| t["prior"] == true && t["memoryOwnWeight"].is_null()).unwrap()["secondHalf"]
+    );
+    assert!(served["trials"].as_u64().unwrap() > 0, "{served}");
+    match served["chosen"].as_object() {
+        None => assert_eq!(served["learned"], served["asServed"]),
+        Some(chosen) => {
+            assert_eq!(chosen["prior"], true, "{served}");
+            let trial = tried
+                .iter()
+                .find(|trial| trial["prior"] == true && trial["memoryOwnWeight"] == chosen["memoryOwnWeight"])
+                .unwrap();
+            assert_eq!(served["learned"], trial["secondHalf"]);
+        }
+    }
     let (again, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
     assert_eq!(again["replay"], report["replay"]);
     let (other, _) = eval_report(&tools, &[&queries], &["--replay", "8"]);
