@@ -416,6 +416,69 @@ pub fn run_with(
     })
 }
 
+/// What learning from outcomes costs (`capdex bench --outcome-learning`):
+/// each query is a turn whose third hit did the job, learnt as `capdex
+/// serve` learns it (a trial, then remembered; `core::outcome_learning`).
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LearningBenchReport {
+    pub n: usize,
+    /// Successes learnt.
+    pub successes: usize,
+    pub trials: u64,
+    /// The time to learn one success (a trial ranks the message five times;
+    /// one in [`crate::core::outcome_learning::REFIT_EVERY`] also fits the memory again).
+    pub learn_p50_us: f64,
+    pub learn_p99_us: f64,
+    pub learn_max_us: f64,
+    /// Fitting the memory to a new publication of the vector index (four own weights).
+    pub refit_ms: f64,
+    pub remembered: usize,
+    pub rss_bytes: u64,
+}
+
+/// Builds `descriptors` and learns one success per query ([`LearningBenchReport`]).
+pub fn outcome_learning(
+    descriptors: Vec<CapabilityDescriptor>,
+    queries: &[String],
+    embedder: &dyn Embed,
+    batch_size: usize,
+    config: &DiscoveryConfig,
+) -> Result<LearningBenchReport, EmbedError> {
+    use crate::core::outcome_learning::{OutcomeLearning, Serving};
+    let built = build(descriptors, Vec::new(), embedder, batch_size)?;
+    let vectors = std::sync::Arc::new(built.vectors.clone());
+    let indexes = Indexes { vectors: &vectors, ..built.indexes() };
+    let serving = Serving { indexes, vectors: &vectors, config, prior: None };
+    let mut learning = OutcomeLearning::new(vectors.dimensions(), false);
+    let mut learn_us = Vec::with_capacity(queries.len());
+    for message in queries {
+        let texts = query_texts(message);
+        let query = Query::new(texts.clone(), embed_in_batches_as(embedder, &texts, batch_size, TextRole::Query)?);
+        let ranked = crate::core::discovery::ranked_ids(&query, &serving.indexes, config, None);
+        let Some(done) = ranked.get(2) else { continue };
+        let started = Instant::now();
+        learning.learn(&query, std::slice::from_ref(done), &serving, true);
+        learn_us.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    let republished = std::sync::Arc::new(built.vectors.clone());
+    let started = Instant::now();
+    learning.refit(&republished);
+    let refit_ms = started.elapsed().as_secs_f64() * 1e3;
+    learn_us.sort_by(f64::total_cmp);
+    Ok(LearningBenchReport {
+        n: built.catalog.len(),
+        successes: learn_us.len(),
+        trials: learning.trust().trials(),
+        learn_p50_us: percentile(&learn_us, 0.50),
+        learn_p99_us: percentile(&learn_us, 0.99),
+        learn_max_us: learn_us.last().copied().unwrap_or(0.0),
+        refit_ms,
+        remembered: learning.memory().len(),
+        rss_bytes: peak_rss_bytes(),
+    })
+}
+
 /// The mean stage times of the slowest `share` of `turns` (by their total,
 /// at least one turn); all zero when there are none.
 fn mean_of_slowest(mut turns: Vec<(f64, StageTimings)>, share: f64) -> StageTimings {
@@ -860,6 +923,18 @@ mod tests {
         assert!(report.median_total_tokens > 0.0 && report.median_total_tokens < report.dump_all_tokens as f64);
         assert!(report.lines.iter().all(|l| l.rendered_tokens <= l.total_tokens));
         assert_eq!(median(&[1.0, 2.0, 10.0, 11.0]), 6.0);
+    }
+
+    #[test]
+    fn learning_from_outcomes_is_timed_per_success() {
+        let embedder = HashingEmbedder::default();
+        let queries = synthetic_queries(40);
+        let report =
+            outcome_learning(synthetic_catalog(300), &queries, &embedder, 64, &DiscoveryConfig::default()).unwrap();
+        assert_eq!(report.n, 300);
+        assert!(report.successes > 30 && report.trials + 1 == report.successes as u64, "{report:?}");
+        assert!(report.learn_p50_us > 0.0 && report.learn_p50_us <= report.learn_max_us, "{report:?}");
+        assert!(report.remembered > 0 && report.refit_ms > 0.0, "{report:?}");
     }
 
     #[test]

@@ -132,6 +132,11 @@ enum Command {
         /// allocator's overhead, not timings.
         #[arg(long, conflicts_with = "prompt_size")]
         memory: bool,
+        /// Report what learning from outcomes costs, as `capdex serve` learns: each query is a
+        /// turn whose third hit did the job (a trial ranking it five times, then remembered);
+        /// the time per success, the time to fit the memory to a new catalog, and peak RSS.
+        #[arg(long, conflicts_with_all = ["prompt_size", "memory"])]
+        outcome_learning: bool,
         /// Fail (exit code 1) when the peak resident set size is over SIZE (e.g. 60MB, 1GiB):
         /// a memory budget for CI.
         #[arg(long, value_name = "SIZE", value_parser = capdex::bench::parse_size)]
@@ -577,12 +582,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     {
         return run_soak(&settings, *minutes, nats_server, *soak_report_seconds, *soak_warmup, *soak_rate, *json);
     }
-    if let Command::Bench { synthetic, sources, queries, prompt_size, memory, max_rss, embedder, json, .. } =
-        cli.command
+    if let Command::Bench {
+        synthetic,
+        sources,
+        queries,
+        prompt_size,
+        memory,
+        outcome_learning,
+        max_rss,
+        embedder,
+        json,
+        ..
+    } = cli.command
     {
-        let mode = match (prompt_size, memory) {
-            (true, _) => BenchMode::PromptSize,
-            (_, true) => BenchMode::Memory,
+        let mode = match (prompt_size, memory, outcome_learning) {
+            (true, _, _) => BenchMode::PromptSize,
+            (_, true, _) => BenchMode::Memory,
+            (_, _, true) => BenchMode::OutcomeLearning,
             _ => BenchMode::Timings,
         };
         return run_bench(&settings, synthetic, sources, queries, mode, max_rss, &embedder, json);
@@ -941,6 +957,7 @@ enum BenchMode {
     Timings,
     PromptSize,
     Memory,
+    OutcomeLearning,
 }
 
 /// `capdex bench --soak MINUTES`.
@@ -1081,6 +1098,27 @@ fn bench_report(
             bench::memory_account(|| (descriptors, presets), &messages, embedder.as_ref(), batch_size, &discovery)?
                 .context("this build's allocator does not count allocations (the capdex binary's does)")?;
         return print_memory_account(&account, json);
+    }
+    if let BenchMode::OutcomeLearning = mode {
+        let report = bench::outcome_learning(descriptors, &messages, embedder.as_ref(), batch_size, &discovery)?;
+        if json {
+            println!("{}", serde_json::to_string(&report).context("failed to encode the report")?);
+        } else {
+            println!(
+                "{} capabilities, {} successes learnt ({} trials): p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs a \
+                 success; fitting the memory to a new catalog {:.1} ms; {} capabilities remembered; peak RSS {:.1} MB",
+                report.n,
+                report.successes,
+                report.trials,
+                report.learn_p50_us,
+                report.learn_p99_us,
+                report.learn_max_us,
+                report.refit_ms,
+                report.remembered,
+                report.rss_bytes as f64 / 1e6
+            );
+        }
+        return Ok(());
     }
     if let BenchMode::PromptSize = mode {
         let report = bench::prompt_size(descriptors, presets, &messages, embedder.as_ref(), batch_size, &discovery)?;

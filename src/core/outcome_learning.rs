@@ -259,6 +259,13 @@ impl OutcomeLearning {
         }
     }
 
+    /// Fits the memory's vectors to `base` now, whatever was fitted before
+    /// (what a new catalog publication costs; `capdex bench --outcome-learning` times it).
+    pub fn refit(&mut self, base: &Arc<VectorIndex>) {
+        self.fitted = Some(Fitted::fit(&self.memory, base));
+        self.learnt_since_fit = 0;
+    }
+
     /// What discovery should use with the vector index `base`: the chosen
     /// learning's vectors, fitted to `base` (again if `may_refit` and the
     /// memory grew by [`REFIT_EVERY`] since); `None` while no learning is chosen.
