@@ -36,7 +36,7 @@ r = (f"{replay['withoutLearning']['ndcgAt10']:.2f} -> {replay['learned']['ndcgAt
      if replay else "")
 if replay:
     sv = replay["served"]
-    r += (f" | served (prior {'on' if sv['prior'] else 'off'}): {sv['asServed']['ndcgAt10']:.2f} -> {sv['learned']['ndcgAt10']:.2f}"
+    r += (f" | as served: {sv['asServed']['ndcgAt10']:.2f} -> {sv['learned']['ndcgAt10']:.2f}"
           f" ({learning(sv['chosen'])}; unseen {sv['unseenAsServed']['ndcgAt10']:.2f} -> {sv['unseenLearned']['ndcgAt10']:.2f})")
 print(f"{name:11s} {m['ndcgAt10']:8.2f} {m['recallAt5']:8.2f} {m['recallAt1']:8.2f} {m['mrr']:8.2f} "
       f"{f['answeredEmptyShare']:11.1f}% {f['keptShare']:9.2f}% {r}")

@@ -145,18 +145,18 @@ pub struct ReplayReport {
     pub served: ServedReplay,
 }
 
-/// The replay as `capdex serve` learns ([`OutcomeLearning`]): discovery as
-/// served applies the prior as configured; the trials try the memory at
-/// each own weight on top of it, on the first half's successes as they come.
+/// The replay as `capdex serve` learns ([`OutcomeLearning`], its trials
+/// on the first half's successes as they come, ranked as discovery ranks):
+/// what it would use for the second half.
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServedReplay {
-    /// Whether discovery as served applies the prior (`[discovery] outcome_prior`).
+    /// Whether the prior may be used (`[discovery] outcome_prior`).
     pub prior: bool,
     pub trials: u64,
-    /// The learning the trials chose; `None`: served without the memory.
+    /// The learning the trials chose; `None`: nothing learnt is used.
     pub chosen: Option<Learning>,
-    /// The second half as served without the memory, and with what was chosen.
+    /// The second half with nothing learnt, and with what was chosen.
     pub as_served: Metrics,
     pub learned: Metrics,
     pub unseen_as_served: Metrics,
@@ -537,7 +537,7 @@ fn replay(
     let mut memory = OutcomeMemory::new(shared.vectors.dimensions());
     let mut trust = OutcomeTrust::default();
     let mut learnt: Option<Learnt> = None;
-    // As `capdex serve` learns: the prior as configured, the memory tried on top of it.
+    // As `capdex serve` learns, with its own trials (ranked as discovery ranks).
     let served_prior = options.prior_settings.enabled;
     let served_vectors = Arc::new(shared.vectors.clone());
     let mut served = OutcomeLearning::new(served_vectors.dimensions(), served_prior);
@@ -561,7 +561,7 @@ fn replay(
                     indexes: Indexes { vectors: &served_vectors, ..shared.indexes() },
                     vectors: &served_vectors,
                     config: &options.config,
-                    prior: served_prior.then_some(&learnt.prior),
+                    prior: Some(&learnt.prior),
                 };
                 served.learn(&ranked[i].query, &succeeded, &serving, true);
             }
@@ -612,16 +612,15 @@ fn replay(
         aggregate(&scores, half.len())
     };
     let chosen = trust.chosen();
-    let as_served = served_prior.then_some(Learning { prior: true, memory_own_weight: None });
     let served_chosen = served.trust().chosen();
     let served = ServedReplay {
         prior: served_prior,
         trials: served.trust().trials(),
         chosen: served_chosen,
-        as_served: score(&second, as_served),
-        learned: score(&second, served_chosen.or(as_served)),
-        unseen_as_served: score(&unseen, as_served),
-        unseen_learned: score(&unseen, served_chosen.or(as_served)),
+        as_served: score(&second, None),
+        learned: score(&second, served_chosen),
+        unseen_as_served: score(&unseen, None),
+        unseen_learned: score(&unseen, served_chosen),
     };
     let at_each_learning = trust
         .gains()

@@ -184,7 +184,12 @@ impl OutcomeLearner {
         let learned = self.learning.learned(&snapshot.index, may_refit);
         let unchanged = match (&current, &learned) {
             (Some(current), Some(learned)) => {
-                Arc::ptr_eq(&current.vectors, &learned.vectors) && current.learning == learned.learning
+                let same_vectors = match (&current.vectors, &learned.vectors) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                };
+                same_vectors && current.learning == learned.learning && Arc::ptr_eq(&current.base, &learned.base)
             }
             (None, None) => true,
             _ => false,

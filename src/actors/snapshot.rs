@@ -59,18 +59,28 @@ impl DiscoverySnapshot {
         text
     }
 
-    /// The vector index to rank with: the learnt one when it was fitted to
-    /// this snapshot's index, else the index itself.
+    /// What the outcome learner learnt, when it holds for this snapshot: a
+    /// learning with the memory's vectors only with the index they were fitted to.
+    pub fn learned(&self) -> Option<&Learned> {
+        self.learned.as_deref().filter(|learned| learned.vectors.is_none() || Arc::ptr_eq(&learned.base, &self.index))
+    }
+
+    /// The vector index to rank with: the memory's, when learnt for this index, else the index itself.
     pub fn vectors(&self) -> &VectorIndex {
-        match &self.learned {
-            Some(learned) if Arc::ptr_eq(&learned.base, &self.index) => &learned.vectors,
-            _ => &self.index,
+        match self.learned().and_then(|learned| learned.vectors.as_deref()) {
+            Some(vectors) => vectors,
+            None => &self.index,
         }
     }
 
-    /// Whether discovery ranks with learnt vectors now.
+    /// Whether the outcome learner chose the prior (see [`DiscoverySnapshot::learned`]).
+    pub fn learned_prior(&self) -> bool {
+        self.learned().is_some_and(|learned| learned.learning.prior)
+    }
+
+    /// Whether discovery ranks with something the outcome learner learnt now.
     pub fn uses_learned(&self) -> bool {
-        self.learned.as_ref().is_some_and(|learned| Arc::ptr_eq(&learned.base, &self.index))
+        self.learned().is_some()
     }
 
     /// A copy sharing every `Arc` (and the Tier 0 cache).

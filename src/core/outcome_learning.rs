@@ -1,26 +1,26 @@
-//! Learning from outcomes while serving: the outcome memory
+//! Learning from outcomes while serving: the outcome prior
+//! ([`crate::core::outcome_prior`]) and the outcome memory
 //! ([`crate::core::outcome_memory`]) fed by the turns' outcomes, used by
-//! discovery only once trials on those outcomes show it helps
+//! discovery only once trials on those outcomes show they help
 //! ([`crate::core::outcome_trust`]).
 //!
 //! A turn planned with a `turnId` leaves its message here
 //! ([`TurnMessages`], bounded, oldest first out). When that turn's outcome
 //! arrives and it succeeded, the learner ([`OutcomeLearning::learn`]):
-//! 1. ranks the message as discovery serves it now and as each
-//!    [`live_learnings`] would, the memory fitted before this outcome (so
-//!    none saw the request), and records the gain in the reciprocal rank of
-//!    the capabilities that did the job (a trial);
+//! 1. ranks the message with nothing learnt and with each of
+//!    [`live_learnings`] (the prior as published, the memory fitted before
+//!    this outcome: none saw the request), and records the gain in the
+//!    reciprocal rank of the capabilities that did the job (a trial);
 //! 2. remembers the message's vector for each of them.
 //!
-//! The learnings tried are the memory at each of [`OWN_WEIGHTS`] on top of
-//! discovery as configured (the prior as `[discovery] outcome_prior` says), so
-//! a trial measures the memory and nothing else. Discovery uses the learning
-//! [`OutcomeTrust::chosen`] picks ([`OutcomeLearning::learned`]): the
-//! capabilities' vectors moved towards their requests, every other
-//! capability by the memory's style shift; with no learning chosen it ranks
-//! exactly as it would without the memory. The fitted vectors belong to one
-//! vector index: a new catalog publication is served without them until they
-//! are fitted to it again.
+//! Discovery uses the learning [`OutcomeTrust::chosen`] picks
+//! ([`OutcomeLearning::learned`]): the prior, the memory's vectors (the
+//! capabilities moved towards their requests, every other capability by the
+//! memory's style shift), or both; with none chosen it ranks exactly as with
+//! nothing learnt, so a capability no outcome named is never ranked lower on
+//! the strength of a guess. The fitted vectors belong to one vector index: a
+//! new catalog publication is served without them until they are fitted to
+//! it again.
 
 use crate::core::discovery::{ranked_ids, DiscoveryConfig};
 use crate::core::evaluation::mean_reciprocal_rank;
@@ -39,10 +39,14 @@ pub const OWN_WEIGHTS: [f32; 4] = [1.0, 2.0, 5.0, 10.0];
 /// Successes learnt before the memory's vectors are fitted again for the trials.
 pub const REFIT_EVERY: usize = 10;
 
-/// The learnings tried live: the memory at each of [`OWN_WEIGHTS`], with the
-/// prior as discovery applies it (`prior`).
+/// The learnings tried live: the memory at each of [`OWN_WEIGHTS`], and,
+/// when the prior may be used (`prior`, `[discovery] outcome_prior`), the
+/// prior alone and with the memory at each weight.
 pub fn live_learnings(prior: bool) -> Vec<Learning> {
-    OWN_WEIGHTS.iter().map(|&weight| Learning { prior, memory_own_weight: Some(weight) }).collect()
+    let memory = |prior| OWN_WEIGHTS.iter().map(move |&weight| Learning { prior, memory_own_weight: Some(weight) });
+    let with_prior =
+        prior.then(|| std::iter::once(Learning { prior: true, memory_own_weight: None }).chain(memory(true)));
+    memory(false).chain(with_prior.into_iter().flatten()).collect()
 }
 
 /// The most bytes (ids and messages) [`TurnMessages`] keeps, whatever its
@@ -115,12 +119,12 @@ impl TurnMessages {
     }
 }
 
-/// What discovery uses in place of the vector index `base`: the memory's
-/// vectors at the chosen learning's own weight.
+/// What discovery uses: the chosen learning, and with a memory, its vectors
+/// in place of the vector index `base`.
 #[derive(Debug)]
 pub struct Learned {
     pub base: Arc<VectorIndex>,
-    pub vectors: Arc<VectorIndex>,
+    pub vectors: Option<Arc<VectorIndex>>,
     pub learning: Learning,
 }
 
@@ -150,7 +154,7 @@ pub struct Trial {
 }
 
 /// What serving discovery ranks with now: its indexes (`vectors` the one
-/// published, not a learnt one), settings, and the prior when it applies one.
+/// published, not a learnt one), settings, and the prior as published.
 pub struct Serving<'a> {
     pub indexes: Indexes<'a>,
     pub vectors: &'a Arc<VectorIndex>,
@@ -168,7 +172,7 @@ pub struct OutcomeLearning {
 }
 
 impl OutcomeLearning {
-    /// Nothing learnt, for vectors of `dimensions`; `prior` as discovery applies it.
+    /// Nothing learnt, for vectors of `dimensions`; `prior`: whether the prior may be used.
     pub fn new(dimensions: usize, prior: bool) -> OutcomeLearning {
         OutcomeLearning::restore(OutcomeMemory::new(dimensions), None, prior)
     }
@@ -229,17 +233,21 @@ impl OutcomeLearning {
         self.fit(serving.vectors, may_refit);
         let fitted = self.fitted.as_ref()?;
         let succeeded: Vec<&str> = succeeded.iter().map(String::as_str).collect();
-        let reciprocal = |indexes: &Indexes<'_>| {
-            mean_reciprocal_rank(&ranked_ids(query, indexes, serving.config, serving.prior), &succeeded)
+        let reciprocal = |indexes: &Indexes<'_>, prior: bool| {
+            let prior = serving.prior.filter(|_| prior);
+            mean_reciprocal_rank(&ranked_ids(query, indexes, serving.config, prior), &succeeded)
         };
-        let without = reciprocal(&serving.indexes);
+        let without = reciprocal(&serving.indexes, false);
         let with: Option<Vec<f64>> = self
             .trust
             .learnings()
             .iter()
-            .map(|learning| {
-                let vectors = fitted.vectors(learning.memory_own_weight?)?;
-                Some(reciprocal(&Indexes { vectors, ..serving.indexes }))
+            .map(|learning| match learning.memory_own_weight {
+                None => Some(reciprocal(&serving.indexes, learning.prior)),
+                Some(weight) => {
+                    let vectors = fitted.vectors(weight)?;
+                    Some(reciprocal(&Indexes { vectors, ..serving.indexes }, learning.prior))
+                }
             })
             .collect();
         let trial = Trial { without, with: with? };
@@ -267,13 +275,18 @@ impl OutcomeLearning {
     }
 
     /// What discovery should use with the vector index `base`: the chosen
-    /// learning's vectors, fitted to `base` (again if `may_refit` and the
-    /// memory grew by [`REFIT_EVERY`] since); `None` while no learning is chosen.
+    /// learning, with the memory's vectors fitted to `base` (again if
+    /// `may_refit` and the memory grew by [`REFIT_EVERY`] since); `None`
+    /// while no learning is chosen.
     pub fn learned(&mut self, base: &Arc<VectorIndex>, may_refit: bool) -> Option<Learned> {
         let learning = self.trust.chosen()?;
-        let weight = learning.memory_own_weight?;
-        self.fit(base, may_refit);
-        let vectors = self.fitted.as_ref()?.vectors(weight)?.clone();
+        let vectors = match learning.memory_own_weight {
+            None => None,
+            Some(weight) => {
+                self.fit(base, may_refit);
+                Some(self.fitted.as_ref()?.vectors(weight)?.clone())
+            }
+        };
         Some(Learned { base: base.clone(), vectors, learning })
     }
 }
@@ -417,16 +430,29 @@ mod tests {
         let chosen = learning.learned(&served.vectors, true).expect("the trials show a gain");
         assert!(Arc::ptr_eq(&chosen.base, &served.vectors));
         assert_eq!(chosen.learning.memory_own_weight.map(|weight| OWN_WEIGHTS.contains(&weight)), Some(true));
+        assert!(!chosen.learning.prior, "no prior is published here, so it cannot gain");
         // A request worded like the remembered ones now meets the ledger first.
         let asked = served.query("what do we still owe the electrician");
         let before = ranked_ids(&asked, &serving.indexes, &config, None);
-        let after = ranked_ids(&asked, &Indexes { vectors: &chosen.vectors, ..serving.indexes }, &config, None);
+        let vectors = chosen.vectors.as_ref().expect("the memory is what helps here");
+        let after = ranked_ids(&asked, &Indexes { vectors, ..serving.indexes }, &config, None);
         assert_ne!(before.first().map(String::as_str), Some("tool:ledger"));
         assert_eq!(after.first().map(String::as_str), Some("tool:ledger"));
         // Fitted to one index: another publication gets its own fit.
         let republished = Arc::new((*served.vectors).clone());
         let refitted = learning.learned(&republished, false).unwrap();
         assert!(Arc::ptr_eq(&refitted.base, &republished));
+    }
+
+    #[test]
+    fn the_prior_is_tried_only_where_it_may_be_used() {
+        let without = live_learnings(false);
+        assert_eq!(without.len(), OWN_WEIGHTS.len());
+        assert!(without.iter().all(|learning| !learning.prior && learning.memory_own_weight.is_some()));
+        let with = live_learnings(true);
+        assert_eq!(with.len(), 2 * OWN_WEIGHTS.len() + 1);
+        assert!(with.contains(&Learning { prior: true, memory_own_weight: None }));
+        assert_eq!(with.iter().filter(|learning| learning.prior).count(), OWN_WEIGHTS.len() + 1);
     }
 
     #[test]
