@@ -418,7 +418,8 @@ pub fn run_with(
 
 /// What learning from outcomes costs (`capdex bench --outcome-learning`):
 /// each query is a turn whose third hit did the job, learnt as `capdex
-/// serve` learns it (a trial, then remembered; `core::outcome_learning`).
+/// serve` learns it by default (a trial of the nine learnings, then
+/// remembered; `core::outcome_learning`).
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LearningBenchReport {
@@ -426,7 +427,7 @@ pub struct LearningBenchReport {
     /// Successes learnt.
     pub successes: usize,
     pub trials: u64,
-    /// The time to learn one success (a trial ranks the message five times;
+    /// The time to learn one success (a trial ranks the message ten times;
     /// one in [`crate::core::outcome_learning::REFIT_EVERY`] also fits the memory again).
     pub learn_p50_us: f64,
     pub learn_p99_us: f64,
@@ -449,8 +450,10 @@ pub fn outcome_learning(
     let built = build(descriptors, Vec::new(), embedder, batch_size)?;
     let vectors = std::sync::Arc::new(built.vectors.clone());
     let indexes = Indexes { vectors: &vectors, ..built.indexes() };
-    let serving = Serving { indexes, vectors: &vectors, config, prior: None };
-    let mut learning = OutcomeLearning::new(vectors.dimensions(), false);
+    // As `capdex serve` learns by default: the prior may be used, so it is tried too.
+    let prior = crate::core::outcome_prior::OutcomePrior::neutral();
+    let serving = Serving { indexes, vectors: &vectors, config, prior: Some(&prior) };
+    let mut learning = OutcomeLearning::new(vectors.dimensions(), true);
     let mut learn_us = Vec::with_capacity(queries.len());
     for message in queries {
         let texts = query_texts(message);

@@ -133,7 +133,7 @@ enum Command {
         #[arg(long, conflicts_with = "prompt_size")]
         memory: bool,
         /// Report what learning from outcomes costs, as `capdex serve` learns: each query is a
-        /// turn whose third hit did the job (a trial ranking it five times, then remembered);
+        /// turn whose third hit did the job (a trial ranking it ten times, then remembered);
         /// the time per success, the time to fit the memory to a new catalog, and peak RSS.
         #[arg(long, conflicts_with_all = ["prompt_size", "memory"])]
         outcome_learning: bool,

@@ -156,7 +156,7 @@ pub async fn spawn_all(
         crate::store::learning::LearntModel { model_id: model_id.clone(), dimensions },
         Some(crate::store::learning::LearningStore::open(&store)?),
     )?;
-    // On a thread of its own: a trial ranks a message five times.
+    // On a thread of its own: a trial ranks a message ten times.
     let learner = outcome_learner::OutcomeLearner::start_in_arbiter(&Arbiter::new().handle(), |_| learner);
     let kpi = kpi::KpiTelemetry::load(store, settings.kpi.clone())?
         .with_max_tracked_capabilities(settings.retention.outcome_prior_max_count)

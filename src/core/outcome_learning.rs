@@ -262,6 +262,8 @@ impl OutcomeLearning {
             None => true,
         };
         if stale || (may_refit && self.learnt_since_fit >= REFIT_EVERY) {
+            // The old fit goes first: never two sets of copies of the index at once.
+            self.fitted = None;
             self.fitted = Some(Fitted::fit(&self.memory, base));
             self.learnt_since_fit = 0;
         }
@@ -270,6 +272,7 @@ impl OutcomeLearning {
     /// Fits the memory's vectors to `base` now, whatever was fitted before
     /// (what a new catalog publication costs; `capdex bench --outcome-learning` times it).
     pub fn refit(&mut self, base: &Arc<VectorIndex>) {
+        self.fitted = None;
         self.fitted = Some(Fitted::fit(&self.memory, base));
         self.learnt_since_fit = 0;
     }
