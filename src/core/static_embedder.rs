@@ -52,7 +52,13 @@ const HEADER_BYTES: usize = 16;
 /// `[CLS]`/`[SEP]` it adds around a sequence).
 #[derive(Clone, Debug)]
 pub struct BertTokenizer {
-    vocab: HashMap<&'static str, u32>,
+    /// Tokens that start a word, and continuations (`##` stripped), so a
+    /// piece is looked up as a slice of its word, never copied.
+    words: HashMap<&'static str, u32>,
+    continuations: HashMap<&'static str, u32>,
+    /// The longest token of each kind, in bytes: no longer piece can match.
+    longest_word: usize,
+    longest_continuation: usize,
     unk: u32,
 }
 
@@ -60,10 +66,33 @@ impl BertTokenizer {
     /// Builds the tokenizer from a vocabulary (one token a line); `None`
     /// when it has no `[UNK]`.
     pub fn new(vocab: &'static str) -> Option<BertTokenizer> {
-        let vocab: HashMap<&'static str, u32> =
-            vocab.lines().enumerate().map(|(id, token)| (token, id as u32)).collect();
-        let unk = *vocab.get("[UNK]")?;
-        Some(BertTokenizer { vocab, unk })
+        let mut tokenizer = BertTokenizer {
+            words: HashMap::default(),
+            continuations: HashMap::default(),
+            longest_word: 0,
+            longest_continuation: 0,
+            unk: 0,
+        };
+        for (id, token) in vocab.lines().enumerate() {
+            // A later line with the same token wins, as in a map of the whole vocabulary.
+            match token.strip_prefix("##") {
+                Some(rest) => {
+                    tokenizer.continuations.insert(rest, id as u32);
+                    tokenizer.longest_continuation = tokenizer.longest_continuation.max(rest.len());
+                }
+                None => {
+                    tokenizer.words.insert(token, id as u32);
+                    tokenizer.longest_word = tokenizer.longest_word.max(token.len());
+                }
+            }
+        }
+        tokenizer.unk = *tokenizer.words.get("[UNK]")?;
+        Some(tokenizer)
+    }
+
+    /// Number of tokens in the vocabulary.
+    fn len(&self) -> usize {
+        self.words.len() + self.continuations.len()
     }
 
     /// The token ids of `text`, in order.
@@ -78,28 +107,33 @@ impl BertTokenizer {
 
     /// The tokens of `text` as strings (for tests and diagnostics).
     pub fn tokens(&self, text: &str) -> Vec<String> {
-        let by_id: HashMap<u32, &str> = self.vocab.iter().map(|(token, id)| (*id, *token)).collect();
-        self.tokenize(text).into_iter().map(|id| by_id[&id].to_string()).collect()
+        let mut by_id: HashMap<u32, String> = self.words.iter().map(|(token, id)| (*id, token.to_string())).collect();
+        by_id.extend(self.continuations.iter().map(|(rest, id)| (*id, format!("##{rest}"))));
+        self.tokenize(text).into_iter().map(|id| by_id[&id].clone()).collect()
     }
 
     fn word_piece(&self, word: &str, ids: &mut Vec<u32>) {
-        if word.chars().count() > MAX_INPUT_CHARS_PER_WORD {
+        // A word of at most 100 bytes has at most 100 characters.
+        if word.len() > MAX_INPUT_CHARS_PER_WORD && word.chars().count() > MAX_INPUT_CHARS_PER_WORD {
             ids.push(self.unk);
             return;
         }
         let first = ids.len();
-        let mut piece = String::with_capacity(word.len() + 2);
         let mut start = 0;
         while start < word.len() {
-            let mut end = word.len();
+            let (pieces, longest) = if start == 0 {
+                (&self.words, self.longest_word)
+            } else {
+                (&self.continuations, self.longest_continuation)
+            };
+            // Longest match first, from the longest piece the vocabulary could hold.
+            let mut end = (start + longest).min(word.len());
+            while !word.is_char_boundary(end) {
+                end -= 1;
+            }
             let mut found = None;
             while start < end {
-                piece.clear();
-                if start > 0 {
-                    piece.push_str("##");
-                }
-                piece.push_str(&word[start..end]);
-                if let Some(id) = self.vocab.get(piece.as_str()) {
+                if let Some(id) = pieces.get(&word[start..end]) {
                     found = Some(*id);
                     break;
                 }
@@ -124,6 +158,29 @@ impl BertTokenizer {
 /// every whitespace a space, pads CJK ideographs with spaces, strips accents
 /// (NFD without non-spacing marks) and lower-cases character by character.
 fn normalize(text: &str) -> String {
+    if text.is_ascii() {
+        return normalize_ascii(text);
+    }
+    normalize_unicode(text)
+}
+
+/// [`normalize`] of ASCII text, byte by byte: the control characters
+/// (including vertical tab and form feed) dropped, tab, newline, carriage
+/// return and space made spaces, letters lower-cased.
+fn normalize_ascii(text: &str) -> String {
+    let mut normalized = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'\t' | b'\n' | b'\r' | b' ' => normalized.push(' '),
+            0x00..=0x1f | 0x7f => {}
+            _ => normalized.push(char::from(byte.to_ascii_lowercase())),
+        }
+    }
+    normalized
+}
+
+/// [`normalize`] of any text.
+fn normalize_unicode(text: &str) -> String {
     let mut cleaned = String::with_capacity(text.len());
     for c in text.chars() {
         if c == '\0' || c == '\u{fffd}' || is_control(c) {
@@ -165,7 +222,8 @@ fn pre_tokenize(text: &str) -> Vec<&str> {
     for chunk in text.split(char::is_whitespace) {
         let mut start = 0;
         for (at, c) in chunk.char_indices() {
-            if c.is_ascii_punctuation() || c.is_punctuation() {
+            // An ASCII character's Unicode punctuation is within ASCII punctuation.
+            if c.is_ascii_punctuation() || (!c.is_ascii() && c.is_punctuation()) {
                 if start < at {
                     words.push(&chunk[start..at]);
                 }
@@ -254,7 +312,7 @@ fn model() -> &'static (BertTokenizer, Table) {
         // The assets are part of the build: a bad one is a build defect the tests catch.
         let tokenizer = BertTokenizer::new(VOCAB).expect("assets/static-minilm/vocab.txt has [UNK]");
         let table = Table::parse(TABLE).expect("assets/static-minilm/table.bin is a valid table");
-        assert_eq!(table.rows(), tokenizer.vocab.len(), "one table row per vocabulary token");
+        assert_eq!(table.rows(), tokenizer.len(), "one table row per vocabulary token");
         (tokenizer, table)
     })
 }
@@ -312,6 +370,63 @@ mod tests {
         #[test]
         fn the_ascii_path_folds_as_the_unicode_one(text in "[\\x00-\\x7f]{0,64}") {
             prop_assert_eq!(fold_accents_and_case(&text), text.to_ascii_lowercase());
+            prop_assert_eq!(normalize_ascii(&text), normalize_unicode(&text));
+        }
+
+        #[test]
+        fn ascii_punctuation_is_all_the_punctuation_ascii_has(c in proptest::char::range('\0', '\x7f')) {
+            prop_assert!(!c.is_punctuation() || c.is_ascii_punctuation());
+        }
+    }
+
+    /// WordPiece as first written: every candidate from the whole word down,
+    /// `##` pasted on, looked up in one map of the whole vocabulary.
+    fn reference_tokenize(text: &str) -> Vec<u32> {
+        let vocab: std::collections::HashMap<&str, u32> =
+            VOCAB.lines().enumerate().map(|(id, token)| (token, id as u32)).collect();
+        let unk = vocab["[UNK]"];
+        let mut ids = Vec::new();
+        for word in pre_tokenize(&normalize_unicode(text)) {
+            if word.chars().count() > MAX_INPUT_CHARS_PER_WORD {
+                ids.push(unk);
+                continue;
+            }
+            let (first, mut start) = (ids.len(), 0);
+            while start < word.len() {
+                let mut end = word.len();
+                let mut found = None;
+                while start < end {
+                    let piece =
+                        if start > 0 { format!("##{}", &word[start..end]) } else { word[start..end].to_string() };
+                    if let Some(id) = vocab.get(piece.as_str()) {
+                        found = Some(*id);
+                        break;
+                    }
+                    end -= word[start..end].chars().next_back().map_or(1, char::len_utf8);
+                }
+                match found {
+                    Some(id) => {
+                        ids.push(id);
+                        start = end;
+                    }
+                    None => {
+                        ids.truncate(first);
+                        ids.push(unk);
+                        break;
+                    }
+                }
+            }
+        }
+        ids
+    }
+
+    proptest! {
+        #[test]
+        fn tokenizes_as_the_reference_word_piece(
+            text in "([a-zA-Z_]{1,40}|[0-9]{1,6}|[ .,:;!?#()\\-]|caf\u{e9}|na\u{ef}ve|\u{6771}\u{4eac}|\u{3b1}\u{3b2}\u{3b3}| ){0,24}",
+        ) {
+            let (tokenizer, _) = model();
+            prop_assert_eq!(tokenizer.tokenize(&text), reference_tokenize(&text));
         }
     }
 
