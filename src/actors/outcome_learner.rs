@@ -195,8 +195,10 @@ impl OutcomeLearner {
             _ => false,
         };
         if !unchanged {
-            if let Some(learned) = &learned {
-                tracing::info!(learning = ?learned.learning, trials = self.learning.trust().trials(), "discovery uses the outcome memory");
+            let chosen = learned.as_ref().map(|learned| learned.learning);
+            if chosen != current.as_ref().map(|current| current.learning) {
+                let trials = self.learning.trust().trials();
+                tracing::info!(learning = ?chosen, trials, "what discovery uses of the outcomes changed");
             }
             self.snapshots.publish_learned(learned.map(Arc::new));
         }
