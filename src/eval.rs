@@ -154,9 +154,10 @@ pub struct ServedReplay {
     /// Whether the prior may be used (`[discovery] outcome_prior`).
     pub prior: bool,
     pub trials: u64,
-    /// The learning the trials chose; `None`: nothing learnt is used.
+    /// The learning the trials chose; `None`: nothing learnt is used (from
+    /// `core::outcome_learning::MIN_TRIALS` trials on; before, as configured).
     pub chosen: Option<Learning>,
-    /// The second half with nothing learnt, and with what was chosen.
+    /// The second half with nothing learnt, and with what serve would use.
     pub as_served: Metrics,
     pub learned: Metrics,
     pub unseen_as_served: Metrics,
@@ -612,15 +613,17 @@ fn replay(
         aggregate(&scores, half.len())
     };
     let chosen = trust.chosen();
-    let served_chosen = served.trust().chosen();
+    // Before enough trials, discovery ranks as configured: the prior as `outcome_prior` says.
+    let as_configured = Learning { prior: served_prior, memory_own_weight: None };
+    let served_uses = served.decided().unwrap_or(as_configured);
     let served = ServedReplay {
         prior: served_prior,
         trials: served.trust().trials(),
-        chosen: served_chosen,
+        chosen: served.trust().chosen(),
         as_served: score(&second, None),
-        learned: score(&second, served_chosen),
+        learned: score(&second, Some(served_uses)),
         unseen_as_served: score(&unseen, None),
-        unseen_learned: score(&unseen, served_chosen),
+        unseen_learned: score(&unseen, Some(served_uses)),
     };
     let at_each_learning = trust
         .gains()

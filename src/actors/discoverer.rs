@@ -123,9 +123,9 @@ pub fn run_discovery(
         lexical: &snapshot.lexical,
         graph: &snapshot.graph,
     };
-    // The prior as the request says, else as configured or as the outcome learner's trials chose.
+    // The prior as the request says, else as the outcome learner's trials decided, else as configured.
     let prior =
-        discover.filter.outcome_prior.unwrap_or(prior_enabled || snapshot.learned_prior()).then_some(&*snapshot.prior);
+        discover.filter.outcome_prior.unwrap_or(snapshot.applies_prior(prior_enabled)).then_some(&*snapshot.prior);
     let mut result = discover_with_prior(&query, &indexes, config, &discover.filter, tier0, prior, discover.explain);
     result.diagnostics.timings.embed_us = embed_us;
     metrics::counter!("capdex_discover_requests_total").increment(1);

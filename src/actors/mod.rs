@@ -113,7 +113,7 @@ pub async fn spawn_all(
     // What discovery serves from: the Indexer and GraphBuilder publish into it before they reply.
     let snapshots = std::sync::Arc::new(snapshot::SnapshotCell::default());
     let discoverer = discoverer::Discoverer::new(settings.discovery.clone(), embedder.clone().recipient())
-        .with_outcome_prior(prior_always(settings))
+        .with_outcome_prior(settings.kpi.prior.enabled)
         .with_snapshot_cell(snapshots.clone())
         .start();
     let discovery = spawn_discovery_workers(settings, &snapshots, &embedder)?;
@@ -191,12 +191,6 @@ pub async fn spawn_all(
     Ok(Actors { scanner, embedder, indexer, graph_builder, discoverer, discovery, dispatcher, kpi, learner, scg })
 }
 
-/// Whether every discovery applies the outcome prior: with outcome learning
-/// on, the prior is applied only where the learner's trials show it gains.
-fn prior_always(settings: &Settings) -> bool {
-    settings.kpi.prior.enabled && !settings.outcome_learning.enabled
-}
-
 /// Starts `settings.discovery_workers` discovery threads on `snapshots`. With
 /// the built-in or the static embedder each thread embeds queries with its own
 /// copy (both are pure and cheap: the static table is shared by the process);
@@ -212,7 +206,8 @@ fn spawn_discovery_workers(
         crate::embedders::backend::build(&settings.embedder)?;
     }
     let threads = settings.discovery_workers.max(1);
-    let (snapshots, config, prior_enabled) = (snapshots.clone(), settings.discovery.clone(), prior_always(settings));
+    let (snapshots, config, prior_enabled) =
+        (snapshots.clone(), settings.discovery.clone(), settings.kpi.prior.enabled);
     let (embedder_settings, batch_size) = (settings.embedder.clone(), settings.embedder.batch_size);
     let factory = move || {
         let model = in_process.then(|| crate::embedders::backend::build(&embedder_settings).ok()).flatten();

@@ -283,6 +283,7 @@ mod tests {
     use crate::core::graph::CapabilityGraph;
     use crate::core::index::VectorIndex;
     use crate::core::lexical::LexicalIndex;
+    use crate::core::outcome_learning::tests::ASKED;
     use crate::core::text::embedding_text;
     use crate::store::Store;
 
@@ -317,15 +318,6 @@ mod tests {
         OutcomeLearner::new(SETTINGS, config, false, cell.clone(), embedder.recipient(), model, store).unwrap().start()
     }
 
-    const ASKED: [&str; 6] = [
-        "what do I still owe the plumber",
-        "how much is left on the plumber bill",
-        "did the plumber get paid already",
-        "settle what we owe the plumber",
-        "remaining balance for the plumber",
-        "is the plumber invoice cleared",
-    ];
-
     async fn teach(learner: &Addr<OutcomeLearner>, rounds: usize) {
         for round in 0..rounds {
             for (i, asked) in ASKED.iter().enumerate() {
@@ -352,9 +344,9 @@ mod tests {
         let stats = learner.send(Inspect::<LearnerStats>::new()).await.unwrap();
         assert_eq!((stats.without_turn, stats.learnt, stats.remembered, stats.turns), (1, 0, 0, 0));
 
-        teach(&learner, 4).await;
+        teach(&learner, 6).await;
         let stats = learner.send(Inspect::<LearnerStats>::new()).await.unwrap();
-        assert_eq!((stats.learnt, stats.remembered, stats.trials), (24, 1, 23));
+        assert_eq!((stats.learnt, stats.remembered, stats.trials), (36, 1, 35));
         assert!(stats.chosen.is_some() && stats.in_use, "{stats:?}");
         assert!(cell.load().uses_learned());
 
@@ -374,7 +366,7 @@ mod tests {
         // What was learnt comes back from the store.
         store.flush().unwrap();
         let again = learner_with_kept(&store).await;
-        assert_eq!((again.remembered, again.trials, again.chosen), (1, 23, stats.chosen));
+        assert_eq!((again.remembered, again.trials, again.chosen), (1, 35, stats.chosen));
     }
 
     async fn learner_with_kept(store: &Store) -> LearnerStats {

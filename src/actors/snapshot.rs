@@ -73,14 +73,15 @@ impl DiscoverySnapshot {
         }
     }
 
-    /// Whether the outcome learner chose the prior (see [`DiscoverySnapshot::learned`]).
-    pub fn learned_prior(&self) -> bool {
-        self.learned().is_some_and(|learned| learned.learning.prior)
+    /// Whether to apply the outcome prior: as the outcome learner's trials
+    /// decided, or `configured` while they have not (see [`DiscoverySnapshot::learned`]).
+    pub fn applies_prior(&self, configured: bool) -> bool {
+        self.learned().map_or(configured, |learned| learned.learning.prior)
     }
 
-    /// Whether discovery ranks with something the outcome learner learnt now.
+    /// Whether discovery ranks with something the outcome learner's trials chose now.
     pub fn uses_learned(&self) -> bool {
-        self.learned().is_some()
+        self.learned().is_some_and(|learned| learned.learning.prior || learned.vectors.is_some())
     }
 
     /// A copy sharing every `Arc` (and the Tier 0 cache).

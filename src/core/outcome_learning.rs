@@ -13,12 +13,14 @@
 //!    reciprocal rank of the capabilities that did the job (a trial);
 //! 2. remembers the message's vector for each of them.
 //!
-//! Discovery uses the learning [`OutcomeTrust::chosen`] picks
-//! ([`OutcomeLearning::learned`]): the prior, the memory's vectors (the
-//! capabilities moved towards their requests, every other capability by the
-//! memory's style shift), or both; with none chosen it ranks exactly as with
-//! nothing learnt, so a capability no outcome named is never ranked lower on
-//! the strength of a guess. The fitted vectors belong to one vector index: a
+//! Once [`MIN_TRIALS`] trials were made, discovery uses the learning
+//! [`OutcomeTrust::chosen`] picks ([`OutcomeLearning::learned`]): the prior,
+//! the memory's vectors (the capabilities moved towards their requests, every
+//! other capability by the memory's style shift), or both; with none chosen it
+//! ranks exactly as with nothing learnt, so a capability no outcome named is
+//! never ranked lower on the strength of a guess. Before, it ranks as
+//! configured (the prior as `outcome_prior` says: it also serves deployments
+//! whose outcomes name no planned turn, and dispatch results). The fitted vectors belong to one vector index: a
 //! new catalog publication is served without them until they are fitted to
 //! it again.
 
@@ -35,6 +37,13 @@ use std::sync::Arc;
 /// The memory's own weights tried live, in requests: from one that soon
 /// outweighs a capability's text to one that only leans on it.
 pub const OWN_WEIGHTS: [f32; 4] = [1.0, 2.0, 5.0, 10.0];
+
+/// Trials made before they decide what discovery uses: with fewer, the
+/// standard error of a mean gain is itself too uncertain for the two-error
+/// rule (a t distribution with fewer than 30 degrees of freedom is not yet
+/// close to the normal), so discovery ranks as configured (the prior as
+/// `outcome_prior` says, no memory).
+pub const MIN_TRIALS: u64 = 30;
 
 /// Successes learnt before the memory's vectors are fitted again for the trials.
 pub const REFIT_EVERY: usize = 10;
@@ -277,12 +286,20 @@ impl OutcomeLearning {
         self.learnt_since_fit = 0;
     }
 
-    /// What discovery should use with the vector index `base`: the chosen
-    /// learning, with the memory's vectors fitted to `base` (again if
-    /// `may_refit` and the memory grew by [`REFIT_EVERY`] since); `None`
-    /// while no learning is chosen.
+    /// What the trials decided discovery uses, once [`MIN_TRIALS`] were made
+    /// (`None` before: as configured): the chosen learning, or nothing learnt.
+    pub fn decided(&self) -> Option<Learning> {
+        let nothing = Learning { prior: false, memory_own_weight: None };
+        (self.trust.trials() >= MIN_TRIALS).then(|| self.trust.chosen().unwrap_or(nothing))
+    }
+
+    /// What discovery should use with the vector index `base`, once
+    /// [`MIN_TRIALS`] trials were made (`None` before: discovery ranks as
+    /// configured): the chosen learning, with the memory's vectors fitted to
+    /// `base` (again if `may_refit` and the memory grew by [`REFIT_EVERY`]
+    /// since), or, with none chosen, nothing learnt (no prior, no memory).
     pub fn learned(&mut self, base: &Arc<VectorIndex>, may_refit: bool) -> Option<Learned> {
-        let learning = self.trust.chosen()?;
+        let learning = self.decided()?;
         let vectors = match learning.memory_own_weight {
             None => None,
             Some(weight) => {
@@ -295,7 +312,7 @@ impl OutcomeLearning {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::core::catalog::Catalog;
     use crate::core::descriptor::CapabilityDescriptor;
@@ -401,8 +418,8 @@ mod tests {
         }
     }
 
-    /// Requests worded unlike any description, each done by `tool:ledger`.
-    const ASKED: [&str; 6] = [
+    /// Requests worded unlike any description, each done by `tool:ledger` (also the learner's tests').
+    pub(crate) const ASKED: [&str; 6] = [
         "what do I still owe the plumber",
         "how much is left on the plumber bill",
         "did the plumber get paid already",
@@ -422,12 +439,15 @@ mod tests {
         let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
         let done = vec!["tool:ledger".to_string()];
         let serving = served.serving(&config, &served.vectors);
-        assert!(learning.learned(&served.vectors, true).is_none(), "nothing chosen before any trial");
-        for round in 0..4 {
+        assert!(learning.learned(&served.vectors, true).is_none(), "as configured before any trial");
+        for round in 0..6 {
             for asked in ASKED {
                 let (trial, remembered) = learning.learn(&served.query(asked), &done, &serving, true);
                 assert_eq!(remembered, done);
                 assert_eq!(trial.is_some(), round > 0 || asked != ASKED[0], "a trial once something is remembered");
+                if learning.trust().trials() < MIN_TRIALS {
+                    assert_eq!(learning.decided(), None, "as configured before {MIN_TRIALS} trials");
+                }
             }
         }
         let chosen = learning.learned(&served.vectors, true).expect("the trials show a gain");
@@ -484,12 +504,14 @@ mod tests {
         let config = DiscoveryConfig { use_graph_reranking: false, ..DiscoveryConfig::default() };
         let serving = served.serving(&config, &served.vectors);
         let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
-        for round in 0..30 {
+        for round in 0..40 {
             let done = if round % 2 == 0 { "tool:convert-a" } else { "tool:convert-b" };
             let asked = format!("convert {} euros to dollars", 10 + round);
             learning.learn(&served.query(&asked), &[done.to_string()], &serving, true);
         }
-        assert!(learning.trust().trials() > 0);
-        assert!(learning.learned(&served.vectors, true).is_none(), "{:?}", learning.trust().gains());
+        assert!(learning.trust().trials() >= MIN_TRIALS);
+        let learned = learning.learned(&served.vectors, true).unwrap();
+        let nothing = Learning { prior: false, memory_own_weight: None };
+        assert_eq!((learned.learning, learned.vectors.is_none()), (nothing, true), "{:?}", learning.trust().gains());
     }
 }

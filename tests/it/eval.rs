@@ -307,18 +307,19 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     }
     assert_eq!(replay["unseenWithoutLearning"]["queries"].as_u64(), Some(unseen));
     // What the second half gets is what the chosen learning gives it, or no learning at all.
+    let trial_of = |chosen: &serde_json::Map<String, Value>| {
+        tried
+            .iter()
+            .find(|trial| trial["prior"] == chosen["prior"] && trial["memoryOwnWeight"] == chosen["memoryOwnWeight"])
+            .unwrap()
+    };
     match replay["chosen"].as_object() {
         None => {
             assert_eq!(replay["learned"], replay["withoutLearning"]);
             assert_eq!(replay["unseenLearned"], replay["unseenWithoutLearning"]);
         }
         Some(chosen) => {
-            let trial = tried
-                .iter()
-                .find(|trial| {
-                    trial["prior"] == chosen["prior"] && trial["memoryOwnWeight"] == chosen["memoryOwnWeight"]
-                })
-                .unwrap();
+            let trial = trial_of(chosen);
             assert!(trial["meanGain"].as_f64().unwrap() > 2.0 * trial["standardError"].as_f64().unwrap(), "{replay}");
             assert_eq!(replay["learned"], trial["secondHalf"]);
             assert_eq!(replay["unseenLearned"], trial["unseen"]);
@@ -331,15 +332,7 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     assert!(served["trials"].as_u64().unwrap() > 0, "{served}");
     match served["chosen"].as_object() {
         None => assert_eq!(served["learned"], served["asServed"]),
-        Some(chosen) => {
-            let trial = tried
-                .iter()
-                .find(|trial| {
-                    trial["prior"] == chosen["prior"] && trial["memoryOwnWeight"] == chosen["memoryOwnWeight"]
-                })
-                .unwrap();
-            assert_eq!(served["learned"], trial["secondHalf"]);
-        }
+        Some(chosen) => assert_eq!(served["learned"], trial_of(chosen)["secondHalf"]),
     }
     let (again, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
     assert_eq!(again["replay"], report["replay"]);

@@ -1,8 +1,8 @@
 //! Learning from outcomes while serving, over a real nats-server with the
 //! real binary and its default embedder: turns planned with a `turnId` whose
 //! outcomes name the capability that did the job teach discovery how users
-//! ask for it; discovery uses what it learnt only once its trials gain, and
-//! it comes back after a restart.
+//! ask for it; discovery uses what it learnt only once its trials gain (from
+//! 30 trials on), and it comes back after a restart.
 
 use crate::serve_over_nats::{body, request};
 use crate::support::nats_server::NatsServer;
@@ -104,7 +104,8 @@ async fn successful_turns_teach_discovery_how_users_ask_and_it_is_kept() {
     // An outcome of a turn nobody planned here, or of a failed turn, teaches nothing.
     let stray = json!({"turnId": "never-planned", "status": "success", "capabilities": ["tool:ledger"]});
     assert_eq!(call(&client, "capdex.v1.outcome", stray).await["accepted"], true);
-    for (turn, asked) in ASKED.iter().enumerate() {
+    // Twice over: the trials decide from 30 on (`core::outcome_learning::MIN_TRIALS`).
+    for (turn, asked) in ASKED.iter().chain(ASKED.iter()).enumerate() {
         let plan = call(&client, "capdex.v1.plan", json!({ "message": asked, "turnId": format!("t{turn}") })).await;
         assert!(plan["plan"].is_object(), "{plan}");
         let outcome = json!({"turnId": format!("t{turn}"), "status": "success", "capabilities": ["tool:ledger"]});
