@@ -128,6 +128,7 @@ pub fn run_discovery(
         discover.filter.outcome_prior.unwrap_or(snapshot.applies_prior(prior_enabled)).then_some(&*snapshot.prior);
     let mut result = discover_with_prior(&query, &indexes, config, &discover.filter, tier0, prior, discover.explain);
     result.diagnostics.timings.embed_us = embed_us;
+    result.diagnostics.outcome_learning = snapshot.learned().map(|learned| learned.learning);
     metrics::counter!("capdex_discover_requests_total").increment(1);
     metrics::histogram!("capdex_discover_duration_seconds").record(started.elapsed().as_secs_f64() + embed_us / 1e6);
     Ok(result)

@@ -162,6 +162,11 @@ pub struct DiscoveryDiagnostics {
     /// embedded and was ranked by the lexical and graph signals alone.
     pub embedder: String,
     pub timings: StageTimings,
+    /// What the outcome learner's trials decided this discovery uses
+    /// (`core::outcome_learning`; absent while it ranks as configured): the
+    /// prior (unless the request said otherwise) and the memory's own weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome_learning: Option<crate::core::outcome_trust::Learning>,
 }
 
 /// Microseconds per stage of one discovery (`embedUs` is filled in by the
@@ -358,6 +363,7 @@ pub fn discover_with_prior(
             tiers_us: micros(tiers_started),
             total_us: micros(started),
         },
+        outcome_learning: None,
     };
     debug_assert!(estimate_tokens(&rendered) <= token_estimate.total_tokens);
     let explanations =

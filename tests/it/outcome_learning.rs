@@ -99,6 +99,11 @@ async fn successful_turns_teach_discovery_how_users_ask_and_it_is_kept() {
     write_tools(caps.path());
     let (serving, client) = serve_at(&nats, caps.path(), data.path(), false, &[]).await;
     let before = ranked(&client, NEW_REQUEST).await;
+    let learning = || async {
+        let reply = call(&client, "capdex.v1.discover", json!({ "message": NEW_REQUEST })).await;
+        reply["diagnostics"]["outcomeLearning"].clone()
+    };
+    assert!(learning().await.is_null(), "ranked as configured before any trial");
     assert_ne!(before.first().map(String::as_str), Some("tool:ledger"), "the words do not reach it: {before:?}");
 
     // An outcome of a turn nobody planned here, or of a failed turn, teaches nothing.
@@ -113,6 +118,8 @@ async fn successful_turns_teach_discovery_how_users_ask_and_it_is_kept() {
     }
     let after = until_first(&client, NEW_REQUEST, "tool:ledger").await;
     assert_eq!(after.first().map(String::as_str), Some("tool:ledger"), "{before:?} → {after:?}");
+    let decided = learning().await;
+    assert!(decided["memoryOwnWeight"].as_f64().is_some(), "the reply says the memory is used: {decided}");
     // What it learnt moves the ledger, not the rest: a request of another kind ranks as before.
     assert_eq!(ranked(&client, "weather forecast for Lisbon").await[0], "tool:weather");
     drop(serving);
