@@ -74,9 +74,10 @@ impl DiscoverySnapshot {
     }
 
     /// Whether to apply the outcome prior: as the outcome learner's trials
-    /// decided, or `configured` while they have not (see [`DiscoverySnapshot::learned`]).
+    /// decided (whatever index the memory's vectors were fitted to), or
+    /// `configured` while they have not.
     pub fn applies_prior(&self, configured: bool) -> bool {
-        self.learned().map_or(configured, |learned| learned.learning.prior)
+        self.learned.as_deref().map_or(configured, |learned| learned.learning.prior)
     }
 
     /// Whether discovery ranks with something the outcome learner's trials chose now.
