@@ -449,16 +449,15 @@ pub fn outcome_learning(
     use crate::core::outcome_learning::{OutcomeLearning, Serving};
     let built = build(descriptors, Vec::new(), embedder, batch_size)?;
     let vectors = std::sync::Arc::new(built.vectors.clone());
-    let indexes = Indexes { vectors: &vectors, ..built.indexes() };
     // As `capdex serve` learns by default: the prior may be used, so it is tried too.
     let prior = crate::core::outcome_prior::OutcomePrior::neutral();
-    let serving = Serving { indexes, vectors: &vectors, config, prior: Some(&prior) };
+    let serving = Serving::new(built.indexes(), &vectors, config, Some(&prior));
     let mut learning = OutcomeLearning::new(vectors.dimensions(), true);
     let mut learn_us = Vec::with_capacity(queries.len());
     for message in queries {
         let texts = query_texts(message);
         let query = Query::new(texts.clone(), embed_in_batches_as(embedder, &texts, batch_size, TextRole::Query)?);
-        let ranked = crate::core::discovery::ranked_ids(&query, &serving.indexes, config, None);
+        let ranked = crate::core::discovery::ranked_ids(&query, serving.indexes(), config, None);
         let Some(done) = ranked.get(2) else { continue };
         let started = Instant::now();
         learning.learn(&query, std::slice::from_ref(done), &serving, true);

@@ -558,12 +558,7 @@ fn replay(
             if let (Some(learnt), None) = (&learnt, &queries[i].tools) {
                 let succeeded: Vec<String> =
                     credited.iter().filter(|(_, score)| *score >= 0.5).map(|(id, _)| id.clone()).collect();
-                let serving = Serving {
-                    indexes: Indexes { vectors: &served_vectors, ..shared.indexes() },
-                    vectors: &served_vectors,
-                    config: &options.config,
-                    prior: Some(&learnt.prior),
-                };
+                let serving = Serving::new(shared.indexes(), &served_vectors, &options.config, Some(&learnt.prior));
                 served.learn(&ranked[i].query, &succeeded, &serving, true);
             }
             if let Some(learnt) = &learnt {

@@ -76,7 +76,6 @@ pub struct OutcomeLearner {
     snapshots: Arc<SnapshotCell>,
     embedder: Recipient<EmbedTexts>,
     config: DiscoveryConfig,
-    prior: bool,
     settings: OutcomeLearningSettings,
     store: Option<LearningStore>,
     last_refit: Option<Instant>,
@@ -111,7 +110,6 @@ impl OutcomeLearner {
             snapshots,
             embedder,
             config,
-            prior,
             settings,
             store,
             last_refit: None,
@@ -144,12 +142,7 @@ impl OutcomeLearner {
             lexical: &snapshot.lexical,
             graph: &snapshot.graph,
         };
-        let serving = Serving {
-            indexes,
-            vectors: &snapshot.index,
-            config: &self.config,
-            prior: self.prior.then_some(&*snapshot.prior),
-        };
+        let serving = Serving::new(indexes, &snapshot.index, &self.config, Some(&snapshot.prior));
         let (trial, remembered) = self.learning.learn(&query, succeeded, &serving, may_refit);
         if trial.is_some() {
             metrics::counter!("capdex_outcome_learning_trials_total").increment(1);
@@ -180,8 +173,8 @@ impl OutcomeLearner {
         if tick && fitted_to_served {
             return;
         }
-        let may_refit = !tick && self.may_refit();
-        let learned = self.learning.learned(&snapshot.index, may_refit);
+        // The memory is fitted again as it grows by the trials (`learn`); here only for a new index.
+        let learned = self.learning.learned(&snapshot.index, false);
         let unchanged = match (&current, &learned) {
             (Some(current), Some(learned)) => {
                 let same_vectors = match (&current.vectors, &learned.vectors) {

@@ -111,7 +111,8 @@ impl TurnMessages {
     pub fn take(&mut self, turn_id: &str) -> Option<String> {
         let message = self.messages.remove(turn_id)?;
         self.bytes -= turn_id.len() + message.len();
-        if let Some(position) = self.order.iter().position(|kept| kept == turn_id) {
+        // Outcomes mostly follow their plans closely: the newest turns are at the back.
+        if let Some(position) = self.order.iter().rposition(|kept| kept == turn_id) {
             self.order.remove(position);
         }
         Some(message)
@@ -162,13 +163,31 @@ pub struct Trial {
     pub with: Vec<f64>,
 }
 
-/// What serving discovery ranks with now: its indexes (`vectors` the one
-/// published, not a learnt one), settings, and the prior as published.
+/// What serving discovery ranks with now: its indexes (with the vector
+/// index published, not a learnt one), settings, and the prior as published.
 pub struct Serving<'a> {
-    pub indexes: Indexes<'a>,
-    pub vectors: &'a Arc<VectorIndex>,
-    pub config: &'a DiscoveryConfig,
-    pub prior: Option<&'a OutcomePrior>,
+    indexes: Indexes<'a>,
+    /// The published vector index, the one in `indexes`: the memory's fit is kept per index.
+    vectors: &'a Arc<VectorIndex>,
+    config: &'a DiscoveryConfig,
+    prior: Option<&'a OutcomePrior>,
+}
+
+impl<'a> Serving<'a> {
+    /// `indexes` ranking with `vectors`, the published vector index, whatever theirs was.
+    pub fn new(
+        indexes: Indexes<'a>,
+        vectors: &'a Arc<VectorIndex>,
+        config: &'a DiscoveryConfig,
+        prior: Option<&'a OutcomePrior>,
+    ) -> Serving<'a> {
+        Serving { indexes: Indexes { vectors, ..indexes }, vectors, config, prior }
+    }
+
+    /// The indexes discovery ranks with as published.
+    pub fn indexes(&self) -> &Indexes<'a> {
+        &self.indexes
+    }
 }
 
 /// The live learner's state: the memory, the trials, and the memory's
@@ -409,12 +428,8 @@ pub(crate) mod tests {
         }
 
         fn serving<'a>(&'a self, config: &'a DiscoveryConfig, vectors: &'a Arc<VectorIndex>) -> Serving<'a> {
-            Serving {
-                indexes: Indexes { catalog: &self.catalog, vectors, lexical: &self.lexical, graph: &self.graph },
-                vectors,
-                config,
-                prior: None,
-            }
+            let indexes = Indexes { catalog: &self.catalog, vectors, lexical: &self.lexical, graph: &self.graph };
+            Serving::new(indexes, vectors, config, None)
         }
     }
 
