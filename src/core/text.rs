@@ -7,14 +7,24 @@ use serde_json::Value;
 /// Returns the intent-oriented text a capability is embedded with.
 ///
 /// Name and display name, description, category, tags, parameter names (tools)
-/// and dependencies, one per line. Schemas, skill bodies and secrets stay out:
+/// and dependencies, one per line. The name is written as its words
+/// (`AusSurfReport` → `aus surf report`, `math.gcd` → `math gcd`), after the
+/// display name when that says something else (`Web Search` for
+/// `web-search` already is the name's words, and stands alone). Exact names
+/// are matched lexically (`core::lexical`), not through the embedding. Schemas, skill bodies and secrets stay out:
 /// they are Tier 2 material and would drown the intent.
 pub fn embedding_text(descriptor: &CapabilityDescriptor) -> String {
     let mut parts: Vec<String> = Vec::with_capacity(6);
-    if descriptor.display_name != descriptor.name && !descriptor.display_name.is_empty() {
-        parts.push(format!("{} ({})", descriptor.display_name, descriptor.name));
+    // Names are identifiers (`AusSurfReport`, `get_user_by_id`): an embedder
+    // reads them as the words they are made of, not as sub-word fragments.
+    let name = word_tokens(&descriptor.name).join(" ");
+    let display = &descriptor.display_name;
+    if display.is_empty() || word_tokens(display).join(" ") == name {
+        // The display name says nothing the name does not: the name's words,
+        // in the display name's own casing when it is written as those words.
+        parts.push(if display.to_lowercase() == name { display.clone() } else { name });
     } else {
-        parts.push(descriptor.name.clone());
+        parts.push(format!("{display} ({name})"));
     }
     if !descriptor.description.is_empty() {
         parts.push(descriptor.description.clone());
@@ -342,9 +352,26 @@ mod tests {
         let text = embedding_text(&tool());
         assert_eq!(
             text,
-            "Web Search (web-search)\nSearch the web for current information.\nCategory: information\nUse cases: search, news\nParameters: query, max_results"
+            "Web Search\nSearch the web for current information.\nCategory: information\nUse cases: search, news\nParameters: query, max_results"
         );
         assert!(!text.contains("SERPER"));
+    }
+
+    #[test]
+    fn embedders_read_names_as_words() {
+        let mut named = tool();
+        named.name = "AusSurfReport".into();
+        named.display_name = "AusSurfReport".into();
+        assert!(embedding_text(&named).starts_with("aus surf report\n"));
+        // A display name made from the name (`display_name_from`) is not words either.
+        named.display_name = "Math.gcd".into();
+        named.name = "math.gcd".into();
+        assert!(embedding_text(&named).starts_with("math gcd\n"));
+        named.name = "kinematics.final_velocity".into();
+        named.display_name = String::new();
+        assert!(embedding_text(&named).starts_with("kinematics final velocity\n"));
+        named.display_name = "Final velocity (physics)".into();
+        assert!(embedding_text(&named).starts_with("Final velocity (physics) (kinematics final velocity)\n"));
     }
 
     #[test]
