@@ -131,7 +131,7 @@ fn batches_of_32_and_nothing_embedded_twice() {
         first.iter().map(Vec::len).collect::<Vec<_>>()
     );
     assert!(
-        first.iter().filter(|batch| batch.iter().any(|t| t.contains("notify-"))).count() >= 3,
+        first.iter().filter(|batch| batch.iter().any(|t| t.contains("Send message batch"))).count() >= 3,
         "70 texts need 3 requests"
     );
 
