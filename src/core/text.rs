@@ -7,25 +7,25 @@ use serde_json::Value;
 /// Returns the intent-oriented text a capability is embedded with.
 ///
 /// Name and display name, description, category, tags, parameter names (tools)
-/// and dependencies, one per line. The name is written as its words
-/// (`AusSurfReport` → `aus surf report`, `math.gcd` → `math gcd`), after the
-/// display name when that says something else (`Web Search` for
-/// `web-search` already is the name's words, and stands alone). Exact names
-/// are matched lexically (`core::lexical`), not through the embedding. Schemas, skill bodies and secrets stay out:
+/// and dependencies, one per line. Schemas, skill bodies and secrets stay out:
 /// they are Tier 2 material and would drown the intent.
+///
+/// The name is written as its words (`AusSurfReport` → `aus surf report`,
+/// `math.gcd` → `math gcd`): an embedder reads words, not identifier
+/// fragments. A display name that says something else comes first; one that
+/// is the name's words (`Web Search` for `web-search`) stands alone. Exact
+/// names are matched lexically (`core::lexical`), not through the embedding.
 pub fn embedding_text(descriptor: &CapabilityDescriptor) -> String {
     let mut parts: Vec<String> = Vec::with_capacity(6);
-    // Names are identifiers (`AusSurfReport`, `get_user_by_id`): an embedder
-    // reads them as the words they are made of, not as sub-word fragments.
     let name = word_tokens(&descriptor.name).join(" ");
     let display = &descriptor.display_name;
-    if display.is_empty() || word_tokens(display).join(" ") == name {
-        // The display name says nothing the name does not: the name's words,
-        // in the display name's own casing when it is written as those words.
-        parts.push(if display.to_lowercase() == name { display.clone() } else { name });
+    parts.push(if display.to_lowercase() == name {
+        display.clone()
+    } else if display.is_empty() || word_tokens(display).join(" ") == name {
+        name
     } else {
-        parts.push(format!("{display} ({name})"));
-    }
+        format!("{display} ({name})")
+    });
     if !descriptor.description.is_empty() {
         parts.push(descriptor.description.clone());
     }
