@@ -15,7 +15,7 @@ bench="${BENCH:-$here/../shared/data/bench}"
 nothing="$here/tests/fixtures/bench/nothing-fits"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-printf '%-11s %8s %8s %8s %8s %12s %10s %s\n' set NDCG@10 R@5 R@1 MRR "empty(%)" "kept(%)" replay
+printf '%-11s %8s %8s %8s %8s %12s %10s %12s %s\n' set NDCG@10 R@5 R@1 MRR "empty(%)" "kept(%)" "gate kept(%)" replay
 for set in seal-tools metatool bfcl; do
   extra=(--queries "$nothing/small-talk.jsonl")
   if [ "$set" = bfcl ]; then extra+=(--queries "$nothing/bfcl-irrelevance.jsonl"); fi
@@ -39,6 +39,6 @@ if replay:
     r += (f" | as served: {sv['asServed']['ndcgAt10']:.2f} -> {sv['learned']['ndcgAt10']:.2f}"
           f" ({learning(sv['chosen'])}; unseen {sv['unseenAsServed']['ndcgAt10']:.2f} -> {sv['unseenLearned']['ndcgAt10']:.2f})")
 print(f"{name:11s} {m['ndcgAt10']:8.2f} {m['recallAt5']:8.2f} {m['recallAt1']:8.2f} {m['mrr']:8.2f} "
-      f"{f['answeredEmptyShare']:11.1f}% {f['keptShare']:9.2f}% {r}")
+      f"{f['answeredEmptyShare']:11.1f}% {f['keptShare']:9.2f}% {f['gateKeptShare']:11.2f}% {r}")
 PY
 done

@@ -28,7 +28,7 @@
 
 use crate::config::EmbedderSettings;
 use crate::core::catalog::Catalog;
-use crate::core::discovery::{tier1_with_dependencies, DiscoveryConfig, DiscoveryFilter};
+use crate::core::discovery::{asks_for_nothing, tier1_with_dependencies, DiscoveryConfig, DiscoveryFilter};
 use crate::core::embedder::{embed_in_batches_as, text_hash, Embed, EmbedError, TextRole};
 use crate::core::evaluation::{
     aggregate, mean_reciprocal_rank, replay_outcomes, score_query, seeded_halves, seeded_order, Metrics, NothingFits,
@@ -38,7 +38,7 @@ use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
-use crate::core::nothing_fits::{coverage, generic_likeness, terms_of, GenericFloor, GENERIC_SENTENCES};
+use crate::core::nothing_fits::{chatter_likeness, coverage, terms_of, GenericFloor, GENERIC_SENTENCES};
 use crate::core::outcome_learning::{OutcomeLearning, Serving};
 use crate::core::outcome_memory::OutcomeMemory;
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
@@ -326,6 +326,13 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
     // Deep enough for the run file and for Tier 1 with its dependencies.
     let limit = options.depth.max(options.config.tier1_top_k * 2);
+    // The chatter sentences by the same model, for the chatter gate and the signals.
+    let generic = if options.config.chatter_gate || options.signals.is_some() {
+        let generic_texts: Vec<String> = GENERIC_SENTENCES.iter().map(|text| text.to_string()).collect();
+        embed_cached(embedder.as_ref(), cache.as_ref(), &generic_texts, batch_size, TextRole::Query)?
+    } else {
+        Vec::new()
+    };
     let started = Instant::now();
     let mut embed_seconds = 0.0;
     let mut ranked: Vec<Ranked> = Vec::with_capacity(queries.len());
@@ -336,7 +343,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         let embed_started = Instant::now();
         let query_vectors = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size, TextRole::Query)?;
         embed_seconds += embed_started.elapsed().as_secs_f64();
-        let query = Query::new(texts, query_vectors);
+        let query = Query::new(texts, query_vectors).with_chatter(&generic);
         let indexed = match &record.tools {
             Some(tools) => Some(index_tools(tools, embedder.as_ref(), cache.as_ref(), options)?),
             None => None,
@@ -363,11 +370,13 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
             prior.apply(&mut hits);
         }
         let indexes = indexes_of(query_idx);
-        let tier1 = tier1_with_dependencies(&hits, &indexes, &options.config, &filter);
+        let without_gate = tier1_with_dependencies(&hits, &indexes, &options.config, &filter);
+        let gated = asks_for_nothing(&ranking.query, &hits, &indexes, &options.config);
+        let tier1 = if gated { Vec::new() } else { without_gate.clone() };
         if record.answerable() {
             let holds = |tier1: &[(String, f32)]| tier1.iter().any(|(id, _)| record.relevant.contains(id));
             let in_reach = holds(&tier1_with_dependencies(&hits, &indexes, &reach, &filter));
-            nothing_fits.answerable(in_reach, holds(&tier1));
+            nothing_fits.answerable(in_reach, holds(&without_gate), holds(&tier1));
         } else {
             nothing_fits.unanswerable(tier1.is_empty());
         }
@@ -395,8 +404,6 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         answerable.iter().map(|&i| score_query(&runs[i].ranked, &queries[i].relevant)).collect();
     let replay = options.replay.map(|seed| replay(seed, options, &queries, &ranked, &answerable, &shared));
     if let Some(path) = &options.signals {
-        let generic_texts: Vec<String> = GENERIC_SENTENCES.iter().map(|text| text.to_string()).collect();
-        let generic = embed_cached(embedder.as_ref(), cache.as_ref(), &generic_texts, batch_size, TextRole::Query)?;
         write_signals(path, &queries, &ranked, &shared, &own, &generic)?;
     }
     Ok(EvalReport {
@@ -451,7 +458,7 @@ fn write_signals(
         let line = serde_json::json!({
             "queryIdx": i,
             "answerable": record.answerable(),
-            "genericLikeness": generic_likeness(whole, generic),
+            "genericLikeness": chatter_likeness(whole, generic),
             "floorMax": floor.floor(),
             "floorMedian": floor.quantile(0.5),
             "floorQ90": floor.quantile(0.9),

@@ -548,6 +548,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let embedder = embedder.apply(&settings.embedder)?;
         // `[discovery] lexical_weight = "auto"` follows the embedder chosen here.
         config.lexical_weight = settings.lexical_weight.resolve(embedder.backend);
+        config.chatter_gate = settings.chatter_gate.resolve(embedder.backend);
         let mut fusion = capdex::core::retrieval::Fusion::default();
         fusion.lexical = lexical_weight.unwrap_or(config.lexical_weight).clamp(0.0, 1.0);
         fusion.clause = clause_weight.unwrap_or(fusion.clause).clamp(0.0, 1.0);
@@ -1059,6 +1060,7 @@ fn bench_report(
     let batch_size = embedder_settings.batch_size;
     let discovery = capdex::core::discovery::DiscoveryConfig {
         lexical_weight: settings.lexical_weight.resolve(embedder_settings.backend),
+        chatter_gate: settings.chatter_gate.resolve(embedder_settings.backend),
         ..settings.discovery.clone()
     };
     if let (BenchMode::Memory, Some(n)) = (&mode, synthetic) {

@@ -7,6 +7,10 @@
 //! run on the DiscoveryWorkers (`discovery_worker.rs`), which read the same
 //! cell and call the same [`run_discovery`].
 //!
+//! Both ask the model for the chatter sentences' vectors once, with their
+//! first query ([`ChatterVectors`]), for the chatter gate
+//! (`core::discovery::asks_for_nothing`).
+//!
 //! It is not the SCG's router: `Route` and `RouteIndex` (`actors::scg`,
 //! `core::scg::route`) rank recipes over the Source Capability Graph.
 
@@ -22,8 +26,45 @@ use crate::core::embedder::{EmbedError, TextRole};
 use crate::core::retrieval::{query_texts, Indexes, Query};
 use crate::core::tiers::TokenBudget;
 use actix::prelude::*;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+
+/// The chatter sentences' vectors (`core::nothing_fits::GENERIC_SENTENCES`)
+/// by the Embedder actor's model, asked of it with the first query
+/// ([`ChatterVectors::texts_for`]) and kept: the model does not change while
+/// the process serves. Clones share one copy.
+#[derive(Clone, Debug, Default)]
+pub struct ChatterVectors(Arc<OnceLock<Arc<Vec<Vec<f32>>>>>);
+
+impl ChatterVectors {
+    /// What is known (empty until the embedder answered once).
+    pub fn get(&self) -> Arc<Vec<Vec<f32>>> {
+        self.0.get().cloned().unwrap_or_default()
+    }
+
+    /// The texts to ask the embedder for a query's `texts`: those, then the
+    /// chatter sentences while their vectors are not yet known.
+    pub fn texts_for(&self, texts: &[String]) -> Vec<String> {
+        let mut asked = texts.to_vec();
+        if self.0.get().is_none() {
+            asked.extend(crate::core::nothing_fits::GENERIC_SENTENCES.iter().map(|text| text.to_string()));
+        }
+        asked
+    }
+
+    /// Takes the embedder's answer for [`ChatterVectors::texts_for`] of a
+    /// query of `n_query` texts: keeps the chatter sentences' vectors when
+    /// they were asked for and came, and returns the query's own. An answer
+    /// of any other length is returned whole (the discovery says what is wrong with it).
+    pub fn take(&self, answer: Result<Vec<Vec<f32>>, EmbedError>, n_query: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut vectors = answer?;
+        if vectors.len() == n_query + crate::core::nothing_fits::GENERIC_SENTENCES.len() && self.0.get().is_none() {
+            let chatter = vectors.split_off(n_query);
+            let _ = self.0.set(Arc::new(chatter));
+        }
+        Ok(vectors)
+    }
+}
 
 /// One discovery query.
 #[derive(Message, Debug, Clone)]
@@ -66,11 +107,18 @@ pub struct Discoverer {
     snapshots: Arc<SnapshotCell>,
     /// Whether queries apply the outcome prior by default.
     prior_enabled: bool,
+    chatter: ChatterVectors,
 }
 
 impl Discoverer {
     pub fn new(config: DiscoveryConfig, embedder: Recipient<EmbedTexts>) -> Discoverer {
-        Discoverer { config, embedder, snapshots: Arc::new(SnapshotCell::default()), prior_enabled: false }
+        Discoverer {
+            config,
+            embedder,
+            snapshots: Arc::new(SnapshotCell::default()),
+            prior_enabled: false,
+            chatter: ChatterVectors::default(),
+        }
     }
 
     /// Applies the outcome prior to queries unless they say otherwise (`[discovery] outcome_prior`).
@@ -89,7 +137,10 @@ impl Discoverer {
 
 /// Runs one discovery on `snapshot`: the query `texts` (the message and its
 /// clauses, `query_texts`) with the embedder's answer for them, which took
-/// `embed_us`. Shared by the Discoverer and the DiscoveryWorkers, so both answer alike.
+/// `embed_us`; `chatter`: the chatter sentences' vectors by the same model
+/// (for the chatter gate; empty when unknown, and then the gate cannot
+/// apply). Shared by the Discoverer and the DiscoveryWorkers, so both answer alike.
+#[allow(clippy::too_many_arguments)]
 pub fn run_discovery(
     snapshot: &DiscoverySnapshot,
     defaults: &DiscoveryConfig,
@@ -98,6 +149,7 @@ pub fn run_discovery(
     texts: Vec<String>,
     vectors: Result<Vec<Vec<f32>>, EmbedError>,
     embed_us: f64,
+    chatter: &[Vec<f32>],
 ) -> Result<DiscoveryResult, DiscovererError> {
     let started = Instant::now();
     let config = match &discover.config {
@@ -116,6 +168,7 @@ pub fn run_discovery(
         ),
         Err(err) => Query::without_vectors(texts, err.to_string()),
     };
+    let query = if config.chatter_gate { query.with_chatter(chatter) } else { query };
     let tier0 = snapshot.tier0(&discover.filter, TokenBudget::new(config.tier0_token_budget));
     let indexes = Indexes {
         catalog: &snapshot.catalog,
@@ -169,13 +222,15 @@ impl Handler<Discover> for Discoverer {
         let started = Instant::now();
         // The whole message and its clauses are embedded in one request.
         let texts = query_texts(&msg.query);
-        let request = self.embedder.send(EmbedTexts { texts: texts.clone(), role: TextRole::Query });
+        let request = self.embedder.send(EmbedTexts { texts: self.chatter.texts_for(&texts), role: TextRole::Query });
         Box::pin(request.into_actor(self).map(move |embedded, actor, _| {
             let embedded = embedded.map_err(|err| DiscovererError::Embedder(err.to_string()))?;
             let embed_us = started.elapsed().as_secs_f64() * 1e6;
             let snapshot = actor.snapshots.load();
+            let vectors = actor.chatter.take(embedded.vectors, texts.len());
+            let chatter = actor.chatter.get();
             let result =
-                run_discovery(&snapshot, &actor.config, actor.prior_enabled, &msg, texts, embedded.vectors, embed_us);
+                run_discovery(&snapshot, &actor.config, actor.prior_enabled, &msg, texts, vectors, embed_us, &chatter);
             actor.snapshots.count_query();
             result
         }))

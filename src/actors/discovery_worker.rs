@@ -16,12 +16,13 @@
 //! over. The caller's `finish` runs on the worker too, so a reply is encoded
 //! there (JSON or msgpack) and the System's thread sends bytes.
 
-use crate::actors::discoverer::{run_discovery, Discover, DiscovererError};
+use crate::actors::discoverer::{run_discovery, ChatterVectors, Discover, DiscovererError};
 use crate::actors::embedder::EmbedTexts;
 use crate::actors::snapshot::SnapshotCell;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryResult};
 use crate::core::embedder::{embed_in_batches_as, Embed, EmbedError, TextRole};
+use crate::core::nothing_fits::GENERIC_SENTENCES;
 use crate::core::retrieval::query_texts;
 use actix::prelude::*;
 use std::collections::VecDeque;
@@ -44,6 +45,8 @@ pub struct RunDiscovery<R> {
 pub struct QueryVectors {
     pub vectors: Result<Vec<Vec<f32>>, EmbedError>,
     pub embed_us: f64,
+    /// The chatter sentences' vectors by the same model (empty while unknown).
+    pub chatter: Arc<Vec<Vec<f32>>>,
 }
 
 /// One discovery thread's state.
@@ -54,6 +57,8 @@ pub struct DiscoveryWorker {
     /// The in-process embedder, when queries are embedded here.
     model: Option<Box<dyn Embed + Send>>,
     batch_size: usize,
+    /// The chatter sentences' vectors by `model`, made when a discovery first needs them.
+    chatter: Option<Arc<Vec<Vec<f32>>>>,
 }
 
 impl DiscoveryWorker {
@@ -64,27 +69,49 @@ impl DiscoveryWorker {
         model: Option<Box<dyn Embed + Send>>,
         batch_size: usize,
     ) -> DiscoveryWorker {
-        DiscoveryWorker { snapshots, config, prior_enabled, model, batch_size: batch_size.max(1) }
+        DiscoveryWorker { snapshots, config, prior_enabled, model, batch_size: batch_size.max(1), chatter: None }
     }
 
     /// Embeds (unless given vectors), ranks on the current snapshot and finishes.
     fn run<R>(&mut self, msg: RunDiscovery<R>) -> R {
         let texts = query_texts(&msg.discover.query);
-        let (vectors, embed_us) = match (msg.embedded, &self.model) {
-            (Some(embedded), _) => (embedded.vectors, embedded.embed_us),
+        let (vectors, embed_us, chatter) = match (msg.embedded, &self.model) {
+            (Some(embedded), _) => (embedded.vectors, embedded.embed_us, embedded.chatter),
             (None, Some(model)) => {
                 let started = Instant::now();
                 let vectors = embed_in_batches_as(model.as_ref(), &texts, self.batch_size, TextRole::Query);
-                (vectors, started.elapsed().as_secs_f64() * 1e6)
+                let embed_us = started.elapsed().as_secs_f64() * 1e6;
+                let gate = msg.discover.config.as_ref().unwrap_or(&self.config).chatter_gate;
+                let chatter = match &self.chatter {
+                    Some(chatter) => chatter.clone(),
+                    None if gate => {
+                        let sentences: Vec<String> = GENERIC_SENTENCES.iter().map(|text| text.to_string()).collect();
+                        // An embedder that fails here fails the query too; the next discovery asks again.
+                        match embed_in_batches_as(model.as_ref(), &sentences, self.batch_size, TextRole::Query) {
+                            Ok(vectors) => self.chatter.insert(Arc::new(vectors)).clone(),
+                            Err(_) => Arc::default(),
+                        }
+                    }
+                    None => Arc::default(),
+                };
+                (vectors, embed_us, chatter)
             }
             (None, None) => {
                 let reason = "no query vectors were given to a discovery worker without a model";
-                (Err(EmbedError::new(crate::core::embedder::EmbedErrorCode::Unavailable, reason)), 0.0)
+                (Err(EmbedError::new(crate::core::embedder::EmbedErrorCode::Unavailable, reason)), 0.0, Arc::default())
             }
         };
         let snapshot = self.snapshots.load();
-        let result =
-            run_discovery(&snapshot, &self.config, self.prior_enabled, &msg.discover, texts, vectors, embed_us);
+        let result = run_discovery(
+            &snapshot,
+            &self.config,
+            self.prior_enabled,
+            &msg.discover,
+            texts,
+            vectors,
+            embed_us,
+            &chatter,
+        );
         self.snapshots.count_query();
         (msg.finish)(result, &snapshot.catalog)
     }
@@ -194,6 +221,8 @@ pub struct DiscoveryLanes {
     pool: Arc<Pool>,
     /// `None` when the workers embed queries themselves (the built-in embedder).
     pub embedder: Option<Recipient<EmbedTexts>>,
+    /// The chatter sentences' vectors by `embedder`'s model, asked with the first query.
+    chatter: ChatterVectors,
     /// How many worker threads serve.
     pub threads: usize,
 }
@@ -208,7 +237,12 @@ impl DiscoveryLanes {
         embedder: Option<Recipient<EmbedTexts>>,
     ) -> std::io::Result<DiscoveryLanes> {
         let threads = threads.max(1);
-        Ok(DiscoveryLanes { pool: Arc::new(Pool::start(threads, factory)?), embedder, threads })
+        Ok(DiscoveryLanes {
+            pool: Arc::new(Pool::start(threads, factory)?),
+            embedder,
+            chatter: ChatterVectors::default(),
+            threads,
+        })
     }
 
     /// Runs `discover` on a worker and returns what `finish` made of it there.
@@ -217,9 +251,12 @@ impl DiscoveryLanes {
             None => None,
             Some(embedder) => {
                 let started = Instant::now();
-                let answer =
-                    embedder.send(EmbedTexts { texts: query_texts(&discover.query), role: TextRole::Query }).await?;
-                Some(QueryVectors { vectors: answer.vectors, embed_us: started.elapsed().as_secs_f64() * 1e6 })
+                let texts = query_texts(&discover.query);
+                let asked = self.chatter.texts_for(&texts);
+                let answer = embedder.send(EmbedTexts { texts: asked, role: TextRole::Query }).await?;
+                let vectors = self.chatter.take(answer.vectors, texts.len());
+                let embed_us = started.elapsed().as_secs_f64() * 1e6;
+                Some(QueryVectors { vectors, embed_us, chatter: self.chatter.get() })
             }
         };
         let (answer, answered) = futures::channel::oneshot::channel();
@@ -324,6 +361,52 @@ mod tests {
         assert_eq!(version, 3);
         let stats = discoverer.send(Inspect::<DiscovererStats>::new()).await.unwrap();
         assert_eq!((stats.queries, stats.catalog_version, stats.graph_version), (10, 3, 3));
+    }
+
+    #[actix::test]
+    async fn with_the_chatter_gate_chatter_gets_an_empty_tier1_on_every_path() {
+        let cell = Arc::new(SnapshotCell::default());
+        publish(&cell, 1);
+        let config = DiscoveryConfig { chatter_gate: true, ..DiscoveryConfig::default() };
+        let embedder = SyncArbiter::start(1, || Embedder::new(Box::new(HashingEmbedder::default())));
+        let discoverer =
+            Discoverer::new(config.clone(), embedder.clone().recipient()).with_snapshot_cell(cell.clone()).start();
+        let in_process = {
+            let (cell, config) = (cell.clone(), config.clone());
+            let factory = move || {
+                let model: Box<dyn Embed + Send> = Box::new(HashingEmbedder::default());
+                DiscoveryWorker::new(cell.clone(), config.clone(), false, Some(model), 32)
+            };
+            DiscoveryLanes::start(1, factory, None).unwrap()
+        };
+        let relayed = {
+            let (cell, config) = (cell.clone(), config.clone());
+            let factory = move || DiscoveryWorker::new(cell.clone(), config.clone(), false, None, 32);
+            DiscoveryLanes::start(1, factory, Some(embedder.recipient())).unwrap()
+        };
+        // (request, emptied by the gate, Tier 1 empty): "hello" matches nothing at all, so there is nothing to gate.
+        for (query, gated, empty) in [
+            ("thanks a lot for your help earlier, see you tomorrow", true, true),
+            ("send a message to the team channel", false, false),
+            ("hello", false, true),
+            // A message that names a capability is never chatter.
+            ("weather", false, false),
+        ] {
+            // The relayed lanes and the Discoverer ask for the chatter sentences with their first query.
+            let by_discoverer = without_timings(discoverer.send(discover(query)).await.unwrap().unwrap());
+            let check = by_discoverer.diagnostics.chatter.expect("the gate read the request");
+            assert_eq!(check.nothing_fits, gated, "{query}: {check:?}");
+            assert_eq!(by_discoverer.tier1.is_empty(), empty, "{query}: {:?}", by_discoverer.tier1);
+            let on_worker = without_timings(in_process.run(discover(query), keep()).await.unwrap().unwrap());
+            assert_eq!(on_worker, by_discoverer, "{query}");
+            let relayed = without_timings(relayed.run(discover(query), keep()).await.unwrap().unwrap());
+            assert_eq!(relayed, by_discoverer, "{query}");
+        }
+        // A request may turn the gate off; then nothing is read and Tier 1 is chosen as usual.
+        let mut off = discover("hello");
+        off.config = Some(DiscoveryConfig { chatter_gate: false, tier1_min_relevance: 0.0, ..config.clone() });
+        let result = in_process.run(off, keep()).await.unwrap().unwrap();
+        assert_eq!(result.diagnostics.chatter, None);
     }
 
     #[actix::test]

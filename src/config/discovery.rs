@@ -21,6 +21,8 @@ pub struct RawDiscovery {
     pub graph_boost_factor: f32,
     /// `"auto"` or a number in [0, 1] (see [`LexicalWeight`]).
     pub lexical_weight: toml::Value,
+    /// `"auto"`, `true` or `false` (see [`ChatterGate`]).
+    pub chatter_gate: toml::Value,
     pub outcome_prior: bool,
     pub outcome_prior_strength: f32,
     pub outcome_prior_half_life_ms: u64,
@@ -86,6 +88,43 @@ impl LexicalWeight {
     }
 }
 
+/// `[discovery] chatter_gate`: whether a request no nearer its best
+/// capabilities than chatter gets an empty Tier 1
+/// (`core::discovery::asks_for_nothing`), fixed or following the embedder
+/// (`"auto"`, the default: on with a neural model, whose cosines tell chatter
+/// from requests; off with the static and built-in embedders, where it would
+/// cost answerable requests their Tier 1; `docs/performance.md`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ChatterGate {
+    Auto,
+    Fixed(bool),
+}
+
+impl ChatterGate {
+    /// Reads `"auto"`, `true` or `false` (also as text, as an environment override gives it).
+    pub fn parse(value: &toml::Value) -> Result<ChatterGate, String> {
+        match value {
+            toml::Value::Boolean(on) => Ok(ChatterGate::Fixed(*on)),
+            toml::Value::String(text) => match text.trim() {
+                "auto" => Ok(ChatterGate::Auto),
+                "true" => Ok(ChatterGate::Fixed(true)),
+                "false" => Ok(ChatterGate::Fixed(false)),
+                _ => Err(format!("must be \"auto\", true or false, got {value}")),
+            },
+            _ => Err(format!("must be \"auto\", true or false, got {value}")),
+        }
+    }
+
+    /// Whether the gate is on with `backend`.
+    pub fn resolve(self, backend: EmbedderBackend) -> bool {
+        match self {
+            // The backends that are not in process are the neural models (`local`, `http`).
+            ChatterGate::Auto => !backend.is_in_process(),
+            ChatterGate::Fixed(on) => on,
+        }
+    }
+}
+
 /// The most discovery worker threads allowed.
 pub const MAX_DISCOVERY_WORKERS: usize = 256;
 
@@ -99,6 +138,8 @@ pub struct DiscoverySection {
     pub config: DiscoveryConfig,
     /// `lexical_weight` as written.
     pub lexical_weight: LexicalWeight,
+    /// `chatter_gate` as written.
+    pub chatter_gate: ChatterGate,
     /// The outcome prior (`outcome_prior*`), which the KPI actor keeps.
     pub prior: OutcomePriorSettings,
     pub prior_publish_interval_ms: u64,
@@ -112,6 +153,8 @@ impl DiscoverySection {
     pub fn from_raw(raw: RawDiscovery, backend: EmbedderBackend) -> Result<DiscoverySection, InvalidSetting> {
         let lexical_weight = LexicalWeight::parse(&raw.lexical_weight)
             .map_err(|problem| InvalidSetting::out_of_range("discovery.lexical_weight", problem))?;
+        let chatter_gate = ChatterGate::parse(&raw.chatter_gate)
+            .map_err(|problem| InvalidSetting::out_of_range("discovery.chatter_gate", problem))?;
         let config = DiscoveryConfig {
             tier0_token_budget: raw.tier0_token_budget,
             tier1_token_budget: raw.tier1_token_budget,
@@ -122,6 +165,7 @@ impl DiscoverySection {
             use_graph_reranking: raw.use_graph_reranking,
             graph_boost_factor: raw.graph_boost_factor,
             lexical_weight: lexical_weight.resolve(backend),
+            chatter_gate: chatter_gate.resolve(backend),
         };
         config.validate().map_err(|problem| {
             // The one relation between two keys; every other check is a bound.
@@ -160,7 +204,15 @@ impl DiscoverySection {
             0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             n => n,
         };
-        Ok(DiscoverySection { config, lexical_weight, prior, prior_publish_interval_ms, learning, workers })
+        Ok(DiscoverySection {
+            config,
+            lexical_weight,
+            chatter_gate,
+            prior,
+            prior_publish_interval_ms,
+            learning,
+            workers,
+        })
     }
 }
 

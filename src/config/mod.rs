@@ -33,7 +33,9 @@ mod scg;
 mod sources;
 
 pub use console::{ConsoleSettings, RawConsole};
-pub use discovery::{DiscoverySection, LexicalWeight, OutcomeLearningSettings, RawDiscovery, MAX_DISCOVERY_WORKERS};
+pub use discovery::{
+    ChatterGate, DiscoverySection, LexicalWeight, OutcomeLearningSettings, RawDiscovery, MAX_DISCOVERY_WORKERS,
+};
 pub use dispatch::{DispatchSettings, RawDispatch};
 pub use embedder::{EmbedderBackend, EmbedderSettings, Pooling, RawEmbedder};
 pub use environment::Environment;
@@ -103,6 +105,8 @@ pub struct Settings {
     pub discovery: DiscoveryConfig,
     /// `[discovery] lexical_weight` as written (`auto` follows the embedder).
     pub lexical_weight: LexicalWeight,
+    /// `[discovery] chatter_gate` as written (`auto` follows the embedder).
+    pub chatter_gate: ChatterGate,
     /// `[discovery] outcome_learning*`.
     pub outcome_learning: OutcomeLearningSettings,
     pub embedder_dimensions: usize,
@@ -196,6 +200,7 @@ impl Settings {
             log_format,
             discovery: discovery.config,
             lexical_weight: discovery.lexical_weight,
+            chatter_gate: discovery.chatter_gate,
             outcome_learning: discovery.learning,
             embedder_dimensions: embedder.dimensions,
             embedder,
@@ -279,6 +284,29 @@ pub(crate) mod tests {
         assert_eq!(dirs[dirs.len() - 2..], [PathBuf::from("a"), PathBuf::from("b")]);
         assert_eq!(dirs[1], PathBuf::from(".capdex/capabilities"));
         assert_eq!(dirs[0], PathBuf::from("/home/ada/.capdex/capabilities"), "~ is the given HOME");
+    }
+
+    #[test]
+    fn the_chatter_gate_follows_the_embedder_unless_set() {
+        let shipped = Settings::load(None, &env(&[])).unwrap();
+        assert_eq!(shipped.chatter_gate, ChatterGate::Auto);
+        assert!(!shipped.discovery.chatter_gate, "off with the static embedder");
+        let http = [
+            ("CAPDEX_EMBEDDER_BACKEND", "http"),
+            ("CAPDEX_EMBEDDER_ENDPOINT", "http://127.0.0.1:9"),
+            ("CAPDEX_EMBEDDER_MODEL", "m"),
+        ];
+        assert!(Settings::load(None, &env(&http)).unwrap().discovery.chatter_gate, "on with a neural model");
+        let off = Settings::load(None, &env(&[http[0], http[1], http[2], ("CAPDEX_DISCOVERY_CHATTER_GATE", "false")]));
+        assert!(!off.unwrap().discovery.chatter_gate);
+        let on = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_CHATTER_GATE", "true")])).unwrap();
+        assert_eq!((on.chatter_gate, on.discovery.chatter_gate), (ChatterGate::Fixed(true), true));
+        let file = Settings::load_text("f.toml", Some("[discovery]\nchatter_gate = false\n"), &env(&[])).unwrap();
+        assert_eq!(file.chatter_gate, ChatterGate::Fixed(false));
+        for bad in ["yes", "0.5"] {
+            let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_CHATTER_GATE", bad)])).unwrap_err();
+            assert!(err.to_string().contains("discovery.chatter_gate"), "{bad}: {err}");
+        }
     }
 
     #[test]

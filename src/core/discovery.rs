@@ -34,6 +34,11 @@ pub struct DiscoveryConfig {
     /// per embedder when it is not set ([`crate::config`]).
     #[serde(default = "default_lexical_weight")]
     pub lexical_weight: f32,
+    /// Whether a request that is no nearer its best capabilities than
+    /// chatter is gets an empty Tier 1 ([`asks_for_nothing`]); the
+    /// configuration turns it on for neural embedders (`"auto"`, [`crate::config`]).
+    #[serde(default)]
+    pub chatter_gate: bool,
 }
 
 fn default_lexical_weight() -> f32 {
@@ -52,6 +57,7 @@ impl Default for DiscoveryConfig {
             use_graph_reranking: true,
             graph_boost_factor: 0.15,
             lexical_weight: LEXICAL_WEIGHT,
+            chatter_gate: false,
         }
     }
 }
@@ -79,6 +85,8 @@ pub struct DiscoveryOverrides {
     pub graph_boost_factor: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lexical_weight: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chatter_gate: Option<bool>,
 }
 
 impl DiscoveryOverrides {
@@ -99,6 +107,7 @@ impl DiscoveryOverrides {
             use_graph_reranking: self.use_graph_reranking.unwrap_or(base.use_graph_reranking),
             graph_boost_factor: self.graph_boost_factor.unwrap_or(base.graph_boost_factor),
             lexical_weight: self.lexical_weight.unwrap_or(base.lexical_weight),
+            chatter_gate: self.chatter_gate.unwrap_or(base.chatter_gate),
         };
         config.validate()?;
         Ok(config)
@@ -167,6 +176,22 @@ pub struct DiscoveryDiagnostics {
     /// prior (unless the request said otherwise) and the memory's own weight.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome_learning: Option<crate::core::outcome_trust::Learning>,
+    /// The chatter gate's reading of the request (`chatterGate` on and a
+    /// likeness measured; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chatter: Option<ChatterCheck>,
+}
+
+/// What the chatter gate ([`asks_for_nothing`]) read of one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatterCheck {
+    /// The request's best cosine with the chatter sentences.
+    pub likeness: f32,
+    /// The best cosine of the request with its first `tier1TopK` hits (0 with none).
+    pub best_cosine: f32,
+    /// Whether Tier 1 was emptied for it.
+    pub nothing_fits: bool,
 }
 
 /// Microseconds per stage of one discovery (`embedUs` is filled in by the
@@ -305,7 +330,11 @@ pub fn discover_with_prior(
     let catalog = indexes.catalog;
     let Ranked { ranking, reranked, concepts } = ranked(query, indexes, config, filter, prior, explain);
     let tiers_started = std::time::Instant::now();
-    let chosen = tier1_with_dependencies(&ranking.hits, indexes, config, filter);
+    let chatter = chatter_check(query, &ranking.hits, indexes, config);
+    let chosen = match chatter {
+        Some(check) if check.nothing_fits => Vec::new(),
+        _ => tier1_with_dependencies(&ranking.hits, indexes, config, filter),
+    };
     // The lexical index keeps each capability's texts for its catalog version;
     // a catalog it was not built with gets fresh ones.
     let texts = indexes.one_publication().then_some(indexes.lexical);
@@ -364,6 +393,7 @@ pub fn discover_with_prior(
             total_us: micros(started),
         },
         outcome_learning: None,
+        chatter,
     };
     debug_assert!(estimate_tokens(&rendered) <= token_estimate.total_tokens);
     let explanations =
@@ -465,6 +495,32 @@ fn explain_tier1(
             }
         })
         .collect()
+}
+
+/// Whether `query` asks for nothing the catalog offers, by the rule of
+/// [`crate::core::nothing_fits::asks_for_nothing`] over its first
+/// `tier1TopK` hits: true only with `chatterGate` on, a measured likeness to
+/// chatter, and no hit that names a capability exactly. Discovery then
+/// returns an empty Tier 1 (and the turn needs no capability).
+pub fn asks_for_nothing(query: &Query, hits: &[RankedHit], indexes: &Indexes<'_>, config: &DiscoveryConfig) -> bool {
+    chatter_check(query, hits, indexes, config).is_some_and(|check| check.nothing_fits)
+}
+
+/// The chatter gate's reading of `query` ([`asks_for_nothing`]), when it applies.
+fn chatter_check(
+    query: &Query,
+    hits: &[RankedHit],
+    indexes: &Indexes<'_>,
+    config: &DiscoveryConfig,
+) -> Option<ChatterCheck> {
+    let likeness = query.chatter.filter(|_| config.chatter_gate)?;
+    let whole = query.parts.first().map(|part| part.vector.as_slice()).unwrap_or(&[]);
+    let first = &hits[..hits.len().min(config.tier1_top_k)];
+    let cosines: Vec<Option<f32>> = first.iter().map(|hit| indexes.vectors.cosine(&hit.id, whole)).collect();
+    let exact = hits.iter().any(|hit| hit.exact.is_some());
+    let nothing_fits = !exact && crate::core::nothing_fits::asks_for_nothing(Some(likeness), cosines.iter().copied());
+    let best_cosine = cosines.into_iter().flatten().fold(0.0f32, f32::max);
+    Some(ChatterCheck { likeness, best_cosine, nothing_fits })
 }
 
 /// Picks Tier 1 from `hits` (best first, as ranked) by the rule in
@@ -632,6 +688,43 @@ mod tests {
         assert!(!unfiltered.tier1.is_empty(), "the ranking itself still has hits; only the minimum empties Tier 1");
         let result = fixture.discover("weather forecast for my city", &config, &DiscoveryFilter::default());
         assert_eq!(tier1_ids(&result)[0], "tool:weather");
+    }
+
+    /// With the chatter gate, a request no nearer its best hits than chatter
+    /// gets an empty Tier 1 even where the relevance minimum would keep one;
+    /// a request about a capability, or naming one, keeps it; without the
+    /// gate (or without the chatter sentences' vectors) nothing changes.
+    #[test]
+    fn the_chatter_gate_empties_tier1_for_chatter_only() {
+        let fixture = fixture();
+        let generic: Vec<Vec<f32>> = crate::core::nothing_fits::GENERIC_SENTENCES
+            .iter()
+            .map(|sentence| fixture.embedder.embed(sentence))
+            .collect();
+        let gate = DiscoveryConfig { chatter_gate: true, tier1_min_relevance: 0.0, ..DiscoveryConfig::default() };
+        let run = |message: &str, config: &DiscoveryConfig| {
+            let query = fixture.query(message).with_chatter(&generic);
+            let tier0 = fixture.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(200));
+            discover(&query, &fixture.indexes(), config, &DiscoveryFilter::default(), tier0)
+        };
+        let chatter = "thank you, I really appreciate it, see you tomorrow";
+        let gated = run(chatter, &gate);
+        assert!(gated.tier1.is_empty() && gated.tier2.is_empty(), "{:?}", tier1_ids(&gated));
+        let check = gated.diagnostics.chatter.unwrap();
+        assert!(check.nothing_fits && check.best_cosine <= check.likeness, "{check:?}");
+        let ungated = run(chatter, &DiscoveryConfig { chatter_gate: false, ..gate.clone() });
+        assert!(!ungated.tier1.is_empty(), "without the gate the minimum of 0 keeps the hits");
+        assert_eq!(ungated.diagnostics.chatter, None);
+        let request = run("weather forecast for my city", &gate);
+        assert_eq!(tier1_ids(&request)[0], "tool:weather");
+        assert!(!request.diagnostics.chatter.unwrap().nothing_fits);
+        let named = run("web-search", &gate);
+        assert_eq!(tier1_ids(&named)[0], "tool:web-search");
+        // No chatter vectors: nothing to compare with, so the gate cannot apply.
+        let tier0 = fixture.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(200));
+        let blind = discover(&fixture.query(chatter), &fixture.indexes(), &gate, &DiscoveryFilter::default(), tier0);
+        assert!(!blind.tier1.is_empty());
+        assert_eq!(blind.diagnostics.chatter, None);
     }
 
     #[test]

@@ -218,6 +218,14 @@ pub struct NothingFits {
     pub kept: usize,
     /// `kept / answerable_in_reach` ×100 (100 without such requests).
     pub kept_share: f64,
+    /// Answerable requests whose Tier 1 without the chatter gate
+    /// (`chatterGate`) holds a relevant capability.
+    pub kept_without_gate: usize,
+    /// Of those, the ones whose Tier 1 with the gate still holds one.
+    pub kept_with_gate: usize,
+    /// `kept_with_gate / kept_without_gate` ×100: what the gate itself keeps
+    /// (100 without such requests, and with the gate off).
+    pub gate_kept_share: f64,
 }
 
 impl NothingFits {
@@ -229,13 +237,19 @@ impl NothingFits {
     }
 
     /// Counts one answerable request: whether a relevant capability was in
-    /// Tier 1 without the relevance minimum, and whether it is with it.
-    pub fn answerable(&mut self, in_reach: bool, kept: bool) {
+    /// Tier 1 without the relevance minimum, whether it is with the minimum
+    /// and without the chatter gate, and whether it is with both.
+    pub fn answerable(&mut self, in_reach: bool, kept_without_gate: bool, kept: bool) {
         if in_reach {
             self.answerable_in_reach += 1;
             self.kept += usize::from(kept);
         }
+        if kept_without_gate {
+            self.kept_without_gate += 1;
+            self.kept_with_gate += usize::from(kept);
+        }
         self.kept_share = share(self.kept, self.answerable_in_reach, 100.0);
+        self.gate_kept_share = share(self.kept_with_gate, self.kept_without_gate, 100.0);
     }
 }
 
@@ -422,11 +436,15 @@ mod tests {
         assert_eq!((fits.answered_empty_share, fits.kept_share), (0.0, 0.0));
         fits.unanswerable(true);
         fits.unanswerable(false);
-        fits.answerable(true, true);
-        fits.answerable(true, false);
-        fits.answerable(false, false);
+        fits.answerable(true, true, true);
+        fits.answerable(true, false, false);
+        fits.answerable(false, false, false);
         assert_eq!((fits.unanswerable, fits.answered_empty, fits.answered_empty_share), (2, 1, 50.0));
         assert_eq!((fits.answerable_in_reach, fits.kept, fits.kept_share), (2, 1, 50.0));
+        assert_eq!((fits.kept_without_gate, fits.kept_with_gate, fits.gate_kept_share), (1, 1, 100.0));
+        // A request the chatter gate took Tier 1 from.
+        fits.answerable(true, true, false);
+        assert_eq!((fits.kept_without_gate, fits.kept_with_gate, fits.gate_kept_share), (2, 1, 50.0));
         let query: QueryRecord = serde_json::from_str(
             r#"{"query": "hi", "relevant": [], "tools": [{"id": "a", "name": "a", "description": "d"}]}"#,
         )

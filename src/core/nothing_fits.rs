@@ -13,6 +13,12 @@
 //!   capability than chatter only when its cosine with that capability
 //!   passes what those sentences reach against the same catalog. The
 //!   floor is thus measured per model and per catalog, never a fixed cosine.
+//! - [`asks_for_nothing`], the rule discovery applies when
+//!   `[discovery] chatter_gate` is on: a request whose best capabilities are
+//!   no nearer it than chatter is ([`chatter_likeness`], its best cosine
+//!   with [`GENERIC_SENTENCES`] embedded by the same model) asks for nothing
+//!   the catalog offers, and gets an empty Tier 1. Measured on the three dev
+//!   sets in `docs/performance.md` ("An empty Tier 1 for chatter").
 
 use crate::core::embedder::dot;
 use crate::core::index::VectorIndex;
@@ -129,10 +135,33 @@ impl GenericFloor {
     }
 }
 
-/// The best cosine of `request` with any of `generic` (the request's own
-/// likeness to chatter).
-pub fn generic_likeness(request: &[f32], generic: &[Vec<f32>]) -> f32 {
-    generic.iter().filter(|vector| vector.len() == request.len()).map(|vector| dot(request, vector)).fold(0.0, f32::max)
+/// The request's likeness to chatter: its best cosine with any of `generic`
+/// (the vectors of [`GENERIC_SENTENCES`] by the request's own model);
+/// `None` when the request has no vector or no generic vector has its
+/// dimensions (then nothing can be said).
+pub fn chatter_likeness(request: &[f32], generic: &[Vec<f32>]) -> Option<f32> {
+    if dot(request, request) <= 0.0 {
+        return None;
+    }
+    generic
+        .iter()
+        .filter(|vector| vector.len() == request.len() && dot(vector, vector) > 0.0)
+        .map(|vector| dot(request, vector))
+        .reduce(f32::max)
+}
+
+/// Whether a request asks for nothing the catalog offers: `chatter` is its
+/// likeness to chatter ([`chatter_likeness`]) and `cosines` the cosines of
+/// its best capabilities with it (`None` for one without a vector). True
+/// when it has a likeness, some best capability has a cosine, and none of
+/// them is nearer the request than chatter is. A request that names a
+/// capability exactly is never taken for chatter (its caller checks that).
+pub fn asks_for_nothing(chatter: Option<f32>, cosines: impl IntoIterator<Item = Option<f32>>) -> bool {
+    let Some(chatter) = chatter else { return false };
+    match cosines.into_iter().flatten().reduce(f32::max) {
+        Some(best) => best <= chatter,
+        None => false,
+    }
 }
 
 #[cfg(test)]
@@ -160,8 +189,23 @@ mod tests {
         assert!((floor.floor() - 1.0).abs() < 0.02);
         assert!((floor.quantile(0.0) - 0.8).abs() < 0.02);
         assert_eq!(GenericFloor::default().floor(), 0.0);
-        assert!((generic_likeness(&[0.6, 0.8], &generic) - 1.0).abs() < 1e-6);
+        assert!((chatter_likeness(&[0.6, 0.8], &generic).unwrap() - 1.0).abs() < 1e-6);
         let unique: HashSet<&str> = GENERIC_SENTENCES.iter().copied().collect();
         assert_eq!(unique.len(), GENERIC_SENTENCES.len());
+    }
+
+    #[test]
+    fn a_request_no_nearer_its_best_capabilities_than_chatter_asks_for_nothing() {
+        let generic = vec![vec![0.6, 0.8], vec![0.0, 0.0], vec![1.0, 0.0, 0.0]];
+        // Only the generic vectors of the request's dimensions count; a zero request says nothing.
+        assert!((chatter_likeness(&[1.0, 0.0], &generic).unwrap() - 0.6).abs() < 1e-6);
+        assert_eq!(chatter_likeness(&[0.0, 0.0], &generic), None);
+        assert_eq!(chatter_likeness(&[1.0, 0.0, 0.0, 0.0], &generic), None);
+        assert!(asks_for_nothing(Some(0.6), [Some(0.5), None, Some(0.6)]));
+        assert!(!asks_for_nothing(Some(0.6), [Some(0.5), Some(0.61)]));
+        // No likeness or no cosine: nothing to decide on, so Tier 1 is chosen as usual.
+        assert!(!asks_for_nothing(None, [Some(0.1)]));
+        assert!(!asks_for_nothing(Some(0.6), [None, None]));
+        assert!(!asks_for_nothing(Some(0.6), []));
     }
 }
