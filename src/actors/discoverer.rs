@@ -54,11 +54,12 @@ impl ChatterVectors {
 
     /// Takes the embedder's answer for [`ChatterVectors::texts_for`] of a
     /// query of `n_query` texts: keeps the chatter sentences' vectors when
-    /// they were asked for and came, and returns the query's own. An answer
-    /// of any other length is returned whole (the discovery says what is wrong with it).
+    /// they were asked for and came (two first queries may both have asked;
+    /// the first answer is kept), and returns the query's own. An answer of
+    /// any other length is returned whole (the discovery says what is wrong with it).
     pub fn take(&self, answer: Result<Vec<Vec<f32>>, EmbedError>, n_query: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut vectors = answer?;
-        if vectors.len() == n_query + crate::core::nothing_fits::GENERIC_SENTENCES.len() && self.0.get().is_none() {
+        if vectors.len() == n_query + crate::core::nothing_fits::GENERIC_SENTENCES.len() {
             let chatter = vectors.split_off(n_query);
             let _ = self.0.set(Arc::new(chatter));
         }
@@ -271,6 +272,27 @@ mod tests {
     use crate::core::outcome_prior::OutcomePrior;
     use crate::core::text::embedding_text;
     use crate::embedders::backend::FailingEmbedder;
+
+    #[test]
+    fn chatter_vectors_are_asked_once_and_split_off_every_answer_that_carries_them() {
+        let chatter = ChatterVectors::default();
+        let query = vec!["hello".to_string(), "there".to_string()];
+        let asked = chatter.texts_for(&query);
+        assert_eq!(asked.len(), 2 + crate::core::nothing_fits::GENERIC_SENTENCES.len());
+        let answer = |n: usize| Ok((0..n).map(|i| vec![i as f32]).collect::<Vec<_>>());
+        // Two first queries asked at once: both answers lose the sentences' vectors, the first is kept.
+        assert_eq!(chatter.take(answer(asked.len()), 2).unwrap(), vec![vec![0.0], vec![1.0]]);
+        assert_eq!(chatter.take(answer(asked.len()), 2).unwrap().len(), 2);
+        assert_eq!(chatter.get().len(), crate::core::nothing_fits::GENERIC_SENTENCES.len());
+        assert_eq!(chatter.get()[0], vec![2.0]);
+        // Once known they are not asked again, and an answer is the query's own.
+        assert_eq!(chatter.texts_for(&query), query);
+        assert_eq!(chatter.take(answer(2), 2).unwrap().len(), 2);
+        // A short answer is handed on whole; an error stays an error.
+        assert_eq!(chatter.take(answer(1), 2).unwrap().len(), 1);
+        let failed = EmbedError::new(EmbedErrorCode::Unavailable, "down");
+        assert!(chatter.take(Err(failed), 2).is_err());
+    }
 
     /// A catalog of a few tools as `version`, with its indexes, as the Indexer publishes it.
     fn published(version: u64) -> CatalogPublished {
