@@ -175,6 +175,43 @@ fn a_closed_port_leaves_discovery_lexical_and_says_so() {
     assert!(result["diagnostics"]["totalIndexed"].as_u64().unwrap() >= 40);
 }
 
+/// With a neural backend the chatter gate is on by default (`chatter_gate = "auto"`): the
+/// chatter sentences are asked of the endpoint once, with the first query, and chatter gets
+/// an empty Tier 1 while a request keeps its capability; `false` turns the gate off.
+#[test]
+fn chatter_gets_an_empty_tier1_with_a_neural_embedder() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let seen = serve_on(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let (data_dir, catalog) = (dir.path().join("data"), dir.path().join("catalog.json"));
+    write_catalog(&catalog, 20, Some(3));
+    index(&endpoint, &data_dir, &catalog);
+    let discover = |message: &str, gate: Option<&str>| -> Value {
+        let mut command = capdex();
+        http_env(&mut command, &endpoint, &data_dir);
+        if let Some(gate) = gate {
+            command.env("CAPDEX_DISCOVERY_CHATTER_GATE", gate);
+        }
+        let output = command.args(["discover", message, "--json", "--catalog"]).arg(&catalog).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let chatter = "thanks a lot for your help, see you tomorrow";
+    let gated = discover(chatter, None);
+    assert_eq!(gated["diagnostics"]["embedder"], "ok");
+    assert_eq!(gated["diagnostics"]["chatter"]["nothingFits"], true, "{}", gated["diagnostics"]);
+    assert!(gated["tier1"].as_array().unwrap().is_empty(), "{}", gated["tier1"]);
+    assert!(gated["tier2"].as_array().unwrap().is_empty());
+    let asked = seen.lock().unwrap().clone();
+    assert!(asked.iter().any(|batch| batch.iter().any(|text| text == "see you tomorrow")), "the sentences were asked");
+    let request = discover("archive old invoices into cold storage", None);
+    assert_eq!(request["diagnostics"]["chatter"]["nothingFits"], false, "{}", request["diagnostics"]);
+    assert_eq!(request["tier1"][0]["id"], "tool:notify-3", "{}", request["tier1"]);
+    let ungated = discover(chatter, Some("false"));
+    assert!(ungated["diagnostics"].get("chatter").is_none(), "{}", ungated["diagnostics"]);
+}
+
 #[test]
 fn vectors_missed_while_down_are_fetched_later() {
     use capdex::actors::indexer::{RetryEmbeddings, SyncCapabilities};
