@@ -30,8 +30,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// The chatter sentences' vectors (`core::nothing_fits::GENERIC_SENTENCES`)
-/// by the Embedder actor's model, asked of it with the first query
-/// ([`ChatterVectors::texts_for`]) and kept: the model does not change while
+/// by the Embedder actor's model, asked of it with the first query the
+/// chatter gate applies to ([`ChatterVectors::texts_for`]) and kept: the model does not change while
 /// the process serves. Clones share one copy.
 #[derive(Clone, Debug, Default)]
 pub struct ChatterVectors(Arc<OnceLock<Arc<Vec<Vec<f32>>>>>);
@@ -223,7 +223,10 @@ impl Handler<Discover> for Discoverer {
         let started = Instant::now();
         // The whole message and its clauses are embedded in one request.
         let texts = query_texts(&msg.query);
-        let request = self.embedder.send(EmbedTexts { texts: self.chatter.texts_for(&texts), role: TextRole::Query });
+        // The chatter sentences are asked for with the first query the gate applies to.
+        let gate = msg.config.as_ref().unwrap_or(&self.config).chatter_gate;
+        let asked = if gate { self.chatter.texts_for(&texts) } else { texts.clone() };
+        let request = self.embedder.send(EmbedTexts { texts: asked, role: TextRole::Query });
         Box::pin(request.into_actor(self).map(move |embedded, actor, _| {
             let embedded = embedded.map_err(|err| DiscovererError::Embedder(err.to_string()))?;
             let embed_us = started.elapsed().as_secs_f64() * 1e6;

@@ -221,8 +221,11 @@ pub struct DiscoveryLanes {
     pool: Arc<Pool>,
     /// `None` when the workers embed queries themselves (the built-in embedder).
     pub embedder: Option<Recipient<EmbedTexts>>,
-    /// The chatter sentences' vectors by `embedder`'s model, asked with the first query.
+    /// The chatter sentences' vectors by `embedder`'s model, asked with the
+    /// first query the chatter gate applies to.
     chatter: ChatterVectors,
+    /// Whether the gate is on for a request without settings of its own (`[discovery] chatter_gate`).
+    chatter_gate: bool,
     /// How many worker threads serve.
     pub threads: usize,
 }
@@ -241,8 +244,18 @@ impl DiscoveryLanes {
             pool: Arc::new(Pool::start(threads, factory)?),
             embedder,
             chatter: ChatterVectors::default(),
+            chatter_gate: false,
             threads,
         })
+    }
+
+    /// Asks the Embedder for the chatter sentences' vectors with the first
+    /// query the chatter gate applies to: those with settings of their own
+    /// that turn it on, and, when `on` (the configured `chatter_gate`), every
+    /// other one. Off (the default), only the former.
+    pub fn with_chatter_gate(mut self, on: bool) -> DiscoveryLanes {
+        self.chatter_gate = on;
+        self
     }
 
     /// Runs `discover` on a worker and returns what `finish` made of it there.
@@ -252,7 +265,8 @@ impl DiscoveryLanes {
             Some(embedder) => {
                 let started = Instant::now();
                 let texts = query_texts(&discover.query);
-                let asked = self.chatter.texts_for(&texts);
+                let gate = discover.config.as_ref().map_or(self.chatter_gate, |config| config.chatter_gate);
+                let asked = if gate { self.chatter.texts_for(&texts) } else { texts.clone() };
                 let answer = embedder.send(EmbedTexts { texts: asked, role: TextRole::Query }).await?;
                 let vectors = self.chatter.take(answer.vectors, texts.len());
                 let embed_us = started.elapsed().as_secs_f64() * 1e6;
@@ -382,7 +396,7 @@ mod tests {
         let relayed = {
             let (cell, config) = (cell.clone(), config.clone());
             let factory = move || DiscoveryWorker::new(cell.clone(), config.clone(), false, None, 32);
-            DiscoveryLanes::start(1, factory, Some(embedder.recipient())).unwrap()
+            DiscoveryLanes::start(1, factory, Some(embedder.recipient())).unwrap().with_chatter_gate(true)
         };
         // (request, emptied by the gate, Tier 1 empty): "hello" matches nothing at all, so there is nothing to gate.
         for (query, gated, empty) in [

@@ -214,5 +214,6 @@ fn spawn_discovery_workers(
         discovery_worker::DiscoveryWorker::new(snapshots.clone(), config.clone(), prior_enabled, model, batch_size)
     };
     let embedder = (!in_process).then(|| embedder.clone().recipient());
-    discovery_worker::DiscoveryLanes::start(threads, factory, embedder).map_err(SpawnError::from)
+    let lanes = discovery_worker::DiscoveryLanes::start(threads, factory, embedder).map_err(SpawnError::from)?;
+    Ok(lanes.with_chatter_gate(settings.discovery.chatter_gate))
 }

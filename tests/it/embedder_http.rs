@@ -208,8 +208,13 @@ fn chatter_gets_an_empty_tier1_with_a_neural_embedder() {
     let request = discover("archive old invoices into cold storage", None);
     assert_eq!(request["diagnostics"]["chatter"]["nothingFits"], false, "{}", request["diagnostics"]);
     assert_eq!(request["tier1"][0]["id"], "tool:notify-3", "{}", request["tier1"]);
+    // Off, the sentences are not asked for at all.
+    let asked_for_sentences =
+        || seen.lock().unwrap().iter().filter(|batch| batch.iter().any(|text| text == "see you tomorrow")).count();
+    let before = asked_for_sentences();
     let ungated = discover(chatter, Some("false"));
     assert!(ungated["diagnostics"].get("chatter").is_none(), "{}", ungated["diagnostics"]);
+    assert_eq!(asked_for_sentences(), before);
 }
 
 #[test]
