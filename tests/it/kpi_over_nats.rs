@@ -85,6 +85,29 @@ fn plan_request(message: &str, extra: Value) -> Vec<u8> {
     request.to_string().into_bytes()
 }
 
+/// With the chatter gate on (`CAPDEX_DISCOVERY_CHATTER_GATE`), a chatty turn's plan needs no
+/// capability (not degraded) because the gate emptied Tier 1, and a request keeps its tool.
+#[tokio::test]
+async fn with_the_chatter_gate_a_chatty_turn_needs_no_capability() {
+    let nats = NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let env = [("CAPDEX_DISCOVERY_CHATTER_GATE", "true")];
+    let (_serving, client) = serve(&nats, &examples_dir(), data.path(), &env).await;
+    let plan = |message: &'static str| {
+        let client = client.clone();
+        async move { body(&request(&client, "capdex.v1.plan", plan_request(message, json!({}))).await) }
+    };
+    let chat = plan("thank you, I really appreciate it, see you tomorrow").await;
+    assert_eq!(chat["discovery"]["diagnostics"]["chatter"]["nothingFits"], true, "{chat}");
+    assert_eq!(chat["discovery"]["tier1"], json!([]), "{chat}");
+    assert_eq!(chat["plan"]["fallbackReason"], "no_capability_needed", "{chat}");
+    assert_eq!(chat["plan"]["needsCapabilities"], false);
+    assert_eq!(chat["plan"]["executionLifecycle"], json!(["planned", "executing"]), "not degraded");
+    let search = plan("search the web for AI news").await;
+    assert_eq!(search["discovery"]["diagnostics"]["chatter"]["nothingFits"], false, "{search}");
+    assert_eq!(search["plan"]["selectedToolIds"][0], "tool:web-search", "{search}");
+}
+
 #[tokio::test]
 async fn plans_fall_back_adapt_to_a_degraded_scope_and_recover() {
     let nats = NatsServer::start();
