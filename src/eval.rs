@@ -38,7 +38,7 @@ use crate::core::graph::CapabilityGraph;
 use crate::core::index::VectorIndex;
 use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
-use crate::core::nothing_fits::{chatter_likeness, coverage, terms_of, GenericFloor, GENERIC_SENTENCES};
+use crate::core::nothing_fits::{chatter_likeness, chatter_texts, coverage, terms_of, GenericFloor};
 use crate::core::outcome_learning::{OutcomeLearning, Serving};
 use crate::core::outcome_memory::OutcomeMemory;
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
@@ -328,8 +328,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let limit = options.depth.max(options.config.tier1_top_k * 2);
     // The chatter sentences by the same model, for the chatter gate and the signals.
     let generic = if options.config.chatter_gate || options.signals.is_some() {
-        let generic_texts: Vec<String> = GENERIC_SENTENCES.iter().map(|text| text.to_string()).collect();
-        embed_cached(embedder.as_ref(), cache.as_ref(), &generic_texts, batch_size, TextRole::Query)?
+        embed_cached(embedder.as_ref(), cache.as_ref(), &chatter_texts(), batch_size, TextRole::Query)?
     } else {
         Vec::new()
     };
@@ -371,12 +370,13 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         }
         let indexes = indexes_of(query_idx);
         let without_gate = tier1_with_dependencies(&hits, &indexes, &options.config, &filter);
-        let gated = asks_for_nothing(&ranking.query, &hits, &indexes, &options.config);
-        let tier1 = if gated { Vec::new() } else { without_gate.clone() };
+        let holds = |tier1: &[(String, f32)]| tier1.iter().any(|(id, _)| record.relevant.contains(id));
+        let held_without_gate = holds(&without_gate);
+        let tier1 =
+            if asks_for_nothing(&ranking.query, &hits, &indexes, &options.config) { Vec::new() } else { without_gate };
         if record.answerable() {
-            let holds = |tier1: &[(String, f32)]| tier1.iter().any(|(id, _)| record.relevant.contains(id));
             let in_reach = holds(&tier1_with_dependencies(&hits, &indexes, &reach, &filter));
-            nothing_fits.answerable(in_reach, holds(&without_gate), holds(&tier1));
+            nothing_fits.answerable(in_reach, held_without_gate, holds(&tier1));
         } else {
             nothing_fits.unanswerable(tier1.is_empty());
         }

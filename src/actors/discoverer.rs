@@ -7,9 +7,9 @@
 //! run on the DiscoveryWorkers (`discovery_worker.rs`), which read the same
 //! cell and call the same [`run_discovery`].
 //!
-//! Both ask the model for the chatter sentences' vectors once, with their
-//! first query ([`ChatterVectors`]), for the chatter gate
-//! (`core::discovery::asks_for_nothing`).
+//! Both ask the model for the chatter sentences' vectors once, with the
+//! first query the chatter gate (`core::discovery::asks_for_nothing`)
+//! applies to ([`ChatterVectors`]).
 //!
 //! It is not the SCG's router: `Route` and `RouteIndex` (`actors::scg`,
 //! `core::scg::route`) rank recipes over the Source Capability Graph.
@@ -31,8 +31,8 @@ use std::time::Instant;
 
 /// The chatter sentences' vectors (`core::nothing_fits::GENERIC_SENTENCES`)
 /// by the Embedder actor's model, asked of it with the first query the
-/// chatter gate applies to ([`ChatterVectors::texts_for`]) and kept: the model does not change while
-/// the process serves. Clones share one copy.
+/// chatter gate applies to ([`ChatterVectors::texts_for`]) and kept: the
+/// model does not change while the process serves. Clones share one copy.
 #[derive(Clone, Debug, Default)]
 pub struct ChatterVectors(Arc<OnceLock<Arc<Vec<Vec<f32>>>>>);
 
@@ -44,12 +44,11 @@ impl ChatterVectors {
 
     /// The texts to ask the embedder for a query's `texts`: those, then the
     /// chatter sentences while their vectors are not yet known.
-    pub fn texts_for(&self, texts: &[String]) -> Vec<String> {
-        let mut asked = texts.to_vec();
+    pub fn texts_for(&self, mut texts: Vec<String>) -> Vec<String> {
         if self.0.get().is_none() {
-            asked.extend(crate::core::nothing_fits::GENERIC_SENTENCES.iter().map(|text| text.to_string()));
+            texts.extend(crate::core::nothing_fits::chatter_texts());
         }
-        asked
+        texts
     }
 
     /// Takes the embedder's answer for [`ChatterVectors::texts_for`] of a
@@ -65,6 +64,15 @@ impl ChatterVectors {
         }
         Ok(vectors)
     }
+}
+
+/// The vectors of a query's texts (or why there are none), the microseconds
+/// they took, and the chatter sentences' vectors by the same model (empty
+/// while unknown: then the chatter gate cannot apply).
+pub struct QueryVectors {
+    pub vectors: Result<Vec<Vec<f32>>, EmbedError>,
+    pub embed_us: f64,
+    pub chatter: Arc<Vec<Vec<f32>>>,
 }
 
 /// One discovery query.
@@ -137,21 +145,17 @@ impl Discoverer {
 }
 
 /// Runs one discovery on `snapshot`: the query `texts` (the message and its
-/// clauses, `query_texts`) with the embedder's answer for them, which took
-/// `embed_us`; `chatter`: the chatter sentences' vectors by the same model
-/// (for the chatter gate; empty when unknown, and then the gate cannot
-/// apply). Shared by the Discoverer and the DiscoveryWorkers, so both answer alike.
-#[allow(clippy::too_many_arguments)]
+/// clauses, `query_texts`) with what the embedder gave for them. Shared by
+/// the Discoverer and the DiscoveryWorkers, so both answer alike.
 pub fn run_discovery(
     snapshot: &DiscoverySnapshot,
     defaults: &DiscoveryConfig,
     prior_enabled: bool,
     discover: &Discover,
     texts: Vec<String>,
-    vectors: Result<Vec<Vec<f32>>, EmbedError>,
-    embed_us: f64,
-    chatter: &[Vec<f32>],
+    embedded: QueryVectors,
 ) -> Result<DiscoveryResult, DiscovererError> {
+    let QueryVectors { vectors, embed_us, chatter } = embedded;
     let started = Instant::now();
     let config = match &discover.config {
         Some(config) => {
@@ -169,7 +173,7 @@ pub fn run_discovery(
         ),
         Err(err) => Query::without_vectors(texts, err.to_string()),
     };
-    let query = if config.chatter_gate { query.with_chatter(chatter) } else { query };
+    let query = if config.chatter_gate { query.with_chatter(&chatter) } else { query };
     let tier0 = snapshot.tier0(&discover.filter, TokenBudget::new(config.tier0_token_budget));
     let indexes = Indexes {
         catalog: &snapshot.catalog,
@@ -225,16 +229,16 @@ impl Handler<Discover> for Discoverer {
         let texts = query_texts(&msg.query);
         // The chatter sentences are asked for with the first query the gate applies to.
         let gate = msg.config.as_ref().unwrap_or(&self.config).chatter_gate;
-        let asked = if gate { self.chatter.texts_for(&texts) } else { texts.clone() };
+        let asked = texts.clone();
+        let asked = if gate { self.chatter.texts_for(asked) } else { asked };
         let request = self.embedder.send(EmbedTexts { texts: asked, role: TextRole::Query });
         Box::pin(request.into_actor(self).map(move |embedded, actor, _| {
             let embedded = embedded.map_err(|err| DiscovererError::Embedder(err.to_string()))?;
             let embed_us = started.elapsed().as_secs_f64() * 1e6;
             let snapshot = actor.snapshots.load();
             let vectors = actor.chatter.take(embedded.vectors, texts.len());
-            let chatter = actor.chatter.get();
-            let result =
-                run_discovery(&snapshot, &actor.config, actor.prior_enabled, &msg, texts, vectors, embed_us, &chatter);
+            let embedded = QueryVectors { vectors, embed_us, chatter: actor.chatter.get() };
+            let result = run_discovery(&snapshot, &actor.config, actor.prior_enabled, &msg, texts, embedded);
             actor.snapshots.count_query();
             result
         }))
@@ -280,7 +284,7 @@ mod tests {
     fn chatter_vectors_are_asked_once_and_split_off_every_answer_that_carries_them() {
         let chatter = ChatterVectors::default();
         let query = vec!["hello".to_string(), "there".to_string()];
-        let asked = chatter.texts_for(&query);
+        let asked = chatter.texts_for(query.clone());
         assert_eq!(asked.len(), 2 + crate::core::nothing_fits::GENERIC_SENTENCES.len());
         let answer = |n: usize| Ok((0..n).map(|i| vec![i as f32]).collect::<Vec<_>>());
         // Two first queries asked at once: both answers lose the sentences' vectors, the first is kept.
@@ -289,7 +293,7 @@ mod tests {
         assert_eq!(chatter.get().len(), crate::core::nothing_fits::GENERIC_SENTENCES.len());
         assert_eq!(chatter.get()[0], vec![2.0]);
         // Once known they are not asked again, and an answer is the query's own.
-        assert_eq!(chatter.texts_for(&query), query);
+        assert_eq!(chatter.texts_for(query.clone()), query);
         assert_eq!(chatter.take(answer(2), 2).unwrap().len(), 2);
         // A short answer is handed on whole; an error stays an error.
         assert_eq!(chatter.take(answer(1), 2).unwrap().len(), 1);

@@ -16,13 +16,12 @@
 //! over. The caller's `finish` runs on the worker too, so a reply is encoded
 //! there (JSON or msgpack) and the System's thread sends bytes.
 
-use crate::actors::discoverer::{run_discovery, ChatterVectors, Discover, DiscovererError};
+use crate::actors::discoverer::{run_discovery, ChatterVectors, Discover, DiscovererError, QueryVectors};
 use crate::actors::embedder::EmbedTexts;
 use crate::actors::snapshot::SnapshotCell;
 use crate::core::catalog::Catalog;
 use crate::core::discovery::{DiscoveryConfig, DiscoveryResult};
 use crate::core::embedder::{embed_in_batches_as, Embed, EmbedError, TextRole};
-use crate::core::nothing_fits::GENERIC_SENTENCES;
 use crate::core::retrieval::query_texts;
 use actix::prelude::*;
 use std::collections::VecDeque;
@@ -39,14 +38,6 @@ pub struct RunDiscovery<R> {
     /// the worker embeds with its own model.
     pub embedded: Option<QueryVectors>,
     pub finish: Finish<R>,
-}
-
-/// The vectors of a query's texts (or why there are none), and the microseconds they took.
-pub struct QueryVectors {
-    pub vectors: Result<Vec<Vec<f32>>, EmbedError>,
-    pub embed_us: f64,
-    /// The chatter sentences' vectors by the same model (empty while unknown).
-    pub chatter: Arc<Vec<Vec<f32>>>,
 }
 
 /// One discovery thread's state.
@@ -75,8 +66,8 @@ impl DiscoveryWorker {
     /// Embeds (unless given vectors), ranks on the current snapshot and finishes.
     fn run<R>(&mut self, msg: RunDiscovery<R>) -> R {
         let texts = query_texts(&msg.discover.query);
-        let (vectors, embed_us, chatter) = match (msg.embedded, &self.model) {
-            (Some(embedded), _) => (embedded.vectors, embedded.embed_us, embedded.chatter),
+        let embedded = match (msg.embedded, &self.model) {
+            (Some(embedded), _) => embedded,
             (None, Some(model)) => {
                 let started = Instant::now();
                 let vectors = embed_in_batches_as(model.as_ref(), &texts, self.batch_size, TextRole::Query);
@@ -85,8 +76,8 @@ impl DiscoveryWorker {
                 let chatter = match &self.chatter {
                     Some(chatter) => chatter.clone(),
                     None if gate => {
-                        let sentences: Vec<String> = GENERIC_SENTENCES.iter().map(|text| text.to_string()).collect();
-                        // An embedder that fails here fails the query too; the next discovery asks again.
+                        let sentences = crate::core::nothing_fits::chatter_texts();
+                        // A failure leaves them unknown; the next discovery that needs them asks again.
                         match embed_in_batches_as(model.as_ref(), &sentences, self.batch_size, TextRole::Query) {
                             Ok(vectors) => self.chatter.insert(Arc::new(vectors)).clone(),
                             Err(_) => Arc::default(),
@@ -94,24 +85,16 @@ impl DiscoveryWorker {
                     }
                     None => Arc::default(),
                 };
-                (vectors, embed_us, chatter)
+                QueryVectors { vectors, embed_us, chatter }
             }
             (None, None) => {
                 let reason = "no query vectors were given to a discovery worker without a model";
-                (Err(EmbedError::new(crate::core::embedder::EmbedErrorCode::Unavailable, reason)), 0.0, Arc::default())
+                let error = EmbedError::new(crate::core::embedder::EmbedErrorCode::Unavailable, reason);
+                QueryVectors { vectors: Err(error), embed_us: 0.0, chatter: Arc::default() }
             }
         };
         let snapshot = self.snapshots.load();
-        let result = run_discovery(
-            &snapshot,
-            &self.config,
-            self.prior_enabled,
-            &msg.discover,
-            texts,
-            vectors,
-            embed_us,
-            &chatter,
-        );
+        let result = run_discovery(&snapshot, &self.config, self.prior_enabled, &msg.discover, texts, embedded);
         self.snapshots.count_query();
         (msg.finish)(result, &snapshot.catalog)
     }
@@ -265,10 +248,11 @@ impl DiscoveryLanes {
             Some(embedder) => {
                 let started = Instant::now();
                 let texts = query_texts(&discover.query);
+                let n_query = texts.len();
                 let gate = discover.config.as_ref().map_or(self.chatter_gate, |config| config.chatter_gate);
-                let asked = if gate { self.chatter.texts_for(&texts) } else { texts.clone() };
+                let asked = if gate { self.chatter.texts_for(texts) } else { texts };
                 let answer = embedder.send(EmbedTexts { texts: asked, role: TextRole::Query }).await?;
-                let vectors = self.chatter.take(answer.vectors, texts.len());
+                let vectors = self.chatter.take(answer.vectors, n_query);
                 let embed_us = started.elapsed().as_secs_f64() * 1e6;
                 Some(QueryVectors { vectors, embed_us, chatter: self.chatter.get() })
             }

@@ -515,12 +515,11 @@ fn chatter_check(
 ) -> Option<ChatterCheck> {
     let likeness = query.chatter.filter(|_| config.chatter_gate)?;
     let whole = query.parts.first().map(|part| part.vector.as_slice()).unwrap_or(&[]);
-    let first = &hits[..hits.len().min(config.tier1_top_k)];
-    let cosines: Vec<Option<f32>> = first.iter().map(|hit| indexes.vectors.cosine(&hit.id, whole)).collect();
+    let best =
+        hits.iter().take(config.tier1_top_k).filter_map(|hit| indexes.vectors.cosine(&hit.id, whole)).reduce(f32::max);
     let exact = hits.iter().any(|hit| hit.exact.is_some());
-    let nothing_fits = !exact && crate::core::nothing_fits::asks_for_nothing(Some(likeness), cosines.iter().copied());
-    let best_cosine = cosines.into_iter().flatten().fold(0.0f32, f32::max);
-    Some(ChatterCheck { likeness, best_cosine, nothing_fits })
+    let nothing_fits = !exact && crate::core::nothing_fits::asks_for_nothing(Some(likeness), [best]);
+    Some(ChatterCheck { likeness, best_cosine: best.unwrap_or(0.0), nothing_fits })
 }
 
 /// Picks Tier 1 from `hits` (best first, as ranked) by the rule in

@@ -81,6 +81,11 @@ pub const GENERIC_SENTENCES: &[&str] = &[
     "this conversation is fun",
 ];
 
+/// [`GENERIC_SENTENCES`] as the texts an embedder is asked for.
+pub fn chatter_texts() -> Vec<String> {
+    GENERIC_SENTENCES.iter().map(|text| text.to_string()).collect()
+}
+
 /// The share of `request`'s distinct content words (index terms) found in
 /// `capability_terms`; 0 for a request without content words.
 pub fn coverage(request: &str, capability_terms: &HashSet<String>) -> f32 {
