@@ -16,6 +16,7 @@
 //! - [`registration`]: a runtime's registration applied through the Indexer (for [`app`] and [`replication`]);
 //! - [`live`]: live sources wired: the SourceManager's connector over [`upstream`], its publisher over [`source_catalog`], `sources.*` requests;
 //! - [`clock`]: the wall clock, in epoch milliseconds;
+//! - [`error_report`]: the one line an error becomes on the command line, each cause said once;
 //! - [`tls`]: the TLS crypto provider every HTTPS client uses;
 //! - [`upstream`]: live sources' outside ends: MCP client sessions, OpenAPI documents and calls over HTTP;
 //! - [`dispatch_cli`]: the dispatch admin requests and the `capdex dispatch`, `capability`, `binding`, `approval` commands.
@@ -30,6 +31,7 @@ pub mod console;
 pub mod core;
 pub mod dispatch_cli;
 pub mod embedders;
+pub mod error_report;
 pub mod eval;
 pub mod folders;
 pub mod gateway;

@@ -503,7 +503,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", capdex::error_report::one_line(err.as_ref()));
             ExitCode::FAILURE
         }
     }

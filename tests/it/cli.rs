@@ -161,6 +161,17 @@ fn bad_configuration_is_a_clear_startup_error() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown environment variable CAPDEX_TIER1_TOP_K"));
 }
 
+#[test]
+fn an_error_says_its_cause_once() {
+    let missing = std::env::temp_dir().join("capdex-no-such-config.toml");
+    let output = capdex().args(["--config", missing.to_str().unwrap(), "scan"]).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("capdex-no-such-config.toml"), "{stderr}");
+    // The message names the I/O error; the chain below it does not say it again.
+    assert_eq!(stderr.matches("(os error 2)").count(), 1, "{stderr}");
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
