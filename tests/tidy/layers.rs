@@ -97,6 +97,7 @@ pub const MODULE_EDGES: &[(&str, &[&str])] = &[
             "clock",
             "tls",
             "mcp",
+            "error_report",
         ],
     ),
 ];
