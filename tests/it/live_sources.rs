@@ -20,6 +20,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long a test waits for a Python MCP server to be connected (or refused) by a
+/// starting capdex: beyond capdex's own initialize timeout (20 s), since such a
+/// server's start alone takes seconds when the suite loads both cores.
+const UPSTREAM_START: Duration = Duration::from_secs(45);
+
 /// Sends a request; answers its body and the error code header, if any.
 async fn call(client: &async_nats::Client, subject: &str, payload: Value) -> (Value, Option<String>) {
     let reply = tokio::time::timeout(
@@ -137,7 +142,7 @@ async fn an_mcp_server_is_found_called_lost_and_found_again() {
     assert_eq!(dispatch(&client, "echo", json!({"text": "still here"})).await["success"], true);
 
     // It comes back by itself (reconnect with backoff), with a new process.
-    within(Duration::from_secs(15), "the source reconnecting", || async {
+    within(UPSTREAM_START, "the source reconnecting", || async {
         source_status(&client, "time").await["state"] == "connected"
     })
     .await;
@@ -200,7 +205,7 @@ async fn a_missing_command_is_shown_and_breaks_nothing_and_sources_survive_a_res
     drop(served);
     let (_served, client) = serve(&nats, data.path(), &[]).await;
     // Both come back from the store: the live one reconnects, the ghost keeps its error.
-    within(Duration::from_secs(15), "the stored source reconnecting", || async {
+    within(UPSTREAM_START, "the stored source reconnecting", || async {
         source_status(&client, "time").await["state"] == "connected"
     })
     .await;
@@ -221,7 +226,7 @@ async fn a_live_source_s_tools_are_bounded_by_the_configured_max_tools_per_sourc
     drop(served);
     // At 1 the stored source is refused, naming the setting, and nothing else is affected.
     let (_served, client) = serve(&nats, data.path(), &[("CAPDEX_LIMITS_MAX_TOOLS_PER_SOURCE", "1")]).await;
-    within(Duration::from_secs(15), "the stored source failing", || async {
+    within(UPSTREAM_START, "the stored source failing", || async {
         source_status(&client, "time").await["state"] == "failed"
     })
     .await;
