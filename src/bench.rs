@@ -947,6 +947,6 @@ mod tests {
         assert!(report.candidates_per_query >= 1.0);
         assert!(report.embed_p50_us > 0.0 && report.discover_p50_us > 0.0);
         assert!(report.embed_p50_us <= report.p50_us * 1.0001 + 1.0);
-        assert_eq!(report.model_id, "capdex-hashing-v1-64");
+        assert_eq!(report.model_id, "capdex-hashing-v2-64");
     }
 }

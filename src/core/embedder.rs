@@ -347,7 +347,8 @@ impl Default for HashingEmbedder {
 
 impl Embed for HashingEmbedder {
     fn model_id(&self) -> String {
-        format!("capdex-hashing-v1-{}", self.dimensions)
+        // v2: the longer stop list (`core::text::STOPWORDS`) changed every text's terms.
+        format!("capdex-hashing-v2-{}", self.dimensions)
     }
 
     fn dimensions(&self) -> usize {
@@ -631,7 +632,7 @@ mod tests {
 
     #[test]
     fn model_id_names_the_dimension() {
-        assert_eq!(HashingEmbedder::default().model_id(), "capdex-hashing-v1-512");
+        assert_eq!(HashingEmbedder::default().model_id(), "capdex-hashing-v2-512");
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
     }

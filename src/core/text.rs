@@ -226,24 +226,39 @@ pub fn for_each_index_term(text: &str, mut each: impl FnMut(&str)) {
     });
 }
 
-/// English words too common to say anything about intent.
+/// English words too common to say anything about intent: the Snowball
+/// project's English stop list (its contractions as the tokens they split
+/// into, `isn't` → `isn`, `t`; but not `won`, also a verb), and the request
+/// words `can`, `get`, `give`, `need`, `please`, `use`, `using`, `want`,
+/// `will`. Dropped from the lexical index and from the built-in embedder's
+/// terms, so that a message matches a capability by what it asks for, not by
+/// how it is phrased.
+#[rustfmt::skip]
 const STOPWORDS: &[&str] = &[
-    "a", "about", "an", "and", "any", "are", "as", "at", "be", "by", "can", "could", "do", "for", "from", "get",
-    "give", "how", "i", "in", "into", "is", "it", "its", "me", "my", "need", "of", "on", "or", "please", "so", "some",
-    "that", "the", "their", "them", "this", "to", "use", "using", "want", "was", "we", "what", "when", "which", "will",
-    "with", "would", "you", "your",
+    "a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "aren", "as", "at",
+    "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "cannot", "could",
+    "couldn", "d", "did", "didn", "do", "does", "doesn", "doing", "don", "down", "during", "each", "few", "for",
+    "from", "further", "get", "give", "had", "hadn", "has", "hasn", "have", "haven", "having", "he", "her", "here",
+    "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "isn", "it", "its", "itself",
+    "let", "ll", "m", "me", "more", "most", "mustn", "my", "myself", "need", "no", "nor", "not", "of", "off", "on",
+    "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own", "please", "re", "s",
+    "same", "shan", "she", "should", "shouldn", "so", "some", "such", "t", "than", "that", "the", "their", "theirs",
+    "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until",
+    "up", "use", "using", "ve", "very", "want", "was", "wasn", "we", "were", "weren", "what", "when", "where",
+    "which", "while", "who", "whom", "why", "will", "with", "would", "wouldn", "you", "your", "yours", "yourself",
+    "yourselves",
 ];
 
 /// The longest stopword, in bytes: every one packs into a [`stopword_key`].
-const MAX_STOPWORD_BYTES: usize = 6;
+const MAX_STOPWORD_BYTES: usize = 15;
 
 /// A word of at most [`MAX_STOPWORD_BYTES`] bytes as one integer: its bytes,
 /// then its length in the top byte (so `a` and `a\0` differ).
-const fn stopword_key(word: &[u8]) -> u64 {
-    let mut key = (word.len() as u64) << 56;
+const fn stopword_key(word: &[u8]) -> u128 {
+    let mut key = (word.len() as u128) << 120;
     let mut i = 0;
     while i < word.len() {
-        key |= (word[i] as u64) << (8 * i);
+        key |= (word[i] as u128) << (8 * i);
         i += 1;
     }
     key
@@ -251,8 +266,8 @@ const fn stopword_key(word: &[u8]) -> u64 {
 
 /// [`STOPWORDS`] as sorted [`stopword_key`]s: a lookup is a binary search
 /// over integers, not over strings.
-const STOPWORD_KEYS: [u64; STOPWORDS.len()] = {
-    let mut keys = [0u64; STOPWORDS.len()];
+const STOPWORD_KEYS: [u128; STOPWORDS.len()] = {
+    let mut keys = [0u128; STOPWORDS.len()];
     let mut i = 0;
     while i < keys.len() {
         keys[i] = stopword_key(STOPWORDS[i].as_bytes());
@@ -269,11 +284,31 @@ const STOPWORD_KEYS: [u64; STOPWORDS.len()] = {
     keys
 };
 
+/// Per length, the first bytes of the [`STOPWORDS`] of that length, as bits
+/// (`1 << (byte % 64)`): most words are ruled out by one lookup before any
+/// search.
+const STOPWORD_STARTS: [u64; MAX_STOPWORD_BYTES + 1] = {
+    let mut starts = [0u64; MAX_STOPWORD_BYTES + 1];
+    let mut i = 0;
+    while i < STOPWORDS.len() {
+        let word = STOPWORDS[i].as_bytes();
+        starts[word.len()] |= 1 << (word[0] % 64);
+        i += 1;
+    }
+    starts
+};
+
 /// Returns true for a stopword.
 pub fn is_stopword(token: &str) -> bool {
-    // Every stopword is 1 to 6 bytes long: most tokens are ruled out by length alone.
-    (1..=MAX_STOPWORD_BYTES).contains(&token.len())
-        && STOPWORD_KEYS.binary_search(&stopword_key(token.as_bytes())).is_ok()
+    let bytes = token.as_bytes();
+    // Every stopword is 1 to 15 bytes long: a longer token is ruled out by length alone.
+    match bytes.first() {
+        Some(&first) if bytes.len() <= MAX_STOPWORD_BYTES => {
+            STOPWORD_STARTS[bytes.len()] & (1 << (first % 64)) != 0
+                && STOPWORD_KEYS.binary_search(&stopword_key(bytes)).is_ok()
+        }
+        _ => false,
+    }
 }
 
 /// Reduces an English word to a crude stem so that inflections meet:
@@ -432,7 +467,7 @@ mod tests {
         }
 
         #[test]
-        fn stopwords_are_exactly_the_list(token in "[a-z\\x00]{0,7}") {
+        fn stopwords_are_exactly_the_list(token in "[a-z\\x00]{0,11}|\\PC{0,16}") {
             proptest::prop_assert_eq!(is_stopword(&token), STOPWORDS.contains(&token.as_str()));
         }
     }
@@ -441,6 +476,12 @@ mod tests {
     fn every_stopword_is_found() {
         assert!(STOPWORDS.iter().all(|word| is_stopword(word)));
         assert!(!is_stopword("") && !is_stopword("a\0") && !is_stopword("youx") && !is_stopword("abouts"));
+        assert!(!is_stopword("yourselvez") && !is_stopword("themselve") && !is_stopword("won"));
+        // A request keeps what it asks for, not how it is phrased.
+        assert_eq!(
+            index_terms("Could you tell me if there are any flights to Tokyo?"),
+            vec!["tell", "flight", "tokyo"]
+        );
         assert_eq!(index_terms("Searching the messages of getUserById"), vec!["search", "messag", "user", "id"]);
     }
 

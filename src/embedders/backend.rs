@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn builds_each_backend_from_settings() {
         let builtin = build(&settings(EmbedderBackend::Builtin)).unwrap();
-        assert_eq!(builtin.model_id(), "capdex-hashing-v1-64");
+        assert_eq!(builtin.model_id(), "capdex-hashing-v2-64");
         assert_eq!(builtin.embed("web search").unwrap(), HashingEmbedder::new(64).unwrap().embed("web search"));
         let http = build(&settings(EmbedderBackend::Http)).unwrap();
         assert_eq!(http.model_id(), "openai-compatible:http://127.0.0.1:9/v1/embeddings#m");
