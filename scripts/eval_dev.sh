@@ -38,7 +38,10 @@ if replay:
     sv = replay["served"]
     r += (f" | as served: {sv['asServed']['ndcgAt10']:.2f} -> {sv['learned']['ndcgAt10']:.2f}"
           f" ({learning(sv['chosen'])}; unseen {sv['unseenAsServed']['ndcgAt10']:.2f} -> {sv['unseenLearned']['ndcgAt10']:.2f})")
+splits = f.get("unanswerableBySplit", {})
+by_split = (" (" + ", ".join(f"{k} {v['answeredEmptyShare']:.1f}%" for k, v in splits.items()) + ")"
+            if len(splits) > 1 else "")
 print(f"{name:11s} {m['ndcgAt10']:8.2f} {m['recallAt5']:8.2f} {m['recallAt1']:8.2f} {m['mrr']:8.2f} "
-      f"{f['answeredEmptyShare']:11.1f}% {f['keptShare']:9.2f}% {f['gateKeptShare']:11.2f}% {r}")
+      f"{f['answeredEmptyShare']:11.1f}% {f['keptShare']:9.2f}% {f['gateKeptShare']:11.2f}% {r}{by_split}")
 PY
 done

@@ -378,7 +378,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
             let in_reach = holds(&tier1_with_dependencies(&hits, &indexes, &reach, &filter));
             nothing_fits.answerable(in_reach, held_without_gate, holds(&tier1));
         } else {
-            nothing_fits.unanswerable(tier1.is_empty());
+            nothing_fits.unanswerable(record.split.as_deref(), tier1.is_empty());
         }
         let ranked_ids = if tier1.is_empty() && options.empty_when_nothing_fits {
             Vec::new()

@@ -17,7 +17,7 @@
 use crate::core::descriptor::{display_name_from, CapabilityDescriptor, CapabilityKind, DefinitionRef};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 /// One line of a `tools.jsonl`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -58,6 +58,10 @@ pub struct QueryRecord {
     pub relevant: Vec<String>,
     #[serde(default)]
     pub tools: Option<Vec<ToolRecord>>,
+    /// The part of the set the request comes from (`small-talk`,
+    /// `irrelevance`, ...): "nothing fits" is also reported per split.
+    #[serde(default)]
+    pub split: Option<String>,
 }
 
 impl QueryRecord {
@@ -226,14 +230,33 @@ pub struct NothingFits {
     /// `kept_with_gate / kept_without_gate` ×100: what the gate itself keeps
     /// (100 without such requests, and with the gate off).
     pub gate_kept_share: f64,
+    /// The unanswerable requests of each split (requests without one are
+    /// counted above only).
+    pub unanswerable_by_split: BTreeMap<String, AnsweredEmpty>,
+}
+
+/// How many requests of one split nothing fits were answered empty.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnsweredEmpty {
+    pub unanswerable: usize,
+    pub answered_empty: usize,
+    /// `answered_empty / unanswerable` ×100.
+    pub answered_empty_share: f64,
 }
 
 impl NothingFits {
-    /// Counts one request no capability fits.
-    pub fn unanswerable(&mut self, tier1_empty: bool) {
+    /// Counts one request no capability fits, from `split` if it names one.
+    pub fn unanswerable(&mut self, split: Option<&str>, tier1_empty: bool) {
         self.unanswerable += 1;
         self.answered_empty += usize::from(tier1_empty);
         self.answered_empty_share = share(self.answered_empty, self.unanswerable, 0.0);
+        if let Some(split) = split {
+            let of_split = self.unanswerable_by_split.entry(split.to_string()).or_default();
+            of_split.unanswerable += 1;
+            of_split.answered_empty += usize::from(tier1_empty);
+            of_split.answered_empty_share = share(of_split.answered_empty, of_split.unanswerable, 0.0);
+        }
     }
 
     /// Counts one answerable request: whether a relevant capability was in
@@ -434,22 +457,31 @@ mod tests {
     fn nothing_fits_counts_shares() {
         let mut fits = NothingFits::default();
         assert_eq!((fits.answered_empty_share, fits.kept_share), (0.0, 0.0));
-        fits.unanswerable(true);
-        fits.unanswerable(false);
+        fits.unanswerable(Some("irrelevance"), true);
+        fits.unanswerable(Some("small-talk"), false);
         fits.answerable(true, true, true);
         fits.answerable(true, false, false);
         fits.answerable(false, false, false);
         assert_eq!((fits.unanswerable, fits.answered_empty, fits.answered_empty_share), (2, 1, 50.0));
+        fits.unanswerable(None, true);
+        assert_eq!((fits.unanswerable, fits.answered_empty), (3, 2));
+        let by_split: Vec<(&str, usize, f64)> = fits
+            .unanswerable_by_split
+            .iter()
+            .map(|(split, of)| (split.as_str(), of.unanswerable, of.answered_empty_share))
+            .collect();
+        assert_eq!(by_split, vec![("irrelevance", 1, 100.0), ("small-talk", 1, 0.0)]);
         assert_eq!((fits.answerable_in_reach, fits.kept, fits.kept_share), (2, 1, 50.0));
         assert_eq!((fits.kept_without_gate, fits.kept_with_gate, fits.gate_kept_share), (1, 1, 100.0));
         // A request the chatter gate took Tier 1 from.
         fits.answerable(true, true, false);
         assert_eq!((fits.kept_without_gate, fits.kept_with_gate, fits.gate_kept_share), (2, 1, 50.0));
         let query: QueryRecord = serde_json::from_str(
-            r#"{"query": "hi", "relevant": [], "tools": [{"id": "a", "name": "a", "description": "d"}]}"#,
+            r#"{"query": "hi", "relevant": [], "split": "x", "tools": [{"id": "a", "name": "a", "description": "d"}]}"#,
         )
         .unwrap();
         assert!(!query.answerable());
+        assert_eq!(query.split.as_deref(), Some("x"));
         assert_eq!(query.tools.unwrap()[0].id, "a");
     }
 

@@ -223,6 +223,13 @@ fn nothing_fits_is_measured_on_empty_rankings() {
     assert_eq!(fits["answeredEmpty"].as_u64(), Some(empty as u64));
     let share = fits["answeredEmptyShare"].as_f64().unwrap();
     assert!((share - 100.0 * empty as f64 / 90.0).abs() < 1e-9, "{fits}");
+    // And per split: the small talk's and the irrelevance requests' empty rankings apart.
+    let by_split = &fits["unanswerableBySplit"];
+    for (split, lines) in [("small-talk", &lines[40..100]), ("irrelevance", &lines[100..])] {
+        let empty = lines.iter().filter(|line| line["ranked"].as_array().unwrap().is_empty()).count();
+        assert_eq!(by_split[split]["unanswerable"].as_u64(), Some(lines.len() as u64), "{by_split}");
+        assert_eq!(by_split[split]["answeredEmpty"].as_u64(), Some(empty as u64), "{by_split}");
+    }
     // A request with its own tools never ranks the tools file's.
     let own_tools: Vec<Value> = std::fs::read_to_string(&irrelevance)
         .unwrap()
