@@ -249,8 +249,10 @@ const STOPWORDS: &[&str] = &[
     "yourselves",
 ];
 
-/// The longest stopword, in bytes: every one packs into a [`stopword_key`].
-const MAX_STOPWORD_BYTES: usize = 15;
+/// The longest stopword, in bytes (`themselves`, `yourselves`); a
+/// [`stopword_key`] holds up to 15.
+const MAX_STOPWORD_BYTES: usize = 10;
+const _: () = assert!(MAX_STOPWORD_BYTES <= 15, "a stopword key holds 15 bytes and the length");
 
 /// A word of at most [`MAX_STOPWORD_BYTES`] bytes as one integer: its bytes,
 /// then its length in the top byte (so `a` and `a\0` differ).
@@ -301,7 +303,7 @@ const STOPWORD_STARTS: [u64; MAX_STOPWORD_BYTES + 1] = {
 /// Returns true for a stopword.
 pub fn is_stopword(token: &str) -> bool {
     let bytes = token.as_bytes();
-    // Every stopword is 1 to 15 bytes long: a longer token is ruled out by length alone.
+    // Every stopword is 1 to 10 bytes long: a longer token is ruled out by length alone.
     match bytes.first() {
         Some(&first) if bytes.len() <= MAX_STOPWORD_BYTES => {
             STOPWORD_STARTS[bytes.len()] & (1 << (first % 64)) != 0
