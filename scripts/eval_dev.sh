@@ -5,9 +5,11 @@
 # usage: scripts/eval_dev.sh [capdex eval options...]
 #   e.g. scripts/eval_dev.sh --embedder static
 #        scripts/eval_dev.sh --embedder local --model-dir .models/all-MiniLM-L6-v2 --replay 1
-# Environment: CAPDEX (the binary, default target/release/capdex), BENCH (default ../shared/data/bench).
+# Environment: CAPDEX (the binary, default target/release/capdex), BENCH (default ../shared/data/bench),
+# HELDOUT (a folder scripts/bfcl_live.py wrote: adds a last row, `bfcl-live`, the held-out set, to be
+# measured after a decision, never to make one).
 # Each set is ranked with its dev queries, the small-talk requests against its whole catalog and,
-# for bfcl, BFCL's irrelevance requests against their own functions.
+# for bfcl, BFCL's irrelevance requests against their own functions (bfcl-live: live_irrelevance's).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 capdex="${CAPDEX:-$here/target/release/capdex}"
@@ -16,10 +18,18 @@ nothing="$here/tests/fixtures/bench/nothing-fits"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 printf '%-11s %8s %8s %8s %8s %12s %10s %12s %s\n' set NDCG@10 R@5 R@1 MRR "empty(%)" "kept(%)" "gate kept(%)" replay
-for set in seal-tools metatool bfcl; do
+sets=(seal-tools metatool bfcl)
+if [ -n "${HELDOUT:-}" ]; then sets+=(bfcl-live); fi
+for set in "${sets[@]}"; do
   extra=(--queries "$nothing/small-talk.jsonl")
+  if [ "$set" = bfcl-live ]; then
+    tools="$HELDOUT/tools.jsonl" queries="$HELDOUT/queries.jsonl"
+    extra+=(--queries "$HELDOUT/irrelevance.jsonl")
+  else
+    tools="$bench/$set/tools.jsonl" queries="$bench/$set/dev_queries.jsonl"
+  fi
   if [ "$set" = bfcl ]; then extra+=(--queries "$nothing/bfcl-irrelevance.jsonl"); fi
-  "$capdex" eval --json --tools "$bench/$set/tools.jsonl" --queries "$bench/$set/dev_queries.jsonl" \
+  "$capdex" eval --json --tools "$tools" --queries "$queries" \
     "${extra[@]}" --out "$out/$set.run.jsonl" "$@" > "$out/$set.json" 2> "$out/$set.err" ||
     { cat "$out/$set.err" >&2; exit 1; }
   python3 - "$set" "$out/$set.json" <<'PY'
