@@ -498,8 +498,8 @@ fn explain_tier1(
 }
 
 /// Whether `query` asks for nothing the catalog offers, by the rule of
-/// [`crate::core::nothing_fits::asks_for_nothing`] over its first
-/// `tier1TopK` hits: true only with `chatterGate` on, a measured likeness to
+/// [`crate::core::nothing_fits::message_asks_for_nothing`] over its first
+/// `tier1TopK` hits (the whole message, then each clause): true only with `chatterGate` on, a measured likeness to
 /// chatter, and no hit that names a capability exactly. Discovery then
 /// returns an empty Tier 1 (and the turn needs no capability).
 pub fn asks_for_nothing(query: &Query, hits: &[RankedHit], indexes: &Indexes<'_>, config: &DiscoveryConfig) -> bool {
@@ -513,12 +513,18 @@ fn chatter_check(
     indexes: &Indexes<'_>,
     config: &DiscoveryConfig,
 ) -> Option<ChatterCheck> {
-    let likeness = query.chatter.filter(|_| config.chatter_gate)?;
+    let likeness = query.chatter.first().copied().flatten().filter(|_| config.chatter_gate)?;
+    let best_of = |vector: &[f32]| {
+        hits.iter().take(config.tier1_top_k).filter_map(|hit| indexes.vectors.cosine(&hit.id, vector)).reduce(f32::max)
+    };
     let whole = query.parts.first().map(|part| part.vector.as_slice()).unwrap_or(&[]);
-    let best =
-        hits.iter().take(config.tier1_top_k).filter_map(|hit| indexes.vectors.cosine(&hit.id, whole)).reduce(f32::max);
+    let best = best_of(whole);
     let exact = hits.iter().any(|hit| hit.exact.is_some());
-    let nothing_fits = !exact && crate::core::nothing_fits::asks_for_nothing(Some(likeness), [best]);
+    // The clauses' cosines are computed only when the whole message looks like chatter.
+    let clauses =
+        query.parts.iter().zip(&query.chatter).skip(1).map(|(part, &chatter)| (chatter, best_of(&part.vector)));
+    let nothing_fits = !exact
+        && crate::core::nothing_fits::message_asks_for_nothing(std::iter::once((Some(likeness), best)).chain(clauses));
     Some(ChatterCheck { likeness, best_cosine: best.unwrap_or(0.0), nothing_fits })
 }
 
@@ -719,6 +725,20 @@ mod tests {
         assert!(!request.diagnostics.chatter.unwrap().nothing_fits);
         let named = run("web-search", &gate);
         assert_eq!(tier1_ids(&named)[0], "tool:web-search");
+        // A request that opens chattily keeps Tier 1 by the clause that asks for something,
+        // though its whole message alone would have been taken for chatter.
+        let opening = "thank you so much, I really appreciate it, you are great. weather forecast for my city please?";
+        let whole_only = {
+            let mut query = fixture.query(opening).with_chatter(&generic);
+            assert!(query.parts.len() > 1, "{:?}", query.parts);
+            query.chatter.truncate(1);
+            let tier0 = fixture.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(200));
+            discover(&query, &fixture.indexes(), &gate, &DiscoveryFilter::default(), tier0)
+        };
+        assert!(whole_only.tier1.is_empty() && whole_only.diagnostics.chatter.unwrap().nothing_fits);
+        let by_clause = run(opening, &gate);
+        assert_eq!(tier1_ids(&by_clause)[0], "tool:weather");
+        assert!(!by_clause.diagnostics.chatter.unwrap().nothing_fits);
         // No chatter vectors: nothing to compare with, so the gate cannot apply.
         let tier0 = fixture.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(200));
         let blind = discover(&fixture.query(chatter), &fixture.indexes(), &gate, &DiscoveryFilter::default(), tier0);

@@ -169,9 +169,38 @@ pub fn asks_for_nothing(chatter: Option<f32>, cosines: impl IntoIterator<Item = 
     }
 }
 
+/// Whether a message asks for nothing the catalog offers, judged part by
+/// part: `parts` gives, for the whole message and then each of its clauses,
+/// its likeness to chatter and its best cosine with the capabilities found.
+/// True when the whole message asks for nothing ([`asks_for_nothing`]) and no
+/// clause is nearer those capabilities than it is to chatter: a request that
+/// opens with a greeting or a feeling ("Hey! I'm off to Margaret River soon.
+/// Can you tell me the surf conditions?") keeps its Tier 1 by the clause that
+/// asks for something.
+pub fn message_asks_for_nothing(parts: impl IntoIterator<Item = (Option<f32>, Option<f32>)>) -> bool {
+    let mut parts = parts.into_iter();
+    let Some((chatter, best)) = parts.next() else { return false };
+    asks_for_nothing(chatter, [best])
+        && !parts.any(|part| matches!(part, (Some(chatter), Some(best)) if best > chatter))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clause_that_asks_for_something_keeps_the_message() {
+        // (likeness to chatter, best cosine with the capabilities found): the whole message first.
+        let chatty_whole = (Some(0.6), Some(0.5));
+        assert!(message_asks_for_nothing([chatty_whole]));
+        assert!(message_asks_for_nothing([chatty_whole, (Some(0.7), Some(0.4)), (Some(0.5), Some(0.5))]));
+        assert!(!message_asks_for_nothing([chatty_whole, (Some(0.7), Some(0.4)), (Some(0.3), Some(0.6))]));
+        // A clause without a likeness or a cosine says nothing either way.
+        assert!(message_asks_for_nothing([chatty_whole, (None, Some(0.9)), (Some(0.1), None)]));
+        // A whole message nearer the catalog than chatter is never gated, whatever its clauses.
+        assert!(!message_asks_for_nothing([(Some(0.4), Some(0.5)), (Some(0.9), Some(0.1))]));
+        assert!(!message_asks_for_nothing([]));
+    }
 
     #[test]
     fn coverage_counts_the_requests_content_words_the_capability_uses() {

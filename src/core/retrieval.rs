@@ -163,10 +163,11 @@ pub struct Query {
     pub parts: Vec<QueryPart>,
     /// Why the parts have no vectors (the embedder failed), if they have none.
     pub embedder_error: Option<String>,
-    /// The whole message's likeness to chatter
-    /// ([`crate::core::nothing_fits::chatter_likeness`]), when the caller
+    /// Each part's likeness to chatter
+    /// ([`crate::core::nothing_fits::chatter_likeness`]), in the order of
+    /// `parts` (`None` for a part without a vector); empty unless the caller
     /// gave the chatter sentences' vectors ([`Query::with_chatter`]).
-    pub chatter: Option<f32>,
+    pub chatter: Vec<Option<f32>>,
 }
 
 impl Query {
@@ -175,16 +176,16 @@ impl Query {
         Query {
             parts: texts.into_iter().zip(vectors).map(|(text, vector)| QueryPart { text, vector }).collect(),
             embedder_error: None,
-            chatter: None,
+            chatter: Vec::new(),
         }
     }
 
-    /// Measures the whole message's likeness to chatter against `generic`,
-    /// the vectors of [`crate::core::nothing_fits::GENERIC_SENTENCES`] by
-    /// the model that embedded the message.
+    /// Measures each part's likeness to chatter against `generic`, the
+    /// vectors of [`crate::core::nothing_fits::GENERIC_SENTENCES`] by the
+    /// model that embedded the message.
     pub fn with_chatter(mut self, generic: &[Vec<f32>]) -> Query {
         self.chatter =
-            self.parts.first().and_then(|whole| crate::core::nothing_fits::chatter_likeness(&whole.vector, generic));
+            self.parts.iter().map(|part| crate::core::nothing_fits::chatter_likeness(&part.vector, generic)).collect();
         self
     }
 
@@ -194,7 +195,7 @@ impl Query {
         Query {
             parts: texts.into_iter().map(|text| QueryPart { text, vector: Vec::new() }).collect(),
             embedder_error: Some(reason.into()),
-            chatter: None,
+            chatter: Vec::new(),
         }
     }
 
