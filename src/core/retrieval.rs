@@ -184,8 +184,14 @@ impl Query {
     /// vectors of [`crate::core::nothing_fits::GENERIC_SENTENCES`] by the
     /// model that embedded the message.
     pub fn with_chatter(mut self, generic: &[Vec<f32>]) -> Query {
-        self.chatter =
-            self.parts.iter().map(|part| crate::core::nothing_fits::chatter_likeness(&part.vector, generic)).collect();
+        // Without the sentences there is nothing to measure (and nothing to allocate: the gate is off).
+        if !generic.is_empty() {
+            self.chatter = self
+                .parts
+                .iter()
+                .map(|part| crate::core::nothing_fits::chatter_likeness(&part.vector, generic))
+                .collect();
+        }
         self
     }
 
