@@ -499,9 +499,10 @@ fn explain_tier1(
 
 /// Whether `query` asks for nothing the catalog offers, by the rule of
 /// [`crate::core::nothing_fits::message_asks_for_nothing`] over its first
-/// `tier1TopK` hits (the whole message, then each clause): true only with `chatterGate` on, a measured likeness to
-/// chatter, and no hit that names a capability exactly. Discovery then
-/// returns an empty Tier 1 (and the turn needs no capability).
+/// `tier1TopK` hits (the whole message, then each clause): true only with
+/// `chatterGate` on, a measured likeness to chatter, and no hit that names a
+/// capability exactly. Discovery then returns an empty Tier 1 (and the turn
+/// needs no capability).
 pub fn asks_for_nothing(query: &Query, hits: &[RankedHit], indexes: &Indexes<'_>, config: &DiscoveryConfig) -> bool {
     chatter_check(query, hits, indexes, config).is_some_and(|check| check.nothing_fits)
 }
