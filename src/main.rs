@@ -180,7 +180,8 @@ enum Command {
         tools: Option<PathBuf>,
         /// Queries, one JSON object a line: {"query","relevant":[ids]}, optionally with "tools":[...]
         /// to rank that query against those tools alone. "relevant": [] means nothing fits (the
-        /// right answer is an empty Tier 1). Repeatable: the files are read as one list.
+        /// right answer is an empty Tier 1); such requests are also counted per "split" when they
+        /// name one. Repeatable: the files are read as one list.
         #[arg(long, value_name = "FILE", required_unless_present = "route")]
         queries: Vec<PathBuf>,
         /// The SCG route benchmark instead (src/route_eval.rs): a manifest of sources and
