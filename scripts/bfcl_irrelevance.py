@@ -19,11 +19,30 @@ from pathlib import Path
 NAME = "BFCL_v4_irrelevance.json"
 
 
-def read_lines(source: Path):
+def entries(source: Path, name: str = NAME):
+    """The JSON lines of `name` (a file under `bfcl_eval/data`) in the wheel or data folder `source`."""
     if source.is_file():
         with zipfile.ZipFile(source) as wheel:
-            return wheel.read(f"bfcl_eval/data/{NAME}").decode("utf-8").splitlines()
-    return (source / NAME).read_text(encoding="utf-8").splitlines()
+            lines = wheel.read(f"bfcl_eval/data/{name}").decode("utf-8").splitlines()
+    else:
+        lines = (source / name).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def last_user_message(entry):
+    turns = [message for turn in entry["question"] for message in turn if message.get("role") == "user"]
+    return turns[-1]["content"]
+
+
+def unanswerable(entry, split):
+    """An entry as a request nothing fits, ranked against its own functions."""
+    return {
+        "query": last_user_message(entry),
+        "relevant": [],
+        "qid": entry["id"],
+        "split": split,
+        "tools": [tool(function) for function in entry["function"]],
+    }
 
 
 def tool(function):
@@ -51,20 +70,8 @@ def tool(function):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    for line in read_lines(Path(sys.argv[1])):
-        if not line.strip():
-            continue
-        entry = json.loads(line)
-        turns = [message for turn in entry["question"] for message in turn if message.get("role") == "user"]
-        query = turns[-1]["content"]
-        record = {
-            "query": query,
-            "relevant": [],
-            "qid": entry["id"],
-            "split": "irrelevance",
-            "tools": [tool(function) for function in entry["function"]],
-        }
-        print(json.dumps(record, ensure_ascii=False))
+    for entry in entries(Path(sys.argv[1])):
+        print(json.dumps(unanswerable(entry, "irrelevance"), ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -21,28 +21,11 @@ Requests whose ground truth names a function the request was not offered are lef
 import hashlib
 import json
 import sys
-import zipfile
 from pathlib import Path
 
-from bfcl_irrelevance import tool
+from bfcl_irrelevance import entries, last_user_message, tool, unanswerable
 
 ANSWERABLE = ["live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"]
-
-
-def read_lines(source: Path, name: str):
-    if source.is_file():
-        with zipfile.ZipFile(source) as wheel:
-            return wheel.read(f"bfcl_eval/data/{name}").decode("utf-8").splitlines()
-    return (source / name).read_text(encoding="utf-8").splitlines()
-
-
-def entries(source: Path, name: str):
-    return [json.loads(line) for line in read_lines(source, name) if line.strip()]
-
-
-def last_user_message(entry):
-    turns = [message for turn in entry["question"] for message in turn if message.get("role") == "user"]
-    return turns[-1]["content"]
 
 
 def main():
@@ -92,10 +75,7 @@ def main():
             file.write(json.dumps(record, ensure_ascii=False) + "\n")
     with open(out / "irrelevance.jsonl", "w", encoding="utf-8") as file:
         for entry in entries(source, "BFCL_v4_live_irrelevance.json"):
-            own = [tool(function) for function in entry["function"]]
-            record = {"query": last_user_message(entry), "relevant": [], "qid": entry["id"], "split": "live_irrelevance",
-                      "tools": own}
-            file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            file.write(json.dumps(unanswerable(entry, "live_irrelevance"), ensure_ascii=False) + "\n")
     print(f"{len(tools)} tools, {len(queries)} requests ({left_out} left out), irrelevance written", file=sys.stderr)
 
 
