@@ -708,11 +708,12 @@ mod tests {
             .map(|sentence| fixture.embedder.embed(sentence))
             .collect();
         let gate = DiscoveryConfig { chatter_gate: true, tier1_min_relevance: 0.0, ..DiscoveryConfig::default() };
-        let run = |message: &str, config: &DiscoveryConfig| {
-            let query = fixture.query(message).with_chatter(&generic);
+        let run_query = |query: &Query, config: &DiscoveryConfig| {
             let tier0 = fixture.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(200));
-            discover(&query, &fixture.indexes(), config, &DiscoveryFilter::default(), tier0)
+            discover(query, &fixture.indexes(), config, &DiscoveryFilter::default(), tier0)
         };
+        let run =
+            |message: &str, config: &DiscoveryConfig| run_query(&fixture.query(message).with_chatter(&generic), config);
         let chatter = "thank you, I really appreciate it, see you tomorrow";
         let gated = run(chatter, &gate);
         assert!(gated.tier1.is_empty() && gated.tier2.is_empty(), "{:?}", tier1_ids(&gated));
@@ -729,20 +730,16 @@ mod tests {
         // A request that opens chattily keeps Tier 1 by the clause that asks for something,
         // though its whole message alone would have been taken for chatter.
         let opening = "thank you so much, I really appreciate it, you are great. weather forecast for my city please?";
-        let whole_only = {
-            let mut query = fixture.query(opening).with_chatter(&generic);
-            assert!(query.parts.len() > 1, "{:?}", query.parts);
-            query.chatter.truncate(1);
-            let tier0 = fixture.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(200));
-            discover(&query, &fixture.indexes(), &gate, &DiscoveryFilter::default(), tier0)
-        };
+        let mut whole_only = fixture.query(opening).with_chatter(&generic);
+        assert!(whole_only.parts.len() > 1, "{:?}", whole_only.parts);
+        whole_only.chatter.truncate(1);
+        let whole_only = run_query(&whole_only, &gate);
         assert!(whole_only.tier1.is_empty() && whole_only.diagnostics.chatter.unwrap().nothing_fits);
         let by_clause = run(opening, &gate);
         assert_eq!(tier1_ids(&by_clause)[0], "tool:weather");
         assert!(!by_clause.diagnostics.chatter.unwrap().nothing_fits);
         // No chatter vectors: nothing to compare with, so the gate cannot apply.
-        let tier0 = fixture.catalog.tier0(&DiscoveryFilter::default(), TokenBudget::new(200));
-        let blind = discover(&fixture.query(chatter), &fixture.indexes(), &gate, &DiscoveryFilter::default(), tier0);
+        let blind = run_query(&fixture.query(chatter), &gate);
         assert!(!blind.tier1.is_empty());
         assert_eq!(blind.diagnostics.chatter, None);
     }
