@@ -126,6 +126,8 @@ pub struct ReplayReport {
     pub remembered: usize,
     /// Trials of the learnings on the first half's requests as they came.
     pub trials: u64,
+    /// Those whose capabilities had no outcome yet.
+    pub unseen_trials: u64,
     /// The learning the trials chose; `None`: nothing learnt is used.
     pub chosen: Option<Learning>,
     /// The second half ranked with no learning.
@@ -154,6 +156,7 @@ pub struct ServedReplay {
     /// Whether the prior may be used (`[discovery] outcome_prior`).
     pub prior: bool,
     pub trials: u64,
+    pub unseen_trials: u64,
     /// The learning the trials chose; `None`: nothing learnt is used (from
     /// `core::outcome_learning::MIN_TRIALS` trials on; before, as configured).
     pub chosen: Option<Learning>,
@@ -579,7 +582,8 @@ fn replay(
                         mean_reciprocal_rank(&ids, &succeeded)
                     })
                     .collect();
-                trust.record(mean_reciprocal_rank(&ids, &succeeded), &with);
+                let unseen = succeeded.iter().all(|id| !stats.capabilities.contains_key(*id));
+                trust.record(mean_reciprocal_rank(&ids, &succeeded), &with, unseen);
             }
         }
         // The whole message's vector (the first part), for requests ranked against the shared catalog.
@@ -621,6 +625,7 @@ fn replay(
     let served = ServedReplay {
         prior: served_prior,
         trials: served.trust().trials(),
+        unseen_trials: served.trust().unseen_trials(),
         chosen: served.trust().chosen(),
         as_served: score(&second, None),
         learned: score(&second, Some(served_uses)),
@@ -643,6 +648,7 @@ fn replay(
         adjusted: learnt.prior.len(),
         remembered: memory.len(),
         trials: trust.trials(),
+        unseen_trials: trust.unseen_trials(),
         chosen,
         without_learning: score(&second, None),
         learned: score(&second, chosen),

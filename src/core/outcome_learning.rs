@@ -156,11 +156,13 @@ impl Fitted {
 }
 
 /// One trial: the mean reciprocal rank of the capabilities that did the job
-/// as discovery served them (`without`) and with each learning (`with`).
+/// as discovery served them (`without`) and with each learning (`with`);
+/// `unseen`: nothing was learnt about any of them before.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Trial {
     pub without: f64,
     pub with: Vec<f64>,
+    pub unseen: bool,
 }
 
 /// What serving discovery ranks with now: its indexes (with the vector
@@ -278,8 +280,12 @@ impl OutcomeLearning {
                 }
             })
             .collect();
-        let trial = Trial { without, with: with? };
-        self.trust.record(trial.without, &trial.with).then_some(trial)
+        // Unseen: nothing learnt moved any of them yet (no remembered request, no prior).
+        let unseen = succeeded
+            .iter()
+            .all(|id| self.memory.count(id) == 0 && serving.prior.is_none_or(|prior| prior.adjustment(id) == 0.0));
+        let trial = Trial { without, with: with?, unseen };
+        self.trust.record(trial.without, &trial.with, trial.unseen).then_some(trial)
     }
 
     /// Fits the memory's vectors to `base` when they were fitted to another
@@ -480,6 +486,26 @@ pub(crate) mod tests {
         let republished = Arc::new((*served.vectors).clone());
         let refitted = learning.learned(&republished, false).unwrap();
         assert!(Arc::ptr_eq(&refitted.base, &republished));
+    }
+
+    #[test]
+    fn a_trial_is_unseen_while_nothing_was_learnt_about_what_did_the_job() {
+        let served = Served::new(&[
+            tool("tool:ledger", "Record payments against open accounts payable entries"),
+            tool("tool:weather", "Tell the weather forecast for a city"),
+        ]);
+        let config = DiscoveryConfig::default();
+        let serving = served.serving(&config, &served.vectors);
+        let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
+        let learn = |learning: &mut OutcomeLearning, asked: &str, done: &str| {
+            learning.learn(&served.query(asked), &[done.to_string()], &serving, true).0
+        };
+        assert_eq!(learn(&mut learning, ASKED[0], "tool:ledger"), None, "nothing remembered to try yet");
+        let first = learn(&mut learning, "rain tomorrow in Oslo?", "tool:weather").unwrap();
+        assert!(first.unseen, "nothing learnt about the weather yet");
+        let second = learn(&mut learning, "will it snow in Bergen?", "tool:weather").unwrap();
+        assert!(!second.unseen);
+        assert_eq!((learning.trust().trials(), learning.trust().unseen_trials()), (2, 1));
     }
 
     #[test]

@@ -20,6 +20,16 @@
 //! ([`OutcomeTrust::chosen`]). With no evidence, nothing learnt is used, so a
 //! capability never seen in an outcome is never ranked below where it would
 //! be without the learning on the strength of a guess.
+//!
+//! A gain on the whole can still be paid for by the capabilities nothing was
+//! learnt about: where near-duplicates answer near-identical requests, the
+//! ones outcomes named overtake the others on their own requests, and the
+//! gain on the named ones hides the loss. So the trials whose capabilities
+//! had nothing learnt at the time (no remembered request, no prior) are also
+//! kept apart ([`OutcomeTrust::record`]'s `unseen`), and a learning whose gain
+//! on them is below zero by more than [`TRUST_STANDARD_ERRORS`] standard
+//! errors is not used, whatever it gains on the rest: a capability no outcome
+//! named is not buried under the ones that were.
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +68,9 @@ pub struct OutcomeTrust {
     /// Per learning: the sum and the sum of squares of the gains.
     gains: Vec<(f64, f64)>,
     trials: u64,
+    /// The same over the unseen trials alone (see [`OutcomeTrust::record`]).
+    unseen_gains: Vec<(f64, f64)>,
+    unseen_trials: u64,
 }
 
 /// What an [`OutcomeTrust`] has recorded, as kept across restarts.
@@ -67,9 +80,16 @@ pub struct TrustState {
     /// Per learning: the sum and the sum of squares of the gains.
     pub gains: Vec<(f64, f64)>,
     pub trials: u64,
+    /// The same over the unseen trials alone; absent from states kept
+    /// before they were counted apart (such a state is not taken back).
+    #[serde(default)]
+    pub unseen_gains: Vec<(f64, f64)>,
+    #[serde(default)]
+    pub unseen_trials: u64,
 }
 
-/// One learning's record in an [`OutcomeTrust`].
+/// One learning's record in an [`OutcomeTrust`]: its mean gain and the
+/// standard error of that mean, over every trial and over the unseen ones.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TrialGain {
@@ -77,6 +97,35 @@ pub struct TrialGain {
     pub learning: Learning,
     pub mean_gain: f64,
     pub standard_error: f64,
+    pub unseen_mean_gain: f64,
+    pub unseen_standard_error: f64,
+}
+
+impl TrialGain {
+    /// Whether the gain clears its noise and the unseen trials do not lose
+    /// beyond theirs ([`TRUST_STANDARD_ERRORS`] each).
+    pub fn trusted(&self) -> bool {
+        self.mean_gain > 0.0
+            && self.mean_gain > TRUST_STANDARD_ERRORS * self.standard_error
+            && self.unseen_mean_gain >= -TRUST_STANDARD_ERRORS * self.unseen_standard_error
+    }
+}
+
+/// The mean of `n` gains with this sum and sum of squares, and its standard
+/// error (a mean of 0 and an infinite error below two).
+fn mean_and_error((sum, squares): (f64, f64), n: u64) -> (f64, f64) {
+    if n < 2 {
+        return (0.0, f64::INFINITY);
+    }
+    let n = n as f64;
+    let mean = sum / n;
+    let variance = ((squares - n * mean * mean) / (n - 1.0)).max(0.0);
+    (mean, (variance / n).sqrt())
+}
+
+fn sound(gains: &[(f64, f64)], learnings: usize) -> bool {
+    gains.len() == learnings
+        && gains.iter().all(|(sum, squares)| sum.is_finite() && squares.is_finite() && *squares >= 0.0)
 }
 
 impl Default for OutcomeTrust {
@@ -88,7 +137,14 @@ impl Default for OutcomeTrust {
 impl OutcomeTrust {
     /// A trust with no trials yet, over `learnings`.
     pub fn new(learnings: &[Learning]) -> OutcomeTrust {
-        OutcomeTrust { learnings: learnings.to_vec(), gains: vec![(0.0, 0.0); learnings.len()], trials: 0 }
+        let zero = vec![(0.0, 0.0); learnings.len()];
+        OutcomeTrust {
+            learnings: learnings.to_vec(),
+            gains: zero.clone(),
+            trials: 0,
+            unseen_gains: zero,
+            unseen_trials: 0,
+        }
     }
 
     /// The learnings tried, in the order [`OutcomeTrust::record`] takes their scores.
@@ -98,16 +154,30 @@ impl OutcomeTrust {
 
     /// What has been recorded, to keep ([`OutcomeTrust::from_state`] takes it back).
     pub fn state(&self) -> TrustState {
-        TrustState { learnings: self.learnings.clone(), gains: self.gains.clone(), trials: self.trials }
+        TrustState {
+            learnings: self.learnings.clone(),
+            gains: self.gains.clone(),
+            trials: self.trials,
+            unseen_gains: self.unseen_gains.clone(),
+            unseen_trials: self.unseen_trials,
+        }
     }
 
-    /// The trust `state` recorded, if it tried exactly `learnings` (a kept
-    /// state of other learnings, or a misshapen one, says nothing about these).
+    /// The trust `state` recorded, if it tried exactly `learnings` and kept
+    /// its unseen trials apart (a kept state of other learnings, an older or a
+    /// misshapen one, says nothing about these).
     pub fn from_state(state: TrustState, learnings: &[Learning]) -> Option<OutcomeTrust> {
         let sound = state.learnings == learnings
-            && state.gains.len() == learnings.len()
-            && state.gains.iter().all(|(sum, squares)| sum.is_finite() && squares.is_finite() && *squares >= 0.0);
-        sound.then_some(OutcomeTrust { learnings: state.learnings, gains: state.gains, trials: state.trials })
+            && sound(&state.gains, learnings.len())
+            && sound(&state.unseen_gains, learnings.len())
+            && state.unseen_trials <= state.trials;
+        sound.then_some(OutcomeTrust {
+            learnings: state.learnings,
+            gains: state.gains,
+            trials: state.trials,
+            unseen_gains: state.unseen_gains,
+            unseen_trials: state.unseen_trials,
+        })
     }
 
     /// Number of trials recorded.
@@ -115,47 +185,59 @@ impl OutcomeTrust {
         self.trials
     }
 
+    /// Number of those that were unseen ([`OutcomeTrust::record`]).
+    pub fn unseen_trials(&self) -> u64 {
+        self.unseen_trials
+    }
+
     /// Records one trial: the score of the capabilities that did the job
     /// (e.g. their mean reciprocal rank) `without` any learning and `with`
-    /// each learning. A trial of another length, or with a score that is not
-    /// finite, is ignored; returns whether it was recorded.
-    pub fn record(&mut self, without: f64, with: &[f64]) -> bool {
+    /// each learning; `unseen`: nothing had been learnt about any of them
+    /// (what a learning does to capabilities no outcome named yet). A trial
+    /// of another length, or with a score that is not finite, is ignored;
+    /// returns whether it was recorded.
+    pub fn record(&mut self, without: f64, with: &[f64], unseen: bool) -> bool {
         if with.len() != self.learnings.len() || !without.is_finite() || with.iter().any(|score| !score.is_finite()) {
             return false;
         }
-        for ((sum, squares), score) in self.gains.iter_mut().zip(with) {
-            let gain = score - without;
-            *sum += gain;
-            *squares += gain * gain;
-        }
+        let add = |gains: &mut Vec<(f64, f64)>| {
+            for ((sum, squares), score) in gains.iter_mut().zip(with) {
+                let gain = score - without;
+                *sum += gain;
+                *squares += gain * gain;
+            }
+        };
+        add(&mut self.gains);
         self.trials += 1;
+        if unseen {
+            add(&mut self.unseen_gains);
+            self.unseen_trials += 1;
+        }
         true
     }
 
-    /// Each learning's mean gain and its standard error so far (infinite
-    /// below two trials).
+    /// Each learning's mean gain and its standard error so far, over every
+    /// trial and over the unseen ones (infinite below two trials).
     pub fn gains(&self) -> Vec<TrialGain> {
-        let n = self.trials as f64;
         self.learnings
             .iter()
-            .zip(&self.gains)
-            .map(|(&learning, &(sum, squares))| {
-                if self.trials < 2 {
-                    return TrialGain { learning, mean_gain: 0.0, standard_error: f64::INFINITY };
-                }
-                let mean = sum / n;
-                let variance = ((squares - n * mean * mean) / (n - 1.0)).max(0.0);
-                TrialGain { learning, mean_gain: mean, standard_error: (variance / n).sqrt() }
+            .zip(self.gains.iter().zip(&self.unseen_gains))
+            .map(|(&learning, (&all, &unseen))| {
+                let (mean_gain, standard_error) = mean_and_error(all, self.trials);
+                let (unseen_mean_gain, unseen_standard_error) = mean_and_error(unseen, self.unseen_trials);
+                TrialGain { learning, mean_gain, standard_error, unseen_mean_gain, unseen_standard_error }
             })
             .collect()
     }
 
-    /// The learning to use, or `None` (nothing learnt is used) when no
-    /// learning's gain clears [`TRUST_STANDARD_ERRORS`] standard errors.
+    /// The learning to use, or `None` (nothing learnt is used): of those
+    /// whose gain clears [`TRUST_STANDARD_ERRORS`] standard errors and whose
+    /// unseen trials do not lose beyond as many of theirs
+    /// ([`TrialGain::trusted`]), the one with the largest gain.
     pub fn chosen(&self) -> Option<Learning> {
         self.gains()
             .into_iter()
-            .filter(|trial| trial.mean_gain > 0.0 && trial.mean_gain > TRUST_STANDARD_ERRORS * trial.standard_error)
+            .filter(TrialGain::trusted)
             .max_by(|a, b| a.mean_gain.total_cmp(&b.mean_gain))
             .map(|trial| trial.learning)
     }
@@ -176,14 +258,14 @@ mod tests {
         // The prior gains a little, the memory more; both steadily.
         for round in 0..40 {
             let wobble = if round % 2 == 0 { 0.01 } else { -0.01 };
-            assert!(trust.record(0.5, &[0.52 + wobble, 0.6 + wobble]));
+            assert!(trust.record(0.5, &[0.52 + wobble, 0.6 + wobble], round % 4 == 0));
         }
         assert_eq!(trust.chosen(), Some(MEMORY));
         let gains = trust.gains();
         assert!((gains[1].mean_gain - 0.1).abs() < 1e-9 && gains[1].standard_error < 0.01);
         // Misshapen trials are not counted.
-        assert!(!trust.record(0.5, &[0.5]));
-        assert!(!trust.record(f64::NAN, &[0.5, 0.5]));
+        assert!(!trust.record(0.5, &[0.5], false));
+        assert!(!trust.record(f64::NAN, &[0.5, 0.5], true));
         assert_eq!(trust.trials(), 40);
     }
 
@@ -191,48 +273,79 @@ mod tests {
     fn a_learning_that_loses_or_only_wobbles_is_not_used() {
         let mut losing = OutcomeTrust::new(&[PRIOR, MEMORY]);
         for _ in 0..50 {
-            losing.record(0.8, &[0.5, 0.7]);
+            losing.record(0.8, &[0.5, 0.7], false);
         }
         assert_eq!(losing.chosen(), None);
         // Gains of +0.5 and −0.4 in turn: a mean of +0.05 within its noise.
         let mut noisy = OutcomeTrust::new(&[MEMORY]);
         for round in 0..20 {
-            noisy.record(0.5, &[if round % 2 == 0 { 1.0 } else { 0.1 }]);
+            noisy.record(0.5, &[if round % 2 == 0 { 1.0 } else { 0.1 }], false);
         }
         assert!(noisy.gains()[0].mean_gain > 0.0);
         assert_eq!(noisy.chosen(), None);
     }
 
     #[test]
+    fn a_learning_that_gains_on_the_seen_but_loses_on_the_unseen_is_not_used() {
+        // The memory gains much where its capabilities were seen, loses steadily where they
+        // were not; the prior gains less, and nothing on the unseen.
+        let mut trust = OutcomeTrust::new(&[PRIOR, MEMORY]);
+        for round in 0..60 {
+            let unseen = round % 3 == 0;
+            let wobble = if round % 2 == 0 { 0.01 } else { -0.01 };
+            let memory = if unseen { 0.4 + wobble } else { 0.9 + wobble };
+            let prior = if unseen { 0.5 + wobble } else { 0.6 + wobble };
+            assert!(trust.record(0.5, &[prior, memory], unseen));
+        }
+        assert_eq!((trust.trials(), trust.unseen_trials()), (60, 20));
+        let gains = trust.gains();
+        assert!(gains[1].mean_gain > gains[0].mean_gain && gains[1].mean_gain > 5.0 * gains[1].standard_error);
+        assert!(gains[1].unseen_mean_gain < -0.09 && !gains[1].trusted());
+        assert!(gains[0].trusted());
+        assert_eq!(trust.chosen(), Some(PRIOR));
+        // With no unseen trials there is nothing to bury: the gain alone decides.
+        let mut seen_only = OutcomeTrust::new(&[MEMORY]);
+        for round in 0..40 {
+            seen_only.record(0.5, &[if round % 2 == 0 { 0.81 } else { 0.79 }], false);
+        }
+        assert_eq!(seen_only.chosen(), Some(MEMORY));
+    }
+
+    #[test]
     fn a_kept_state_comes_back_only_for_the_same_learnings() {
         let mut trust = OutcomeTrust::new(&[PRIOR, MEMORY]);
         for round in 0..5 {
-            trust.record(0.5, &[0.5, 0.5 + f64::from(round) / 10.0]);
+            trust.record(0.5, &[0.5, 0.5 + f64::from(round) / 10.0], round % 2 == 0);
         }
         let back = OutcomeTrust::from_state(trust.state(), &[PRIOR, MEMORY]).unwrap();
         assert_eq!(back.gains(), trust.gains());
         assert_eq!(back.trials(), 5);
         assert!(OutcomeTrust::from_state(trust.state(), &[MEMORY]).is_none());
+        assert_eq!(back.unseen_trials(), 3);
         let mut bad = trust.state();
         bad.gains[0].1 = f64::NAN;
         assert!(OutcomeTrust::from_state(bad, &[PRIOR, MEMORY]).is_none());
+        // A state kept before the unseen trials were counted apart is not taken back.
+        let mut older = trust.state();
+        (older.unseen_gains, older.unseen_trials) = (Vec::new(), 0);
+        assert!(OutcomeTrust::from_state(older, &[PRIOR, MEMORY]).is_none());
     }
 
     proptest! {
         #[test]
         fn the_chosen_learning_gains_and_clears_its_noise(
-            trials in proptest::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0), 0..60),
+            trials in proptest::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0, any::<bool>()), 0..60),
         ) {
             let mut trust = OutcomeTrust::new(&[PRIOR, MEMORY]);
-            for (without, prior, memory) in &trials {
-                prop_assert!(trust.record(*without, &[*prior, *memory]));
+            for (without, prior, memory, unseen) in &trials {
+                prop_assert!(trust.record(*without, &[*prior, *memory], *unseen));
             }
             if let Some(chosen) = trust.chosen() {
                 let gains = trust.gains();
                 let trial = gains.iter().find(|trial| trial.learning == chosen).unwrap();
                 prop_assert!(trial.mean_gain > TRUST_STANDARD_ERRORS * trial.standard_error);
-                prop_assert!(gains.iter().all(|other| other.mean_gain <= trial.mean_gain
-                    || other.mean_gain <= TRUST_STANDARD_ERRORS * other.standard_error));
+                prop_assert!(trial.unseen_mean_gain >= -TRUST_STANDARD_ERRORS * trial.unseen_standard_error);
+                prop_assert!(gains.iter().all(|other| other.mean_gain <= trial.mean_gain || !other.trusted()));
             }
         }
     }

@@ -113,7 +113,7 @@ mod tests {
         memory.remember("tool:a", &[0.0, 2.0, 0.0]);
         memory.remember("tool:b", &[0.0, 0.0, 1.0]);
         let mut trust = OutcomeTrust::default();
-        trust.record(0.5, &[0.6; 9]);
+        trust.record(0.5, &[0.6; 9], true);
         {
             let store = super::super::Store::open(dir.path()).unwrap();
             let learning = LearningStore::open(&store).unwrap();

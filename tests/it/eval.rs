@@ -294,6 +294,9 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     assert!(replay["remembered"].as_u64().unwrap() > 0, "{replay}");
     // Every learning was tried on the first half's requests as they came (all but the first).
     assert_eq!(replay["trials"], 59);
+    // The first trial's capabilities had no outcome yet, nor had some later ones'.
+    let unseen_trials = replay["unseenTrials"].as_u64().unwrap();
+    assert!((1..59).contains(&unseen_trials), "{replay}");
     let tried = replay["atEachLearning"].as_array().unwrap();
     assert_eq!(tried.len(), 9);
     let moved = |prior: bool, memory: bool| {
@@ -311,6 +314,9 @@ fn replay_feeds_one_half_and_ranks_the_other() {
         assert_eq!(trial["secondHalf"]["queries"], 60);
         assert_eq!(trial["unseen"]["queries"].as_u64(), Some(unseen));
         assert!(trial["standardError"].as_f64().unwrap() >= 0.0, "{trial}");
+        // A standard error is infinite (null in JSON) below two trials.
+        assert!(trial["unseenMeanGain"].is_number(), "{trial}");
+        assert!(trial["unseenStandardError"].is_number() || unseen_trials < 2, "{trial}");
     }
     assert_eq!(replay["unseenWithoutLearning"]["queries"].as_u64(), Some(unseen));
     // What the second half gets is what the chosen learning gives it, or no learning at all.
@@ -328,6 +334,10 @@ fn replay_feeds_one_half_and_ranks_the_other() {
         Some(chosen) => {
             let trial = trial_of(chosen);
             assert!(trial["meanGain"].as_f64().unwrap() > 2.0 * trial["standardError"].as_f64().unwrap(), "{replay}");
+            // Chosen only when the trials of capabilities with no outcome yet did not lose beyond their noise.
+            let unseen_gain = trial["unseenMeanGain"].as_f64().unwrap();
+            let unseen_error = trial["unseenStandardError"].as_f64().unwrap_or(f64::INFINITY);
+            assert!(unseen_gain >= -2.0 * unseen_error, "{replay}");
             assert_eq!(replay["learned"], trial["secondHalf"]);
             assert_eq!(replay["unseenLearned"], trial["unseen"]);
         }
