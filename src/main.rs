@@ -221,7 +221,9 @@ enum Command {
         cache_dir: Option<PathBuf>,
         /// Outcome replay with this seed: feed the outcomes of a seeded half of the answerable
         /// queries in one at a time, trying the outcome prior and memory on each before it is
-        /// learnt, then rank the other half without learning and with what the trials chose.
+        /// learnt, then rank the other half without learning and with what the trials chose (a
+        /// learning whose gain clears its noise and that loses no more than its noise on the
+        /// trials whose capabilities had no outcome yet).
         #[arg(long, value_name = "SEED")]
         replay: Option<u64>,
         /// Write an empty ranking for a query whose Tier 1 would be empty (no capability reaches
@@ -1256,11 +1258,12 @@ fn print_eval(report: &capdex::eval::EvalReport, json: bool) -> anyhow::Result<(
             ),
         };
         println!(
-            "replay (seed {}): {} outcomes from {} queries, {} trials chose: {}; second half NDCG@10 {:.2} -> {:.2}, R@5 {:.2} -> {:.2}; its {} unseen NDCG@10 {:.2} -> {:.2}",
+            "replay (seed {}): {} outcomes from {} queries, {} trials ({} unseen) chose: {}; second half NDCG@10 {:.2} -> {:.2}, R@5 {:.2} -> {:.2}; its {} unseen NDCG@10 {:.2} -> {:.2}",
             replay.seed,
             replay.outcomes,
             replay.first_half,
             replay.trials,
+            replay.unseen_trials,
             chosen,
             replay.without_learning.ndcg_at_10,
             replay.learned.ndcg_at_10,

@@ -144,8 +144,9 @@ impl OutcomeLearner {
         };
         let serving = Serving::new(indexes, &snapshot.index, &self.config, Some(&snapshot.prior));
         let (trial, remembered) = self.learning.learn(&query, succeeded, &serving, may_refit);
-        if trial.is_some() {
-            metrics::counter!("capdex_outcome_learning_trials_total").increment(1);
+        if let Some(trial) = &trial {
+            let unseen = if trial.unseen { "true" } else { "false" };
+            metrics::counter!("capdex_outcome_learning_trials_total", "unseen" => unseen).increment(1);
         }
         if remembered.is_empty() {
             return;
