@@ -64,13 +64,7 @@ pub const TRUST_STANDARD_ERRORS: f64 = 2.0;
 /// The trials of each [`Learning`] against none ([`crate::core::outcome_trust`]).
 #[derive(Clone, Debug)]
 pub struct OutcomeTrust {
-    learnings: Vec<Learning>,
-    /// Per learning: the sum and the sum of squares of the gains.
-    gains: Vec<(f64, f64)>,
-    trials: u64,
-    /// The same over the unseen trials alone (see [`OutcomeTrust::record`]).
-    unseen_gains: Vec<(f64, f64)>,
-    unseen_trials: u64,
+    recorded: TrustState,
 }
 
 /// What an [`OutcomeTrust`] has recorded, as kept across restarts.
@@ -80,7 +74,7 @@ pub struct TrustState {
     /// Per learning: the sum and the sum of squares of the gains.
     pub gains: Vec<(f64, f64)>,
     pub trials: u64,
-    /// The same over the unseen trials alone; absent from states kept
+    /// The same over the unseen trials alone ([`OutcomeTrust::record`]); absent from states kept
     /// before they were counted apart (such a state is not taken back).
     #[serde(default)]
     pub unseen_gains: Vec<(f64, f64)>,
@@ -123,6 +117,7 @@ fn mean_and_error((sum, squares): (f64, f64), n: u64) -> (f64, f64) {
     (mean, (variance / n).sqrt())
 }
 
+/// Whether `gains` holds a finite sum and sum of squares for each of `learnings`.
 fn sound(gains: &[(f64, f64)], learnings: usize) -> bool {
     gains.len() == learnings
         && gains.iter().all(|(sum, squares)| sum.is_finite() && squares.is_finite() && *squares >= 0.0)
@@ -138,29 +133,24 @@ impl OutcomeTrust {
     /// A trust with no trials yet, over `learnings`.
     pub fn new(learnings: &[Learning]) -> OutcomeTrust {
         let zero = vec![(0.0, 0.0); learnings.len()];
-        OutcomeTrust {
+        let recorded = TrustState {
             learnings: learnings.to_vec(),
             gains: zero.clone(),
             trials: 0,
             unseen_gains: zero,
             unseen_trials: 0,
-        }
+        };
+        OutcomeTrust { recorded }
     }
 
     /// The learnings tried, in the order [`OutcomeTrust::record`] takes their scores.
     pub fn learnings(&self) -> &[Learning] {
-        &self.learnings
+        &self.recorded.learnings
     }
 
     /// What has been recorded, to keep ([`OutcomeTrust::from_state`] takes it back).
     pub fn state(&self) -> TrustState {
-        TrustState {
-            learnings: self.learnings.clone(),
-            gains: self.gains.clone(),
-            trials: self.trials,
-            unseen_gains: self.unseen_gains.clone(),
-            unseen_trials: self.unseen_trials,
-        }
+        self.recorded.clone()
     }
 
     /// The trust `state` recorded, if it tried exactly `learnings` and kept
@@ -171,23 +161,17 @@ impl OutcomeTrust {
             && sound(&state.gains, learnings.len())
             && sound(&state.unseen_gains, learnings.len())
             && state.unseen_trials <= state.trials;
-        sound.then_some(OutcomeTrust {
-            learnings: state.learnings,
-            gains: state.gains,
-            trials: state.trials,
-            unseen_gains: state.unseen_gains,
-            unseen_trials: state.unseen_trials,
-        })
+        sound.then_some(OutcomeTrust { recorded: state })
     }
 
     /// Number of trials recorded.
     pub fn trials(&self) -> u64 {
-        self.trials
+        self.recorded.trials
     }
 
     /// Number of those that were unseen ([`OutcomeTrust::record`]).
     pub fn unseen_trials(&self) -> u64 {
-        self.unseen_trials
+        self.recorded.unseen_trials
     }
 
     /// Records one trial: the score of the capabilities that did the job
@@ -197,7 +181,9 @@ impl OutcomeTrust {
     /// of another length, or with a score that is not finite, is ignored;
     /// returns whether it was recorded.
     pub fn record(&mut self, without: f64, with: &[f64], unseen: bool) -> bool {
-        if with.len() != self.learnings.len() || !without.is_finite() || with.iter().any(|score| !score.is_finite()) {
+        let recorded = &mut self.recorded;
+        if with.len() != recorded.learnings.len() || !without.is_finite() || with.iter().any(|score| !score.is_finite())
+        {
             return false;
         }
         let add = |gains: &mut Vec<(f64, f64)>| {
@@ -207,11 +193,11 @@ impl OutcomeTrust {
                 *squares += gain * gain;
             }
         };
-        add(&mut self.gains);
-        self.trials += 1;
+        add(&mut recorded.gains);
+        recorded.trials += 1;
         if unseen {
-            add(&mut self.unseen_gains);
-            self.unseen_trials += 1;
+            add(&mut recorded.unseen_gains);
+            recorded.unseen_trials += 1;
         }
         true
     }
@@ -219,12 +205,14 @@ impl OutcomeTrust {
     /// Each learning's mean gain and its standard error so far, over every
     /// trial and over the unseen ones (infinite below two trials).
     pub fn gains(&self) -> Vec<TrialGain> {
-        self.learnings
+        let recorded = &self.recorded;
+        recorded
+            .learnings
             .iter()
-            .zip(self.gains.iter().zip(&self.unseen_gains))
+            .zip(recorded.gains.iter().zip(&recorded.unseen_gains))
             .map(|(&learning, (&all, &unseen))| {
-                let (mean_gain, standard_error) = mean_and_error(all, self.trials);
-                let (unseen_mean_gain, unseen_standard_error) = mean_and_error(unseen, self.unseen_trials);
+                let (mean_gain, standard_error) = mean_and_error(all, recorded.trials);
+                let (unseen_mean_gain, unseen_standard_error) = mean_and_error(unseen, recorded.unseen_trials);
                 TrialGain { learning, mean_gain, standard_error, unseen_mean_gain, unseen_standard_error }
             })
             .collect()
