@@ -41,7 +41,8 @@ replay = report.get("replay")
 def learning(l):
     if not l: return "none"
     return ("prior" if l["prior"] else "") + (f"+memory k={l['memoryOwnWeight']:g}" if l["memoryOwnWeight"] else "")
-r = (f"{replay['withoutLearning']['ndcgAt10']:.2f} -> {replay['learned']['ndcgAt10']:.2f} ({learning(replay['chosen'])})"
+r = (f"{replay['withoutLearning']['ndcgAt10']:.2f} -> {replay['learned']['ndcgAt10']:.2f} ({learning(replay['chosen'])};"
+     f" {replay['trials']} trials, {replay['unseenTrials']} unseen)"
      f" (unseen {replay['unseen']}: {replay['unseenWithoutLearning']['ndcgAt10']:.2f} -> {replay['unseenLearned']['ndcgAt10']:.2f})"
      if replay else "")
 if replay:
