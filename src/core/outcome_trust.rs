@@ -186,7 +186,7 @@ impl OutcomeTrust {
         {
             return false;
         }
-        let add = |gains: &mut Vec<(f64, f64)>| {
+        let add = |gains: &mut [(f64, f64)]| {
             for ((sum, squares), score) in gains.iter_mut().zip(with) {
                 let gain = score - without;
                 *sum += gain;

@@ -128,6 +128,22 @@ mod tests {
         assert_eq!(kept.memory.entry("tool:a"), memory.entry("tool:a"));
         assert_eq!(kept.trust, Some(trust.state()));
         assert_eq!(kept.refused, 0);
+        // Trials kept before the unseen ones were counted apart still load (the memory with
+        // them); the learner then starts its trials again.
+        #[derive(Serialize)]
+        struct Older {
+            learnings: Vec<crate::core::outcome_trust::Learning>,
+            gains: Vec<(f64, f64)>,
+            trials: u64,
+        }
+        let state = trust.state();
+        let older = Older { learnings: state.learnings.clone(), gains: state.gains.clone(), trials: state.trials };
+        learning.tree.insert(TRUST, encode(&older).unwrap()).unwrap();
+        let kept = learning.load(&model).unwrap();
+        assert_eq!(kept.memory.len(), 2);
+        let older = kept.trust.expect("an older state decodes");
+        assert_eq!((older.unseen_gains.len(), older.unseen_trials), (0, 0));
+        assert!(OutcomeTrust::from_state(older, &state.learnings).is_none());
         // A damaged entry is refused, the rest kept.
         learning.tree.insert("m/tool:bad", b"not msgpack".as_slice()).unwrap();
         assert_eq!(learning.load(&model).unwrap().refused, 1);
