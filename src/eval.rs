@@ -40,7 +40,7 @@ use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::nothing_fits::{chatter_likeness, chatter_texts, coverage, terms_of, GenericFloor};
 use crate::core::outcome_learning::{OutcomeLearning, Serving};
-use crate::core::outcome_memory::OutcomeMemory;
+use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrialGain};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query, RankedHit};
@@ -489,13 +489,14 @@ impl<'a> Learnt<'a> {
         learnings: &[Learning],
         stats: &OutcomeStats,
         memory: &OutcomeMemory,
+        neighbourhood: &Neighbourhood,
         options: &EvalOptions,
         shared: &'a Indexed,
     ) -> Learnt<'a> {
         let mut adapted: Vec<(f32, VectorIndex)> = Vec::new();
         for weight in learnings.iter().filter_map(|learning| learning.memory_own_weight) {
             if !adapted.iter().any(|(done, _)| *done == weight) {
-                adapted.push((weight, memory.adapt_index(&shared.vectors, weight)));
+                adapted.push((weight, memory.adapt_index(&shared.vectors, weight, neighbourhood)));
             }
         }
         Learnt { prior: stats.snapshot(&options.prior_settings, 0), adapted, shared }
@@ -546,6 +547,7 @@ fn replay(
     let (first, second) = seeded_halves(answerable.len(), seed);
     let mut stats = OutcomeStats::default();
     let mut memory = OutcomeMemory::new(shared.vectors.dimensions());
+    let mut neighbourhood = Neighbourhood::new(&shared.vectors);
     let mut trust = OutcomeTrust::default();
     let mut learnt: Option<Learnt> = None;
     // As `capdex serve` learns, with its own trials (ranked as discovery ranks).
@@ -562,7 +564,8 @@ fn replay(
         let credited = replay_outcomes(&ids, &queries[i].relevant);
         if outcomes > 0 {
             if learnt_since_refit >= TRIAL_REFIT_EVERY {
-                learnt = Some(Learnt::new(trust.learnings(), &stats, &memory, options, shared));
+                neighbourhood.extend(&memory, &shared.vectors);
+                learnt = Some(Learnt::new(trust.learnings(), &stats, &memory, &neighbourhood, options, shared));
                 learnt_since_refit = 0;
             }
             if let (Some(learnt), None) = (&learnt, &queries[i].tools) {
@@ -606,7 +609,8 @@ fn replay(
         .copied()
         .filter(|&k| queries[answerable[k]].relevant.iter().all(|id| !stats.capabilities.contains_key(id.as_str())))
         .collect();
-    let learnt = Learnt::new(trust.learnings(), &stats, &memory, options, shared);
+    neighbourhood.extend(&memory, &shared.vectors);
+    let learnt = Learnt::new(trust.learnings(), &stats, &memory, &neighbourhood, options, shared);
     let score = |half: &[usize], learning: Option<Learning>| {
         let scores: Vec<QueryScores> = half
             .iter()

@@ -27,7 +27,7 @@
 use crate::core::discovery::{ranked_ids, DiscoveryConfig};
 use crate::core::evaluation::mean_reciprocal_rank;
 use crate::core::index::VectorIndex;
-use crate::core::outcome_memory::OutcomeMemory;
+use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::OutcomePrior;
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrustState};
 use crate::core::retrieval::{Indexes, Query};
@@ -138,16 +138,28 @@ pub struct Learned {
     pub learning: Learning,
 }
 
-/// The memory's vectors at each own weight, fitted to one vector index.
+/// The memory's vectors at each own weight, fitted to one vector index, and
+/// the remembered capabilities' near neighbours in it.
 struct Fitted {
     base: Arc<VectorIndex>,
     adapted: Vec<(f32, Arc<VectorIndex>)>,
+    neighbourhood: Neighbourhood,
 }
 
 impl Fitted {
-    fn fit(memory: &OutcomeMemory, base: &Arc<VectorIndex>) -> Fitted {
-        let adapted = OWN_WEIGHTS.iter().map(|&weight| (weight, Arc::new(memory.adapt_index(base, weight)))).collect();
-        Fitted { base: base.clone(), adapted }
+    /// Fits to `base`, with what was found of `base`'s neighbourhood before
+    /// (`earlier`: the last fit, kept if it was fitted to `base`).
+    fn fit(memory: &OutcomeMemory, base: &Arc<VectorIndex>, earlier: Option<Fitted>) -> Fitted {
+        let mut neighbourhood = match earlier {
+            Some(earlier) if Arc::ptr_eq(&earlier.base, base) => earlier.neighbourhood,
+            _ => Neighbourhood::new(base),
+        };
+        neighbourhood.extend(memory, base);
+        let adapted = OWN_WEIGHTS
+            .iter()
+            .map(|&weight| (weight, Arc::new(memory.adapt_index(base, weight, &neighbourhood))))
+            .collect();
+        Fitted { base: base.clone(), adapted, neighbourhood }
     }
 
     fn vectors(&self, weight: f32) -> Option<&Arc<VectorIndex>> {
@@ -296,9 +308,10 @@ impl OutcomeLearning {
             None => true,
         };
         if stale || (may_refit && self.learnt_since_fit >= REFIT_EVERY) {
-            // The old fit goes first: never two sets of copies of the index at once.
-            self.fitted = None;
-            self.fitted = Some(Fitted::fit(&self.memory, base));
+            // The old fit's copies go first (never two sets of copies of the index at once); its
+            // neighbourhood is kept for the same index.
+            let earlier = self.fitted.take().map(|fitted| Fitted { adapted: Vec::new(), ..fitted });
+            self.fitted = Some(Fitted::fit(&self.memory, base, earlier));
             self.learnt_since_fit = 0;
         }
     }
@@ -307,7 +320,7 @@ impl OutcomeLearning {
     /// (what a new catalog publication costs; `capdex bench --outcome-learning` times it).
     pub fn refit(&mut self, base: &Arc<VectorIndex>) {
         self.fitted = None;
-        self.fitted = Some(Fitted::fit(&self.memory, base));
+        self.fitted = Some(Fitted::fit(&self.memory, base, None));
         self.learnt_since_fit = 0;
     }
 
@@ -506,6 +519,37 @@ pub(crate) mod tests {
         let second = learn(&mut learning, "will it snow in Bergen?", "tool:weather").unwrap();
         assert!(!second.unseen);
         assert_eq!((learning.trust().trials(), learning.trust().unseen_trials()), (2, 1));
+    }
+
+    #[test]
+    fn near_neighbours_are_looked_for_once_per_remembered_capability_and_index() {
+        let descriptors = [
+            tool("tool:ledger", "Record payments against open accounts payable entries"),
+            tool("tool:weather", "Tell the weather forecast for a city"),
+        ];
+        let served = Served::new(&descriptors);
+        let config = DiscoveryConfig::default();
+        let serving = served.serving(&config, &served.vectors);
+        let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
+        learning.learn(&served.query(ASKED[0]), &["tool:ledger".to_string()], &serving, true);
+        learning.learn(&served.query("rain tomorrow in Oslo?"), &["tool:weather".to_string()], &serving, true);
+        let looked = |learning: &OutcomeLearning| learning.fitted.as_ref().map(|fitted| fitted.neighbourhood.sources());
+        assert_eq!(looked(&learning), Some(1), "fitted for the trial, before the weather was remembered");
+        for asked in &ASKED[1..] {
+            learning.learn(&served.query(asked), &["tool:ledger".to_string()], &serving, true);
+        }
+        for city in ["Bergen", "Turku", "Riga", "Malmo", "Tartu"] {
+            let asked = format!("rain tomorrow in {city}?");
+            learning.learn(&served.query(&asked), &["tool:weather".to_string()], &serving, true);
+        }
+        assert_eq!(looked(&learning), Some(2), "the refit looked from the newly remembered one alone");
+        // A new publication with one more capability: its own neighbourhood.
+        let mut grown = (*served.vectors).clone();
+        grown.upsert("tool:other", &served.embedder.embed("Tell the weather forecast for a town")).unwrap();
+        let grown = Arc::new(grown);
+        learning.refit(&grown);
+        let fitted = learning.fitted.as_ref().unwrap();
+        assert_eq!((fitted.neighbourhood.sources(), Arc::ptr_eq(&fitted.base, &grown)), (2, true));
     }
 
     #[test]

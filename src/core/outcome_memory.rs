@@ -25,6 +25,19 @@
 //! outcomes, only overtaken where a remembered capability fits a request
 //! better.
 //!
+//! The mean is not enough where an unseen capability has a near-duplicate
+//! that was remembered (another server's copy of the same tool, a renamed
+//! version): the copy moved towards *its* requests, which are worded as the
+//! unseen one's would be, and overtakes it on them. So an unseen capability
+//! moves as its near neighbours moved ([`Neighbourhood`]): a kernel estimate
+//! of the displacement, each remembered capability whose own vector is within
+//! cosine `c ≥ τ` ([`NEIGHBOUR_COSINE`]) weighing `w = (c − τ) / (1 − τ)`;
+//! with `W = Σ w`, the neighbours' weighted mean displacement takes a share
+//! `min(W, 1)` and the mean displacement of all the rest. The number of
+//! requests it is moved as if it had is mixed the same way. A capability with
+//! no near remembered neighbour moves exactly as before; one whose twin was
+//! remembered moves with it.
+//!
 //! Whether the memory is used at all, and how far it may outweigh a
 //! capability's text, is decided on the outcomes as they come
 //! ([`crate::core::outcome_trust`]): where it would overtake unseen
@@ -33,10 +46,25 @@
 
 use crate::core::embedder::dot;
 use crate::core::index::VectorIndex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The most capabilities remembered; successes of further ones are ignored.
 pub const MAX_REMEMBERED_CAPABILITIES: usize = 100_000;
+
+/// The cosine of two capabilities' own vectors from which one moves with the
+/// other ([`Neighbourhood`]): near-duplicates and versions of one tool, not
+/// tools of one topic. Measured with `static` and all-MiniLM-L6-v2 (the
+/// held-out set's unseen requests, docs/performance.md).
+pub const NEIGHBOUR_COSINE: f32 = 0.8;
+
+/// The most near neighbours one remembered capability moves (the nearest).
+pub const MAX_NEIGHBOURS: usize = 64;
+
+/// The most remembered capabilities whose near neighbours are looked for,
+/// the most remembered first: each costs one pass over the vector index, so
+/// this bounds what a new catalog costs the learner. Unseen neighbours of the
+/// rest move by the mean displacement alone, as with no neighbour.
+pub const MAX_NEIGHBOUR_SOURCES: usize = 1024;
 
 /// Per capability, the sum of the unit vectors of the requests it succeeded on.
 #[derive(Clone, Debug, Default)]
@@ -124,17 +152,11 @@ impl OutcomeMemory {
     pub fn style_shift(&self, vectors: &VectorIndex) -> Option<(Vec<f32>, f32)> {
         let mut shift = vec![0.0f32; self.dimensions];
         let (mut capabilities, mut requests) = (0usize, 0u64);
-        for (id, (sum, count)) in &self.sums {
-            let Some(own) = vectors.stored_vector(id) else { continue };
-            let own_norm = dot(&own, &own).sqrt();
-            if own.len() != self.dimensions || own_norm <= f32::EPSILON || *count == 0 {
-                continue;
-            }
-            for ((total, value), request_sum) in shift.iter_mut().zip(&own).zip(sum) {
-                *total += request_sum / *count as f32 - value / own_norm;
-            }
+        for id in self.sums.keys() {
+            let Some((displacement, count)) = self.displacement(id, vectors) else { continue };
+            shift.iter_mut().zip(&displacement).for_each(|(total, value)| *total += value);
             capabilities += 1;
-            requests += u64::from(*count);
+            requests += u64::from(count);
         }
         if capabilities == 0 {
             return None;
@@ -143,25 +165,171 @@ impl OutcomeMemory {
         Some((shift, requests as f32 / capabilities as f32))
     }
 
+    /// The displacement from the own (unit) vector of the remembered
+    /// `capability_id` in `vectors` to the mean of its requests' vectors, and
+    /// their number; `None` when it is not remembered, not in `vectors` or
+    /// has no dense signal there.
+    fn displacement(&self, capability_id: &str, vectors: &VectorIndex) -> Option<(Vec<f32>, u32)> {
+        let (sum, count) = self.sums.get(capability_id)?;
+        let own = vectors.stored_vector(capability_id)?;
+        let own_norm = dot(&own, &own).sqrt();
+        if own.len() != self.dimensions || own_norm <= f32::EPSILON || *count == 0 {
+            return None;
+        }
+        let displacement =
+            own.iter().zip(sum).map(|(value, request_sum)| request_sum / *count as f32 - value / own_norm).collect();
+        Some((displacement, *count))
+    }
+
     /// A copy of `vectors` in which every remembered capability has its
     /// [`OutcomeMemory::adapted`] vector and every other row its own moved
-    /// as far towards requests in general as a remembered one moves on
-    /// average ([`OutcomeMemory::style_shift`]).
-    pub fn adapt_index(&self, vectors: &VectorIndex, own_weight: f32) -> VectorIndex {
+    /// towards requests as its near remembered neighbours moved
+    /// (`neighbourhood`, found on `vectors`: see the module's notes) and,
+    /// for the rest of the way, as far as a remembered one moves on average
+    /// ([`OutcomeMemory::style_shift`]). A `neighbourhood` found on an index
+    /// of another size is not used.
+    pub fn adapt_index(&self, vectors: &VectorIndex, own_weight: f32, neighbourhood: &Neighbourhood) -> VectorIndex {
         let shift = self.style_shift(vectors);
+        let found_here = neighbourhood.rows == vectors.len();
+        // Each source's displacement once; the near rows in row order, summed as the rows pass.
+        let displacements: Vec<Option<(Vec<f32>, u32)>> = match found_here {
+            true => neighbourhood.sources.iter().map(|id| self.displacement(id, vectors)).collect(),
+            false => Vec::new(),
+        };
+        let mut by_row = if found_here { neighbourhood.near.clone() } else { Vec::new() };
+        by_row.sort_unstable_by_key(|&(row, source, _)| (row, source));
+        let mut by_row = by_row.into_iter().peekable();
+        let mut near = Near { displacement: vec![0.0; self.dimensions], weight: 0.0, requests: 0.0 };
         let mut adapted = VectorIndex::with_capacity(vectors.dimensions(), vectors.len());
         for row in 0..vectors.len() {
+            near.clear();
+            while let Some((_, source, weight)) = by_row.next_if(|&(near_row, _, _)| near_row as usize <= row) {
+                if let Some((displacement, count)) = &displacements[source as usize] {
+                    near.add(displacement, *count, weight);
+                }
+            }
             let id = vectors.id(row);
             let Some(own) = vectors.stored_vector(id) else { continue };
             let vector = match (self.adapted(id, &own, own_weight), &shift) {
                 (Some(vector), _) => vector,
-                (None, Some((shift, requests))) => unseen_moved(&own, own_weight, shift, *requests).unwrap_or(own),
+                (None, Some((shift, requests))) => match near.mixed_with(shift, *requests) {
+                    Some((shift, requests)) => unseen_moved(&own, own_weight, &shift, requests),
+                    None => unseen_moved(&own, own_weight, shift, *requests),
+                }
+                .unwrap_or(own),
                 (None, None) => own,
             };
             // Same dimensions as the index it came from, so the upsert cannot fail.
             let _ = adapted.upsert(id, &vector);
         }
         adapted
+    }
+}
+
+/// One row's near remembered neighbours: `Σ w·Δ`, `Σ w` and `Σ w·n`.
+struct Near {
+    displacement: Vec<f32>,
+    weight: f32,
+    requests: f32,
+}
+
+impl Near {
+    fn clear(&mut self) {
+        if self.weight == 0.0 {
+            return; // nothing was added (every weight added is positive)
+        }
+        self.displacement.iter_mut().for_each(|value| *value = 0.0);
+        (self.weight, self.requests) = (0.0, 0.0);
+    }
+
+    fn add(&mut self, displacement: &[f32], requests: u32, weight: f32) {
+        self.displacement.iter_mut().zip(displacement).for_each(|(total, value)| *total += weight * value);
+        self.weight += weight;
+        self.requests += weight * requests as f32;
+    }
+
+    /// The displacement and number of requests an unseen row moves by: the
+    /// neighbours' weighted means with a share `min(Σ w, 1)`, the mean
+    /// `shift` and `requests` of all remembered ones for the rest.
+    fn mixed_with(&self, shift: &[f32], requests: f32) -> Option<(Vec<f32>, f32)> {
+        if self.weight <= 0.0 || !self.weight.is_finite() || shift.len() != self.displacement.len() {
+            return None;
+        }
+        let share = self.weight.min(1.0);
+        let moved = self
+            .displacement
+            .iter()
+            .zip(shift)
+            .map(|(near, mean)| share * near / self.weight + (1.0 - share) * mean)
+            .collect();
+        Some((moved, share * self.requests / self.weight + (1.0 - share) * requests))
+    }
+}
+
+/// Which rows of one vector index are near neighbours of which remembered
+/// capabilities ([`NEIGHBOUR_COSINE`]), found with one scoring pass over the
+/// index per remembered capability and kept: a learner extends it as
+/// capabilities are first remembered ([`Neighbourhood::extend`]) and starts a
+/// new one for a new index.
+#[derive(Clone, Debug, Default)]
+pub struct Neighbourhood {
+    /// The rows of the index it was found on.
+    rows: usize,
+    /// The remembered capabilities looked from, in the order they were.
+    sources: Vec<String>,
+    looked: HashSet<String>,
+    /// `(row, source, weight)`: row is within cosine `c ≥ τ` of the source's own vector, `weight = (c − τ) / (1 − τ)`.
+    near: Vec<(u32, u32, f32)>,
+}
+
+impl Neighbourhood {
+    /// Nothing looked for yet, on `vectors`.
+    pub fn new(vectors: &VectorIndex) -> Neighbourhood {
+        Neighbourhood { rows: vectors.len(), ..Neighbourhood::default() }
+    }
+
+    /// Number of remembered capabilities whose neighbours were looked for.
+    pub fn sources(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// Looks for the near neighbours in `vectors` (the index this
+    /// neighbourhood was started on) of the capabilities remembered in
+    /// `memory` that were not looked from yet, the most remembered first, up
+    /// to [`MAX_NEIGHBOUR_SOURCES`] in all; returns how many it looked from.
+    pub fn extend(&mut self, memory: &OutcomeMemory, vectors: &VectorIndex) -> usize {
+        if self.rows != vectors.len() || self.sources.len() >= MAX_NEIGHBOUR_SOURCES {
+            return 0;
+        }
+        let mut new: Vec<(&str, u32)> = memory
+            .sums
+            .iter()
+            .filter(|(id, _)| !self.looked.contains(id.as_str()))
+            .map(|(id, (_, count))| (id.as_str(), *count))
+            .collect();
+        new.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        new.truncate(MAX_NEIGHBOUR_SOURCES - self.sources.len());
+        let mut scores = Vec::new();
+        for (id, _) in &new {
+            self.looked.insert((*id).to_string());
+            let source = self.sources.len() as u32;
+            self.sources.push((*id).to_string());
+            let (Some(own), Some(own_row)) = (vectors.stored_vector(id), vectors.row(id)) else { continue };
+            if !vectors.scores_into(&own, &mut scores) {
+                continue;
+            }
+            let own_norm = dot(&own, &own).sqrt().max(f32::EPSILON);
+            let near = vectors
+                .top_rows(&scores, MAX_NEIGHBOURS, |row| row != own_row && scores[row] / own_norm >= NEIGHBOUR_COSINE);
+            for (row, score) in near {
+                let cosine = (score / own_norm).min(1.0);
+                let weight = (cosine - NEIGHBOUR_COSINE) / (1.0 - NEIGHBOUR_COSINE);
+                if weight > 0.0 {
+                    self.near.push((row as u32, source, weight));
+                }
+            }
+        }
+        new.len()
     }
 }
 
@@ -250,7 +418,7 @@ mod tests {
         for (got, want) in shift.iter().zip(expected) {
             assert!((got - want).abs() < 1e-3, "{shift:?}");
         }
-        let adapted = memory.adapt_index(&index, 2.0);
+        let adapted = memory.adapt_index(&index, 2.0, &Neighbourhood::new(&index));
         assert_eq!(adapted.len(), 2);
         // A request for the unseen capability, in the requests' style: both moved alike,
         // so the unseen one gains on it as much as the seen one gains on its own.
@@ -263,10 +431,80 @@ mod tests {
     }
 
     #[test]
+    fn an_unseen_twin_moves_as_its_remembered_twin_moved() {
+        // "copy" is a near-duplicate of "seen" (cosine 0.98); "far" is another tool.
+        // "seen" was remembered with requests leaning to the third axis, "other"
+        // with requests leaning to the fourth: the mean displacement points between.
+        let mut index = VectorIndex::new(4);
+        index.upsert("seen", &[1.0, 0.0, 0.0, 0.0]).unwrap();
+        index.upsert("copy", &unit(&[1.0, 0.2, 0.0, 0.0])).unwrap();
+        index.upsert("other", &[0.0, 1.0, 0.0, 0.0]).unwrap();
+        index.upsert("far", &unit(&[0.3, 0.0, 0.0, 1.0])).unwrap();
+        let mut memory = OutcomeMemory::new(4);
+        for _ in 0..3 {
+            memory.remember("seen", &unit(&[1.0, 0.0, 1.0, 0.0]));
+        }
+        memory.remember("other", &unit(&[0.0, 1.0, 0.0, 1.0]));
+        let mut neighbourhood = Neighbourhood::new(&index);
+        assert_eq!(neighbourhood.extend(&memory, &index), 2);
+        assert_eq!(neighbourhood.extend(&memory, &index), 0, "each is looked from once");
+        assert_eq!(neighbourhood.sources(), 2);
+        let kernel = memory.adapt_index(&index, 2.0, &neighbourhood);
+        let mean_only = memory.adapt_index(&index, 2.0, &Neighbourhood::default());
+        // The twin's vector moved as the remembered one's: towards the third axis, not the fourth.
+        let copy = kernel.stored_vector("copy").unwrap();
+        let seen = kernel.stored_vector("seen").unwrap();
+        assert!(dot(&copy, &seen) > 0.95, "{copy:?} {seen:?}");
+        let copy_mean = mean_only.stored_vector("copy").unwrap();
+        assert!(copy[2] > copy_mean[2] && copy[3] < copy_mean[3]);
+        // A request worded as "seen"'s were, asking for what both do, still ranks the twin level.
+        let request = unit(&[1.0, 0.1, 1.0, 0.0]);
+        let gap = |vectors: &VectorIndex| {
+            vectors.cosine("seen", &request).unwrap() - vectors.cosine("copy", &request).unwrap()
+        };
+        assert!(gap(&kernel) < gap(&mean_only), "{} vs {}", gap(&kernel), gap(&mean_only));
+        // No near neighbour: the mean displacement alone, as before.
+        assert_eq!(kernel.stored_vector("far"), mean_only.stored_vector("far"));
+        // The remembered keep their own adaptation.
+        assert_eq!(kernel.stored_vector("seen"), mean_only.stored_vector("seen"));
+    }
+
+    #[test]
+    fn a_neighbourhood_found_on_another_index_is_not_used_and_sources_are_bounded() {
+        let mut index = VectorIndex::new(2);
+        index.upsert("seen", &[1.0, 0.0]).unwrap();
+        index.upsert("copy", &unit(&[1.0, 0.1])).unwrap();
+        let mut memory = OutcomeMemory::new(2);
+        memory.remember("seen", &[0.0, 1.0]);
+        let mut smaller = VectorIndex::new(2);
+        smaller.upsert("seen", &[1.0, 0.0]).unwrap();
+        let mut elsewhere = Neighbourhood::new(&smaller);
+        assert_eq!(elsewhere.extend(&memory, &index), 0, "started on another index");
+        elsewhere.extend(&memory, &smaller);
+        let without = memory.adapt_index(&index, 1.0, &Neighbourhood::default());
+        assert_eq!(memory.adapt_index(&index, 1.0, &elsewhere).stored_vector("copy"), without.stored_vector("copy"));
+        // At most MAX_NEIGHBOUR_SOURCES are looked from, the most remembered first.
+        let mut many = OutcomeMemory::new(2);
+        let mut wide = VectorIndex::new(2);
+        for i in 0..MAX_NEIGHBOUR_SOURCES + 5 {
+            let id = format!("c{i}");
+            wide.upsert(&id, &[1.0, i as f32 / 1e4]).unwrap();
+            many.remember(&id, &[0.0, 1.0]);
+        }
+        many.remember("c1028", &[0.0, 1.0]);
+        let mut bounded = Neighbourhood::new(&wide);
+        assert_eq!(bounded.extend(&many, &wide), MAX_NEIGHBOUR_SOURCES);
+        assert_eq!(bounded.sources[0], "c1028", "the most remembered first");
+        assert_eq!(bounded.extend(&many, &wide), 0);
+        assert!(bounded.near.iter().all(|(_, _, weight)| *weight > 0.0 && *weight <= 1.0));
+        assert!(bounded.near.len() <= MAX_NEIGHBOURS * MAX_NEIGHBOUR_SOURCES);
+    }
+
+    #[test]
     fn with_nothing_remembered_every_vector_stays() {
         let mut index = VectorIndex::new(2);
         index.upsert("a", &unit(&[1.0, 0.2])).unwrap();
-        let adapted = OutcomeMemory::new(2).adapt_index(&index, 5.0);
+        let adapted = OutcomeMemory::new(2).adapt_index(&index, 5.0, &Neighbourhood::new(&index));
         assert_eq!(adapted.stored_vector("a"), index.stored_vector("a"));
     }
 
@@ -277,7 +515,7 @@ mod tests {
         index.upsert("silent", &[0.0, 0.0]).unwrap();
         let mut memory = OutcomeMemory::new(2);
         memory.remember("seen", &[0.0, 1.0]);
-        let adapted = memory.adapt_index(&index, 1.0);
+        let adapted = memory.adapt_index(&index, 1.0, &Neighbourhood::new(&index));
         assert_eq!(adapted.stored_vector("silent"), index.stored_vector("silent"));
     }
 }
