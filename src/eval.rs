@@ -499,7 +499,9 @@ impl<'a> Learnt<'a> {
                 adapted.push((weight, memory.adapt_index(&shared.vectors, weight, neighbourhood)));
             }
         }
-        Learnt { prior: stats.snapshot(&options.prior_settings, 0), adapted, shared }
+        // The prior borrowed along near-duplicates, as `capdex serve` applies it.
+        let near = Arc::new(neighbourhood.near_duplicates(&shared.vectors));
+        Learnt { prior: stats.snapshot(&options.prior_settings, 0).with_near(near), adapted, shared }
     }
 
     /// `ranked`'s request ranked again with `learning` (`None`: no learning; the

@@ -182,8 +182,8 @@ pub fn run_discovery(
         graph: &snapshot.graph,
     };
     // The prior as the request says, else as the outcome learner's trials decided, else as configured.
-    let prior =
-        discover.filter.outcome_prior.unwrap_or(snapshot.applies_prior(prior_enabled)).then_some(&*snapshot.prior);
+    let served_prior = snapshot.served_prior();
+    let prior = discover.filter.outcome_prior.unwrap_or(snapshot.applies_prior(prior_enabled)).then_some(&served_prior);
     let mut result = discover_with_prior(&query, &indexes, config, &discover.filter, tier0, prior, discover.explain);
     result.diagnostics.timings.embed_us = embed_us;
     result.diagnostics.outcome_learning = snapshot.learned().map(|learned| learned.learning);

@@ -183,7 +183,15 @@ impl OutcomeLearner {
                     (None, None) => true,
                     _ => false,
                 };
-                same_vectors && current.learning == learned.learning && Arc::ptr_eq(&current.base, &learned.base)
+                let same_near = match (&current.near, &learned.near) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                };
+                same_vectors
+                    && same_near
+                    && current.learning == learned.learning
+                    && Arc::ptr_eq(&current.base, &learned.base)
             }
             (None, None) => true,
             _ => false,

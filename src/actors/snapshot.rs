@@ -80,6 +80,16 @@ impl DiscoverySnapshot {
         self.learned.as_deref().map_or(configured, |learned| learned.learning.prior)
     }
 
+    /// The outcome prior as published, borrowed along the near-duplicates the
+    /// outcome learner found when its trials chose the prior (a copy sharing
+    /// the adjustments).
+    pub fn served_prior(&self) -> OutcomePrior {
+        match self.learned.as_deref().and_then(|learned| learned.near.clone()) {
+            Some(near) => self.prior.with_near(near),
+            None => (*self.prior).clone(),
+        }
+    }
+
     /// Whether discovery ranks with something the outcome learner's trials chose now.
     pub fn uses_learned(&self) -> bool {
         self.learned().is_some_and(|learned| learned.learning.prior || learned.vectors.is_some())
@@ -185,5 +195,38 @@ impl SnapshotCell {
     /// Discoveries answered so far.
     pub fn queries(&self) -> u64 {
         self.queries.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::outcome_prior::{NearDuplicates, OutcomePriorSettings, OutcomeStats};
+    use crate::core::outcome_trust::Learning;
+
+    #[test]
+    fn discovery_borrows_the_prior_along_the_near_duplicates_the_learner_published() {
+        let settings = OutcomePriorSettings::default();
+        let mut stats = OutcomeStats::default();
+        for turn in 0..10 {
+            stats.credit("tool:seen", 1.0, turn, settings.half_life_ms);
+            stats.credit("tool:other", 0.0, turn, settings.half_life_ms);
+        }
+        let prior = Arc::new(stats.snapshot(&settings, 10));
+        let before = DiscoverySnapshot { prior: prior.clone(), ..DiscoverySnapshot::default() };
+        assert_eq!(before.served_prior().adjustment("tool:copy"), 0.0, "nothing learnt: nothing borrowed");
+        let mut near = NearDuplicates::default();
+        near.insert("tool:copy", "tool:seen", 1.0);
+        let learned = Learned {
+            base: Arc::new(VectorIndex::new(2)),
+            vectors: None,
+            learning: Learning { prior: true, memory_own_weight: None },
+            near: Some(Arc::new(near)),
+        };
+        let after = DiscoverySnapshot { prior, learned: Some(Arc::new(learned)), ..DiscoverySnapshot::default() };
+        let served = after.served_prior();
+        assert!(served.adjustment("tool:seen") > 0.0);
+        assert_eq!(served.adjustment("tool:copy"), served.adjustment("tool:seen"));
+        assert_eq!(served.adjustment("tool:other"), after.prior.adjustment("tool:other"));
     }
 }

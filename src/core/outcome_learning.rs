@@ -28,7 +28,7 @@ use crate::core::discovery::{ranked_ids, DiscoveryConfig};
 use crate::core::evaluation::mean_reciprocal_rank;
 use crate::core::index::VectorIndex;
 use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
-use crate::core::outcome_prior::OutcomePrior;
+use crate::core::outcome_prior::{NearDuplicates, OutcomePrior};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrustState};
 use crate::core::retrieval::{Indexes, Query};
 use std::collections::{HashMap, VecDeque};
@@ -136,6 +136,9 @@ pub struct Learned {
     pub base: Arc<VectorIndex>,
     pub vectors: Option<Arc<VectorIndex>>,
     pub learning: Learning,
+    /// With the prior: the near-duplicates a capability the prior says
+    /// nothing about borrows it from (`OutcomePrior::with_near`), as fitted to `base`.
+    pub near: Option<Arc<NearDuplicates>>,
 }
 
 /// The memory's vectors at each own weight, fitted to one vector index, and
@@ -144,6 +147,7 @@ struct Fitted {
     base: Arc<VectorIndex>,
     adapted: Vec<(f32, Arc<VectorIndex>)>,
     neighbourhood: Neighbourhood,
+    near: Arc<NearDuplicates>,
 }
 
 impl Fitted {
@@ -159,7 +163,8 @@ impl Fitted {
             .iter()
             .map(|&weight| (weight, Arc::new(memory.adapt_index(base, weight, &neighbourhood))))
             .collect();
-        Fitted { base: base.clone(), adapted, neighbourhood }
+        let near = Arc::new(neighbourhood.near_duplicates(base));
+        Fitted { base: base.clone(), adapted, neighbourhood, near }
     }
 
     fn vectors(&self, weight: f32) -> Option<&Arc<VectorIndex>> {
@@ -275,8 +280,10 @@ impl OutcomeLearning {
         self.fit(serving.vectors, may_refit);
         let fitted = self.fitted.as_ref()?;
         let succeeded: Vec<&str> = succeeded.iter().map(String::as_str).collect();
+        // The prior as discovery would use it with this fit: borrowed along near-duplicates.
+        let near_prior = serving.prior.map(|prior| prior.with_near(fitted.near.clone()));
         let reciprocal = |indexes: &Indexes<'_>, prior: bool| {
-            let prior = serving.prior.filter(|_| prior);
+            let prior = near_prior.as_ref().filter(|_| prior);
             mean_reciprocal_rank(&ranked_ids(query, indexes, serving.config, prior), &succeeded)
         };
         let without = reciprocal(&serving.indexes, false);
@@ -292,10 +299,9 @@ impl OutcomeLearning {
                 }
             })
             .collect();
-        // Unseen: nothing learnt moved any of them yet (no remembered request, no prior).
-        let unseen = succeeded
-            .iter()
-            .all(|id| self.memory.count(id) == 0 && serving.prior.is_none_or(|prior| prior.adjustment(id) == 0.0));
+        // Unseen: nothing learnt moved any of them yet (no remembered request, no prior of their own).
+        let unseen =
+            succeeded.iter().all(|id| self.memory.count(id) == 0 && serving.prior.is_none_or(|prior| !prior.knows(id)));
         let trial = Trial { without, with: with?, unseen };
         self.trust.record(trial.without, &trial.with, trial.unseen).then_some(trial)
     }
@@ -310,7 +316,8 @@ impl OutcomeLearning {
         if stale || (may_refit && self.learnt_since_fit >= REFIT_EVERY) {
             // The old fit's copies go first (never two sets of copies of the index at once); its
             // neighbourhood is kept for the same index.
-            let earlier = self.fitted.take().map(|fitted| Fitted { adapted: Vec::new(), ..fitted });
+            let earlier =
+                self.fitted.take().map(|fitted| Fitted { adapted: Vec::new(), near: Arc::default(), ..fitted });
             self.fitted = Some(Fitted::fit(&self.memory, base, earlier));
             self.learnt_since_fit = 0;
         }
@@ -335,17 +342,20 @@ impl OutcomeLearning {
     /// [`MIN_TRIALS`] trials were made (`None` before: discovery ranks as
     /// configured): the chosen learning, with the memory's vectors fitted to
     /// `base` (again if `may_refit` and the memory grew by [`REFIT_EVERY`]
-    /// since), or, with none chosen, nothing learnt (no prior, no memory).
+    /// since) and, with the prior, the near-duplicates it is borrowed along,
+    /// or, with none chosen, nothing learnt (no prior, no memory).
     pub fn learned(&mut self, base: &Arc<VectorIndex>, may_refit: bool) -> Option<Learned> {
         let learning = self.decided()?;
+        if learning.prior || learning.memory_own_weight.is_some() {
+            self.fit(base, may_refit);
+        }
+        let fitted = self.fitted.as_ref().filter(|fitted| Arc::ptr_eq(&fitted.base, base));
         let vectors = match learning.memory_own_weight {
             None => None,
-            Some(weight) => {
-                self.fit(base, may_refit);
-                Some(self.fitted.as_ref()?.vectors(weight)?.clone())
-            }
+            Some(weight) => Some(fitted?.vectors(weight)?.clone()),
         };
-        Some(Learned { base: base.clone(), vectors, learning })
+        let near = fitted.filter(|_| learning.prior).map(|fitted| fitted.near.clone());
+        Some(Learned { base: base.clone(), vectors, learning, near })
     }
 }
 

@@ -46,6 +46,7 @@
 
 use crate::core::embedder::dot;
 use crate::core::index::VectorIndex;
+use crate::core::outcome_prior::NearDuplicates;
 use std::collections::{HashMap, HashSet};
 
 /// The most capabilities remembered; successes of further ones are ignored.
@@ -288,6 +289,19 @@ impl Neighbourhood {
         Neighbourhood { rows: vectors.len(), ..Neighbourhood::default() }
     }
 
+    /// The same pairs by id, for the outcome prior to borrow along
+    /// ([`crate::core::outcome_prior::OutcomePrior::with_near`]); `vectors`
+    /// is the index it was found on (another size gives none).
+    pub fn near_duplicates(&self, vectors: &VectorIndex) -> NearDuplicates {
+        let mut near = NearDuplicates::default();
+        if self.rows == vectors.len() {
+            for &(row, source, weight) in &self.near {
+                near.insert(vectors.id(row as usize), &self.sources[source as usize], weight);
+            }
+        }
+        near
+    }
+
     /// Number of remembered capabilities whose neighbours were looked for.
     pub fn sources(&self) -> usize {
         self.sources.len()
@@ -365,6 +379,7 @@ fn blend(own: &[f32], own_weight: f32, towards: &[f32], towards_weight: f32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::outcome_prior::{OutcomePriorSettings, OutcomeStats};
 
     fn unit(values: &[f32]) -> Vec<f32> {
         let norm = dot(values, values).sqrt();
@@ -467,6 +482,19 @@ mod tests {
         assert_eq!(kernel.stored_vector("far"), mean_only.stored_vector("far"));
         // The remembered keep their own adaptation.
         assert_eq!(kernel.stored_vector("seen"), mean_only.stored_vector("seen"));
+        // The prior is borrowed along the same pairs: the twin from "seen" alone.
+        let near = neighbourhood.near_duplicates(&index);
+        assert_eq!(near.len(), 1);
+        let settings = OutcomePriorSettings::default();
+        let mut stats = OutcomeStats::default();
+        for turn in 0..10 {
+            stats.credit("seen", 1.0, turn, settings.half_life_ms);
+            stats.credit("other", 0.0, turn, settings.half_life_ms);
+        }
+        let prior = stats.snapshot(&settings, 10).with_near(std::sync::Arc::new(near));
+        let copy = prior.adjustment("copy");
+        assert!(copy > 0.0 && copy <= prior.adjustment("seen"), "{copy}");
+        assert_eq!(prior.adjustment("far"), 0.0);
     }
 
     #[test]

@@ -23,10 +23,19 @@
 //! outage that fails every turn. Only capabilities that do *better or worse
 //! than the rest* move. A hit that names a capability exactly (id or name)
 //! is never adjusted.
+//!
+//! Near-duplicates ([`NearDuplicates`], from the outcome memory's
+//! neighbourhood, [`crate::core::outcome_memory::Neighbourhood`]): a
+//! capability the prior says nothing about borrows the adjustments of the
+//! remembered capabilities whose own vectors are nearly its own, weighted as
+//! the memory weighs them (`w`, `W = Σ w`): `a = min(W, 1) · Σ w·a_s / W`.
+//! Another server's copy of a tool that did the job is then not sunk below it
+//! for having no outcomes of its own ([`OutcomePrior::with_near`]).
 
 use crate::core::retrieval::RankedHit;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The most capabilities an [`OutcomeStats`] tracks unless told otherwise
 /// (`[retention] outcome_prior_max_count`, which `capdex serve` gives it).
@@ -209,7 +218,7 @@ impl OutcomeStats {
                 (adjustment.abs() > 1e-6).then(|| (id.clone(), adjustment as f32))
             })
             .collect();
-        OutcomePrior { adjustments }
+        OutcomePrior { adjustments: Arc::new(adjustments), near: None }
     }
 }
 
@@ -219,12 +228,69 @@ pub fn distinct_ids(ids: &[String]) -> impl Iterator<Item = &str> {
     ids.iter().enumerate().filter(|(i, id)| !ids[..*i].contains(id)).map(|(_, id)| id.as_str())
 }
 
+/// For capabilities the prior says nothing about, the remembered
+/// near-duplicates they borrow its adjustment from, with their weights in
+/// `(0, 1]` (module docs).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NearDuplicates {
+    sources: Vec<String>,
+    source_of: HashMap<String, u32>,
+    by_id: HashMap<String, Vec<(u32, f32)>>,
+}
+
+impl NearDuplicates {
+    /// `capability_id` borrows from `source` with `weight` (ignored unless
+    /// finite and positive, or when it is `source` itself).
+    pub fn insert(&mut self, capability_id: &str, source: &str, weight: f32) {
+        if !(weight.is_finite() && weight > 0.0) || capability_id == source {
+            return;
+        }
+        let source = match self.source_of.get(source) {
+            Some(&index) => index,
+            None => {
+                let index = self.sources.len() as u32;
+                self.sources.push(source.to_string());
+                self.source_of.insert(source.to_string(), index);
+                index
+            }
+        };
+        self.by_id.entry(capability_id.to_string()).or_default().push((source, weight));
+    }
+
+    /// Number of capabilities that borrow.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// What `capability_id` borrows of `adjustments`: `min(W, 1) · Σ w·a_s / W`.
+    fn borrowed(&self, capability_id: &str, adjustments: &HashMap<String, f32>) -> f32 {
+        let Some(near) = self.by_id.get(capability_id) else { return 0.0 };
+        let (mut weighted, mut total) = (0.0f32, 0.0f32);
+        for &(source, weight) in near {
+            let adjustment = adjustments.get(&self.sources[source as usize]).copied().unwrap_or(0.0);
+            weighted += weight * adjustment;
+            total += weight;
+        }
+        if total > 0.0 {
+            total.min(1.0) * weighted / total
+        } else {
+            0.0
+        }
+    }
+}
+
 /// The outcome prior as of one moment (a snapshot the KPI actor publishes):
 /// the adjustments discovery applies, relative changes of relevance, each in
-/// `[−strength, strength]`; capabilities not listed are unchanged.
+/// `[−strength, strength]`; capabilities not listed are unchanged, unless
+/// they borrow from near-duplicates ([`OutcomePrior::with_near`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OutcomePrior {
-    adjustments: HashMap<String, f32>,
+    adjustments: Arc<HashMap<String, f32>>,
+    near: Option<Arc<NearDuplicates>>,
 }
 
 impl OutcomePrior {
@@ -233,9 +299,27 @@ impl OutcomePrior {
         OutcomePrior::default()
     }
 
-    /// Returns the relative change of `capability_id`'s relevance (0 when unknown).
+    /// This prior, with each capability it has no adjustment for borrowing
+    /// from its `near` duplicates (module docs); shares the adjustments, so
+    /// it costs two reference counts.
+    pub fn with_near(&self, near: Arc<NearDuplicates>) -> OutcomePrior {
+        OutcomePrior { adjustments: self.adjustments.clone(), near: Some(near) }
+    }
+
+    /// Returns the relative change of `capability_id`'s relevance: its own,
+    /// else what it borrows from its near-duplicates, else 0.
     pub fn adjustment(&self, capability_id: &str) -> f32 {
-        self.adjustments.get(capability_id).copied().unwrap_or(0.0)
+        match (self.adjustments.get(capability_id), &self.near) {
+            (Some(adjustment), _) => *adjustment,
+            (None, Some(near)) => near.borrowed(capability_id, &self.adjustments),
+            (None, None) => 0.0,
+        }
+    }
+
+    /// Whether the prior has an adjustment of its own for `capability_id`
+    /// (something was learnt about it, not borrowed).
+    pub fn knows(&self, capability_id: &str) -> bool {
+        self.adjustments.contains_key(capability_id)
     }
 
     /// How many capabilities it adjusts.
@@ -303,6 +387,43 @@ mod tests {
         let mut hits = vec![hit("a", 0.5), hit("b", 0.5), hit("c", 0.7)];
         snapshot.apply(&mut hits);
         assert_eq!(ids(&hits), vec!["a", "b", "c"], "a neutral prior does not even re-sort");
+    }
+
+    #[test]
+    fn a_capability_the_prior_says_nothing_about_borrows_from_its_near_duplicates() {
+        let settings = OutcomePriorSettings::default();
+        let mut stats = OutcomeStats::default();
+        for turn in 0..10 {
+            stats.credit("tool:proven", 1.0, turn, settings.half_life_ms);
+            stats.credit("tool:flaky", 0.0, turn, settings.half_life_ms);
+        }
+        let prior = stats.snapshot(&settings, 10);
+        let proven = prior.adjustment("tool:proven");
+        assert!(proven > 0.0 && prior.adjustment("tool:flaky") < 0.0);
+        let mut near = NearDuplicates::default();
+        near.insert("tool:copy", "tool:proven", 1.0);
+        near.insert("tool:half-copy", "tool:proven", 0.5);
+        near.insert("tool:between", "tool:proven", 0.5);
+        near.insert("tool:between", "tool:flaky", 1.0);
+        near.insert("tool:flaky", "tool:proven", 1.0);
+        near.insert("tool:self", "tool:self", 1.0);
+        near.insert("tool:nan", "tool:proven", f32::NAN);
+        assert_eq!(near.len(), 4, "itself, and weights that are not positive, are not kept");
+        let with_near = prior.with_near(Arc::new(near));
+        assert_eq!(with_near.adjustment("tool:copy"), proven);
+        assert!((with_near.adjustment("tool:half-copy") - 0.5 * proven).abs() < 1e-6, "weight below 1: the rest is 0");
+        let between = (0.5 * proven + prior.adjustment("tool:flaky")) / 1.5;
+        assert!((with_near.adjustment("tool:between") - between).abs() < 1e-6);
+        assert_eq!(with_near.adjustment("tool:flaky"), prior.adjustment("tool:flaky"), "its own first");
+        assert_eq!(with_near.adjustment("tool:other"), 0.0);
+        assert!(with_near.knows("tool:proven") && !with_near.knows("tool:copy"));
+        // The copy is no longer sunk below the proven capability it duplicates.
+        let mut hits = vec![hit("tool:copy", 0.6), hit("tool:proven", 0.6), hit("tool:plain", 0.62)];
+        prior.apply(&mut hits);
+        assert_eq!(ids(&hits), vec!["tool:proven", "tool:plain", "tool:copy"]);
+        let mut hits = vec![hit("tool:copy", 0.6), hit("tool:proven", 0.6), hit("tool:plain", 0.62)];
+        with_near.apply(&mut hits);
+        assert_eq!(ids(&hits), vec!["tool:copy", "tool:proven", "tool:plain"]);
     }
 
     #[test]
