@@ -103,7 +103,7 @@ async fn run(sizes: &Sizes, full: bool) {
         .connect(cluster.urls())
         .await
         .expect("the bench client connects");
-    wait_for_nodes(&client, NODES.len(), STARTUP).await;
+    wait_for_nodes(&client, NODES.len(), STARTUP, &nodes).await;
     println!(
         "capdex cluster bench: 3 nats-servers (R3), 3 capdex nodes ({}), {} mode",
         if cfg!(debug_assertions) { "debug build" } else { "release build" },
@@ -120,11 +120,11 @@ async fn run(sizes: &Sizes, full: bool) {
     let three = cpu_per_request(&client, &nodes, sizes, "cpu3").await;
     nodes[1].kill_9();
     nodes[2].kill_9();
-    wait_for_nodes(&client, 1, STARTUP).await;
+    wait_for_nodes(&client, 1, STARTUP, &nodes).await;
     let one = cpu_per_request(&client, &nodes, sizes, "cpu1").await;
     nodes[1].start();
     nodes[2].start();
-    wait_for_nodes(&client, NODES.len(), STARTUP).await;
+    wait_for_nodes(&client, NODES.len(), STARTUP, &nodes).await;
     println!(
         "CPU per discover: {:.0} µs with one node, {:.0} µs with three (all capdex processes)",
         one.0 * 1e6,
@@ -146,7 +146,7 @@ async fn run(sizes: &Sizes, full: bool) {
         nodes[i].kill_9();
         tokio::time::sleep(Duration::from_secs(3)).await;
         nodes[i].start();
-        wait_for_nodes(&client, NODES.len(), STARTUP).await;
+        wait_for_nodes(&client, NODES.len(), STARTUP, &nodes).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let window = killed..Instant::now();
         let records = load.stop().await;
@@ -164,7 +164,7 @@ async fn run(sizes: &Sizes, full: bool) {
         blocking(|| cluster.kill_9(i));
         tokio::time::sleep(Duration::from_secs(3)).await;
         blocking(|| cluster.restart(i));
-        wait_for_nodes(&client, NODES.len(), STARTUP).await;
+        wait_for_nodes(&client, NODES.len(), STARTUP, &nodes).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let window = killed..Instant::now();
         let records = load.stop().await;
@@ -183,10 +183,10 @@ async fn run(sizes: &Sizes, full: bool) {
     nodes[2].kill_9();
     let started = Instant::now();
     nodes[2].start();
-    wait_for_nodes(&client, NODES.len(), STARTUP).await;
+    wait_for_nodes(&client, NODES.len(), STARTUP, &nodes).await;
     let plain_restart = started.elapsed();
     nodes[2].kill_9();
-    wait_for_nodes(&client, 2, STARTUP).await;
+    wait_for_nodes(&client, 2, STARTUP, &nodes).await;
     let mutating = Instant::now();
     let upserts = futures::stream::iter(0..sizes.mutations)
         .map(|n| {
@@ -204,7 +204,7 @@ async fn run(sizes: &Sizes, full: bool) {
     let mutation_time = mutating.elapsed();
     let started = Instant::now();
     nodes[2].start();
-    wait_for_nodes(&client, NODES.len(), Duration::from_secs(600)).await;
+    wait_for_nodes(&client, NODES.len(), Duration::from_secs(600), &nodes).await;
     let catch_up = started.elapsed();
     println!(
         "catch-up: node down during {} index mutations ({:.0}/s through two nodes, {failed} failed) answers \

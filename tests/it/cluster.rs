@@ -99,7 +99,7 @@ async fn a_three_server_cluster_with_three_nodes_survives_kill_9_of_a_node_and_o
         .await
         .expect("the test client connects");
     let jetstream = async_nats::jetstream::new(client.clone());
-    let waited = tokio::time::timeout(STARTUP, wait_for_nodes(&client, NODES.len(), STARTUP * 2)).await;
+    let waited = tokio::time::timeout(STARTUP, wait_for_nodes(&client, NODES.len(), STARTUP * 2, &nodes)).await;
     if waited.is_err() {
         let logs: Vec<String> = nodes.iter().map(|node| node.log()).collect();
         panic!("the nodes did not all answer within {STARTUP:?}; their logs:\n{}", logs.join("\n----\n"));
@@ -142,7 +142,7 @@ async fn a_three_server_cluster_with_three_nodes_survives_kill_9_of_a_node_and_o
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     nodes[1].start();
-    let waited = tokio::time::timeout(STARTUP, wait_for_nodes(&client, NODES.len(), STARTUP * 2)).await;
+    let waited = tokio::time::timeout(STARTUP, wait_for_nodes(&client, NODES.len(), STARTUP * 2, &nodes)).await;
     let Ok(back_after) = waited else {
         panic!("c1 did not come back within {STARTUP:?}; its log:\n{}", nodes[1].log())
     };

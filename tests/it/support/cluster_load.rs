@@ -164,15 +164,31 @@ pub async fn responders(client: &async_nats::Client) -> BTreeSet<String> {
 }
 
 /// Waits until exactly `count` nodes answer pings; returns how long that took.
-/// Panics after `timeout`.
-pub async fn wait_for_nodes(client: &async_nats::Client, count: usize, timeout: Duration) -> Duration {
+/// Panics after `timeout`, with the end of each of `nodes`' logs (why one did not answer).
+pub async fn wait_for_nodes(
+    client: &async_nats::Client,
+    count: usize,
+    timeout: Duration,
+    nodes: &[CapdexNode],
+) -> Duration {
     let started = Instant::now();
     loop {
         let answering = responders(client).await.len();
         if answering == count {
             return started.elapsed();
         }
-        assert!(started.elapsed() < timeout, "{count} nodes did not answer within {timeout:?}: {answering} did");
+        if started.elapsed() >= timeout {
+            let logs: Vec<String> = nodes
+                .iter()
+                .map(|node| {
+                    let log = node.log();
+                    let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    format!("--- node {} (running: {}):\n{}", node.name, node.pid().is_some(), tail.join("\n"))
+                })
+                .collect();
+            panic!("{count} nodes did not answer within {timeout:?}: {answering} did\n{}", logs.join("\n"));
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
