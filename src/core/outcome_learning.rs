@@ -14,9 +14,11 @@
 //! 2. remembers the message's vector for each of them.
 //!
 //! Once [`MIN_TRIALS`] trials were made, discovery uses the learning
-//! [`OutcomeTrust::chosen`] picks ([`OutcomeLearning::learned`]): the prior,
-//! the memory's vectors (the capabilities moved towards their requests, every
-//! other capability by the memory's style shift), or both; with none chosen it
+//! [`OutcomeTrust::chosen`] picks ([`OutcomeLearning::learned`]): the prior
+//! (a capability it has nothing of its own for borrowing from its remembered
+//! near-duplicates), the memory's vectors (the capabilities moved towards
+//! their requests, every other capability as its remembered near-duplicates
+//! moved and by the memory's style shift), or both; with none chosen it
 //! ranks exactly as with nothing learnt, so a capability no outcome named is
 //! never ranked lower on the strength of a guess. Before, it ranks as
 //! configured (the prior as `outcome_prior` says: it also serves deployments
