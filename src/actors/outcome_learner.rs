@@ -204,11 +204,11 @@ impl OutcomeLearner {
             }
             self.snapshots.publish_learned(learned.map(Arc::new));
         }
-        metrics::gauge!("capdex_outcome_learning_in_use").set(if self.snapshots.load().uses_learned() {
-            1.0
-        } else {
-            0.0
-        });
+        let served = self.snapshots.load();
+        metrics::gauge!("capdex_outcome_learning_in_use").set(if served.uses_learned() { 1.0 } else { 0.0 });
+        let borrowing =
+            served.learned.as_deref().and_then(|learned| learned.near.as_deref()).map_or(0, |near| near.len());
+        metrics::gauge!("capdex_outcome_learning_near_duplicates").set(borrowing as f64);
     }
 }
 
