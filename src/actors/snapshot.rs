@@ -201,18 +201,13 @@ impl SnapshotCell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::outcome_prior::{NearDuplicates, OutcomePriorSettings, OutcomeStats};
+    use crate::core::outcome_prior::tests::proven_and_failed;
+    use crate::core::outcome_prior::NearDuplicates;
     use crate::core::outcome_trust::Learning;
 
     #[test]
     fn discovery_borrows_the_prior_along_the_near_duplicates_the_learner_published() {
-        let settings = OutcomePriorSettings::default();
-        let mut stats = OutcomeStats::default();
-        for turn in 0..10 {
-            stats.credit("tool:seen", 1.0, turn, settings.half_life_ms);
-            stats.credit("tool:other", 0.0, turn, settings.half_life_ms);
-        }
-        let prior = Arc::new(stats.snapshot(&settings, 10));
+        let prior = Arc::new(proven_and_failed("tool:seen", "tool:other"));
         let before = DiscoverySnapshot { prior: prior.clone(), ..DiscoverySnapshot::default() };
         assert_eq!(before.served_prior().adjustment("tool:copy"), 0.0, "nothing learnt: nothing borrowed");
         let mut near = NearDuplicates::default();

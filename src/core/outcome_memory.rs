@@ -379,7 +379,7 @@ fn blend(own: &[f32], own_weight: f32, towards: &[f32], towards_weight: f32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::outcome_prior::{OutcomePriorSettings, OutcomeStats};
+    use crate::core::outcome_prior::tests::proven_and_failed;
 
     fn unit(values: &[f32]) -> Vec<f32> {
         let norm = dot(values, values).sqrt();
@@ -485,13 +485,7 @@ mod tests {
         // The prior is borrowed along the same pairs: the twin from "seen" alone.
         let near = neighbourhood.near_duplicates(&index);
         assert_eq!(near.len(), 1);
-        let settings = OutcomePriorSettings::default();
-        let mut stats = OutcomeStats::default();
-        for turn in 0..10 {
-            stats.credit("seen", 1.0, turn, settings.half_life_ms);
-            stats.credit("other", 0.0, turn, settings.half_life_ms);
-        }
-        let prior = stats.snapshot(&settings, 10).with_near(std::sync::Arc::new(near));
+        let prior = proven_and_failed("seen", "other").with_near(std::sync::Arc::new(near));
         let copy = prior.adjustment("copy");
         assert!(copy > 0.0 && copy <= prior.adjustment("seen"), "{copy}");
         assert_eq!(prior.adjustment("far"), 0.0);

@@ -366,9 +366,20 @@ impl OutcomePrior {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The prior after ten turns that `proven` did and `failed` did not (default settings).
+    pub(crate) fn proven_and_failed(proven: &str, failed: &str) -> OutcomePrior {
+        let settings = OutcomePriorSettings::default();
+        let mut stats = OutcomeStats::default();
+        for turn in 0..10 {
+            stats.credit(proven, 1.0, turn, settings.half_life_ms);
+            stats.credit(failed, 0.0, turn, settings.half_life_ms);
+        }
+        stats.snapshot(&settings, 10)
+    }
 
     const DAY: u64 = 86_400_000;
 
@@ -391,13 +402,7 @@ mod tests {
 
     #[test]
     fn a_capability_the_prior_says_nothing_about_borrows_from_its_near_duplicates() {
-        let settings = OutcomePriorSettings::default();
-        let mut stats = OutcomeStats::default();
-        for turn in 0..10 {
-            stats.credit("tool:proven", 1.0, turn, settings.half_life_ms);
-            stats.credit("tool:flaky", 0.0, turn, settings.half_life_ms);
-        }
-        let prior = stats.snapshot(&settings, 10);
+        let prior = proven_and_failed("tool:proven", "tool:flaky");
         let proven = prior.adjustment("tool:proven");
         assert!(proven > 0.0 && prior.adjustment("tool:flaky") < 0.0);
         let mut near = NearDuplicates::default();
@@ -442,12 +447,7 @@ mod tests {
     #[test]
     fn a_capability_in_failed_turns_sinks_below_a_proven_one() {
         let settings = OutcomePriorSettings::default();
-        let mut stats = OutcomeStats::default();
-        for turn in 0..10 {
-            stats.credit("tool:flaky", 0.0, turn, settings.half_life_ms);
-            stats.credit("tool:proven", 1.0, turn, settings.half_life_ms);
-        }
-        let snapshot = stats.snapshot(&settings, 10);
+        let snapshot = proven_and_failed("tool:proven", "tool:flaky");
         let (flaky, proven) = (snapshot.adjustment("tool:flaky"), snapshot.adjustment("tool:proven"));
         assert!(flaky < 0.0 && proven > 0.0, "{flaky} {proven}");
         assert!(flaky >= -settings.strength && proven <= settings.strength);
