@@ -210,8 +210,7 @@ mod tests {
         let prior = Arc::new(proven_and_failed("tool:seen", "tool:other"));
         let before = DiscoverySnapshot { prior: prior.clone(), ..DiscoverySnapshot::default() };
         assert_eq!(before.served_prior().adjustment("tool:copy"), 0.0, "nothing learnt: nothing borrowed");
-        let mut near = NearDuplicates::default();
-        near.insert("tool:copy", "tool:seen", 1.0);
+        let near = NearDuplicates::from_pairs(vec!["tool:seen".into()], [("tool:copy".into(), 0, 1.0)]);
         let learned = Learned {
             base: Arc::new(VectorIndex::new(2)),
             vectors: None,

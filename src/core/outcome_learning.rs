@@ -153,13 +153,9 @@ struct Fitted {
 }
 
 impl Fitted {
-    /// Fits to `base`, with what was found of `base`'s neighbourhood before
-    /// (`earlier`: the last fit, kept if it was fitted to `base`).
-    fn fit(memory: &OutcomeMemory, base: &Arc<VectorIndex>, earlier: Option<Fitted>) -> Fitted {
-        let mut neighbourhood = match earlier {
-            Some(earlier) if Arc::ptr_eq(&earlier.base, base) => earlier.neighbourhood,
-            _ => Neighbourhood::new(base),
-        };
+    /// Fits to `base`, with what was found of `base`'s neighbourhood before, if anything.
+    fn fit(memory: &OutcomeMemory, base: &Arc<VectorIndex>, found: Option<Neighbourhood>) -> Fitted {
+        let mut neighbourhood = found.unwrap_or_else(|| Neighbourhood::new(base));
         neighbourhood.extend(memory, base);
         let adapted = OWN_WEIGHTS
             .iter()
@@ -318,9 +314,9 @@ impl OutcomeLearning {
         if stale || (may_refit && self.learnt_since_fit >= REFIT_EVERY) {
             // The old fit's copies go first (never two sets of copies of the index at once); its
             // neighbourhood is kept for the same index.
-            let earlier =
-                self.fitted.take().map(|fitted| Fitted { adapted: Vec::new(), near: Arc::default(), ..fitted });
-            self.fitted = Some(Fitted::fit(&self.memory, base, earlier));
+            let found =
+                self.fitted.take().filter(|fitted| Arc::ptr_eq(&fitted.base, base)).map(|fitted| fitted.neighbourhood);
+            self.fitted = Some(Fitted::fit(&self.memory, base, found));
             self.learnt_since_fit = 0;
         }
     }

@@ -45,9 +45,10 @@
 //! stays off.
 
 use crate::core::embedder::dot;
+use crate::core::id_table::IdTable;
 use crate::core::index::VectorIndex;
 use crate::core::outcome_prior::NearDuplicates;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The most capabilities remembered; successes of further ones are ignored.
 pub const MAX_REMEMBERED_CAPABILITIES: usize = 100_000;
@@ -197,9 +198,7 @@ impl OutcomeMemory {
             true => neighbourhood.sources.iter().map(|id| self.displacement(id, vectors)).collect(),
             false => Vec::new(),
         };
-        let mut by_row = if found_here { neighbourhood.near.clone() } else { Vec::new() };
-        by_row.sort_unstable_by_key(|&(row, source, _)| (row, source));
-        let mut by_row = by_row.into_iter().peekable();
+        let mut by_row = neighbourhood.near.iter().copied().filter(|_| found_here).peekable();
         let mut near = Near { displacement: vec![0.0; self.dimensions], weight: 0.0, requests: 0.0 };
         let mut adapted = VectorIndex::with_capacity(vectors.dimensions(), vectors.len());
         for row in 0..vectors.len() {
@@ -276,10 +275,11 @@ impl Near {
 pub struct Neighbourhood {
     /// The rows of the index it was found on.
     rows: usize,
-    /// The remembered capabilities looked from, in the order they were.
+    /// The remembered capabilities looked from, in the order they were, and their positions by id.
     sources: Vec<String>,
-    looked: HashSet<String>,
-    /// `(row, source, weight)`: row is within cosine `c ≥ τ` of the source's own vector, `weight = (c − τ) / (1 − τ)`.
+    looked: IdTable,
+    /// `(row, source, weight)`, in row order: row is within cosine `c ≥ τ` of the source's own vector,
+    /// `weight = (c − τ) / (1 − τ)`.
     near: Vec<(u32, u32, f32)>,
 }
 
@@ -293,13 +293,11 @@ impl Neighbourhood {
     /// ([`crate::core::outcome_prior::OutcomePrior::with_near`]); `vectors`
     /// is the index it was found on (another size gives none).
     pub fn near_duplicates(&self, vectors: &VectorIndex) -> NearDuplicates {
-        let mut near = NearDuplicates::default();
-        if self.rows == vectors.len() {
-            for &(row, source, weight) in &self.near {
-                near.insert(vectors.id(row as usize), &self.sources[source as usize], weight);
-            }
-        }
-        near
+        let pairs = self.near.iter().filter(|_| self.rows == vectors.len());
+        NearDuplicates::from_pairs(
+            self.sources.clone(),
+            pairs.map(|&(row, source, weight)| (vectors.id(row as usize).to_string(), source, weight)),
+        )
     }
 
     /// Number of remembered capabilities whose neighbours were looked for.
@@ -318,16 +316,16 @@ impl Neighbourhood {
         let mut new: Vec<(&str, u32)> = memory
             .sums
             .iter()
-            .filter(|(id, _)| !self.looked.contains(id.as_str()))
+            .filter(|(id, _)| self.looked.get(&self.sources, id).is_none())
             .map(|(id, (_, count))| (id.as_str(), *count))
             .collect();
         new.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         new.truncate(MAX_NEIGHBOUR_SOURCES - self.sources.len());
         let mut scores = Vec::new();
         for (id, _) in &new {
-            self.looked.insert((*id).to_string());
             let source = self.sources.len() as u32;
             self.sources.push((*id).to_string());
+            self.looked.insert(&self.sources, id, source);
             let (Some(own), Some(own_row)) = (vectors.stored_vector(id), vectors.row(id)) else { continue };
             if !vectors.scores_into(&own, &mut scores) {
                 continue;
@@ -343,6 +341,8 @@ impl Neighbourhood {
                 }
             }
         }
+        // In row order, as a fit reads them.
+        self.near.sort_unstable_by_key(|&(row, source, _)| (row, source));
         new.len()
     }
 }

@@ -233,28 +233,24 @@ pub fn distinct_ids(ids: &[String]) -> impl Iterator<Item = &str> {
 /// `(0, 1]` (module docs).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NearDuplicates {
+    /// The capabilities lent from; pairs name them by position.
     sources: Vec<String>,
-    source_of: HashMap<String, u32>,
     by_id: HashMap<String, Vec<(u32, f32)>>,
 }
 
 impl NearDuplicates {
-    /// `capability_id` borrows from `source` with `weight` (ignored unless
-    /// finite and positive, or when it is `source` itself).
-    pub fn insert(&mut self, capability_id: &str, source: &str, weight: f32) {
-        if !(weight.is_finite() && weight > 0.0) || capability_id == source {
-            return;
-        }
-        let source = match self.source_of.get(source) {
-            Some(&index) => index,
-            None => {
-                let index = self.sources.len() as u32;
-                self.sources.push(source.to_string());
-                self.source_of.insert(source.to_string(), index);
-                index
+    /// From `(capability_id, source, weight)` pairs, `source` a position in
+    /// `sources`; a pair naming no source, its own source, or a weight that
+    /// is not finite and positive is left out.
+    pub fn from_pairs(sources: Vec<String>, pairs: impl IntoIterator<Item = (String, u32, f32)>) -> NearDuplicates {
+        let mut by_id: HashMap<String, Vec<(u32, f32)>> = HashMap::new();
+        for (id, source, weight) in pairs {
+            let lends = sources.get(source as usize).is_some_and(|lender| *lender != id);
+            if lends && weight.is_finite() && weight > 0.0 {
+                by_id.entry(id).or_default().push((source, weight));
             }
-        };
-        self.by_id.entry(capability_id.to_string()).or_default().push((source, weight));
+        }
+        NearDuplicates { sources, by_id }
     }
 
     /// Number of capabilities that borrow.
@@ -405,15 +401,21 @@ pub(crate) mod tests {
         let prior = proven_and_failed("tool:proven", "tool:flaky");
         let proven = prior.adjustment("tool:proven");
         assert!(proven > 0.0 && prior.adjustment("tool:flaky") < 0.0);
-        let mut near = NearDuplicates::default();
-        near.insert("tool:copy", "tool:proven", 1.0);
-        near.insert("tool:half-copy", "tool:proven", 0.5);
-        near.insert("tool:between", "tool:proven", 0.5);
-        near.insert("tool:between", "tool:flaky", 1.0);
-        near.insert("tool:flaky", "tool:proven", 1.0);
-        near.insert("tool:self", "tool:self", 1.0);
-        near.insert("tool:nan", "tool:proven", f32::NAN);
-        assert_eq!(near.len(), 4, "itself, and weights that are not positive, are not kept");
+        let sources = ["tool:proven", "tool:flaky", "tool:self"].map(String::from).to_vec();
+        let pairs = [
+            ("tool:copy", 0, 1.0),
+            ("tool:half-copy", 0, 0.5),
+            ("tool:between", 0, 0.5),
+            ("tool:between", 1, 1.0),
+            ("tool:flaky", 0, 1.0),
+            ("tool:self", 2, 1.0),
+            ("tool:nan", 0, f32::NAN),
+            ("tool:zero", 0, 0.0),
+            ("tool:nowhere", 3, 1.0),
+        ];
+        let near =
+            NearDuplicates::from_pairs(sources, pairs.map(|(id, source, weight)| (id.to_string(), source, weight)));
+        assert_eq!(near.len(), 4, "itself, no source, and weights that are not positive are left out");
         let with_near = prior.with_near(Arc::new(near));
         assert_eq!(with_near.adjustment("tool:copy"), proven);
         assert!((with_near.adjustment("tool:half-copy") - 0.5 * proven).abs() < 1e-6, "weight below 1: the rest is 0");
