@@ -179,6 +179,77 @@ def teacher_embeddings(model_dir, sentences, cache):
     return ids, out
 
 
+def bert_pre_tokenizer():
+    """BERT's normaliser and pre-tokenizer, as MiniLM's tokenizer.json sets them (lower case,
+    accents stripped, control characters dropped, CJK ideographs split; then whitespace and
+    punctuation)."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    return (
+        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True),
+        pre_tokenizers.BertPreTokenizer(),
+    )
+
+
+def new_words(sentences, vocab, min_sentences):
+    """Whole words of the corpus that the vocabulary holds only as pieces: ASCII letters, 3 to
+    30 of them, in at least `min_sentences` sentences; the most frequent first (ties by
+    spelling). WordPiece splits them into pieces whose rows, out of context, carry little of
+    the word ("factorial" is `factor ##ial`, "cryptocurrency" `crypt ##oc ##ur ##ren ##cy`);
+    as tokens of their own they get the teacher's meaning of the whole word."""
+    import collections
+    import re
+
+    normalizer, pre = bert_pre_tokenizer()
+    known = set(vocab)
+    word = re.compile(r"[a-z]{3,30}")
+    counts = collections.Counter()
+    for sentence in sentences:
+        words = {w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(sentence))}
+        counts.update(w for w in words if w not in known and word.fullmatch(w))
+    chosen = [(w, c) for w, c in counts.items() if c >= min_sentences]
+    chosen.sort(key=lambda wc: (-wc[1], wc[0]))
+    return [w for w, _ in chosen]
+
+
+def word_outputs(model_dir, words, cache):
+    """Model2vec's one pass for a word the vocabulary splits: the teacher's sentence output for
+    `[CLS] pieces [SEP]` (mean pooled over every position, as for a single token)."""
+    if os.path.exists(cache):
+        saved = np.load(cache)
+        if saved.shape[0] == len(words):
+            return saved
+    import tokenizers
+
+    tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    tokenizer.no_padding()
+    ids = [np.array(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(words)]
+    weights, config = load_weights(model_dir)
+    out = np.zeros((len(words), config["hidden_size"]), dtype=np.float32)
+    by_length = {}
+    for i, seq in enumerate(ids):
+        by_length.setdefault(len(seq), []).append(i)
+    for _, members in sorted(by_length.items()):
+        for start in range(0, len(members), 512):
+            batch = members[start : start + 512]
+            out[batch] = forward_batch(weights, config, np.stack([ids[i] for i in batch])).mean(axis=1)
+    np.save(cache, out)
+    return out
+
+
+def student_ids(vocab, sentences):
+    """Token ids of `sentences` by the static embedder's own tokenizer: BERT's pipeline with
+    greedy longest-match-first WordPiece over `vocab` (the extended one), without [CLS]/[SEP]."""
+    import tokenizers
+    from tokenizers import models
+
+    tokenizer = tokenizers.Tokenizer(
+        models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]", max_input_chars_per_word=100)
+    )
+    tokenizer.normalizer, tokenizer.pre_tokenizer = bert_pre_tokenizer()
+    return [np.array(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(sentences, add_special_tokens=False)]
+
+
 def bag_matrix(ids, weight, vocab_size):
     """Rows a_s: each sentence's weighted mean over its tokens (the embedder's sum, scaled)."""
     import scipy.sparse
@@ -253,6 +324,15 @@ def main():
     ap.add_argument("--teacher-cache", default="/tmp/capdex-static-teacher.npz")
     ap.add_argument("--lam", type=float, default=0.1, help="weight of the one-pass rows in the fit")
     ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument(
+        "--new-words",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --corpus: add the corpus's words that the vocabulary splits into pieces and that "
+        "occur in at least N sentences as tokens of their own (0: the model's vocabulary alone)",
+    )
+    ap.add_argument("--words-cache", default="/tmp/capdex-static-word-outputs.npy")
     args = ap.parse_args()
 
     with open(os.path.join(args.model_dir, "tokenizer.json"), encoding="utf-8") as f:
@@ -264,6 +344,17 @@ def main():
     assert all(t is not None for t in vocab)
 
     raw = token_outputs(args.model_dir, vocab, args.cache).astype(np.float64)
+    base_size = len(vocab)
+    sentences = []
+    if args.corpus:
+        with open(args.corpus, encoding="utf-8") as f:
+            sentences = f.read().splitlines()
+    added = []
+    if args.corpus and args.new_words > 0:
+        added = new_words(sentences, vocab, args.new_words)
+        raw = np.concatenate([raw, word_outputs(args.model_dir, added, args.words_cache).astype(np.float64)])
+        vocab = vocab + added
+        print(f"{len(added)} new words", file=sys.stderr)
 
     special = np.array([t.startswith("[") and t.endswith("]") for t in vocab])
     rank = np.arange(1, len(vocab) + 1, dtype=np.float64)
@@ -273,10 +364,11 @@ def main():
 
     corpus = {}
     if args.corpus:
-        with open(args.corpus, encoding="utf-8") as f:
-            sentences = f.read().splitlines()
         ids, y = teacher_embeddings(args.model_dir, sentences, args.teacher_cache)
         y = y.astype(np.float64)
+        if added:
+            # The teacher read the model's own tokens; the student reads the extended vocabulary.
+            ids = student_ids(vocab, sentences)
         a = bag_matrix(ids, weight, len(vocab))
         held = np.random.default_rng(20261205).random(len(ids)) < 0.05
         prior = raw / np.linalg.norm(raw, axis=1, keepdims=True)
@@ -289,11 +381,22 @@ def main():
             "sentences": len(sentences),
             "corpusSha256": sha256(args.corpus),
             "tokensSeen": int((np.asarray(a[~held].sum(axis=0)).ravel() > 0).sum()),
+            "newWords": len(added),
+            "newWordsMin": args.new_words,
+            "baseSize": base_size,
             "lam": args.lam,
             "residual": f"{residual:.1e}",
             "before": fidelity(a[held], y[held], prior @ basis.T),
             "after": fidelity(a[held], y[held], fitted @ basis.T),
         }
+        corpus["newWordsText"] = (
+            f"The vocabulary gains the corpus's words that it holds only as pieces (ASCII letters, 3 to 30 of\n"
+            f"   them, in at least {args.new_words} sentences: {len(added)} words, appended to `vocab.txt` most frequent first), each\n"
+            f"   a token of its own whose one-pass row is the teacher's output for `[CLS] pieces [SEP]`, so\n"
+            f"   that the embedder's WordPiece (greedy longest match) reads such a word whole. "
+            if added
+            else ""
+        )
         print(json.dumps(corpus), file=sys.stderr)
         reduced = fitted @ basis.T
     else:
@@ -326,6 +429,11 @@ def main():
         "sif": args.sif,
         "pcaExplainedVariance": round(explained, 4),
         "rows": len(vocab),
+        "vocabDescription": (
+            f"the model's WordPiece vocabulary ({base_size} tokens), then {len(added)} words of the corpus (step 2)"
+            if added
+            else "the model's WordPiece vocabulary"
+        ),
         "modelSafetensorsSha256": sha256(os.path.join(args.model_dir, "model.safetensors")),
         "vocabSha256": sha256(vocab_path),
         "tableSha256": sha256(table_path),
@@ -356,7 +464,7 @@ a sentence-transformers model. Generated by `scripts/distill_static.py`; do not 
 
 | file | content | SHA-256 |
 |---|---|---|
-| `vocab.txt` | the model's WordPiece vocabulary ({rows} tokens, one a line, line = id), from its `tokenizer.json` | `{vocabSha256}` |
+| `vocab.txt` | {vocabDescription}: {rows} tokens, one a line, line = id | `{vocabSha256}` |
 | `table.bin` | {rows} x {dims} int8 rows with one f32 scale each, {size} bytes | `{tableSha256}` |
 
 The embedder's model id is `capdex-static-minilm-v1-{dims}-{short}` (the first 12 hex digits of
@@ -393,7 +501,7 @@ closed form); `scripts/distill_static.py` says each step in full:
 2. A corpus of {sentences} sentences of software and tool language (`scripts/static_corpus.py`:
    Debian package descriptions, manual pages, Python standard library docstrings, PyPI and npm
    package summaries; none of them a benchmark set; SHA-256 `{corpusSha256}`), each embedded by
-   the teacher (`y_s`, unit length). The rows `R` minimise
+   the teacher (`y_s`, unit length). {newWordsText}The rows `R` minimise
    `sum_s |sum_t a_st R_t - y_s|^2 + {lam} * sum_t |R_t - R0_t|^2`, `a_st` the weighted mean the
    embedder takes (weights of step 4), over 95 % of the sentences; {tokensSeen} tokens occur in
    them, the others keep `R0`. Conjugate gradients, relative residual {residual}.
@@ -409,7 +517,7 @@ closed form); `scripts/distill_static.py` says each step in full:
 
 Commands: `python3 scripts/static_corpus.py /tmp/corpus.txt --max 100000 --listing pypi.tsv --listing npm.tsv`
 (the listings: the registries' package names and one-line summaries, as of November 2026), then
-`/tmp/minilm-venv/bin/python scripts/distill_static.py --dims {dims} --sif {sif} --corpus /tmp/corpus.txt --lam {lam}`
+`/tmp/minilm-venv/bin/python scripts/distill_static.py --dims {dims} --sif {sif} --corpus /tmp/corpus.txt --lam {lam} --new-words {newWordsMin}`
 (numpy, safetensors, tokenizers, scipy; the teacher takes about 30 minutes on 2 cores, the fit three).
 
 The corpus depends on the machine it is made on (its Debian packages, manual pages and Python standard library), so

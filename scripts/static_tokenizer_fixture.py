@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/static_tokenizer.json: MiniLM's tokenizer.json token ids (through the
-Python `tokenizers` package, without [CLS]/[SEP]) for a few hundred varied strings, so the
+"""Writes tests/fixtures/static_tokenizer.json: the token ids of MiniLM's tokenizer.json pipeline
+over the static embedder's vocabulary (assets/static-minilm/vocab.txt: the model's, then the words
+scripts/distill_static.py --new-words added), through the Python `tokenizers` package, without
+[CLS]/[SEP], for a few hundred varied strings, so the
 static embedder's own BERT WordPiece tokenizer (src/core/static_embedder.rs) is checked against
 it. Run once, never in CI (same scratch virtualenv as scripts/minilm_reference.py):
 
@@ -41,6 +43,8 @@ EDGE = [
     "   ",
     "!!!",
     "a-b_c.d/e\\f:g;h<i>j?k@l[m]n^o`p{q|r}s~t",
+    "A TypeScript plugin for the CLI; Plugins, plugin-based, PLUGINS!",
+    "cryptocurrencies and cryptocurrency wallets: a JSON-RPC SDK, javascriptish",
 ]
 
 
@@ -49,7 +53,15 @@ def main():
     root = os.path.dirname(here)
     model_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, ".models", "all-MiniLM-L6-v2")
     out_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(root, "tests", "fixtures", "static_tokenizer.json")
-    tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    # MiniLM's pipeline (normaliser, pre-tokenizer, WordPiece settings) over the static
+    # embedder's vocabulary: the model's own, then the words the distillation added to it.
+    with open(os.path.join(model_dir, "tokenizer.json"), encoding="utf-8") as f:
+        spec = json.load(f)
+    with open(os.path.join(root, "assets", "static-minilm", "vocab.txt"), encoding="utf-8") as f:
+        vocab = f.read().splitlines()
+    assert all(spec["model"]["vocab"].get(token, i) == i for i, token in enumerate(vocab[: len(spec["model"]["vocab"])]))
+    spec["model"]["vocab"] = {token: i for i, token in enumerate(vocab)}
+    tokenizer = tokenizers.Tokenizer.from_str(json.dumps(spec))
     tokenizer.no_padding()
     tokenizer.no_truncation()
 
@@ -81,7 +93,8 @@ def main():
         entries.append({"text": text, "ids": ids})
     fixture = {
         "generator": f"scripts/static_tokenizer_fixture.py, tokenizers {tokenizers.__version__}, "
-        "all-MiniLM-L6-v2 tokenizer.json, no padding or truncation, no special tokens",
+        "all-MiniLM-L6-v2 tokenizer.json over assets/static-minilm/vocab.txt, no padding or truncation, "
+        "no special tokens",
         "texts": entries,
     }
     with open(out_path, "w", encoding="utf-8") as f:

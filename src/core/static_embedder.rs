@@ -2,9 +2,11 @@
 //! all-MiniLM-L6-v2, compiled in, so it is semantic with no model files.
 //!
 //! `assets/static-minilm/` holds the table (`table.bin`) and its vocabulary
-//! (`vocab.txt`, MiniLM's BERT WordPiece vocabulary); `PROVENANCE.md` there
-//! says how `scripts/distill_static.py` made them: MiniLM's sentence output
-//! for every single token (model2vec), then the rows fitted so that a
+//! (`vocab.txt`: MiniLM's BERT WordPiece vocabulary, then the corpus's words
+//! that it holds only as pieces, so that "cryptocurrency" is one token, not
+//! five); `PROVENANCE.md` there says how `scripts/distill_static.py` made
+//! them: MiniLM's sentence output for every single token and added word
+//! (model2vec), then the rows fitted so that a
 //! sentence's weighted mean of rows is MiniLM's embedding of it, over a corpus
 //! of software and tool language (`scripts/static_corpus.py`; a rare token
 //! keeps its one-pass row), projected on the directions MiniLM's sentences
@@ -39,7 +41,7 @@ static VOCAB: &str = include_str!("../../assets/static-minilm/vocab.txt");
 
 /// The model id: scheme, dimensions and the first 12 hex digits of the
 /// table's SHA-256 (`tests::the_model_id_names_the_table` checks it).
-pub const MODEL_ID: &str = "capdex-static-minilm-v1-128-ceffa64299a3";
+pub const MODEL_ID: &str = "capdex-static-minilm-v1-128-926492fb4aec";
 
 /// Longest word WordPiece splits; a longer one is `[UNK]` (BERT's 100).
 pub const MAX_INPUT_CHARS_PER_WORD: usize = 100;
@@ -480,5 +482,8 @@ mod tests {
         assert_eq!(tokenizer.tokens("東京"), ["東", "京"]);
         assert_eq!(tokenizer.tokens(&"x".repeat(101)), ["[UNK]"]);
         assert!(tokenizer.tokens("getUserById").len() > 1);
+        // Words of the distillation corpus that MiniLM's vocabulary splits are tokens of their own.
+        assert_eq!(tokenizer.tokens("Cryptocurrency"), ["cryptocurrency"]);
+        assert_eq!(tokenizer.tokens("cryptocurrencyx"), ["cryptocurrency", "##x"]);
     }
 }
