@@ -49,8 +49,11 @@ const ASKED: [&str; 24] = [
     "amount due for the garden work",
 ];
 
-/// Asked after learning, of a tradesperson no outcome mentioned.
-const NEW_REQUEST: &str = "what do we still owe the roofer";
+/// Asked after learning, of a tradesperson no outcome mentioned, in words
+/// the default embedder does not bridge to the ledger's description by
+/// itself ("owe" it does, since its table reads "payable" whole: "what do we
+/// still owe the roofer" already ranked the ledger first, faintly).
+const NEW_REQUEST: &str = "what is outstanding for the roofer";
 
 fn write_tools(dir: &Path) {
     for (name, description) in TOOLS {
