@@ -144,21 +144,17 @@ def token_outputs(model_dir, vocab, cache):
     return out
 
 
-def teacher_embeddings(model_dir, sentences, cache):
-    """Token ids (the model's tokenizer, truncated at 128) and the teacher's unit sentence
-    embeddings of `sentences`, cached in `cache` (.npz). Sentences are run in batches of equal
-    length, so no padding is needed."""
-    if os.path.exists(cache):
-        saved = np.load(cache, allow_pickle=False)
-        lengths = saved["lengths"]
-        ids = np.split(saved["ids"], np.cumsum(lengths)[:-1])
-        return ids, saved["embeddings"]
+def pooled_outputs(model_dir, texts, truncation=None, batch_size=128, label=None):
+    """Token ids (the model's tokenizer, with `[CLS]`/`[SEP]`, truncated at `truncation`) and
+    the teacher's mean-pooled output of each text, not normalised. Texts are run in batches of
+    equal length, so no padding is needed."""
     import tokenizers
 
     tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     tokenizer.no_padding()
-    tokenizer.enable_truncation(128)
-    ids = [np.array(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(sentences)]
+    if truncation:
+        tokenizer.enable_truncation(truncation)
+    ids = [np.array(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(texts)]
     weights, config = load_weights(model_dir)
     out = np.zeros((len(ids), config["hidden_size"]), dtype=np.float32)
     by_length = {}
@@ -166,13 +162,27 @@ def teacher_embeddings(model_dir, sentences, cache):
         by_length.setdefault(len(seq), []).append(i)
     done = 0
     for _, members in sorted(by_length.items()):
-        for start in range(0, len(members), 128):
-            batch = members[start : start + 128]
+        for start in range(0, len(members), batch_size):
+            batch = members[start : start + batch_size]
             x = np.stack([ids[i] for i in batch]).astype(np.int64)
             out[batch] = forward_batch(weights, config, x).mean(axis=1)
             done += len(batch)
-        print(f"\rteacher: {done}/{len(ids)}", end="", file=sys.stderr)
-    print(file=sys.stderr)
+        if label:
+            print(f"\r{label}: {done}/{len(ids)}", end="", file=sys.stderr)
+    if label:
+        print(file=sys.stderr)
+    return ids, out
+
+
+def teacher_embeddings(model_dir, sentences, cache):
+    """Token ids (the model's tokenizer, truncated at 128) and the teacher's unit sentence
+    embeddings of `sentences`, cached in `cache` (.npz)."""
+    if os.path.exists(cache):
+        saved = np.load(cache, allow_pickle=False)
+        lengths = saved["lengths"]
+        ids = np.split(saved["ids"], np.cumsum(lengths)[:-1])
+        return ids, saved["embeddings"]
+    ids, out = pooled_outputs(model_dir, sentences, truncation=128, label="teacher")
     out /= np.linalg.norm(out, axis=1, keepdims=True)
     lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
     np.savez(cache, ids=np.concatenate(ids), lengths=lengths, embeddings=out)
@@ -219,20 +229,7 @@ def word_outputs(model_dir, words, cache):
         saved = np.load(cache)
         if saved.shape[0] == len(words):
             return saved
-    import tokenizers
-
-    tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-    tokenizer.no_padding()
-    ids = [np.array(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(words)]
-    weights, config = load_weights(model_dir)
-    out = np.zeros((len(words), config["hidden_size"]), dtype=np.float32)
-    by_length = {}
-    for i, seq in enumerate(ids):
-        by_length.setdefault(len(seq), []).append(i)
-    for _, members in sorted(by_length.items()):
-        for start in range(0, len(members), 512):
-            batch = members[start : start + 512]
-            out[batch] = forward_batch(weights, config, np.stack([ids[i] for i in batch])).mean(axis=1)
+    _, out = pooled_outputs(model_dir, words, batch_size=512)
     np.save(cache, out)
     return out
 
