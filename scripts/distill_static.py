@@ -23,13 +23,18 @@ this ONCE (again only when the parameters change), never in CI.
      sentences are held out and the fit's fidelity reported on them: the Pearson correlation of
      the student's pairwise cosines with the teacher's, and how often the student's nearest
      neighbour of a sentence is the teacher's.
+     With --new-words N, the vocabulary first gains the corpus's words that it holds only as
+     pieces (ASCII letters, 3 to 30, in at least N sentences), each a token of its own whose R0 is
+     the teacher's output for `[CLS] pieces [SEP]`; the student reads the sentences with
+     WordPiece over that vocabulary (greedy longest match finds the whole word), the teacher with
+     the model's own.
   3. Projection to D dimensions: without --corpus, PCA (centred) of the one-pass outputs; with
      it, the first D right singular vectors of the teacher's sentence embeddings (uncentred:
      the directions sentences use, the common one included, since the teacher's cosine keeps it).
   4. A per-token weight by vocabulary rank (SIF on a Zipf estimate, as model2vec does):
      p(rank) = (1/rank) / H, weight = a / (a + p); BERT's vocabulary is roughly frequency
-     ordered within each block, which is all this needs. Special and [unused*] tokens get
-     weight 0.
+     ordered within each block, which is all this needs (added words rank after it, most
+     frequent first). Special and [unused*] tokens get weight 0.
   5. Int8 quantisation with one f32 scale per row (row = scale * int8 / 127).
 
 table.bin layout (little endian): magic b"CDXS", u32 version 1, u32 rows, u32 dims, then rows
@@ -41,7 +46,7 @@ Usage (a scratch virtualenv outside the repository, as for minilm_reference.py):
     /tmp/minilm-venv/bin/pip install numpy safetensors tokenizers scipy
     python3 scripts/static_corpus.py /tmp/corpus.txt [--listing ...]
     /tmp/minilm-venv/bin/python scripts/distill_static.py [--dims 128] [--sif 1e-5] \
-        [--corpus /tmp/corpus.txt --lam 0.1]
+        [--corpus /tmp/corpus.txt --lam 0.1 --new-words 5]
 """
 
 import argparse
@@ -226,11 +231,11 @@ def word_outputs(model_dir, words, cache):
     """Model2vec's one pass for a word the vocabulary splits: the teacher's sentence output for
     `[CLS] pieces [SEP]` (mean pooled over every position, as for a single token)."""
     if os.path.exists(cache):
-        saved = np.load(cache)
-        if saved.shape[0] == len(words):
-            return saved
+        saved = np.load(cache, allow_pickle=False)
+        if list(saved["words"]) == list(words):
+            return saved["outputs"]
     _, out = pooled_outputs(model_dir, words, batch_size=512)
-    np.save(cache, out)
+    np.savez(cache, words=np.array(words), outputs=out)
     return out
 
 
@@ -329,7 +334,7 @@ def main():
         help="with --corpus: add the corpus's words that the vocabulary splits into pieces and that "
         "occur in at least N sentences as tokens of their own (0: the model's vocabulary alone)",
     )
-    ap.add_argument("--words-cache", default="/tmp/capdex-static-word-outputs.npy")
+    ap.add_argument("--words-cache", default="/tmp/capdex-static-word-outputs.npz")
     args = ap.parse_args()
 
     with open(os.path.join(args.model_dir, "tokenizer.json"), encoding="utf-8") as f:
