@@ -51,8 +51,8 @@ const ASKED: [&str; 24] = [
 
 /// Asked after learning, of a tradesperson no outcome mentioned, in words
 /// the default embedder does not bridge to the ledger's description by
-/// itself ("owe" it does, since its table reads "payable" whole: "what do we
-/// still owe the roofer" already ranked the ledger first, faintly).
+/// itself (with the table of 2026-12-06, "what do we still owe the roofer"
+/// ranked the ledger first before any learning, by 0.001 among faint hits).
 const NEW_REQUEST: &str = "what is outstanding for the roofer";
 
 fn write_tools(dir: &Path) {
