@@ -5,6 +5,10 @@
 //! test here fails with a message saying so (a missing model must not pass silently).
 //! `tests/fixtures/minilm_reference.json` comes from `scripts/minilm_reference.py` (an
 //! independent NumPy BERT forward pass over the same files; see its header).
+//!
+//! The MPNet encoder is checked on `tests/fixtures/mpnet-tiny`, a small random MPNet model, against
+//! `tests/fixtures/mpnet_reference.json`; both come from `scripts/mpnet_reference.py` (an
+//! independent NumPy MPNet forward pass), and need no download.
 #![cfg(feature = "neural")]
 
 use capdex::core::embedder::{dot, Embed, Pooling};
@@ -340,4 +344,89 @@ fn the_local_backend_puts_the_configured_prefixes_in_front_of_queries_and_docume
     assert!(cosine(&as_query, &as_document) < 0.9999, "the prefixes must change the vectors");
     assert_ne!(built.model_id(), model.model_id());
     assert!(built.model_id().starts_with(&model.model_id()));
+}
+
+/// `tests/fixtures/mpnet_reference.json`: mean-pooled embeddings of the tiny MPNet model.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MpNetFixture {
+    dimensions: usize,
+    max_seq_length: usize,
+    texts: Vec<MpNetFixtureText>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MpNetFixtureText {
+    text: String,
+    n_tokens: usize,
+    embedding: Vec<f32>,
+}
+
+fn tiny_mpnet_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mpnet-tiny")
+}
+
+fn mpnet_fixture() -> MpNetFixture {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mpnet_reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// Every value within 1e-4 of the reference (float32 against float64): a random model's
+/// vectors are not alike the way a sentence model's are, so a cosine alone would say too little.
+fn assert_matches_mpnet(fixture: &MpNetFixture, vectors: &[Vec<f32>], how: &str) {
+    assert_eq!(vectors.len(), fixture.texts.len());
+    for (reference, vector) in fixture.texts.iter().zip(vectors) {
+        assert_eq!(vector.len(), fixture.dimensions);
+        let worst = reference.embedding.iter().zip(vector).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-4, "{how}: off by {worst} for {:?} ({} tokens)", reference.text, reference.n_tokens);
+    }
+}
+
+#[test]
+fn mpnet_matches_its_reference_batched_and_alone() {
+    let fixture = mpnet_fixture();
+    assert!(fixture.texts.iter().any(|entry| entry.n_tokens == fixture.max_seq_length), "a truncated text");
+    assert!(fixture.texts.iter().any(|entry| entry.text.is_empty()));
+    let embedder = NeuralEmbedder::load(&tiny_mpnet_dir()).expect("load the tiny MPNet model");
+    assert_eq!(embedder.dimensions(), fixture.dimensions);
+    assert_eq!(embedder.max_seq_length(), fixture.max_seq_length);
+    assert!(embedder.model_id().starts_with("mpnet-l2-h16-"), "{}", embedder.model_id());
+    let texts: Vec<String> = fixture.texts.iter().map(|entry| entry.text.clone()).collect();
+    // One batch, padded to the longest text: padding must change nothing.
+    assert_matches_mpnet(&fixture, &embedder.embed_texts(&texts).expect("embed"), "batched");
+    let alone: Vec<Vec<f32>> =
+        texts.iter().map(|text| embedder.embed_texts(std::slice::from_ref(text)).expect("embed").remove(0)).collect();
+    assert_matches_mpnet(&fixture, &alone, "alone");
+}
+
+#[test]
+fn mpnet_configurations_capdex_cannot_run_are_typed_errors() {
+    let source = tiny_mpnet_dir();
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(source.join("config.json")).unwrap()).unwrap();
+    let with = |key: &str, value: serde_json::Value| {
+        let temp = tempfile::tempdir().expect("tempdir");
+        for name in ["tokenizer.json", "model.safetensors"] {
+            std::fs::copy(source.join(name), temp.path().join(name)).unwrap();
+        }
+        let mut changed = config.clone();
+        changed[key] = value;
+        std::fs::write(temp.path().join("config.json"), serde_json::to_vec(&changed).unwrap()).unwrap();
+        temp
+    };
+    for (key, value, code) in [
+        ("hidden_act", serde_json::json!("relu"), "model_config_invalid"),
+        ("num_attention_heads", serde_json::json!(3), "model_config_invalid"),
+        ("relative_attention_num_buckets", serde_json::json!(0), "model_config_invalid"),
+        ("hidden_size", serde_json::json!("wide"), "model_config_invalid"),
+        // The weights are 16 wide: a config that says 32 does not fit them.
+        ("hidden_size", serde_json::json!(32), "model_weights_invalid"),
+        ("num_hidden_layers", serde_json::json!(3), "model_weights_invalid"),
+    ] {
+        let dir = with(key, value.clone());
+        let error = load_error(dir.path());
+        assert_eq!(error.code(), code, "{key} = {value}: {error}");
+    }
 }

@@ -1,10 +1,15 @@
 //! The local neural embedder: a BERT-family sentence model on the CPU (candle + tokenizers).
 //!
+//! Two encoders are read: BERT (`model_type` `"bert"` or absent: all-MiniLM-L6-v2, BGE, E5, GTE
+//! and the other BERT checkpoints, through candle-transformers) and MPNet (`"mpnet"`:
+//! all-mpnet-base-v2, through [`crate::embedders::mpnet`]).
+//!
 //! [`NeuralEmbedder::load`] reads a model directory holding the files a
 //! sentence-transformers model ships (for all-MiniLM-L6-v2, `scripts/fetch-minilm.sh`
 //! puts them in `.models/all-MiniLM-L6-v2`):
 //!
-//! - `config.json`: the BERT configuration (hidden size, layers, heads, vocabulary);
+//! - `config.json`: the encoder's configuration (`model_type`, hidden size, layers, heads,
+//!   vocabulary);
 //! - `tokenizer.json`: the Hugging Face tokenizer;
 //! - `model.safetensors`: the weights;
 //! - optionally `sentence_bert_config.json`, whose `max_seq_length` bounds the tokens per text
@@ -29,6 +34,7 @@
 //! is not this module's: `core::embedder::Prefixed` puts it in front (`[embedder] query_prefix`).
 
 use crate::core::embedder::Pooling;
+use crate::embedders::mpnet::{MpNetConfig, MpNetModel};
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config as BertConfig};
@@ -110,7 +116,7 @@ impl NeuralError {
 /// # Ok::<(), capdex::embedders::neural::NeuralError>(())
 /// ```
 pub struct NeuralEmbedder {
-    model: BertModel,
+    model: Encoder,
     tokenizer: Tokenizer,
     device: Device,
     dimensions: usize,
@@ -129,6 +135,63 @@ impl fmt::Debug for NeuralEmbedder {
             .field("max_seq_length", &self.max_seq_length)
             .field("pooling", &self.pooling)
             .finish_non_exhaustive()
+    }
+}
+
+/// The transformer under the pooling.
+enum Encoder {
+    Bert(BertModel),
+    MpNet(MpNetModel),
+}
+
+/// An encoder's configuration, by `config.json`'s `model_type`.
+enum ModelConfig {
+    Bert(BertConfig),
+    MpNet(MpNetConfig),
+}
+
+impl ModelConfig {
+    fn hidden_size(&self) -> usize {
+        match self {
+            ModelConfig::Bert(config) => config.hidden_size,
+            ModelConfig::MpNet(config) => config.hidden_size,
+        }
+    }
+
+    fn num_hidden_layers(&self) -> usize {
+        match self {
+            ModelConfig::Bert(config) => config.num_hidden_layers,
+            ModelConfig::MpNet(config) => config.num_hidden_layers,
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        match self {
+            ModelConfig::Bert(config) => config.vocab_size,
+            ModelConfig::MpNet(config) => config.vocab_size,
+        }
+    }
+
+    fn pad_token_id(&self) -> usize {
+        match self {
+            ModelConfig::Bert(config) => config.pad_token_id,
+            ModelConfig::MpNet(config) => config.pad_token_id,
+        }
+    }
+
+    /// The most tokens a text can have: MPNet's positions start after the padding id.
+    fn max_tokens(&self) -> usize {
+        match self {
+            ModelConfig::Bert(config) => config.max_position_embeddings,
+            ModelConfig::MpNet(config) => config.max_position_embeddings.saturating_sub(config.pad_token_id + 1),
+        }
+    }
+
+    fn model_type(&self) -> Option<&str> {
+        match self {
+            ModelConfig::Bert(config) => config.model_type.as_deref(),
+            ModelConfig::MpNet(config) => config.model_type.as_deref().or(Some("mpnet")),
+        }
     }
 }
 
@@ -164,7 +227,7 @@ impl NeuralEmbedder {
         let weights_bytes = read_required(&weights_path)?;
 
         let config = parse_config(&config_path, &config_bytes)?;
-        let max_seq_length = read_max_seq_length(dir)?.min(config.max_position_embeddings);
+        let max_seq_length = read_max_seq_length(dir)?.min(config.max_tokens());
         if max_seq_length < 2 {
             return Err(NeuralError::BadConfig {
                 path: config_path,
@@ -175,10 +238,10 @@ impl NeuralEmbedder {
         let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes)
             .map_err(|error| NeuralError::BadTokenizer { path: tokenizer_path.clone(), message: error.to_string() })?;
         let vocab_size = tokenizer.get_vocab_size(true);
-        if vocab_size > config.vocab_size {
+        if vocab_size > config.vocab_size() {
             return Err(NeuralError::BadTokenizer {
                 path: tokenizer_path,
-                message: format!("{vocab_size} tokens, more than the model's vocab_size {}", config.vocab_size),
+                message: format!("{vocab_size} tokens, more than the model's vocab_size {}", config.vocab_size()),
             });
         }
         // Padding is done per batch below; the file's own truncation limit is replaced.
@@ -192,14 +255,20 @@ impl NeuralEmbedder {
         let device = Device::Cpu;
         let var_builder = VarBuilder::from_buffered_safetensors(weights_bytes, DType::F32, &device)
             .map_err(|error| NeuralError::BadWeights { path: weights_path.clone(), message: error.to_string() })?;
-        let model = BertModel::load(var_builder, &config)
-            .map_err(|error| NeuralError::BadWeights { path: weights_path, message: error.to_string() })?;
-        let pad_token_id = u32::try_from(config.pad_token_id).unwrap_or(0);
+        let bad_weights = |error: candle_core::Error| NeuralError::BadWeights {
+            path: weights_path.clone(),
+            message: error.to_string(),
+        };
+        let model = match &config {
+            ModelConfig::Bert(bert) => Encoder::Bert(BertModel::load(var_builder, bert).map_err(bad_weights)?),
+            ModelConfig::MpNet(mpnet) => Encoder::MpNet(MpNetModel::load(var_builder, mpnet).map_err(bad_weights)?),
+        };
+        let pad_token_id = u32::try_from(config.pad_token_id()).unwrap_or(0);
         Ok(NeuralEmbedder {
             model,
             tokenizer,
             device,
-            dimensions: config.hidden_size,
+            dimensions: config.hidden_size(),
             max_seq_length,
             pad_token_id,
             pooling,
@@ -272,8 +341,13 @@ impl NeuralEmbedder {
         }
         let input_ids = Tensor::from_vec(input_ids, (n_texts, seq_len), &self.device)?;
         let attention_mask = Tensor::from_vec(attention_mask, (n_texts, seq_len), &self.device)?;
-        let token_type_ids = input_ids.zeros_like()?;
-        let hidden = self.model.forward(&input_ids, &token_type_ids, Some(&attention_mask))?;
+        let hidden = match &self.model {
+            Encoder::Bert(model) => model.forward(&input_ids, &input_ids.zeros_like()?, Some(&attention_mask))?,
+            Encoder::MpNet(model) => {
+                let lengths: Vec<usize> = batch_ids.iter().map(|ids| ids.len()).collect();
+                model.forward(&input_ids, &lengths)?
+            }
+        };
 
         let mask = attention_mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let pooled = match self.pooling {
@@ -334,21 +408,47 @@ fn read_required(path: &Path) -> Result<Vec<u8>, NeuralError> {
     })
 }
 
-fn parse_config(path: &Path, bytes: &[u8]) -> Result<BertConfig, NeuralError> {
+/// Just `model_type`, to tell the encoders apart before reading the rest.
+#[derive(Deserialize)]
+struct ModelType {
+    #[serde(default)]
+    model_type: Option<String>,
+}
+
+fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, NeuralError> {
     let bad = |message: String| NeuralError::BadConfig { path: path.to_path_buf(), message };
-    let config: BertConfig = serde_json::from_slice(bytes).map_err(|error| bad(error.to_string()))?;
+    let kind: ModelType = serde_json::from_slice(bytes).map_err(|error| bad(error.to_string()))?;
+    let config = match kind.model_type.as_deref() {
+        Some("mpnet") => ModelConfig::MpNet(serde_json::from_slice(bytes).map_err(|error| bad(error.to_string()))?),
+        _ => {
+            let config: BertConfig = serde_json::from_slice(bytes).map_err(|error| bad(error.to_string()))?;
+            if config.type_vocab_size == 0 {
+                return Err(bad("type_vocab_size must be positive".to_string()));
+            }
+            ModelConfig::Bert(config)
+        }
+    };
+    let (hidden, heads, layers) = match &config {
+        ModelConfig::Bert(bert) => (bert.hidden_size, bert.num_attention_heads, bert.num_hidden_layers),
+        ModelConfig::MpNet(mpnet) => (mpnet.hidden_size, mpnet.num_attention_heads, mpnet.num_hidden_layers),
+    };
     // Checked here because candle would otherwise fail later, or not at all, on such shapes.
-    if config.hidden_size == 0 || config.num_attention_heads == 0 || config.num_hidden_layers == 0 {
+    if hidden == 0 || heads == 0 || layers == 0 {
         return Err(bad("hidden_size, num_attention_heads and num_hidden_layers must be positive".to_string()));
     }
-    if !config.hidden_size.is_multiple_of(config.num_attention_heads) {
-        return Err(bad(format!(
-            "hidden_size {} is not a multiple of num_attention_heads {}",
-            config.hidden_size, config.num_attention_heads
-        )));
+    if !hidden.is_multiple_of(heads) {
+        return Err(bad(format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}")));
     }
-    if config.vocab_size == 0 || config.type_vocab_size == 0 {
-        return Err(bad("vocab_size and type_vocab_size must be positive".to_string()));
+    if config.vocab_size() == 0 {
+        return Err(bad("vocab_size must be positive".to_string()));
+    }
+    if let ModelConfig::MpNet(mpnet) = &config {
+        if mpnet.relative_attention_num_buckets < 2 {
+            return Err(bad("relative_attention_num_buckets must be at least 2".to_string()));
+        }
+        if mpnet.hidden_act != "gelu" {
+            return Err(bad(format!("hidden_act {:?} is not supported for mpnet (gelu only)", mpnet.hidden_act)));
+        }
     }
     Ok(config)
 }
@@ -419,7 +519,7 @@ fn read_max_seq_length(dir: &Path) -> Result<usize, NeuralError> {
 /// The hash covers every input of the output vectors: the three files, the sequence limit and
 /// the pooling pipeline, each length-prefixed so no two different inputs hash alike.
 fn derive_model_id(
-    config: &BertConfig,
+    config: &ModelConfig,
     config_bytes: &[u8],
     tokenizer_bytes: &[u8],
     weights_bytes: &[u8],
@@ -436,8 +536,7 @@ fn derive_model_id(
     let digest = hasher.finalize();
     let hex: String = digest.iter().take(6).map(|byte| format!("{byte:02x}")).collect();
     let sanitized_type: String = config
-        .model_type
-        .as_deref()
+        .model_type()
         .unwrap_or("bert")
         .chars()
         .filter(|ch| ch.is_ascii_alphanumeric() || *ch == '-' || *ch == '_')
@@ -445,5 +544,5 @@ fn derive_model_id(
         .collect::<String>()
         .to_ascii_lowercase();
     let label = if sanitized_type.is_empty() { "bert" } else { sanitized_type.as_str() };
-    format!("{label}-l{}-h{}-{hex}", config.num_hidden_layers, config.hidden_size)
+    format!("{label}-l{}-h{}-{hex}", config.num_hidden_layers(), config.hidden_size())
 }
