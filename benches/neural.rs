@@ -1,7 +1,7 @@
-//! Figures for the local neural embedder (all-MiniLM-L6-v2, feature `neural`): load time,
-//! embedding throughput, query-embedding time, and retrieval quality on the benchmark sets
-//! of `../shared/data/bench` (MiniLM in the hybrid ranking, MiniLM alone, and the built-in
-//! embedder for comparison), scored like `capdex eval`. When that folder (the data folder
+//! Figures for the local neural embedder (all-MiniLM-L6-v2, or the model `CAPDEX_TEST_MODEL_DIR`
+//! names; feature `neural`): load time, embedding throughput, query-embedding time, and retrieval
+//! quality on the benchmark sets of `../shared/data/bench` (the model in the hybrid ranking, the
+//! model alone, and the built-in embedder for comparison), scored like `capdex eval`. When that folder (the data folder
 //! beside the repository) is not there, it says so and runs on the samples of
 //! `tests/fixtures/bench` (the first 60 or 120 dev queries: figures not comparable).
 //!
@@ -138,14 +138,14 @@ fn bench_set(neural: &NeuralEmbedder, tools: &[ToolRecord], queries: &[QueryReco
     // The fusion discovery uses with a local model (`[discovery] lexical_weight = "auto"`).
     let semantic = Fusion { lexical: EmbedderBackend::Local.default_lexical_weight(), ..Fusion::default() };
     let hybrid = evaluate(&indexes, &neural_queries, queries, graph_boost, semantic);
-    print_metrics("minilm hybrid (the local backend's fusion, graph as configured)", &hybrid);
+    print_metrics("model hybrid (the local backend's fusion, graph as configured)", &hybrid);
     let alone = evaluate(&indexes, &neural_queries, queries, None, dense_only);
-    print_metrics("minilm alone (dense only, no graph)", &alone);
+    print_metrics("model alone (dense only, no graph)", &alone);
     // Ablation: the lexical share of the fusion with this model.
     for lexical in [0.1f32, 0.2, 0.3, 0.4, 0.5] {
         let fusion = Fusion { lexical, ..Fusion::default() };
         let metrics = evaluate(&indexes, &neural_queries, queries, graph_boost, fusion);
-        print_metrics(&format!("minilm hybrid, lexical share {lexical:.1}"), &metrics);
+        print_metrics(&format!("model hybrid, lexical share {lexical:.1}"), &metrics);
     }
 
     let builtin = HashingEmbedder::new(settings.embedder_dimensions).expect("positive dimensions");
