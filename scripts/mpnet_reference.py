@@ -32,11 +32,15 @@ import json
 import math
 import os
 import string
+import sys
 
 import numpy as np
 import safetensors.numpy
 import tokenizers
 from tokenizers import models, normalizers, pre_tokenizers, processors
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from minilm_reference import gelu, layer_norm, linear  # noqa: E402  (BERT's pieces, shared with MPNet)
 
 HIDDEN = 16
 HEADS = 2
@@ -118,23 +122,6 @@ def make_weights(vocab_size, rng):
         weights[prefix + "output.LayerNorm.weight"] = 1 + normal(HIDDEN, scale=0.1)
         weights[prefix + "output.LayerNorm.bias"] = normal(HIDDEN, scale=0.1)
     return weights
-
-
-def layer_norm(x, weight, bias, eps):
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
-
-
-_erf = np.vectorize(math.erf)
-
-
-def gelu(x):
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
-
-
-def linear(x, weights, name):
-    return x @ weights[name + ".weight"].T + weights[name + ".bias"]
 
 
 def bucket(relative, num_buckets, max_distance=128):
