@@ -22,8 +22,8 @@ EXTRA_FILES=(sentence_bert_config.json)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 TARGET="${1:-.models/all-MiniLM-L6-v2}"
 
-say() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=scripts/fetch-common.sh
+source scripts/fetch-common.sh
 
 have_all() {
     local file
@@ -37,10 +37,7 @@ have_all() {
 if have_all; then
     say "all-MiniLM-L6-v2 already in $TARGET"
 else
-    # Prefer the project's virtualenv (scripts/test.sh makes it), else any python3 with pip.
-    PYTHON="python3"
-    [[ -x .venv/bin/python ]] && PYTHON=".venv/bin/python"
-    "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip; install python3-pip or run scripts/test.sh once"
+    find_pip_python
 
     SCRATCH="$(mktemp -d)"
     trap 'rm -rf "$SCRATCH"' EXIT

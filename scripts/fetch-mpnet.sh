@@ -24,8 +24,8 @@ WEIGHTS_SHA256="78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 TARGET="${1:-.models/all-mpnet-base-v2}"
 
-say() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=scripts/fetch-common.sh
+source scripts/fetch-common.sh
 
 have_all() {
     local file
@@ -38,9 +38,7 @@ have_all() {
 if have_all; then
     say "all-mpnet-base-v2 already in $TARGET"
 else
-    PYTHON="python3"
-    [[ -x .venv/bin/python ]] && PYTHON=".venv/bin/python"
-    "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip; install python3-pip or run scripts/test.sh once"
+    find_pip_python
 
     SCRATCH="$(mktemp -d)"
     trap 'rm -rf "$SCRATCH"' EXIT
