@@ -216,38 +216,3 @@ fn key_mask(lengths: &[usize], seq_len: usize, device: &Device) -> Result<Tensor
     }
     Tensor::from_vec(values, (lengths.len(), 1, 1, seq_len), device)?.to_dtype(DType::F32)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buckets_follow_t5s_scheme() {
-        // Keys at or before the query: buckets 0..16; after it: 16..32.
-        assert_eq!(relative_position_bucket(0, 32), 0);
-        assert_eq!(relative_position_bucket(-1, 32), 1);
-        assert_eq!(relative_position_bucket(-7, 32), 7);
-        assert_eq!(relative_position_bucket(1, 32), 17);
-        assert_eq!(relative_position_bucket(7, 32), 23);
-        // Logarithmic from 8 on: 8 + floor(ln(n / 8) / ln(16) * 8).
-        assert_eq!(relative_position_bucket(-8, 32), 8);
-        assert_eq!(relative_position_bucket(-16, 32), 10);
-        assert_eq!(relative_position_bucket(-127, 32), 15);
-        assert_eq!(relative_position_bucket(-500, 32), 15);
-        assert_eq!(relative_position_bucket(500, 32), 31);
-    }
-
-    #[test]
-    fn buckets_never_leave_the_table() {
-        for buckets in [2usize, 4, 8, 32, 64] {
-            for relative in -1000i64..1000 {
-                assert!(relative_position_bucket(relative, buckets) < buckets, "{relative} in {buckets}");
-            }
-        }
-    }
-
-    #[test]
-    fn positions_count_from_after_the_padding_id() {
-        assert_eq!(position_ids(&[3, 1], 3, 1), vec![2, 3, 4, 2, 1, 1]);
-    }
-}

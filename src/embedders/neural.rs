@@ -150,47 +150,39 @@ enum ModelConfig {
     MpNet(MpNetConfig),
 }
 
-impl ModelConfig {
-    fn hidden_size(&self) -> usize {
-        match self {
-            ModelConfig::Bert(config) => config.hidden_size,
-            ModelConfig::MpNet(config) => config.hidden_size,
-        }
-    }
-
-    fn num_hidden_layers(&self) -> usize {
-        match self {
-            ModelConfig::Bert(config) => config.num_hidden_layers,
-            ModelConfig::MpNet(config) => config.num_hidden_layers,
-        }
-    }
-
-    fn vocab_size(&self) -> usize {
-        match self {
-            ModelConfig::Bert(config) => config.vocab_size,
-            ModelConfig::MpNet(config) => config.vocab_size,
-        }
-    }
-
-    fn pad_token_id(&self) -> usize {
-        match self {
-            ModelConfig::Bert(config) => config.pad_token_id,
-            ModelConfig::MpNet(config) => config.pad_token_id,
-        }
-    }
-
+/// What capdex reads of either configuration, the same for both encoders.
+struct Shape<'a> {
+    model_type: Option<&'a str>,
+    hidden_size: usize,
+    num_attention_heads: usize,
+    num_hidden_layers: usize,
+    vocab_size: usize,
+    pad_token_id: usize,
     /// The most tokens a text can have: MPNet's positions start after the padding id.
-    fn max_tokens(&self) -> usize {
-        match self {
-            ModelConfig::Bert(config) => config.max_position_embeddings,
-            ModelConfig::MpNet(config) => config.max_position_embeddings.saturating_sub(config.pad_token_id + 1),
-        }
-    }
+    max_tokens: usize,
+}
 
-    fn model_type(&self) -> Option<&str> {
+impl ModelConfig {
+    fn shape(&self) -> Shape<'_> {
         match self {
-            ModelConfig::Bert(config) => config.model_type.as_deref(),
-            ModelConfig::MpNet(config) => config.model_type.as_deref().or(Some("mpnet")),
+            ModelConfig::Bert(config) => Shape {
+                model_type: config.model_type.as_deref(),
+                hidden_size: config.hidden_size,
+                num_attention_heads: config.num_attention_heads,
+                num_hidden_layers: config.num_hidden_layers,
+                vocab_size: config.vocab_size,
+                pad_token_id: config.pad_token_id,
+                max_tokens: config.max_position_embeddings,
+            },
+            ModelConfig::MpNet(config) => Shape {
+                model_type: config.model_type.as_deref().or(Some("mpnet")),
+                hidden_size: config.hidden_size,
+                num_attention_heads: config.num_attention_heads,
+                num_hidden_layers: config.num_hidden_layers,
+                vocab_size: config.vocab_size,
+                pad_token_id: config.pad_token_id,
+                max_tokens: config.max_position_embeddings.saturating_sub(config.pad_token_id + 1),
+            },
         }
     }
 }
@@ -227,7 +219,7 @@ impl NeuralEmbedder {
         let weights_bytes = read_required(&weights_path)?;
 
         let config = parse_config(&config_path, &config_bytes)?;
-        let max_seq_length = read_max_seq_length(dir)?.min(config.max_tokens());
+        let max_seq_length = read_max_seq_length(dir)?.min(config.shape().max_tokens);
         if max_seq_length < 2 {
             return Err(NeuralError::BadConfig {
                 path: config_path,
@@ -238,10 +230,10 @@ impl NeuralEmbedder {
         let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes)
             .map_err(|error| NeuralError::BadTokenizer { path: tokenizer_path.clone(), message: error.to_string() })?;
         let vocab_size = tokenizer.get_vocab_size(true);
-        if vocab_size > config.vocab_size() {
+        if vocab_size > config.shape().vocab_size {
             return Err(NeuralError::BadTokenizer {
                 path: tokenizer_path,
-                message: format!("{vocab_size} tokens, more than the model's vocab_size {}", config.vocab_size()),
+                message: format!("{vocab_size} tokens, more than the model's vocab_size {}", config.shape().vocab_size),
             });
         }
         // Padding is done per batch below; the file's own truncation limit is replaced.
@@ -263,12 +255,12 @@ impl NeuralEmbedder {
             ModelConfig::Bert(bert) => Encoder::Bert(BertModel::load(var_builder, bert).map_err(bad_weights)?),
             ModelConfig::MpNet(mpnet) => Encoder::MpNet(MpNetModel::load(var_builder, mpnet).map_err(bad_weights)?),
         };
-        let pad_token_id = u32::try_from(config.pad_token_id()).unwrap_or(0);
+        let pad_token_id = u32::try_from(config.shape().pad_token_id).unwrap_or(0);
         Ok(NeuralEmbedder {
             model,
             tokenizer,
             device,
-            dimensions: config.hidden_size(),
+            dimensions: config.shape().hidden_size,
             max_seq_length,
             pad_token_id,
             pooling,
@@ -428,10 +420,7 @@ fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, NeuralError> {
             ModelConfig::Bert(config)
         }
     };
-    let (hidden, heads, layers) = match &config {
-        ModelConfig::Bert(bert) => (bert.hidden_size, bert.num_attention_heads, bert.num_hidden_layers),
-        ModelConfig::MpNet(mpnet) => (mpnet.hidden_size, mpnet.num_attention_heads, mpnet.num_hidden_layers),
-    };
+    let Shape { hidden_size: hidden, num_attention_heads: heads, num_hidden_layers: layers, .. } = config.shape();
     // Checked here because candle would otherwise fail later, or not at all, on such shapes.
     if hidden == 0 || heads == 0 || layers == 0 {
         return Err(bad("hidden_size, num_attention_heads and num_hidden_layers must be positive".to_string()));
@@ -439,7 +428,7 @@ fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, NeuralError> {
     if !hidden.is_multiple_of(heads) {
         return Err(bad(format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}")));
     }
-    if config.vocab_size() == 0 {
+    if config.shape().vocab_size == 0 {
         return Err(bad("vocab_size must be positive".to_string()));
     }
     if let ModelConfig::MpNet(mpnet) = &config {
@@ -535,8 +524,9 @@ fn derive_model_id(
     }
     let digest = hasher.finalize();
     let hex: String = digest.iter().take(6).map(|byte| format!("{byte:02x}")).collect();
-    let sanitized_type: String = config
-        .model_type()
+    let shape = config.shape();
+    let sanitized_type: String = shape
+        .model_type
         .unwrap_or("bert")
         .chars()
         .filter(|ch| ch.is_ascii_alphanumeric() || *ch == '-' || *ch == '_')
@@ -544,5 +534,5 @@ fn derive_model_id(
         .collect::<String>()
         .to_ascii_lowercase();
     let label = if sanitized_type.is_empty() { "bert" } else { sanitized_type.as_str() };
-    format!("{label}-l{}-h{}-{hex}", config.num_hidden_layers(), config.hidden_size())
+    format!("{label}-l{}-h{}-{hex}", shape.num_hidden_layers, shape.hidden_size)
 }
