@@ -421,6 +421,9 @@ fn mpnet_configurations_capdex_cannot_run_are_typed_errors() {
         ("num_attention_heads", serde_json::json!(3), "model_config_invalid"),
         ("relative_attention_num_buckets", serde_json::json!(0), "model_config_invalid"),
         ("hidden_size", serde_json::json!("wide"), "model_config_invalid"),
+        // Positions start after the padding id: none would be left for text.
+        ("pad_token_id", serde_json::json!(u64::MAX), "model_config_invalid"),
+        ("pad_token_id", serde_json::json!(38), "model_config_invalid"),
         // The weights are 16 wide: a config that says 32 does not fit them.
         ("hidden_size", serde_json::json!(32), "model_weights_invalid"),
         ("num_hidden_layers", serde_json::json!(3), "model_weights_invalid"),

@@ -181,7 +181,7 @@ impl ModelConfig {
                 num_hidden_layers: config.num_hidden_layers,
                 vocab_size: config.vocab_size,
                 pad_token_id: config.pad_token_id,
-                max_tokens: config.max_position_embeddings.saturating_sub(config.pad_token_id + 1),
+                max_tokens: config.max_position_embeddings.saturating_sub(config.pad_token_id.saturating_add(1)),
             },
         }
     }
