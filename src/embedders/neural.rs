@@ -219,7 +219,8 @@ impl NeuralEmbedder {
         let weights_bytes = read_required(&weights_path)?;
 
         let config = parse_config(&config_path, &config_bytes)?;
-        let max_seq_length = read_max_seq_length(dir)?.min(config.shape().max_tokens);
+        let shape = config.shape();
+        let max_seq_length = read_max_seq_length(dir)?.min(shape.max_tokens);
         if max_seq_length < 2 {
             return Err(NeuralError::BadConfig {
                 path: config_path,
@@ -230,10 +231,10 @@ impl NeuralEmbedder {
         let mut tokenizer = Tokenizer::from_bytes(&tokenizer_bytes)
             .map_err(|error| NeuralError::BadTokenizer { path: tokenizer_path.clone(), message: error.to_string() })?;
         let vocab_size = tokenizer.get_vocab_size(true);
-        if vocab_size > config.shape().vocab_size {
+        if vocab_size > shape.vocab_size {
             return Err(NeuralError::BadTokenizer {
                 path: tokenizer_path,
-                message: format!("{vocab_size} tokens, more than the model's vocab_size {}", config.shape().vocab_size),
+                message: format!("{vocab_size} tokens, more than the model's vocab_size {}", shape.vocab_size),
             });
         }
         // Padding is done per batch below; the file's own truncation limit is replaced.
@@ -255,12 +256,12 @@ impl NeuralEmbedder {
             ModelConfig::Bert(bert) => Encoder::Bert(BertModel::load(var_builder, bert).map_err(bad_weights)?),
             ModelConfig::MpNet(mpnet) => Encoder::MpNet(MpNetModel::load(var_builder, mpnet).map_err(bad_weights)?),
         };
-        let pad_token_id = u32::try_from(config.shape().pad_token_id).unwrap_or(0);
+        let pad_token_id = u32::try_from(shape.pad_token_id).unwrap_or(0);
         Ok(NeuralEmbedder {
             model,
             tokenizer,
             device,
-            dimensions: config.shape().hidden_size,
+            dimensions: shape.hidden_size,
             max_seq_length,
             pad_token_id,
             pooling,
@@ -420,7 +421,8 @@ fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, NeuralError> {
             ModelConfig::Bert(config)
         }
     };
-    let Shape { hidden_size: hidden, num_attention_heads: heads, num_hidden_layers: layers, .. } = config.shape();
+    let Shape { hidden_size: hidden, num_attention_heads: heads, num_hidden_layers: layers, vocab_size, .. } =
+        config.shape();
     // Checked here because candle would otherwise fail later, or not at all, on such shapes.
     if hidden == 0 || heads == 0 || layers == 0 {
         return Err(bad("hidden_size, num_attention_heads and num_hidden_layers must be positive".to_string()));
@@ -428,7 +430,7 @@ fn parse_config(path: &Path, bytes: &[u8]) -> Result<ModelConfig, NeuralError> {
     if !hidden.is_multiple_of(heads) {
         return Err(bad(format!("hidden_size {hidden} is not a multiple of num_attention_heads {heads}")));
     }
-    if config.shape().vocab_size == 0 {
+    if vocab_size == 0 {
         return Err(bad("vocab_size must be positive".to_string()));
     }
     if let ModelConfig::MpNet(mpnet) = &config {
