@@ -58,7 +58,12 @@ fn embedder() -> &'static NeuralEmbedder {
 }
 
 fn fixture() -> Fixture {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/minilm_reference.json");
+    read_fixture("minilm_reference.json")
+}
+
+/// Reads `tests/fixtures/<name>` as JSON.
+fn read_fixture<T: serde::de::DeserializeOwned>(name: &str) -> T {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
@@ -367,12 +372,6 @@ fn tiny_mpnet_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mpnet-tiny")
 }
 
-fn mpnet_fixture() -> MpNetFixture {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mpnet_reference.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
-}
-
 /// Every value within 1e-4 of the reference (float32 against float64): a random model's
 /// vectors are not alike the way a sentence model's are, so a cosine alone would say too little.
 fn assert_matches_mpnet(fixture: &MpNetFixture, vectors: &[Vec<f32>], how: &str) {
@@ -386,7 +385,7 @@ fn assert_matches_mpnet(fixture: &MpNetFixture, vectors: &[Vec<f32>], how: &str)
 
 #[test]
 fn mpnet_matches_its_reference_batched_and_alone() {
-    let fixture = mpnet_fixture();
+    let fixture: MpNetFixture = read_fixture("mpnet_reference.json");
     assert!(fixture.texts.iter().any(|entry| entry.n_tokens == fixture.max_seq_length), "a truncated text");
     assert!(fixture.texts.iter().any(|entry| entry.text.is_empty()));
     let embedder = NeuralEmbedder::load(&tiny_mpnet_dir()).expect("load the tiny MPNet model");

@@ -18,7 +18,7 @@
 //! `scripts/mpnet_reference.py` is an independent NumPy forward pass; `tests/neural.rs` checks this
 //! one against it on a small random model committed as a fixture.
 
-use candle_core::{DType, Device, Module, Result, Tensor, D};
+use candle_core::{Device, Module, Result, Tensor, D};
 use candle_nn::{embedding, layer_norm, linear, Embedding, LayerNorm, Linear, VarBuilder};
 use serde::Deserialize;
 
@@ -214,5 +214,5 @@ fn key_mask(lengths: &[usize], seq_len: usize, device: &Device) -> Result<Tensor
     for &length in lengths {
         values.extend((0..seq_len).map(|position| if position < length { 0.0f32 } else { f32::MIN }));
     }
-    Tensor::from_vec(values, (lengths.len(), 1, 1, seq_len), device)?.to_dtype(DType::F32)
+    Tensor::from_vec(values, (lengths.len(), 1, 1, seq_len), device)
 }
