@@ -319,6 +319,7 @@ fn build_marked(
             let _ = vectors.upsert(&descriptor.id, &vector);
         }
     }
+    vectors.prepare();
     mark(BuildStep::Vectors);
     let lexical = LexicalIndex::build(described.iter().copied());
     mark(BuildStep::Lexical);

@@ -64,7 +64,7 @@
 use crate::core::catalog::Catalog;
 use crate::core::filter::DiscoveryFilter;
 use crate::core::graph::CapabilityGraph;
-use crate::core::index::{Alignment, VectorIndex, NONE};
+use crate::core::index::{Alignment, IndexQuery, VectorIndex, NONE};
 use crate::core::lexical::{ExactMatch, LexicalIndex, LexicalScores, PartsQuery};
 use crate::core::text::index_terms;
 use std::cell::RefCell;
@@ -471,7 +471,7 @@ fn winning_part(scores: &[f32], part_tops: &[f32], clause: f32) -> usize {
     let mut best = (0usize, 0.0f32);
     for p in 1..scores.len().min(part_tops.len()) {
         if part_tops[p] > 0.0 {
-            let term = whole_top * scores[p] / part_tops[p];
+            let term = whole_top * (scores[p] / part_tops[p]);
             if term > best.1 {
                 best = (p, term);
             }
@@ -523,8 +523,8 @@ fn rank_candidates(
     let parts = &query.parts[..n_parts];
     let per_signal = candidate_count(limit);
     let started = std::time::Instant::now();
-    // The query's non-zero dimensions per part; `None` when a part has no usable vector.
-    let sparse: Vec<Option<Vec<(u32, f32)>>> = parts.iter().map(|part| vectors.sparse_query(&part.vector)).collect();
+    // Each part's vector as the index scores it; `None` when a part has no usable vector.
+    let forms: Vec<Option<IndexQuery>> = parts.iter().map(|part| vectors.query_vector(&part.vector)).collect();
     // The rows of the candidates found so far: the dense pass gives their cosines on the way.
     let mut known_cosines: Vec<(usize, f32)> = candidates
         .iter()
@@ -535,7 +535,7 @@ fn rank_candidates(
     known_cosines.sort_unstable_by_key(|&(row, _)| row);
     known_cosines.dedup_by_key(|&mut (row, _)| row);
     // Only matched rows are offered: each has a document.
-    let dense_top = sparse[0].as_ref().and_then(|_| {
+    let dense_top = forms[0].as_ref().and_then(|_| {
         vectors.top_aligned(
             &parts[0].vector,
             alignment,
@@ -564,17 +564,17 @@ fn rank_candidates(
     let mut seen: Vec<(f32, Option<f32>)> =
         if explain { vec![(0.0, None); candidates.len() * n_parts] } else { Vec::new() };
     for p in 0..n_parts {
-        let dense = sparse[p].as_deref().filter(|_| whole_dense || p > 0);
+        let dense = forms[p].as_ref().filter(|_| whole_dense || p > 0);
         signals.clear();
         signals.extend(candidates.iter().enumerate().map(|(i, &doc)| {
             let lex = scratch.lexical[i * n_parts + p];
             let row = alignment.row_of_doc[doc as usize];
             let cosine = match dense {
-                Some(sparse) if row != NONE => {
+                Some(form) if row != NONE => {
                     let row = row as usize;
                     let known =
                         if p == 0 { known_cosines.binary_search_by_key(&row, |&(row, _)| row).ok() } else { None };
-                    Some(known.map_or_else(|| vectors.row_score(sparse, row), |at| known_cosines[at].1))
+                    Some(known.map_or_else(|| vectors.row_score(form, row), |at| known_cosines[at].1))
                 }
                 _ => None,
             };
@@ -598,7 +598,7 @@ fn rank_candidates(
             let scores = &part_scores[i * n_parts..(i + 1) * n_parts];
             let clause_score = (1..n_parts)
                 .filter(|&p| part_tops[p] > 0.0)
-                .map(|p| whole_top * scores[p] / part_tops[p])
+                .map(|p| whole_top * (scores[p] / part_tops[p]))
                 .fold(0.0f32, f32::max);
             let exact_kind = exact.iter().find(|(exact_doc, _)| *exact_doc == doc).map(|(_, kind)| *kind);
             let relevance = match exact_kind {
@@ -758,8 +758,8 @@ fn retrieve_slow(
     }
     timings.lexical_us = micros(started);
     let started = std::time::Instant::now();
-    // Every part's cosine with every row, one sequential pass per non-zero
-    // dimension: cheaper than a random access per candidate and dimension.
+    // Every part's cosine with every row, one sequential pass: cheaper than a
+    // random access per candidate and dimension.
     let dense_scores: Vec<Option<Vec<f32>>> = parts.iter().map(|part| indexes.vectors.scores(&part.vector)).collect();
     if let Some(whole_scores) = &dense_scores[0] {
         for hit in indexes.vectors.top(whole_scores, per_signal, admits_id) {
@@ -809,7 +809,7 @@ fn retrieve_slow(
         .map(|(id, scores)| {
             let clause_score = (1..n_parts)
                 .filter(|&p| part_tops[p] > 0.0)
-                .map(|p| whole_top * scores[p] / part_tops[p])
+                .map(|p| whole_top * (scores[p] / part_tops[p]))
                 .fold(0.0f32, f32::max);
             let exact_kind = exact.iter().find(|(exact_id, _)| exact_id == id).map(|(_, kind)| *kind);
             let relevance = match exact_kind {
