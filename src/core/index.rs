@@ -16,11 +16,12 @@
 //! - **Dense** (a model's: every entry non-zero): the query is quantised too,
 //!   to 16-bit codes, and each row's score is the integer dot product of the
 //!   two rows of codes times both steps, read from a row-major copy of the
-//!   codes (`row_major`) that the first dense query makes and every change
-//!   keeps up to date from then on. Adding a whole column per dimension in
-//!   `f32` costs about twice the instructions (a conversion and a multiply
-//!   per entry); an integer sum is exact, so the AVX2 loop, the portable one
-//!   and a single row read from the columns give the same float. The query's
+//!   codes (`row_major`) that a bulk load of dense rows or the first dense
+//!   query makes ([`VectorIndex::prepare`]) and every change keeps up to date
+//!   from then on. Adding a whole column per dimension in `f32` takes about
+//!   twice the time (a conversion and a multiply per entry); an integer sum
+//!   is exact, so the AVX2 loop, the portable one and a single row read from
+//!   the columns give the same float. The query's
 //!   codes are capped so that no sum can leave `i32`
 //!   (`127 · cap · dimensions ≤ i32::MAX`); the error is a few parts in
 //!   100,000 of the cosine.
@@ -67,9 +68,10 @@ pub struct VectorIndex {
     rows: IdTable,
     /// The last [`Alignment`] asked for; cleared by every change.
     alignment: RwLock<Option<Arc<Alignment>>>,
-    /// The codes again, row-major (`row · dimensions + d`): made by the first
-    /// dense query ([`IndexQuery::Dense`]) and kept up to date by every change
-    /// from then on, so a dense query reads each row's codes in one run.
+    /// The codes again, row-major (`row · dimensions + d`): made by a bulk load
+    /// of dense rows or the first dense query ([`IndexQuery::Dense`]) and kept
+    /// up to date by every change from then on, so a dense query reads each
+    /// row's codes in one run.
     row_major: OnceLock<Vec<i8>>,
 }
 
@@ -632,9 +634,9 @@ impl VectorIndex {
 /// dozen of its dimensions: each is added from its column, in `f32`. A
 /// model's query touches all of them: it is quantised to 16-bit codes and
 /// each row's score is an integer dot product with the row's codes, read in
-/// one run from the row-major copy (a quarter of the instructions of adding
-/// column after column in `f32`, and exact, so every way of summing gives the
-/// same float). Which form a query takes depends on the query alone.
+/// one run from the row-major copy (half the time of adding column after
+/// column in `f32`, and exact, so every way of summing gives the same float).
+/// Which form a query takes depends on the query alone.
 #[derive(Clone, Debug, PartialEq)]
 pub enum IndexQuery {
     /// The non-zero dimensions with their values, in dimension order.
