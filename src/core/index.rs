@@ -476,13 +476,7 @@ impl VectorIndex {
         scores.resize(self.ids.len(), 0.0);
         match &query {
             IndexQuery::Sparse(sparse) => add_dimensions(&self.sparse_columns(sparse), scores, &self.scales),
-            IndexQuery::Dense(dense) => {
-                let mut sums = vec![0i32; ROWS_PER_BLOCK.min(self.ids.len())];
-                for start in (0..self.ids.len()).step_by(ROWS_PER_BLOCK) {
-                    let rows = start..(start + ROWS_PER_BLOCK).min(self.ids.len());
-                    self.dense_block(dense, rows.clone(), &mut scores[rows], &mut sums);
-                }
-            }
+            IndexQuery::Dense(dense) => self.dense_block(dense, 0..self.ids.len(), scores),
         }
         true
     }
@@ -527,15 +521,11 @@ impl VectorIndex {
         })
     }
 
-    /// The scores of `rows` on a dense query into `scores` (one per row), `sums` a buffer of at least as many.
-    fn dense_block(&self, query: &DenseQuery, rows: std::ops::Range<usize>, scores: &mut [f32], sums: &mut [i32]) {
+    /// The scores of `rows` on a dense query into `scores` (one per row).
+    fn dense_block(&self, query: &DenseQuery, rows: std::ops::Range<usize>, scores: &mut [f32]) {
         let d = self.dimensions;
         let codes = &self.row_major()[rows.start * d..rows.end * d];
-        let sums = &mut sums[..rows.len()];
-        dot_rows(codes, &query.codes, sums);
-        for ((score, &sum), &scale) in scores.iter_mut().zip(sums.iter()).zip(&self.scales[rows]) {
-            *score = dense_cosine(sum, query.scale, scale);
-        }
+        dot_rows(codes, query, &self.scales[rows], scores);
     }
 
     /// Returns `query` as the index scores it ([`IndexQuery`]), or `None`
@@ -694,16 +684,18 @@ fn dot_row(row: &[i8], query: &[i16]) -> i32 {
     row.iter().zip(query).map(|(&r, &q)| i32::from(r) * i32::from(q)).sum()
 }
 
-/// [`dot_row`] of every row of `codes` (row-major, `query.len()` a row) into `sums`.
-fn dot_rows(codes: &[i8], query: &[i16], sums: &mut [i32]) {
+/// The [`dense_cosine`] of every row of `codes` (row-major, a query's
+/// length a row, with its step in `scales`) with `query`, into `scores`.
+fn dot_rows(codes: &[i8], query: &DenseQuery, scales: &[f32], scores: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, checked just above.
-        unsafe { dot_rows_avx2(codes, query, sums) };
+        unsafe { dot_rows_avx2(codes, query, scales, scores) };
         return;
     }
-    for (sum, row) in sums.iter_mut().zip(codes.chunks_exact(query.len())) {
-        *sum = dot_row(row, query);
+    let rows = codes.chunks_exact(query.codes.len()).zip(scales);
+    for (score, (row, &scale)) in scores.iter_mut().zip(rows) {
+        *score = dense_cosine(dot_row(row, &query.codes), query.scale, scale);
     }
 }
 
@@ -713,11 +705,12 @@ fn dot_rows(codes: &[i8], query: &[i16], sums: &mut [i32]) {
 /// sixteen as [`dot_row`] adds them. Integers: the sums are [`dot_row`]'s exactly.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn dot_rows_avx2(codes: &[i8], query: &[i16], sums: &mut [i32]) {
+unsafe fn dot_rows_avx2(codes: &[i8], dense: &DenseQuery, scales: &[f32], scores: &mut [f32]) {
     use std::arch::x86_64::*;
+    let query = dense.codes.as_slice();
     let d = query.len();
     let whole = d - d % 16;
-    for (sum, row) in sums.iter_mut().zip(codes.chunks_exact(d)) {
+    for (score, (row, &scale)) in scores.iter_mut().zip(codes.chunks_exact(d).zip(scales)) {
         let mut acc = _mm256_setzero_si256();
         let mut k = 0;
         while k < whole {
@@ -735,7 +728,8 @@ unsafe fn dot_rows_avx2(codes: &[i8], query: &[i16], sums: &mut [i32]) {
         let halves = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc));
         let pairs = _mm_add_epi32(halves, _mm_shuffle_epi32::<0b01_00_11_10>(halves));
         let total = _mm_add_epi32(pairs, _mm_shuffle_epi32::<0b10_11_00_01>(pairs));
-        *sum = _mm_cvtsi128_si32(total) + dot_row(&row[whole..], &query[whole..]);
+        let sum = _mm_cvtsi128_si32(total) + dot_row(&row[whole..], &query[whole..]);
+        *score = dense_cosine(sum, dense.scale, scale);
     }
 }
 
@@ -878,10 +872,6 @@ impl VectorIndex {
             IndexQuery::Sparse(sparse) => self.sparse_columns(sparse),
             IndexQuery::Dense(_) => Vec::new(),
         };
-        let mut sums = match &query {
-            IndexQuery::Dense(_) => vec![0i32; ROWS_PER_BLOCK.min(self.ids.len())],
-            IndexQuery::Sparse(_) => Vec::new(),
-        };
         let mut top = TopKeys::new(k);
         let mut bar = top.bar();
         let mut watched = 0;
@@ -898,7 +888,7 @@ impl VectorIndex {
                     scores.fill(0.0);
                     score_block(&dims, scores, &self.scales[rows.clone()], rows.clone());
                 }
-                IndexQuery::Dense(dense) => self.dense_block(dense, rows.clone(), scores, &mut sums),
+                IndexQuery::Dense(dense) => self.dense_block(dense, rows.clone(), scores),
             }
             while let Some((row, score)) = watch.get_mut(watched).filter(|(row, _)| *row < rows.end) {
                 if *row >= rows.start {
