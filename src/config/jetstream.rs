@@ -32,6 +32,9 @@ pub struct JetStreamSettings {
     pub replicas: usize,
     pub duplicate_window_ms: u64,
     pub apply_timeout_ms: u64,
+    /// How long a starting node keeps opening its streams and buckets while
+    /// the JetStream cluster is not ready (`gateway::patience`).
+    pub open_timeout_ms: u64,
     pub outcome_max_in_flight: usize,
     /// Whether dispatch state (registry, bindings, approvals, re-drive claims,
     /// rate windows) lives in the key-value buckets below, shared by every node.
@@ -137,6 +140,7 @@ impl JetStreamSettings {
         at_most("jetstream.outcome_max_age_ms", raw.outcome_max_age_ms, MAX_AGE_MS)?;
         in_range("jetstream.duplicate_window_ms", raw.duplicate_window_ms, 1_000..=86_400_000)?;
         in_range("jetstream.apply_timeout_ms", raw.apply_timeout_ms, 100..=600_000)?;
+        in_range("jetstream.open_timeout_ms", raw.open_timeout_ms, 1_000..=600_000)?;
         in_range("jetstream.outcome_max_in_flight", raw.outcome_max_in_flight, 1..=65_536)?;
         at_most("jetstream.approvals_max_age_ms", raw.approvals_max_age_ms, MAX_AGE_MS)?;
         at_most("jetstream.redrive_max_age_ms", raw.redrive_max_age_ms, MAX_AGE_MS)?;
@@ -181,6 +185,7 @@ mod tests {
             (Box::new(|r| r.outcome_max_age_ms = MAX_AGE_MS + 1), "jetstream.outcome_max_age_ms", OutOfRange),
             (Box::new(|r| r.duplicate_window_ms = 999), "jetstream.duplicate_window_ms", OutOfRange),
             (Box::new(|r| r.apply_timeout_ms = 99), "jetstream.apply_timeout_ms", OutOfRange),
+            (Box::new(|r| r.open_timeout_ms = 999), "jetstream.open_timeout_ms", OutOfRange),
             (Box::new(|r| r.outcome_max_in_flight = 65_537), "jetstream.outcome_max_in_flight", OutOfRange),
             (Box::new(|r| r.rates_bucket = "R.S".into()), "jetstream.rates_bucket", Malformed),
             (Box::new(|r| r.scg_bucket = "CAPDEX_REGISTRY".into()), "jetstream.scg_bucket", Conflict),

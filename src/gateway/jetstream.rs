@@ -14,6 +14,7 @@
 //! (`app.rs`), so the gateway stays ignorant of actors and the store.
 
 use crate::config::JetStreamSettings;
+use crate::gateway::patience::{self, Setback};
 use crate::gateway::subjects::Subjects;
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
@@ -25,8 +26,6 @@ use std::time::Duration;
 /// The header that carries a message's id (JetStream deduplicates on it).
 pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";
 
-/// How many times a stream is opened before a node gives up starting.
-const OPEN_ATTEMPTS: u32 = 6;
 /// The most index mutations applied as one batch (one index build).
 pub const INDEX_BATCH: usize = 512;
 /// How long to wait before following a stream again after its subscription failed.
@@ -37,6 +36,8 @@ const OUTCOME_ACK_WAIT: Duration = Duration::from_secs(5);
 /// A JetStream operation that failed, naming what was attempted.
 #[derive(Debug, thiserror::Error)]
 pub enum JetStreamError {
+    #[error("JetStream is not available: {0}")]
+    Unavailable(String),
     #[error("failed to create or open stream {stream}: {message}")]
     Stream { stream: String, message: String },
     #[error("failed to create consumer {consumer} on stream {stream}: {message}")]
@@ -100,6 +101,10 @@ impl JetStream {
         subjects: &Subjects,
     ) -> Result<JetStream, JetStreamError> {
         let context = jetstream::new(client.clone());
+        let patience = Duration::from_millis(settings.open_timeout_ms);
+        patience::until_ready("JetStream", patience, || patience::jetstream_available(&context))
+            .await
+            .map_err(JetStreamError::Unavailable)?;
         let js = JetStream {
             context,
             client,
@@ -178,47 +183,48 @@ impl JetStream {
             ..Default::default()
         };
         self.create_stream(config.clone()).await?;
-        let mut stream = self
-            .context
-            .get_stream(name)
-            .await
-            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })?;
-        let held = &stream
-            .info()
-            .await
-            .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })?
-            .config;
+        let held = self
+            .patiently(name, || async {
+                let mut stream = self.context.get_stream(name).await.map_err(|err| err.to_string())?;
+                stream.info().await.map(|info| info.config.clone()).map_err(|err| err.to_string())
+            })
+            .await?;
         if held.max_age != config.max_age || held.max_messages != config.max_messages {
-            let mut limited = held.clone();
+            let mut limited = held;
             (limited.max_age, limited.max_messages) = (config.max_age, config.max_messages);
-            self.context
-                .update_stream(limited)
-                .await
-                .map_err(|err| JetStreamError::Stream { stream: name.to_string(), message: err.to_string() })?;
+            self.patiently(name, || async {
+                self.context.update_stream(limited.clone()).await.map(drop).map_err(|err| err.to_string())
+            })
+            .await?;
         }
         Ok(())
     }
 
     /// Creates the stream `config` describes unless it exists (an existing one
-    /// is used as it is); tried again while a cluster places a replicated
-    /// stream that other nodes are creating at the same time (such a request
-    /// may time out), up to [`OPEN_ATTEMPTS`] times.
+    /// is used as it is), waiting while a cluster is not ready or places a
+    /// replicated stream that other nodes are creating at the same time
+    /// (`jetstream.open_timeout_ms`, [`patience::until_ready`]).
     async fn create_stream(&self, config: stream::Config) -> Result<(), JetStreamError> {
-        let name = config.name.clone();
-        let mut attempt = 0;
-        loop {
-            match self.context.get_or_create_stream(config.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(err) => {
-                    attempt += 1;
-                    if attempt >= OPEN_ATTEMPTS {
-                        return Err(JetStreamError::Stream { stream: name, message: err.to_string() });
-                    }
-                    tracing::debug!(%err, stream = %name, "opening a stream again");
-                    tokio::time::sleep(RESUBSCRIBE_BACKOFF * attempt).await;
-                }
-            }
-        }
+        self.patiently(&config.name, || async {
+            self.context.get_or_create_stream(config.clone()).await.map(drop).map_err(|err| err.to_string())
+        })
+        .await
+    }
+
+    /// Runs one step of opening stream `name` until it succeeds or
+    /// `jetstream.open_timeout_ms` has passed (every failure here may be a
+    /// cluster not ready yet: JetStream itself was found when the node connected).
+    async fn patiently<T, Fut>(&self, name: &str, mut step: impl FnMut() -> Fut) -> Result<T, JetStreamError>
+    where
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let patience = Duration::from_millis(self.settings.open_timeout_ms);
+        patience::until_ready(name, patience, || {
+            let attempt = step();
+            async move { attempt.await.map_err(Setback::NotYet) }
+        })
+        .await
+        .map_err(|message| JetStreamError::Stream { stream: name.to_string(), message })
     }
 
     /// The subject outcomes are published on.

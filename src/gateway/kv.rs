@@ -18,6 +18,7 @@ use crate::core::dispatch::shared::{
     self, RegistryChange, Settled, SharedDispatch, SharedError, SharedFuture, SlotCounts,
 };
 use crate::core::retention::{approval_record, redrive_record, Limits, Record, StoreSize, Swept};
+use crate::gateway::patience::{self, Setback};
 use async_nats::jetstream::kv::{self, Operation};
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, stream};
@@ -36,8 +37,9 @@ const ATTEMPTS: u32 = 7;
 /// The header JetStream marks a deleted or purged key with.
 const KV_OPERATION: &str = "KV-Operation";
 
+/// The wait after the `attempt`-th failed try (1-based): 0.1, 0.2, 0.4, 0.8, then 1.6 s.
 fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(100 << attempt.saturating_sub(1).min(4))
+    patience::backoff(attempt.saturating_sub(1))
 }
 
 /// How long to wait before watching a bucket again after its watch failed.
@@ -65,6 +67,9 @@ pub struct BucketSpec {
     /// How long a value is kept after its last write; zero keeps it.
     pub max_age: Duration,
     pub description: String,
+    /// How long opening it waits while the JetStream cluster is not ready
+    /// (`jetstream.open_timeout_ms`, `gateway::patience`).
+    pub patience: Duration,
 }
 
 /// A value and the revision it was written at.
@@ -148,20 +153,16 @@ impl Bucket {
     /// replicated bucket exists only once its replicas are placed).
     pub async fn open(client: &async_nats::Client, spec: &BucketSpec) -> Result<Bucket, KvError> {
         let context = jetstream::new(client.clone());
-        let mut attempt = 0;
-        loop {
-            match Bucket::open_once(&context, spec).await {
-                Ok(store) => return Ok(Bucket { store, name: spec.name.clone() }),
-                Err(message) => {
-                    attempt += 1;
-                    if attempt >= ATTEMPTS {
-                        return Err(KvError::Open { bucket: spec.name.clone(), message });
-                    }
-                    tracing::debug!(bucket = %spec.name, %message, "opening a key-value bucket again");
-                    tokio::time::sleep(backoff(attempt)).await;
-                }
-            }
-        }
+        let failed = |message| KvError::Open { bucket: spec.name.clone(), message };
+        patience::until_ready("JetStream", spec.patience, || patience::jetstream_available(&context))
+            .await
+            .map_err(failed)?;
+        let store = patience::until_ready(&spec.name, spec.patience, || async {
+            Bucket::open_once(&context, spec).await.map_err(Setback::NotYet)
+        })
+        .await
+        .map_err(failed)?;
+        Ok(Bucket { store, name: spec.name.clone() })
     }
 
     async fn open_once(context: &jetstream::Context, spec: &BucketSpec) -> Result<kv::Store, String> {
@@ -473,6 +474,7 @@ impl DispatchBuckets {
             replicas: settings.replicas,
             max_age: Duration::from_millis(max_age_ms),
             description: description.to_string(),
+            patience: Duration::from_millis(settings.open_timeout_ms),
         };
         Ok(DispatchBuckets {
             registry: Bucket::open(

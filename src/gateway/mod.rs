@@ -7,13 +7,15 @@
 //! - `micro`: the micro-service protocol (`$SRV.PING`, `$SRV.INFO`, `$SRV.STATS`);
 //! - `connect`: connection options (credentials, TLS) from `[nats]`;
 //! - `jetstream`: the index mutation log and the outcome stream shared by several nodes;
-//! - `kv`: key-value buckets, the other state several nodes share (registry, approvals, claims, ...).
+//! - `kv`: key-value buckets, the other state several nodes share (registry, approvals, claims, ...);
+//! - `patience`: opening streams and buckets while a JetStream cluster forms.
 
 pub mod connect;
 pub mod errors;
 pub mod jetstream;
 pub mod kv;
 pub mod micro;
+pub mod patience;
 pub mod service;
 pub mod subjects;
 pub mod wire;

@@ -92,6 +92,7 @@ pub async fn start(
         replicas: settings.jetstream.replicas,
         max_age: Duration::ZERO,
         description: description.to_string(),
+        patience: Duration::from_millis(settings.jetstream.open_timeout_ms),
     };
     let hint = "JetStream is needed by several nodes (run nats-server with -js), or set jetstream.enabled = false";
     let scg_spec = spec(&settings.jetstream.scg_bucket, "capdex: mapped SCG sources and memory notes");

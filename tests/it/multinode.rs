@@ -322,3 +322,43 @@ async fn events_of_stream_outcomes_are_published_once_whatever_the_number_of_nod
     assert_eq!(a.stored_sample_counts(), expected, "node a");
     assert_eq!(b.stored_sample_counts(), expected, "node b");
 }
+
+/// A node that needs JetStream (`jetstream.enabled`, the default) on a server
+/// without it, or as an account without it, stops at once with an error that
+/// says so and how to fix it: it does not wait out `jetstream.open_timeout_ms`
+/// (30 s by default), which is for a cluster that is still forming.
+#[tokio::test]
+async fn without_jetstream_a_node_says_so_at_once_instead_of_waiting() {
+    use crate::security::{start_capdex, start_server};
+    use crate::support::nats_server::free_port;
+    let accountless = "accounts { A { users = [ { user: a, password: a } ] } }\n";
+    for (case, account) in [("a server without JetStream", ""), ("an account without JetStream", accountless)] {
+        let port = free_port();
+        let store = tempfile::tempdir().unwrap();
+        // The second server has JetStream, but not for account A.
+        let js =
+            if account.is_empty() { String::new() } else { format!("jetstream {{ store_dir: {:?} }}\n", store.path()) };
+        let conf = format!("listen: 127.0.0.1:{port}\n{js}{account}");
+        let _server = start_server(tempfile::tempdir().unwrap(), port, &conf, &[]);
+        // Ten minutes of patience: only failing fast ends this test in time.
+        let mut env = vec![
+            ("CAPDEX_JETSTREAM_ENABLED", "true".to_string()),
+            ("CAPDEX_JETSTREAM_OPEN_TIMEOUT_MS", "600000".to_string()),
+        ];
+        if !account.is_empty() {
+            env.extend([("CAPDEX_NATS_USER", "a".to_string()), ("CAPDEX_NATS_PASSWORD", "a".to_string())]);
+        }
+        let started = Instant::now();
+        let mut node = start_capdex(&format!("nats://127.0.0.1:{port}"), &env);
+        let status = loop {
+            if let Some(status) = node.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{case}: capdex still waiting:\n{}", node.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let log = node.log();
+        assert!(!status.success(), "{case}: {log}");
+        assert!(log.contains("JetStream is not available") && log.contains("-js"), "{case}: {log}");
+    }
+}
