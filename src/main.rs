@@ -546,12 +546,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         route: None,
     } = cli.command
     {
-        let mut config = settings.discovery.clone();
-        config.use_graph_reranking &= !no_graph;
         let embedder = embedder.apply(&settings.embedder)?;
-        // `[discovery] lexical_weight = "auto"` follows the embedder chosen here.
-        config.lexical_weight = settings.lexical_weight.resolve(embedder.backend);
-        config.chatter_gate = settings.chatter_gate.resolve(embedder.backend);
+        // `[discovery]`'s "auto" settings follow the embedder chosen here.
+        let mut config = settings.discovery_for(embedder.backend);
+        config.use_graph_reranking &= !no_graph;
         let mut fusion = capdex::core::retrieval::Fusion::default();
         fusion.lexical = lexical_weight.unwrap_or(config.lexical_weight).clamp(0.0, 1.0);
         fusion.clause = clause_weight.unwrap_or(fusion.clause).clamp(0.0, 1.0);
@@ -1061,11 +1059,7 @@ fn bench_report(
     let embedder_settings = flags.apply(&settings.embedder)?;
     let embedder = capdex::embedders::backend::build(&embedder_settings)?;
     let batch_size = embedder_settings.batch_size;
-    let discovery = capdex::core::discovery::DiscoveryConfig {
-        lexical_weight: settings.lexical_weight.resolve(embedder_settings.backend),
-        chatter_gate: settings.chatter_gate.resolve(embedder_settings.backend),
-        ..settings.discovery.clone()
-    };
+    let discovery = settings.discovery_for(embedder_settings.backend);
     if let (BenchMode::Memory, Some(n)) = (&mode, synthetic) {
         // The descriptors are made inside the account, so that they are measured too.
         let count = match queries.as_deref() {

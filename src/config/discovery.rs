@@ -3,7 +3,7 @@
 
 use super::embedder::EmbedderBackend;
 use super::error::{at_most, InvalidKind, InvalidSetting};
-use crate::core::discovery::DiscoveryConfig;
+use crate::core::discovery::{DiscoveryConfig, GATED_TIER1_MIN_RELEVANCE, TIER1_MIN_RELEVANCE};
 use crate::core::outcome_prior::OutcomePriorSettings;
 use serde::Deserialize;
 
@@ -16,7 +16,8 @@ pub struct RawDiscovery {
     pub tier2_token_budget: usize,
     pub tier1_top_k: usize,
     pub tier2_top_k: usize,
-    pub tier1_min_relevance: f32,
+    /// `"auto"` or a number in [0, 1] (see [`MinRelevance`]).
+    pub tier1_min_relevance: toml::Value,
     pub use_graph_reranking: bool,
     pub graph_boost_factor: f32,
     /// `"auto"` or a number in [0, 1] (see [`LexicalWeight`]).
@@ -64,19 +65,7 @@ pub enum LexicalWeight {
 impl LexicalWeight {
     /// Reads `"auto"` or a number in [0, 1] (also as text, as an environment override gives it).
     pub fn parse(value: &toml::Value) -> Result<LexicalWeight, String> {
-        let number = match value {
-            toml::Value::String(text) if text.trim() == "auto" => return Ok(LexicalWeight::Auto),
-            toml::Value::String(text) => text.trim().parse::<f64>().ok(),
-            toml::Value::Float(number) => Some(*number),
-            toml::Value::Integer(number) => Some(*number as f64),
-            _ => None,
-        };
-        match number {
-            Some(number) if number.is_finite() && (0.0..=1.0).contains(&number) => {
-                Ok(LexicalWeight::Fixed(number as f32))
-            }
-            _ => Err(format!("must be \"auto\" or a number in [0, 1], got {value}")),
-        }
+        Ok(auto_or_unit(value)?.map_or(LexicalWeight::Auto, LexicalWeight::Fixed))
     }
 
     /// The share to use with `backend`.
@@ -84,6 +73,48 @@ impl LexicalWeight {
         match self {
             LexicalWeight::Auto => backend.default_lexical_weight(),
             LexicalWeight::Fixed(weight) => weight,
+        }
+    }
+}
+
+/// Reads `"auto"` (`None`) or a number in [0, 1], also as text (as an environment override gives it).
+fn auto_or_unit(value: &toml::Value) -> Result<Option<f32>, String> {
+    let number = match value {
+        toml::Value::String(text) if text.trim() == "auto" => return Ok(None),
+        toml::Value::String(text) => text.trim().parse::<f64>().ok(),
+        toml::Value::Float(number) => Some(*number),
+        toml::Value::Integer(number) => Some(*number as f64),
+        _ => None,
+    };
+    match number {
+        Some(number) if number.is_finite() && (0.0..=1.0).contains(&number) => Ok(Some(number as f32)),
+        _ => Err(format!("must be \"auto\" or a number in [0, 1], got {value}")),
+    }
+}
+
+/// `[discovery] tier1_min_relevance`: the relevance a Tier 1 capability
+/// needs, fixed or following the embedder and the chatter gate (`"auto"`,
+/// the default): [`GATED_TIER1_MIN_RELEVANCE`] with a neural model whose
+/// chatter gate is on, [`TIER1_MIN_RELEVANCE`] otherwise.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MinRelevance {
+    Auto,
+    Fixed(f32),
+}
+
+impl MinRelevance {
+    /// Reads `"auto"` or a number in [0, 1] (also as text, as an environment override gives it).
+    pub fn parse(value: &toml::Value) -> Result<MinRelevance, String> {
+        Ok(auto_or_unit(value)?.map_or(MinRelevance::Auto, MinRelevance::Fixed))
+    }
+
+    /// The floor to use with `backend` when the chatter gate is `gate_on`.
+    pub fn resolve(self, backend: EmbedderBackend, gate_on: bool) -> f32 {
+        match self {
+            // The backends that are not in process are the neural models (`local`, `http`).
+            MinRelevance::Auto if gate_on && !backend.is_in_process() => GATED_TIER1_MIN_RELEVANCE,
+            MinRelevance::Auto => TIER1_MIN_RELEVANCE,
+            MinRelevance::Fixed(floor) => floor,
         }
     }
 }
@@ -140,6 +171,8 @@ pub struct DiscoverySection {
     pub lexical_weight: LexicalWeight,
     /// `chatter_gate` as written.
     pub chatter_gate: ChatterGate,
+    /// `tier1_min_relevance` as written.
+    pub tier1_min_relevance: MinRelevance,
     /// The outcome prior (`outcome_prior*`), which the KPI actor keeps.
     pub prior: OutcomePriorSettings,
     pub prior_publish_interval_ms: u64,
@@ -155,17 +188,20 @@ impl DiscoverySection {
             .map_err(|problem| InvalidSetting::out_of_range("discovery.lexical_weight", problem))?;
         let chatter_gate = ChatterGate::parse(&raw.chatter_gate)
             .map_err(|problem| InvalidSetting::out_of_range("discovery.chatter_gate", problem))?;
+        let tier1_min_relevance = MinRelevance::parse(&raw.tier1_min_relevance)
+            .map_err(|problem| InvalidSetting::out_of_range("discovery.tier1_min_relevance", problem))?;
+        let gate_on = chatter_gate.resolve(backend);
         let config = DiscoveryConfig {
             tier0_token_budget: raw.tier0_token_budget,
             tier1_token_budget: raw.tier1_token_budget,
             tier2_token_budget: raw.tier2_token_budget,
             tier1_top_k: raw.tier1_top_k,
             tier2_top_k: raw.tier2_top_k,
-            tier1_min_relevance: raw.tier1_min_relevance,
+            tier1_min_relevance: tier1_min_relevance.resolve(backend, gate_on),
             use_graph_reranking: raw.use_graph_reranking,
             graph_boost_factor: raw.graph_boost_factor,
             lexical_weight: lexical_weight.resolve(backend),
-            chatter_gate: chatter_gate.resolve(backend),
+            chatter_gate: gate_on,
         };
         config.validate().map_err(|problem| {
             // The one relation between two keys; every other check is a bound.
@@ -208,6 +244,7 @@ impl DiscoverySection {
             config,
             lexical_weight,
             chatter_gate,
+            tier1_min_relevance,
             prior,
             prior_publish_interval_ms,
             learning,
@@ -271,7 +308,11 @@ mod tests {
             (Box::new(|r| r.tier1_top_k = 0), "discovery.tier1_top_k", OutOfRange),
             (Box::new(|r| r.tier2_top_k = 9), "discovery.tier2_top_k", Conflict),
             (Box::new(|r| r.tier0_token_budget = 2_000_000), "discovery.tier0_token_budget", OutOfRange),
-            (Box::new(|r| r.tier1_min_relevance = f32::NAN), "discovery.tier1_min_relevance", OutOfRange),
+            (
+                Box::new(|r| r.tier1_min_relevance = toml::Value::Float(f64::NAN)),
+                "discovery.tier1_min_relevance",
+                OutOfRange,
+            ),
             (Box::new(|r| r.graph_boost_factor = 2.0), "discovery.graph_boost_factor", OutOfRange),
             (Box::new(|r| r.outcome_prior_strength = 0.6), "discovery.outcome_prior_strength", OutOfRange),
             (Box::new(|r| r.outcome_prior_half_life_ms = 0), "discovery.outcome_prior_half_life_ms", OutOfRange),

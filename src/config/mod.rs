@@ -34,7 +34,8 @@ mod sources;
 
 pub use console::{ConsoleSettings, RawConsole};
 pub use discovery::{
-    ChatterGate, DiscoverySection, LexicalWeight, OutcomeLearningSettings, RawDiscovery, MAX_DISCOVERY_WORKERS,
+    ChatterGate, DiscoverySection, LexicalWeight, MinRelevance, OutcomeLearningSettings, RawDiscovery,
+    MAX_DISCOVERY_WORKERS,
 };
 pub use dispatch::{DispatchSettings, RawDispatch};
 pub use embedder::{EmbedderBackend, EmbedderSettings, Pooling, RawEmbedder};
@@ -107,6 +108,8 @@ pub struct Settings {
     pub lexical_weight: LexicalWeight,
     /// `[discovery] chatter_gate` as written (`auto` follows the embedder).
     pub chatter_gate: ChatterGate,
+    /// `[discovery] tier1_min_relevance` as written (`auto` follows the embedder and the chatter gate).
+    pub tier1_min_relevance: MinRelevance,
     /// `[discovery] outcome_learning*`.
     pub outcome_learning: OutcomeLearningSettings,
     pub embedder_dimensions: usize,
@@ -136,6 +139,19 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// `[discovery]` with its `"auto"` settings (lexical weight, chatter gate,
+    /// Tier 1 floor) resolved for `backend`, e.g. an embedder chosen on the
+    /// command line instead of the configured one.
+    pub fn discovery_for(&self, backend: EmbedderBackend) -> DiscoveryConfig {
+        let chatter_gate = self.chatter_gate.resolve(backend);
+        DiscoveryConfig {
+            lexical_weight: self.lexical_weight.resolve(backend),
+            chatter_gate,
+            tier1_min_relevance: self.tier1_min_relevance.resolve(backend, chatter_gate),
+            ..self.discovery.clone()
+        }
+    }
+
     /// Loads the defaults, then `file` (if any), then the `CAPDEX_*` variables of `env`.
     pub fn load(file: Option<&Path>, env: &Environment) -> Result<Settings, ConfigError> {
         match file {
@@ -201,6 +217,7 @@ impl Settings {
             discovery: discovery.config,
             lexical_weight: discovery.lexical_weight,
             chatter_gate: discovery.chatter_gate,
+            tier1_min_relevance: discovery.tier1_min_relevance,
             outcome_learning: discovery.learning,
             embedder_dimensions: embedder.dimensions,
             embedder,
@@ -306,6 +323,34 @@ pub(crate) mod tests {
         for bad in ["yes", "0.5"] {
             let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_CHATTER_GATE", bad)])).unwrap_err();
             assert!(err.to_string().contains("discovery.chatter_gate"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_tier1_floor_follows_the_embedder_and_the_gate_unless_set() {
+        use crate::core::discovery::{GATED_TIER1_MIN_RELEVANCE, TIER1_MIN_RELEVANCE};
+        let floor = |pairs: &[(&str, &str)]| Settings::load(None, &env(pairs)).unwrap();
+        let shipped = floor(&[]);
+        assert_eq!(shipped.tier1_min_relevance, MinRelevance::Auto);
+        assert_eq!(shipped.discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE, "the static embedder, no gate");
+        let http = [
+            ("CAPDEX_EMBEDDER_BACKEND", "http"),
+            ("CAPDEX_EMBEDDER_ENDPOINT", "http://127.0.0.1:9"),
+            ("CAPDEX_EMBEDDER_MODEL", "m"),
+        ];
+        assert_eq!(floor(&http).discovery.tier1_min_relevance, GATED_TIER1_MIN_RELEVANCE, "a neural model, gated");
+        let ungated = floor(&[http[0], http[1], http[2], ("CAPDEX_DISCOVERY_CHATTER_GATE", "false")]);
+        assert_eq!(ungated.discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE, "no gate: the floor keeps chatter out");
+        let gated_static = floor(&[("CAPDEX_DISCOVERY_CHATTER_GATE", "true")]);
+        assert_eq!(gated_static.discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE, "static relevance is not lower");
+        let fixed = floor(&[http[0], http[1], http[2], ("CAPDEX_DISCOVERY_TIER1_MIN_RELEVANCE", "0.25")]);
+        assert_eq!((fixed.tier1_min_relevance, fixed.discovery.tier1_min_relevance), (MinRelevance::Fixed(0.25), 0.25));
+        // The command line's embedder resolves "auto" again.
+        assert_eq!(shipped.discovery_for(EmbedderBackend::Local).tier1_min_relevance, GATED_TIER1_MIN_RELEVANCE);
+        assert_eq!(fixed.discovery_for(EmbedderBackend::Static).tier1_min_relevance, 0.25);
+        for bad in ["1.5", "-0.1", "NaN", "some"] {
+            let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_TIER1_MIN_RELEVANCE", bad)])).unwrap_err();
+            assert!(err.to_string().contains("discovery.tier1_min_relevance"), "{bad}: {err}");
         }
     }
 
