@@ -93,9 +93,9 @@ fn auto_or_unit(value: &toml::Value) -> Result<Option<f32>, String> {
 }
 
 /// `[discovery] tier1_min_relevance`: the relevance a Tier 1 capability
-/// needs, fixed or following the embedder and the chatter gate (`"auto"`,
-/// the default): [`GATED_TIER1_MIN_RELEVANCE`] with a neural model whose
-/// chatter gate is on, [`TIER1_MIN_RELEVANCE`] otherwise.
+/// needs, fixed (the shipped file's 0.3, the design's default) or following
+/// the embedder and the chatter gate (`"auto"`): [`GATED_TIER1_MIN_RELEVANCE`]
+/// with a neural model whose chatter gate is on, [`TIER1_MIN_RELEVANCE`] otherwise.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MinRelevance {
     Auto,

@@ -37,6 +37,10 @@ pub const SECRET_ENV_PREFIX: &str = "CAPDEX_SECRET_";
 /// Settings whose variable is a comma-separated list rather than a colon-separated one.
 const COMMA_LISTS: &[&str] = &["CAPDEX_DISPATCH_ENV_ALLOW"];
 
+/// Number settings that also take `"auto"` (the default is a number, so the
+/// variable would otherwise have to be one).
+const NUMBER_OR_AUTO: &[&str] = &["CAPDEX_DISCOVERY_TIER1_MIN_RELEVANCE"];
+
 /// The compiled-in defaults as a TOML value.
 pub(crate) fn defaults() -> Result<toml::Value, ConfigError> {
     parse_toml("(built-in defaults)", DEFAULT_CONFIG_TOML)
@@ -116,6 +120,9 @@ pub(crate) fn apply_env(value: &mut toml::Value, env: &Environment) -> Result<()
         let parsed = match table.get(leaf) {
             Some(toml::Value::Integer(_)) => {
                 toml::Value::Integer(text.trim().parse().map_err(|_| bad("expected a whole number"))?)
+            }
+            Some(toml::Value::Float(_)) if NUMBER_OR_AUTO.contains(&name) && text.trim() == "auto" => {
+                toml::Value::String("auto".to_string())
             }
             Some(toml::Value::Float(_)) => {
                 toml::Value::Float(text.trim().parse().map_err(|_| bad("expected a number"))?)

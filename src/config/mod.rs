@@ -330,18 +330,24 @@ pub(crate) mod tests {
     fn the_tier1_floor_follows_the_embedder_and_the_gate_unless_set() {
         use crate::core::discovery::{GATED_TIER1_MIN_RELEVANCE, TIER1_MIN_RELEVANCE};
         let floor = |pairs: &[(&str, &str)]| Settings::load(None, &env(pairs)).unwrap();
-        let shipped = floor(&[]);
-        assert_eq!(shipped.tier1_min_relevance, MinRelevance::Auto);
-        assert_eq!(shipped.discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE, "the static embedder, no gate");
         let http = [
             ("CAPDEX_EMBEDDER_BACKEND", "http"),
             ("CAPDEX_EMBEDDER_ENDPOINT", "http://127.0.0.1:9"),
             ("CAPDEX_EMBEDDER_MODEL", "m"),
         ];
-        assert_eq!(floor(&http).discovery.tier1_min_relevance, GATED_TIER1_MIN_RELEVANCE, "a neural model, gated");
-        let ungated = floor(&[http[0], http[1], http[2], ("CAPDEX_DISCOVERY_CHATTER_GATE", "false")]);
+        // The shipped file keeps the design's 0.3 whatever the embedder.
+        let shipped = floor(&[]);
+        assert_eq!(shipped.tier1_min_relevance, MinRelevance::Fixed(TIER1_MIN_RELEVANCE));
+        assert_eq!(floor(&http).discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE);
+        let auto =
+            |pairs: &[(&str, &str)]| floor(&[pairs, &[("CAPDEX_DISCOVERY_TIER1_MIN_RELEVANCE", "auto")]].concat());
+        let shipped = auto(&[]);
+        assert_eq!(shipped.tier1_min_relevance, MinRelevance::Auto);
+        assert_eq!(shipped.discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE, "the static embedder, no gate");
+        assert_eq!(auto(&http).discovery.tier1_min_relevance, GATED_TIER1_MIN_RELEVANCE, "a neural model, gated");
+        let ungated = auto(&[http[0], http[1], http[2], ("CAPDEX_DISCOVERY_CHATTER_GATE", "false")]);
         assert_eq!(ungated.discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE, "no gate: the floor keeps chatter out");
-        let gated_static = floor(&[("CAPDEX_DISCOVERY_CHATTER_GATE", "true")]);
+        let gated_static = auto(&[("CAPDEX_DISCOVERY_CHATTER_GATE", "true")]);
         assert_eq!(gated_static.discovery.tier1_min_relevance, TIER1_MIN_RELEVANCE, "static relevance is not lower");
         let fixed = floor(&[http[0], http[1], http[2], ("CAPDEX_DISCOVERY_TIER1_MIN_RELEVANCE", "0.25")]);
         assert_eq!((fixed.tier1_min_relevance, fixed.discovery.tier1_min_relevance), (MinRelevance::Fixed(0.25), 0.25));
@@ -349,8 +355,9 @@ pub(crate) mod tests {
         assert_eq!(shipped.discovery_for(EmbedderBackend::Local).tier1_min_relevance, GATED_TIER1_MIN_RELEVANCE);
         assert_eq!(fixed.discovery_for(EmbedderBackend::Static).tier1_min_relevance, 0.25);
         for bad in ["1.5", "-0.1", "NaN", "some"] {
+            // "some" is refused by the variable's type, the others by the section.
             let err = Settings::load(None, &env(&[("CAPDEX_DISCOVERY_TIER1_MIN_RELEVANCE", bad)])).unwrap_err();
-            assert!(err.to_string().contains("discovery.tier1_min_relevance"), "{bad}: {err}");
+            assert!(err.to_string().to_lowercase().contains("tier1_min_relevance"), "{bad}: {err}");
         }
     }
 

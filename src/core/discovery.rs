@@ -45,11 +45,11 @@ fn default_lexical_weight() -> f32 {
     LEXICAL_WEIGHT
 }
 
-/// The relevance a Tier 1 capability needs by default (`tier1MinRelevance`):
-/// below it, nothing fits the request.
+/// The relevance a Tier 1 capability needs by default (`tier1MinRelevance`,
+/// the design's 0.3): below it, nothing fits the request.
 pub const TIER1_MIN_RELEVANCE: f32 = 0.3;
-/// The default `tier1MinRelevance` with a neural model and the chatter gate
-/// on (`[discovery] tier1_min_relevance = "auto"`): the gate tells chatter
+/// `tier1MinRelevance` with a neural model and the chatter gate on when the
+/// configuration asks for it (`[discovery] tier1_min_relevance = "auto"`): the gate tells chatter
 /// from requests by the model's own cosines, and a neural model's relevance
 /// for a paraphrase sits near [`TIER1_MIN_RELEVANCE`] (its cosines lie in a
 /// low band), so the floor is left for matches too faint to show. With
