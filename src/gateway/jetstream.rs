@@ -48,6 +48,11 @@ pub enum JetStreamError {
     Publish { subject: String, message: String },
 }
 
+/// A failed opening step, to be tried again.
+fn not_yet(err: impl std::fmt::Display) -> Setback<String> {
+    Setback::NotYet(err.to_string())
+}
+
 /// One entry of the index log: a client's upsert or removal, exactly as it was
 /// requested; every node normalises and applies it the same way.
 #[derive(Clone, Debug, serde::Deserialize, Serialize)]
@@ -185,15 +190,15 @@ impl JetStream {
         self.create_stream(config.clone()).await?;
         let held = self
             .patiently(name, || async {
-                let mut stream = self.context.get_stream(name).await.map_err(|err| err.to_string())?;
-                stream.info().await.map(|info| info.config.clone()).map_err(|err| err.to_string())
+                let mut stream = self.context.get_stream(name).await.map_err(not_yet)?;
+                stream.info().await.map(|info| info.config.clone()).map_err(not_yet)
             })
             .await?;
         if held.max_age != config.max_age || held.max_messages != config.max_messages {
             let mut limited = held;
             (limited.max_age, limited.max_messages) = (config.max_age, config.max_messages);
             self.patiently(name, || async {
-                self.context.update_stream(limited.clone()).await.map(drop).map_err(|err| err.to_string())
+                self.context.update_stream(limited.clone()).await.map(drop).map_err(not_yet)
             })
             .await?;
         }
@@ -206,25 +211,33 @@ impl JetStream {
     /// (`jetstream.open_timeout_ms`, [`patience::until_ready`]).
     async fn create_stream(&self, config: stream::Config) -> Result<(), JetStreamError> {
         self.patiently(&config.name, || async {
-            self.context.get_or_create_stream(config.clone()).await.map(drop).map_err(|err| err.to_string())
+            self.context.get_or_create_stream(config.clone()).await.map(drop).map_err(|err| {
+                let refused = match err.kind() {
+                    jetstream::context::CreateStreamErrorKind::JetStream(api) => patience::is_refusal(api.error_code()),
+                    _ => false,
+                };
+                if refused {
+                    Setback::Final(err.to_string())
+                } else {
+                    not_yet(err)
+                }
+            })
         })
         .await
     }
 
-    /// Runs one step of opening stream `name` until it succeeds or
-    /// `jetstream.open_timeout_ms` has passed (every failure here may be a
-    /// cluster not ready yet: JetStream itself was found when the node connected).
-    async fn patiently<T, Fut>(&self, name: &str, mut step: impl FnMut() -> Fut) -> Result<T, JetStreamError>
+    /// Runs one step of opening stream `name` until it succeeds, fails for
+    /// good, or `jetstream.open_timeout_ms` has passed (JetStream itself was
+    /// found when the node connected, so a failure is taken for a cluster not
+    /// ready yet unless the step says otherwise).
+    async fn patiently<T, Fut>(&self, name: &str, step: impl FnMut() -> Fut) -> Result<T, JetStreamError>
     where
-        Fut: Future<Output = Result<T, String>>,
+        Fut: Future<Output = Result<T, Setback<String>>>,
     {
         let patience = Duration::from_millis(self.settings.open_timeout_ms);
-        patience::until_ready(name, patience, || {
-            let attempt = step();
-            async move { attempt.await.map_err(Setback::NotYet) }
-        })
-        .await
-        .map_err(|message| JetStreamError::Stream { stream: name.to_string(), message })
+        patience::until_ready(name, patience, step)
+            .await
+            .map_err(|message| JetStreamError::Stream { stream: name.to_string(), message })
     }
 
     /// The subject outcomes are published on.

@@ -90,6 +90,16 @@ fn is_missing(code: ErrorCode) -> bool {
     code == ErrorCode::JETSTREAM_NOT_ENABLED || code == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
 }
 
+/// Whether creating a stream was refused for a reason waiting does not
+/// change: its subjects overlap another stream's, its configuration is
+/// invalid, or the account holds as many streams as it may. (A name "already
+/// in use" is not among them: it is what a node racing another one to create
+/// the same stream may be told while the cluster places it.)
+pub fn is_refusal(code: ErrorCode) -> bool {
+    [ErrorCode::STREAM_SUBJECT_OVERLAP, ErrorCode::STREAM_INVALID_CONFIG, ErrorCode::MAXIMUM_STREAMS_LIMIT]
+        .contains(&code)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +117,15 @@ mod tests {
         assert!(is_missing(ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT));
         assert!(!is_missing(ErrorCode::CLUSTER_NOT_AVAILABLE));
         assert!(!is_missing(ErrorCode::STREAM_NOT_FOUND));
+    }
+
+    #[test]
+    fn only_what_waiting_cannot_change_refuses_a_stream() {
+        assert!(is_refusal(ErrorCode::STREAM_SUBJECT_OVERLAP));
+        assert!(is_refusal(ErrorCode::STREAM_INVALID_CONFIG));
+        assert!(!is_refusal(ErrorCode::STREAM_NAME_EXIST), "a race between nodes creating it");
+        assert!(!is_refusal(ErrorCode::STREAM_NOT_FOUND));
+        assert!(!is_refusal(ErrorCode::CLUSTER_NOT_AVAILABLE));
     }
 
     #[tokio::test(start_paused = true)]

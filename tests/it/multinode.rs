@@ -362,3 +362,35 @@ async fn without_jetstream_a_node_says_so_at_once_instead_of_waiting() {
         assert!(log.contains("JetStream is not available") && log.contains("-js"), "{case}: {log}");
     }
 }
+
+/// A stream another program holds on capdex's subjects is an operator's
+/// mistake waiting does not mend: the node stops at once and names it, instead
+/// of waiting out `jetstream.open_timeout_ms` as it does for a forming cluster.
+#[tokio::test]
+async fn a_stream_squatting_capdex_s_subjects_stops_a_node_at_once() {
+    use crate::security::start_capdex;
+    let nats = NatsServer::start();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "SQUATTER".into(),
+        subjects: vec!["capdex.v1.js.index".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("the squatting stream is created");
+    let started = Instant::now();
+    let env =
+        [("CAPDEX_JETSTREAM_ENABLED", "true".to_string()), ("CAPDEX_JETSTREAM_OPEN_TIMEOUT_MS", "600000".to_string())];
+    let mut node = start_capdex(&nats.url(), &env);
+    let status = loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "capdex still waiting:\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let log = node.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("CAPDEX_INDEX") && log.to_lowercase().contains("overlap"), "{log}");
+}
