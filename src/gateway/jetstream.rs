@@ -107,9 +107,7 @@ impl JetStream {
     ) -> Result<JetStream, JetStreamError> {
         let context = jetstream::new(client.clone());
         let patience = Duration::from_millis(settings.open_timeout_ms);
-        patience::until_ready("JetStream", patience, || patience::jetstream_available(&context))
-            .await
-            .map_err(JetStreamError::Unavailable)?;
+        patience::wait_for_jetstream(&context, patience).await.map_err(JetStreamError::Unavailable)?;
         let js = JetStream {
             context,
             client,

@@ -154,9 +154,7 @@ impl Bucket {
     pub async fn open(client: &async_nats::Client, spec: &BucketSpec) -> Result<Bucket, KvError> {
         let context = jetstream::new(client.clone());
         let failed = |message| KvError::Open { bucket: spec.name.clone(), message };
-        patience::until_ready("JetStream", spec.patience, || patience::jetstream_available(&context))
-            .await
-            .map_err(failed)?;
+        patience::wait_for_jetstream(&context, spec.patience).await.map_err(failed)?;
         let store = patience::until_ready(&spec.name, spec.patience, || async {
             Bucket::open_once(&context, spec).await.map_err(Setback::NotYet)
         })

@@ -6,8 +6,8 @@
 //! out, "cluster not available", a stream another node just created that is
 //! "not found" until it is placed. A starting node waits those out for
 //! `jetstream.open_timeout_ms` ([`until_ready`]), while a server that has no
-//! JetStream at all is reported at once ([`jetstream_available`]): waiting
-//! would only delay the operator's fix.
+//! JetStream at all is reported within seconds ([`wait_for_jetstream`]):
+//! waiting would only delay the operator's fix.
 
 use async_nats::jetstream::context::AccountErrorKind;
 use async_nats::jetstream::{self, ErrorCode};
@@ -67,22 +67,31 @@ where
     }
 }
 
-/// Whether the server's JetStream answers this account: `Final` when the
-/// server has none (no responder on the JetStream API) or it is off for the
-/// account, `NotYet` for anything else (a timeout, a cluster without a leader).
-pub async fn jetstream_available(context: &jetstream::Context) -> Result<(), Setback<String>> {
-    match context.query_account().await {
-        Ok(_) => Ok(()),
-        Err(err) => {
-            let missing = match err.kind() {
-                AccountErrorKind::JetStreamUnavailable => true,
-                AccountErrorKind::JetStream(api) => is_missing(api.error_code()),
-                AccountErrorKind::TimedOut | AccountErrorKind::Other => false,
-            };
-            let message = err.to_string();
-            Err(if missing { Setback::Final(message) } else { Setback::NotYet(message) })
+/// How long "no responders" on the JetStream API is taken for a server still
+/// starting its JetStream before it is taken for a server without one.
+pub const NO_RESPONDER_GRACE: Duration = Duration::from_secs(3);
+
+/// Waits until the server's JetStream answers this account, for at most
+/// `patience` ([`until_ready`]). A server with no responder on the JetStream
+/// API after [`NO_RESPONDER_GRACE`], or one that says JetStream is off for
+/// the account, fails at once (waiting would only delay the operator's fix);
+/// anything else (a timeout, a cluster without a leader yet) is waited out.
+pub async fn wait_for_jetstream(context: &jetstream::Context, patience: Duration) -> Result<(), String> {
+    let started = tokio::time::Instant::now();
+    until_ready("JetStream", patience, || async move {
+        match context.query_account().await {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                let missing = match err.kind() {
+                    AccountErrorKind::JetStreamUnavailable => started.elapsed() >= NO_RESPONDER_GRACE,
+                    AccountErrorKind::JetStream(api) => is_missing(api.error_code()),
+                    AccountErrorKind::TimedOut | AccountErrorKind::Other => false,
+                };
+                Err(if missing { Setback::Final(err.to_string()) } else { Setback::NotYet(err.to_string()) })
+            }
         }
-    }
+    })
+    .await
 }
 
 /// The JetStream API error codes that say JetStream is off, not busy.

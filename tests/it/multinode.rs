@@ -324,9 +324,10 @@ async fn events_of_stream_outcomes_are_published_once_whatever_the_number_of_nod
 }
 
 /// A node that needs JetStream (`jetstream.enabled`, the default) on a server
-/// without it, or as an account without it, stops at once with an error that
-/// says so and how to fix it: it does not wait out `jetstream.open_timeout_ms`
-/// (30 s by default), which is for a cluster that is still forming.
+/// without it (after `gateway::patience::NO_RESPONDER_GRACE`, 3 s), or as an
+/// account without it (at once), stops with an error that says so and how to
+/// fix it: it does not wait out `jetstream.open_timeout_ms` (30 s by
+/// default), which is for a cluster that is still forming.
 #[tokio::test]
 async fn without_jetstream_a_node_says_so_at_once_instead_of_waiting() {
     use crate::security::{start_capdex, start_server};
