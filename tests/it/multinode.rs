@@ -323,6 +323,30 @@ async fn events_of_stream_outcomes_are_published_once_whatever_the_number_of_nod
     assert_eq!(b.stored_sample_counts(), expected, "node b");
 }
 
+/// Starts `capdex serve` at `url` (and the variables `extra`) with JetStream on and ten minutes of
+/// `jetstream.open_timeout_ms`, and expects it to exit with a failure within
+/// 20 s (only failing fast ends in time); answers its log.
+async fn fails_to_start(url: &str, extra: &[(&'static str, String)], case: &str) -> String {
+    use crate::security::start_capdex;
+    let mut env = vec![
+        ("CAPDEX_JETSTREAM_ENABLED", "true".to_string()),
+        ("CAPDEX_JETSTREAM_OPEN_TIMEOUT_MS", "600000".to_string()),
+    ];
+    env.extend_from_slice(extra);
+    let started = Instant::now();
+    let mut node = start_capdex(url, &env);
+    let status = loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{case}: capdex still waiting:\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let log = node.log();
+    assert!(!status.success(), "{case}: {log}");
+    log
+}
+
 /// A node that needs JetStream (`jetstream.enabled`, the default) on a server
 /// without it (after `gateway::patience::NO_RESPONDER_GRACE`, 3 s), or as an
 /// account without it (at once), stops with an error that says so and how to
@@ -330,7 +354,7 @@ async fn events_of_stream_outcomes_are_published_once_whatever_the_number_of_nod
 /// default), which is for a cluster that is still forming.
 #[tokio::test]
 async fn without_jetstream_a_node_says_so_at_once_instead_of_waiting() {
-    use crate::security::{start_capdex, start_server};
+    use crate::security::start_server;
     use crate::support::nats_server::free_port;
     let accountless = "accounts { A { users = [ { user: a, password: a } ] } }\n";
     for (case, account) in [("a server without JetStream", ""), ("an account without JetStream", accountless)] {
@@ -341,25 +365,9 @@ async fn without_jetstream_a_node_says_so_at_once_instead_of_waiting() {
             if account.is_empty() { String::new() } else { format!("jetstream {{ store_dir: {:?} }}\n", store.path()) };
         let conf = format!("listen: 127.0.0.1:{port}\n{js}{account}");
         let _server = start_server(tempfile::tempdir().unwrap(), port, &conf, &[]);
-        // Ten minutes of patience: only failing fast ends this test in time.
-        let mut env = vec![
-            ("CAPDEX_JETSTREAM_ENABLED", "true".to_string()),
-            ("CAPDEX_JETSTREAM_OPEN_TIMEOUT_MS", "600000".to_string()),
-        ];
-        if !account.is_empty() {
-            env.extend([("CAPDEX_NATS_USER", "a".to_string()), ("CAPDEX_NATS_PASSWORD", "a".to_string())]);
-        }
-        let started = Instant::now();
-        let mut node = start_capdex(&format!("nats://127.0.0.1:{port}"), &env);
-        let status = loop {
-            if let Some(status) = node.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(started.elapsed() < Duration::from_secs(20), "{case}: capdex still waiting:\n{}", node.log());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let log = node.log();
-        assert!(!status.success(), "{case}: {log}");
+        let credentials = [("CAPDEX_NATS_USER", "a".to_string()), ("CAPDEX_NATS_PASSWORD", "a".to_string())];
+        let extra: &[(&str, String)] = if account.is_empty() { &[] } else { &credentials };
+        let log = fails_to_start(&format!("nats://127.0.0.1:{port}"), extra, case).await;
         assert!(log.contains("JetStream is not available") && log.contains("-js"), "{case}: {log}");
     }
 }
@@ -369,7 +377,6 @@ async fn without_jetstream_a_node_says_so_at_once_instead_of_waiting() {
 /// of waiting out `jetstream.open_timeout_ms` as it does for a forming cluster.
 #[tokio::test]
 async fn a_stream_squatting_capdex_s_subjects_stops_a_node_at_once() {
-    use crate::security::start_capdex;
     let nats = NatsServer::start();
     let client = async_nats::connect(nats.url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
@@ -380,18 +387,6 @@ async fn a_stream_squatting_capdex_s_subjects_stops_a_node_at_once() {
     })
     .await
     .expect("the squatting stream is created");
-    let started = Instant::now();
-    let env =
-        [("CAPDEX_JETSTREAM_ENABLED", "true".to_string()), ("CAPDEX_JETSTREAM_OPEN_TIMEOUT_MS", "600000".to_string())];
-    let mut node = start_capdex(&nats.url(), &env);
-    let status = loop {
-        if let Some(status) = node.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "capdex still waiting:\n{}", node.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let log = node.log();
-    assert!(!status.success(), "{log}");
+    let log = fails_to_start(&nats.url(), &[], "a squatting stream").await;
     assert!(log.contains("CAPDEX_INDEX") && log.to_lowercase().contains("overlap"), "{log}");
 }
