@@ -119,6 +119,25 @@ impl MinRelevance {
     }
 }
 
+/// `config` with the three `[discovery]` settings that may follow the
+/// embedder (`"auto"`: lexical weight, chatter gate, Tier 1 floor) as written
+/// in `auto`, resolved for `backend`: at load for the configured embedder,
+/// and again for one chosen on the command line (`Settings::discovery_for`).
+pub fn resolve_auto(
+    config: DiscoveryConfig,
+    auto: (LexicalWeight, ChatterGate, MinRelevance),
+    backend: EmbedderBackend,
+) -> DiscoveryConfig {
+    let (lexical_weight, chatter_gate, tier1_min_relevance) = auto;
+    let gate_on = chatter_gate.resolve(backend);
+    DiscoveryConfig {
+        lexical_weight: lexical_weight.resolve(backend),
+        chatter_gate: gate_on,
+        tier1_min_relevance: tier1_min_relevance.resolve(backend, gate_on),
+        ..config
+    }
+}
+
 /// `[discovery] chatter_gate`: whether a request no nearer its best
 /// capabilities than chatter gets an empty Tier 1
 /// (`core::discovery::asks_for_nothing`), fixed or following the embedder
@@ -190,19 +209,23 @@ impl DiscoverySection {
             .map_err(|problem| InvalidSetting::out_of_range("discovery.chatter_gate", problem))?;
         let tier1_min_relevance = MinRelevance::parse(&raw.tier1_min_relevance)
             .map_err(|problem| InvalidSetting::out_of_range("discovery.tier1_min_relevance", problem))?;
-        let gate_on = chatter_gate.resolve(backend);
-        let config = DiscoveryConfig {
-            tier0_token_budget: raw.tier0_token_budget,
-            tier1_token_budget: raw.tier1_token_budget,
-            tier2_token_budget: raw.tier2_token_budget,
-            tier1_top_k: raw.tier1_top_k,
-            tier2_top_k: raw.tier2_top_k,
-            tier1_min_relevance: tier1_min_relevance.resolve(backend, gate_on),
-            use_graph_reranking: raw.use_graph_reranking,
-            graph_boost_factor: raw.graph_boost_factor,
-            lexical_weight: lexical_weight.resolve(backend),
-            chatter_gate: gate_on,
-        };
+        let config = resolve_auto(
+            DiscoveryConfig {
+                tier0_token_budget: raw.tier0_token_budget,
+                tier1_token_budget: raw.tier1_token_budget,
+                tier2_token_budget: raw.tier2_token_budget,
+                tier1_top_k: raw.tier1_top_k,
+                tier2_top_k: raw.tier2_top_k,
+                // These three are set by `resolve_auto` from what is written.
+                tier1_min_relevance: TIER1_MIN_RELEVANCE,
+                use_graph_reranking: raw.use_graph_reranking,
+                graph_boost_factor: raw.graph_boost_factor,
+                lexical_weight: backend.default_lexical_weight(),
+                chatter_gate: false,
+            },
+            (lexical_weight, chatter_gate, tier1_min_relevance),
+            backend,
+        );
         config.validate().map_err(|problem| {
             // The one relation between two keys; every other check is a bound.
             let kind = if problem.field == "tier2TopK" { InvalidKind::Conflict } else { InvalidKind::OutOfRange };

@@ -143,13 +143,8 @@ impl Settings {
     /// Tier 1 floor) resolved for `backend`, e.g. an embedder chosen on the
     /// command line instead of the configured one.
     pub fn discovery_for(&self, backend: EmbedderBackend) -> DiscoveryConfig {
-        let chatter_gate = self.chatter_gate.resolve(backend);
-        DiscoveryConfig {
-            lexical_weight: self.lexical_weight.resolve(backend),
-            chatter_gate,
-            tier1_min_relevance: self.tier1_min_relevance.resolve(backend, chatter_gate),
-            ..self.discovery.clone()
-        }
+        let auto = (self.lexical_weight, self.chatter_gate, self.tier1_min_relevance);
+        discovery::resolve_auto(self.discovery.clone(), auto, backend)
     }
 
     /// Loads the defaults, then `file` (if any), then the `CAPDEX_*` variables of `env`.
