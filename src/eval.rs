@@ -24,7 +24,9 @@
 //! With a cache directory, every vector (tools and query parts) is kept in a
 //! sled store keyed by [`text_hash`] of model id and text, so a second
 //! evaluation with the same model embeds nothing already seen: ablations and
-//! sweeps of a neural model cost ranking time only.
+//! sweeps of a neural model cost ranking time only. The model's own vectors
+//! are cached; the static table's (`[embedder] static_share`) are joined to
+//! them after, so a sweep of the share embeds nothing again either.
 
 use crate::config::EmbedderSettings;
 use crate::core::catalog::Catalog;
@@ -44,6 +46,7 @@ use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrialGain};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query, RankedHit};
+use crate::core::static_share;
 use crate::core::text::embedding_text;
 use crate::store::{Store, StoreError};
 use serde::de::DeserializeOwned;
@@ -197,6 +200,34 @@ pub enum EvalError {
     Cache(#[from] StoreError),
 }
 
+/// The configured model, the cache of its vectors and the static table's share beside it:
+/// the model's vectors are cached alone, so a run with another share embeds nothing again.
+struct Vectors<'a> {
+    model: &'a dyn Embed,
+    cache: Option<&'a Store>,
+    static_share: Option<f32>,
+    batch_size: usize,
+}
+
+impl Vectors<'_> {
+    /// The vectors of `texts` in their `role`, the static table's joined to the model's.
+    fn of(&self, texts: &[String], role: TextRole) -> Result<Vec<Vec<f32>>, EvalError> {
+        let vectors = embed_cached(self.model, self.cache, texts, self.batch_size, role)?;
+        Ok(match self.static_share {
+            Some(share) => static_share::join(texts, vectors, share),
+            None => vectors,
+        })
+    }
+
+    /// The model id of the vectors [`Vectors::of`] gives.
+    fn model_id(&self) -> String {
+        match self.static_share {
+            Some(share) => static_share::joined_model_id(&self.model.model_id(), share),
+            None => self.model.model_id(),
+        }
+    }
+}
+
 /// The vectors of `texts` in their `role`: from `cache` where it has them, the others
 /// embedded in batches of `batch_size` (and cached; a request's vector under its own key,
 /// since a model may embed a request differently from the same text of a capability).
@@ -276,12 +307,7 @@ impl Indexed {
 }
 
 /// Indexes `tools` (a repeated id keeps its first record) with `embedder`.
-fn index_tools(
-    tools: &[ToolRecord],
-    embedder: &(impl Embed + ?Sized),
-    cache: Option<&Store>,
-    options: &EvalOptions,
-) -> Result<Indexed, EvalError> {
+fn index_tools(tools: &[ToolRecord], vectors_of: &Vectors<'_>, options: &EvalOptions) -> Result<Indexed, EvalError> {
     let descriptors: Vec<_> = tools.iter().map(ToolRecord::to_descriptor).collect();
     let mut catalog = Catalog::default();
     let mut unique = Vec::with_capacity(descriptors.len());
@@ -292,8 +318,9 @@ fn index_tools(
         }
     }
     let texts: Vec<String> = unique.iter().map(|descriptor| embedding_text(descriptor)).collect();
-    let embedded = embed_cached(embedder, cache, &texts, options.embedder.batch_size, TextRole::Document)?;
-    let mut vectors = VectorIndex::with_capacity(embedder.dimensions(), unique.len());
+    let embedded = vectors_of.of(&texts, TextRole::Document)?;
+    let dimensions = embedded.first().map_or(0, Vec::len);
+    let mut vectors = VectorIndex::with_capacity(dimensions, unique.len());
     for (descriptor, vector) in unique.iter().zip(embedded) {
         vectors.upsert(&descriptor.id, &vector).map_err(|_| EvalError::Dimensions)?;
     }
@@ -317,12 +344,17 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     for path in &options.queries {
         queries.extend(read_jsonl::<QueryRecord>(path)?);
     }
-    let embedder = crate::embedders::backend::build(&options.embedder)?;
-    let batch_size = options.embedder.batch_size;
+    let model = crate::embedders::backend::build_model(&options.embedder)?;
     let cache = options.cache.as_deref().map(Store::open).transpose()?;
+    let vectors_of = Vectors {
+        model: model.as_ref(),
+        cache: cache.as_ref(),
+        static_share: crate::embedders::backend::static_share(&options.embedder),
+        batch_size: options.embedder.batch_size,
+    };
 
     let started = Instant::now();
-    let shared = index_tools(&tools, embedder.as_ref(), cache.as_ref(), options)?;
+    let shared = index_tools(&tools, &vectors_of, options)?;
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let filter = DiscoveryFilter::default();
@@ -331,7 +363,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     let limit = options.depth.max(options.config.tier1_top_k * 2);
     // The chatter sentences by the same model, for the chatter gate and the signals.
     let generic = if options.config.chatter_gate || options.signals.is_some() {
-        embed_cached(embedder.as_ref(), cache.as_ref(), &chatter_texts(), batch_size, TextRole::Query)?
+        vectors_of.of(&chatter_texts(), TextRole::Query)?
     } else {
         Vec::new()
     };
@@ -343,11 +375,11 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
     for record in &queries {
         let texts = query_texts(&record.query);
         let embed_started = Instant::now();
-        let query_vectors = embed_cached(embedder.as_ref(), cache.as_ref(), &texts, batch_size, TextRole::Query)?;
+        let query_vectors = vectors_of.of(&texts, TextRole::Query)?;
         embed_seconds += embed_started.elapsed().as_secs_f64();
         let query = Query::new(texts, query_vectors).with_chatter(&generic);
         let indexed = match &record.tools {
-            Some(tools) => Some(index_tools(tools, embedder.as_ref(), cache.as_ref(), options)?),
+            Some(tools) => Some(index_tools(tools, &vectors_of, options)?),
             None => None,
         };
         let indexes = indexed.as_ref().unwrap_or(&shared).indexes();
@@ -414,7 +446,7 @@ pub fn run(options: &EvalOptions) -> Result<EvalReport, EvalError> {
         metrics: aggregate(&scores, answerable.len()),
         build_ms,
         query_ms_mean,
-        model_id: embedder.model_id(),
+        model_id: vectors_of.model_id(),
         query_embed_ms_mean,
         nothing_fits,
         replay,

@@ -336,6 +336,7 @@ fn the_local_backend_puts_the_configured_prefixes_in_front_of_queries_and_docume
         pooling: Pooling::Mean,
         query_prefix: "query: ".into(),
         document_prefix: "passage: ".into(),
+        static_share: 0.0,
     };
     let built = capdex::embedders::backend::build(&settings).expect("build local");
     let text = vec!["book a flight to Paris".to_string()];

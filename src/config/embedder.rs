@@ -1,6 +1,6 @@
 //! The `[embedder]` section: which backend makes the vectors, and what it needs.
 
-use super::error::{at_most, in_range, InvalidKind, InvalidSetting};
+use super::error::{at_most, in_range, unit_rate, InvalidKind, InvalidSetting};
 pub use crate::core::embedder::Pooling;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -21,6 +21,7 @@ pub struct RawEmbedder {
     pub pooling: String,
     pub query_prefix: String,
     pub document_prefix: String,
+    pub static_share: f32,
 }
 
 /// Which embedder turns texts into vectors.
@@ -88,6 +89,9 @@ pub struct EmbedderSettings {
     pub query_prefix: String,
     /// Put in front of every capability's text before it is embedded (local and http).
     pub document_prefix: String,
+    /// The compiled-in static table's share of every cosine beside a neural
+    /// model (local and http; `core::static_share`), 0 for none.
+    pub static_share: f32,
 }
 
 impl EmbedderSettings {
@@ -102,6 +106,7 @@ impl EmbedderSettings {
             pooling,
             query_prefix: raw.query_prefix,
             document_prefix: raw.document_prefix,
+            static_share: raw.static_share,
             dimensions: raw.dimensions,
             model_dir: raw.model_dir,
             endpoint: raw.endpoint,
@@ -121,6 +126,7 @@ impl EmbedderSettings {
         in_range("embedder.batch_size", self.batch_size, 1..=2048)?;
         in_range("embedder.timeout_ms", self.timeout_ms, 1..=600_000)?;
         at_most("embedder.retries", self.retries, 10)?;
+        unit_rate("embedder.static_share", self.static_share)?;
         for (field, prefix) in
             [("embedder.query_prefix", &self.query_prefix), ("embedder.document_prefix", &self.document_prefix)]
         {
@@ -223,6 +229,8 @@ mod tests {
             (Box::new(|r| r.pooling = "sum".into()), "embedder.pooling", UnknownChoice),
             (Box::new(|r| r.query_prefix = "q".repeat(1025)), "embedder.query_prefix", OutOfRange),
             (Box::new(|r| r.document_prefix = "d".repeat(1025)), "embedder.document_prefix", OutOfRange),
+            (Box::new(|r| r.static_share = 1.5), "embedder.static_share", OutOfRange),
+            (Box::new(|r| r.static_share = f32::NAN), "embedder.static_share", OutOfRange),
             (Box::new(|r| r.backend = "http".into()), "embedder.endpoint", Incomplete),
             (
                 Box::new(|r| {

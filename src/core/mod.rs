@@ -38,6 +38,7 @@ pub mod scg;
 pub mod source_concepts;
 pub mod sources;
 pub mod static_embedder;
+pub mod static_share;
 pub mod subject_token;
 pub mod text;
 pub mod tiers;

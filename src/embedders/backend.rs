@@ -8,21 +8,47 @@
 use crate::config::{EmbedderBackend, EmbedderSettings};
 use crate::core::embedder::{Embed, EmbedError, EmbedErrorCode, HashingEmbedder, Prefixed};
 use crate::core::static_embedder::StaticEmbedder;
+use crate::core::static_share::WithStaticTable;
 use crate::embedders::http::{HttpEmbedder, HttpEmbedderConfig};
 use std::time::Duration;
 
 /// A boxed embedder the Embedder actor can own on its thread.
 pub type BoxedEmbedder = Box<dyn Embed + Send>;
 
-/// Builds the embedder `settings` select. No request is made and no vector
-/// computed, so an unreachable endpoint is not an error here (embedding is
-/// best effort); a missing key variable or model folder is.
+/// Builds the embedder `settings` select: a neural model (`local`, `http`) with
+/// the static table beside it at `static_share` ([`static_share`]). No request
+/// is made and no vector computed, so an unreachable endpoint is not an error
+/// here (embedding is best effort); a missing key variable or model folder is.
 pub fn build(settings: &EmbedderSettings) -> Result<BoxedEmbedder, EmbedError> {
     build_with_env(settings, |name| std::env::var(name).ok())
 }
 
 /// [`build`] reading environment variables through `env` (for tests).
 pub fn build_with_env(
+    settings: &EmbedderSettings,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<BoxedEmbedder, EmbedError> {
+    let model = build_model_with_env(settings, env)?;
+    Ok(match static_share(settings) {
+        Some(share) => Box::new(WithStaticTable::new(model, share)),
+        None => model,
+    })
+}
+
+/// The static table's share beside the configured model: `Some` for a neural
+/// model (`local`, `http`) with `static_share` above 0, `None` otherwise.
+pub fn static_share(settings: &EmbedderSettings) -> Option<f32> {
+    let neural = matches!(settings.backend, EmbedderBackend::Local | EmbedderBackend::Http);
+    (neural && settings.static_share > 0.0).then_some(settings.static_share)
+}
+
+/// The configured model alone, without the static table beside it (`capdex
+/// eval` caches the model's vectors, then joins them with the table's).
+pub fn build_model(settings: &EmbedderSettings) -> Result<BoxedEmbedder, EmbedError> {
+    build_model_with_env(settings, |name| std::env::var(name).ok())
+}
+
+fn build_model_with_env(
     settings: &EmbedderSettings,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<BoxedEmbedder, EmbedError> {
@@ -126,6 +152,7 @@ mod tests {
             pooling: crate::config::Pooling::Mean,
             query_prefix: String::new(),
             document_prefix: String::new(),
+            static_share: 0.0,
         }
     }
 
@@ -148,6 +175,23 @@ mod tests {
         let distilled = build(&settings(EmbedderBackend::Static)).unwrap();
         assert_eq!(distilled.model_id(), crate::core::static_embedder::MODEL_ID);
         assert_eq!(distilled.embed("web search").unwrap(), StaticEmbedder::new().embed("web search"));
+    }
+
+    #[test]
+    fn a_neural_model_gets_the_static_table_beside_it_at_its_share() {
+        let mut http = settings(EmbedderBackend::Http);
+        http.static_share = 0.2;
+        let alone = build_model(&http).unwrap().model_id();
+        assert_eq!(build(&http).unwrap().model_id(), crate::core::static_share::joined_model_id(&alone, 0.2));
+        assert_eq!(static_share(&http), Some(0.2));
+        http.static_share = 0.0;
+        assert_eq!((build(&http).unwrap().model_id(), static_share(&http)), (alone, None));
+        for backend in [EmbedderBackend::Static, EmbedderBackend::Builtin] {
+            let mut in_process = settings(backend);
+            in_process.static_share = 0.2;
+            assert_eq!(static_share(&in_process), None, "{backend:?}");
+            assert_eq!(build(&in_process).unwrap().model_id(), build_model(&in_process).unwrap().model_id());
+        }
     }
 
     #[test]
