@@ -1,7 +1,8 @@
 //! Figures for the local neural embedder (all-MiniLM-L6-v2, or the model `CAPDEX_TEST_MODEL_DIR`
 //! names; feature `neural`): load time, embedding throughput, query-embedding time, and retrieval
-//! quality on the benchmark sets of `../shared/data/bench` (the model in the hybrid ranking, the
-//! model alone, and the built-in embedder for comparison), scored like `capdex eval`. When that folder (the data folder
+//! quality on the benchmark sets of `../shared/data/bench` (the model in the hybrid ranking with the
+//! static table beside it at `[embedder] static_share`, as the `local` backend ranks; the same
+//! without the table; the model alone; and the built-in embedder for comparison), scored like `capdex eval`. When that folder (the data folder
 //! beside the repository) is not there, it says so and runs on the samples of
 //! `tests/fixtures/bench` (the first 60 or 120 dev queries: figures not comparable).
 //!
@@ -20,6 +21,7 @@ use capdex::core::graph::CapabilityGraph;
 use capdex::core::index::VectorIndex;
 use capdex::core::lexical::{LexicalIndex, FIELD_WEIGHTS};
 use capdex::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query};
+use capdex::core::static_share;
 use capdex::core::text::embedding_text;
 use capdex::embedders::neural::NeuralEmbedder;
 use serde::de::DeserializeOwned;
@@ -128,23 +130,36 @@ fn bench_set(neural: &NeuralEmbedder, tools: &[ToolRecord], queries: &[QueryReco
     let graph_boost = config.use_graph_reranking.then_some(config.graph_boost_factor);
     let dense_only = Fusion { lexical: 0.0, clause: 0.0 };
 
-    let mut neural_index = VectorIndex::with_capacity(neural.dimensions(), descriptors.len());
-    for (descriptor, vector) in descriptors.iter().zip(&tool_vectors) {
-        neural_index.upsert(&descriptor.id, vector).expect("dimensions match");
-    }
+    let neural_index = index_of(&descriptors, &tool_vectors);
+    // The static table beside the model, as the `local` backend joins them (`core::static_share`).
+    let share = settings.embedder.static_share;
+    let started = Instant::now();
+    let joined_queries: Vec<Query> = query_vectors
+        .iter()
+        .map(|(parts, vectors)| Query::new(parts.clone(), static_share::join(parts, vectors.clone(), share)))
+        .collect();
+    println!(
+        "the static table's vectors joined to the queries' in {:.1} µs per query (share {share})",
+        started.elapsed().as_secs_f64() * 1e6 / queries.len().max(1) as f64
+    );
+    let joined_index = index_of(&descriptors, &static_share::join(&texts, tool_vectors, share));
     let neural_queries: Vec<Query> =
         query_vectors.into_iter().map(|(parts, vectors)| Query::new(parts, vectors)).collect();
     let indexes = Indexes { catalog: &catalog, vectors: &neural_index, lexical: &lexical, graph: &graph };
+    let joined = Indexes { vectors: &joined_index, ..indexes };
     // The fusion discovery uses with a local model (`[discovery] lexical_weight = "auto"`).
     let semantic = Fusion { lexical: EmbedderBackend::Local.default_lexical_weight(), ..Fusion::default() };
-    let hybrid = evaluate(&indexes, &neural_queries, queries, graph_boost, semantic);
-    print_metrics("model hybrid (the local backend's fusion, graph as configured)", &hybrid);
+    let hybrid = evaluate(&joined, &joined_queries, queries, graph_boost, semantic);
+    print_metrics("model hybrid (the local backend's vectors and fusion, graph as configured)", &hybrid);
+    let without_table = Fusion { lexical: 0.4, ..Fusion::default() };
+    let hybrid_alone = evaluate(&indexes, &neural_queries, queries, graph_boost, without_table);
+    print_metrics("model hybrid without the static table (static_share 0, lexical share 0.4)", &hybrid_alone);
     let alone = evaluate(&indexes, &neural_queries, queries, None, dense_only);
     print_metrics("model alone (dense only, no graph)", &alone);
-    // Ablation: the lexical share of the fusion with this model.
+    // Ablation: the lexical share of the fusion with this model and the table beside it.
     for lexical in [0.1f32, 0.2, 0.3, 0.4, 0.5] {
         let fusion = Fusion { lexical, ..Fusion::default() };
-        let metrics = evaluate(&indexes, &neural_queries, queries, graph_boost, fusion);
+        let metrics = evaluate(&joined, &joined_queries, queries, graph_boost, fusion);
         print_metrics(&format!("model hybrid, lexical share {lexical:.1}"), &metrics);
     }
 
@@ -166,6 +181,15 @@ fn bench_set(neural: &NeuralEmbedder, tools: &[ToolRecord], queries: &[QueryReco
         "builtin hybrid (default fusion, graph as configured)",
         &evaluate(&indexes, &builtin_queries, queries, graph_boost, Fusion::default()),
     );
+}
+
+/// The vector index of `descriptors` with their `vectors` (in order).
+fn index_of(descriptors: &[capdex::core::descriptor::CapabilityDescriptor], vectors: &[Vec<f32>]) -> VectorIndex {
+    let mut index = VectorIndex::with_capacity(vectors.first().map_or(0, Vec::len), descriptors.len());
+    for (descriptor, vector) in descriptors.iter().zip(vectors) {
+        index.upsert(&descriptor.id, vector).expect("dimensions match");
+    }
+    index
 }
 
 fn evaluate(
