@@ -194,6 +194,7 @@ mod tests {
     fn the_defaults_are_the_static_embedder() {
         let settings = check(|_| {}).unwrap();
         assert_eq!((settings.backend, settings.dimensions, settings.batch_size), (EmbedderBackend::Static, 512, 32));
+        assert_eq!(settings.static_share, crate::core::static_share::DEFAULT_STATIC_SHARE);
         let http = check(|raw| {
             raw.backend = "http".into();
             raw.endpoint = "https://e.example".into();
