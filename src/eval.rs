@@ -306,7 +306,7 @@ impl Indexed {
     }
 }
 
-/// Indexes `tools` (a repeated id keeps its first record) with `embedder`.
+/// Indexes `tools` (a repeated id keeps its first record) with the vectors `vectors_of` gives.
 fn index_tools(tools: &[ToolRecord], vectors_of: &Vectors<'_>, options: &EvalOptions) -> Result<Indexed, EvalError> {
     let descriptors: Vec<_> = tools.iter().map(ToolRecord::to_descriptor).collect();
     let mut catalog = Catalog::default();
