@@ -7,7 +7,9 @@
 #        scripts/eval_dev.sh --embedder local --model-dir .models/all-MiniLM-L6-v2 --replay 1
 # Environment: CAPDEX (the binary, default target/release/capdex), BENCH (default ../shared/data/bench),
 # HELDOUT (a folder scripts/bfcl_live.py wrote: adds a last row, `bfcl-live`, the held-out set, to be
-# measured after a decision, never to make one).
+# measured after a decision, never to make one), HELDOUT_CHATTER (non-empty: every set also ranks
+# tests/fixtures/bench/nothing-fits/chatterbot.jsonl, small talk nobody here wrote, reported as its own
+# split; held out in the same sense).
 # Each set is ranked with its dev queries, the small-talk requests against its whole catalog and,
 # for bfcl, BFCL's irrelevance requests against their own functions (bfcl-live: live_irrelevance's).
 set -euo pipefail
@@ -29,6 +31,7 @@ for set in "${sets[@]}"; do
     tools="$bench/$set/tools.jsonl" queries="$bench/$set/dev_queries.jsonl"
   fi
   if [ "$set" = bfcl ]; then extra+=(--queries "$nothing/bfcl-irrelevance.jsonl"); fi
+  if [ -n "${HELDOUT_CHATTER:-}" ]; then extra+=(--queries "$nothing/chatterbot.jsonl"); fi
   "$capdex" eval --json --tools "$tools" --queries "$queries" \
     "${extra[@]}" --out "$out/$set.run.jsonl" "$@" > "$out/$set.json" 2> "$out/$set.err" ||
     { cat "$out/$set.err" >&2; exit 1; }

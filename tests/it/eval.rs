@@ -273,6 +273,28 @@ fn nothing_fits_is_measured_on_empty_rankings() {
     assert!(fits["answerableInReach"].as_u64().unwrap() > 10, "many sample requests find a relevant tool: {fits}");
 }
 
+/// The held-out small talk (`scripts/chatterbot_small_talk.py`) is eval
+/// input as it stands: every line a request nothing fits, counted under its
+/// own split.
+#[test]
+fn held_out_small_talk_is_its_own_split() {
+    let bench = bench_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
+    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 20);
+    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let chatter = bench.join("nothing-fits").join("chatterbot.jsonl");
+    let lines = std::fs::read_to_string(&chatter).unwrap().lines().count();
+    assert!(lines >= 150, "{lines} requests");
+    let (report, run) = eval_report(&tools, &[&queries, &chatter], &["--empty-when-nothing-fits"]);
+    let fits = &report["nothingFits"];
+    assert_eq!(fits["unanswerable"].as_u64(), Some(lines as u64), "{fits}");
+    let split = &fits["unanswerableBySplit"]["chatterbot"];
+    assert_eq!(split["unanswerable"].as_u64(), Some(lines as u64), "{fits}");
+    let empty = run[20..].iter().filter(|line| line["ranked"].as_array().unwrap().is_empty()).count();
+    assert_eq!(split["answeredEmpty"].as_u64(), Some(empty as u64), "{fits}");
+}
+
 /// The replay protocol: a seeded half's outcomes are fed in one at a time,
 /// every learning tried on each before it is learnt; the other half is ranked
 /// without learning, with each learning and with the one the trials chose;
