@@ -18,6 +18,16 @@ fn head(from: &Path, to: &Path, n: usize) {
     std::fs::write(to, lines.join("\n") + "\n").unwrap();
 }
 
+/// The first `n` MetaTool dev queries and the tools they need (all 199), in
+/// `dir`: the sample most tests here rank.
+fn metatool_sample(dir: &Path, n: usize) -> (PathBuf, PathBuf) {
+    let bench = bench_dir();
+    let (tools, queries) = (dir.join("tools.jsonl"), dir.join("queries.jsonl"));
+    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, n);
+    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    (tools, queries)
+}
+
 /// Writes the first `n` tools of `from` plus every tool a query of `queries` needs.
 fn sample_tools(from: &Path, queries: &Path, to: &Path, n: usize) {
     let needed: std::collections::HashSet<String> = std::fs::read_to_string(queries)
@@ -122,11 +132,8 @@ fn eval_run(tools: &Path, queries: &Path, extra: &[&std::ffi::OsStr]) -> (Value,
 /// outcomes that fail the relevant tools change the figures (so the prior is applied at all).
 #[test]
 fn a_neutral_outcome_prior_leaves_eval_unchanged() {
-    let bench = bench_dir();
     let dir = tempfile::tempdir().unwrap();
-    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
-    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 60);
-    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let (tools, queries) = metatool_sample(dir.path(), 60);
     let ids: Vec<String> = std::fs::read_to_string(&tools)
         .unwrap()
         .lines()
@@ -204,9 +211,7 @@ fn eval_report(tools: &Path, queries: &[&Path], extra: &[&str]) -> (Value, Vec<V
 fn nothing_fits_is_measured_on_empty_rankings() {
     let bench = bench_dir();
     let dir = tempfile::tempdir().unwrap();
-    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
-    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 40);
-    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let (tools, queries) = metatool_sample(dir.path(), 40);
     let small_talk = bench.join("nothing-fits").join("small-talk.jsonl");
     let irrelevance = dir.path().join("irrelevance.jsonl");
     head(&bench.join("nothing-fits").join("bfcl-irrelevance.jsonl"), &irrelevance, 30);
@@ -280,9 +285,7 @@ fn nothing_fits_is_measured_on_empty_rankings() {
 fn held_out_small_talk_is_its_own_split() {
     let bench = bench_dir();
     let dir = tempfile::tempdir().unwrap();
-    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
-    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 20);
-    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let (tools, queries) = metatool_sample(dir.path(), 20);
     let chatter = bench.join("nothing-fits").join("chatterbot.jsonl");
     let lines = std::fs::read_to_string(&chatter).unwrap().lines().count();
     assert!(lines >= 150, "{lines} requests");
@@ -301,11 +304,8 @@ fn held_out_small_talk_is_its_own_split() {
 /// the same seed gives the same figures.
 #[test]
 fn replay_feeds_one_half_and_ranks_the_other() {
-    let bench = bench_dir();
     let dir = tempfile::tempdir().unwrap();
-    let (tools, queries) = (dir.path().join("tools.jsonl"), dir.path().join("queries.jsonl"));
-    head(&bench.join("metatool").join("dev_queries.jsonl"), &queries, 120);
-    sample_tools(&bench.join("metatool").join("tools.jsonl"), &queries, &tools, 199);
+    let (tools, queries) = metatool_sample(dir.path(), 120);
     let (report, _) = eval_report(&tools, &[&queries], &["--replay", "7"]);
     let replay = &report["replay"];
     assert_eq!(replay["seed"], 7);
