@@ -1234,6 +1234,16 @@ fn print_eval(report: &capdex::eval::EvalReport, json: bool) -> anyhow::Result<(
             "nothing fits: {}/{} answered empty ({:.2}%)",
             fits.answered_empty, fits.unanswerable, fits.answered_empty_share
         );
+        if fits.unanswerable_by_split.len() > 1 {
+            let splits: Vec<String> = fits
+                .unanswerable_by_split
+                .iter()
+                .map(|(split, of)| {
+                    format!("{split} {}/{} ({:.2}%)", of.answered_empty, of.unanswerable, of.answered_empty_share)
+                })
+                .collect();
+            println!("  by split: {}", splits.join(", "));
+        }
     }
     println!(
         "tier 1 kept: {}/{} answerable queries with a relevant capability in reach keep one ({:.2}%)",

@@ -296,6 +296,19 @@ fn held_out_small_talk_is_its_own_split() {
     assert_eq!(split["unanswerable"].as_u64(), Some(lines as u64), "{fits}");
     let empty = run[20..].iter().filter(|line| line["ranked"].as_array().unwrap().is_empty()).count();
     assert_eq!(split["answeredEmpty"].as_u64(), Some(empty as u64), "{fits}");
+    // The table for people names each split's share when there is more than one.
+    let small_talk = bench.join("nothing-fits").join("small-talk.jsonl");
+    let output = capdex()
+        .args(["eval", "--tools"])
+        .arg(&tools)
+        .args(["--queries".as_ref(), queries.as_os_str(), "--queries".as_ref(), chatter.as_os_str()])
+        .args(["--queries".as_ref(), small_talk.as_os_str()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let by_split = text.lines().find(|line| line.trim_start().starts_with("by split:")).unwrap_or_default();
+    assert!(by_split.contains(&format!("chatterbot {empty}/{lines} (")), "{text}");
+    assert!(by_split.contains("small-talk "), "{text}");
 }
 
 /// The replay protocol: a seeded half's outcomes are fed in one at a time,
