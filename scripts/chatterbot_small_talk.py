@@ -12,8 +12,7 @@ and `core::nothing_fits::GENERIC_SENTENCES`) was written by capdex's developers;
 nobody here wrote, to measure the gate on after deciding, never to decide with. It takes the opening
 utterance of every conversation in the English chit-chat categories (greetings, conversations, emotion,
 botprofile, psychology: remarks to and about the bot, a few of them carrying a topic or a task, "Have you
-heard the news?"), unchanged, once each (case
-and surrounding spaces ignored), in the corpus's order. The categories about topics (ai, computers,
+heard the news?"), unchanged, once each (case and surrounding spaces ignored), in the corpus's order. The categories about topics (ai, computers,
 money, food, history, ...) are left out: their questions ("What is the stock market?") are knowledge
 requests a catalog may answer, and so is humor's "Tell me a joke" (a jokes tool).
 
