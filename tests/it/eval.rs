@@ -305,6 +305,7 @@ fn held_out_small_talk_is_its_own_split() {
         .args(["--queries".as_ref(), small_talk.as_os_str()])
         .output()
         .unwrap();
+    assert!(output.status.success(), "capdex eval failed: {}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8_lossy(&output.stdout);
     let by_split = text.lines().find(|line| line.trim_start().starts_with("by split:")).unwrap_or_default();
     assert!(by_split.contains(&format!("chatterbot {empty}/{lines} (")), "{text}");
