@@ -4,8 +4,9 @@
 The `static` embedder's table is distilled from all-MiniLM-L6-v2. One pass per vocabulary
 token (`[CLS] t [SEP]`) gives each token its meaning out of context; the corpus gives the
 teacher's meaning of whole sentences, so that a token's row can be fitted to the sentences it
-occurs in (tokenlearn-style). The corpus is software and tool language, read from files every
-Debian machine has, none of them a benchmark set:
+occurs in (tokenlearn-style). The corpus is software and tool language and everyday English,
+read from files a Debian machine has (WordNet from the wordnet-base package), none of them a
+benchmark set:
 
   1. Debian package descriptions (the apt lists' `Description:` lines): what a tool does,
      in a line ("command-line utility to resize images").
@@ -17,11 +18,19 @@ Debian machine has, none of them a benchmark set:
      listing with the summary in a column headed `summary` (PyPI's and npm's): what libraries,
      SDKs, CLIs and MCP servers of every domain do (travel, food, finance, games, ...), which
      the first three sources, about software itself, rarely talk about.
+  5. WordNet 3.0's synsets (Debian's wordnet-base, /usr/share/wordnet): each synset's words with
+     their definition ("sunrise, dawn, dawning: the first light of day") and each usage example.
+     Everyday English of every domain (science, sport, law, food, travel), each word beside what
+     it means: the words users' requests are made of and software's texts rarely use.
 
 Sentences are deduplicated (case-folded), kept at 3 to 60 words, shuffled with a fixed seed and
 cut to --max sentences per source. Output: one sentence a line, and its SHA-256 on stderr.
+--sources picks the built-in sources; --extend CORPUS keeps an earlier corpus as it is and
+appends only the new sentences, so distill_static.py embeds only those with its teacher (its
+cache of CORPUS is checked against the corpus's first lines and extended).
 
 Usage: python3 scripts/static_corpus.py OUT.txt [--max 60000] [--seed 20261205]
+           [--listing TSV ...] [--sources debian,man,python,wordnet] [--extend CORPUS]
 """
 
 import argparse
@@ -132,6 +141,34 @@ def python_docstrings():
     return out
 
 
+WORDNET_MARKER = re.compile(r"\([a-z]+\)$")
+
+
+def wordnet_glosses(folder="/usr/share/wordnet"):
+    """WordNet 3.0's synsets (Debian's wordnet-base): each synset's words and definition as
+    one sentence ("sunrise, dawn, dawning: the first light of day"), and each usage example
+    as another. Everyday English of every domain, each word beside what it means."""
+    out = []
+    for part in ("noun", "verb", "adj", "adv"):
+        path = os.path.join(folder, f"data.{part}")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("  ") or " | " not in line:
+                    continue  # the licence header
+                head, gloss = line.split(" | ", 1)
+                fields = head.split()
+                count = int(fields[3], 16)
+                words = [WORDNET_MARKER.sub("", fields[4 + 2 * i]).replace("_", " ") for i in range(count)]
+                pieces = [p.strip() for p in gloss.strip().split(";")]
+                definition = "; ".join(p for p in pieces if p and not p.startswith('"'))
+                if definition:
+                    out.append(f"{', '.join(words[:3])}: {definition}")
+                out.extend(p.strip('"') for p in pieces if p.startswith('"'))
+    return out
+
+
 def listing_summaries(path):
     out = []
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -150,11 +187,31 @@ def main():
     ap.add_argument("--max", type=int, default=60000, help="sentences kept per source")
     ap.add_argument("--seed", type=int, default=20261205)
     ap.add_argument("--listing", action="append", default=[], help="a registry listing (TSV with a summary column)")
+    ap.add_argument(
+        "--sources",
+        default=",".join(SOURCES),
+        help=f"the built-in sources to read, comma separated (default: {','.join(SOURCES)})",
+    )
+    ap.add_argument(
+        "--extend",
+        metavar="CORPUS",
+        help="keep CORPUS as it is and append the sources' sentences it does not hold (shuffled per source, "
+        "not with CORPUS), so a teacher cache of CORPUS stays valid for its first lines",
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
     seen = set()
+    base = []
+    if args.extend:
+        with open(args.extend, encoding="utf-8") as f:
+            base = f.read().splitlines()
+        seen.update(text.casefold() for text in base)
     corpus = []
-    sources = [("debian", debian_descriptions), ("man", man_sentences), ("python", python_docstrings)]
+    names = [name for name in args.sources.split(",") if name]
+    unknown = [name for name in names if name not in SOURCES]
+    if unknown:
+        ap.error(f"unknown source(s) {', '.join(unknown)}; known: {', '.join(SOURCES)}")
+    sources = [(name, SOURCES[name]) for name in names]
     sources += [(os.path.basename(path), lambda path=path: listing_summaries(path)) for path in args.listing]
     for name, source in sources:
         kept = []
@@ -171,11 +228,21 @@ def main():
         kept = kept[: args.max]
         print(f"{name}: {len(kept)} sentences", file=sys.stderr)
         corpus.extend(kept)
-    rng.shuffle(corpus)
+    if not args.extend:
+        rng.shuffle(corpus)
+    corpus = base + corpus
     data = ("\n".join(corpus) + "\n").encode("utf-8")
     with open(args.out, "wb") as f:
         f.write(data)
     print(f"{len(corpus)} sentences, sha256 {hashlib.sha256(data).hexdigest()}", file=sys.stderr)
+
+
+SOURCES = {
+    "debian": debian_descriptions,
+    "man": man_sentences,
+    "python": python_docstrings,
+    "wordnet": wordnet_glosses,
+}
 
 
 if __name__ == "__main__":
