@@ -8,8 +8,8 @@
 //! them: MiniLM's sentence output for every single token and added word
 //! (model2vec), then the rows fitted so that a
 //! sentence's weighted mean of rows is MiniLM's embedding of it, over a corpus
-//! of software and tool language (`scripts/static_corpus.py`; a rare token
-//! keeps its one-pass row), projected on the directions MiniLM's sentences
+//! of software and tool language and everyday English (WordNet's definitions;
+//! `scripts/static_corpus.py`; a rare token keeps its one-pass row), projected on the directions MiniLM's sentences
 //! use, a per-token weight, int8 with a scale per row. Both files are included
 //! with `include_bytes!`/`include_str!`.
 //!
@@ -41,7 +41,7 @@ static VOCAB: &str = include_str!("../../assets/static-minilm/vocab.txt");
 
 /// The model id: scheme, dimensions and the first 12 hex digits of the
 /// table's SHA-256 (`tests::the_model_id_names_the_table` checks it).
-pub const MODEL_ID: &str = "capdex-static-minilm-v1-128-926492fb4aec";
+pub const MODEL_ID: &str = "capdex-static-minilm-v1-128-885cdc616aa8";
 
 /// Longest word WordPiece splits; a longer one is `[UNK]` (BERT's 100).
 pub const MAX_INPUT_CHARS_PER_WORD: usize = 100;

@@ -2,9 +2,10 @@
 //! (`[embedder] static_share`).
 //!
 //! The static table ([`crate::core::static_embedder`]) was distilled from
-//! all-MiniLM-L6-v2 over 350,000 sentences of software and tool language, and
-//! holds 11,666 whole words of that language that WordPiece models read only as
-//! pieces ("factorial", "playlist", "cryptocurrency"). Beside a neural model
+//! all-MiniLM-L6-v2 over 450,000 sentences of software and tool language and
+//! everyday English, and holds 17,257 whole words of that language that
+//! WordPiece models read only as pieces ("factorial", "playlist",
+//! "cryptocurrency"). Beside a neural model
 //! (`local`, `http`) it is a second, differently built opinion of the same
 //! texts, and the two together rank better than the model alone on every dev
 //! set with both models measured (`docs/performance.md`, "The static table

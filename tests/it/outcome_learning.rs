@@ -21,39 +21,41 @@ const TOOLS: [(&str, &str); 6] = [
     ("notes", "Write a note into the notebook"),
 ];
 
-/// How users of the ledger ask: about what they owe tradespeople.
+/// How users of the ledger ask: in their own slang, each tradesperson's "tab",
+/// a word no description uses. (Asked in plain words, "what do I still owe the
+/// plumber", the table of 2026-12-06 with WordNet's definitions in its corpus
+/// already ranks the ledger first, so there is nothing left to learn.)
 const ASKED: [&str; 24] = [
-    "what do I still owe the plumber",
-    "how much is left to pay the electrician",
-    "did the gardener get paid already",
-    "settle what we owe the plumber",
-    "remaining balance for the electrician",
-    "is the gardener's bill cleared",
-    "how much money do we owe the plumber",
-    "have we paid the electrician in full",
-    "what is outstanding for the gardener",
-    "mark the plumber as paid",
-    "do I owe the electrician anything",
-    "pay off what's left for the gardener",
-    "what did we pay the plumber last month",
-    "is anything still due to the electrician",
-    "show what we owe the gardener",
-    "clear the plumber's outstanding amount",
-    "how much have I paid the electrician so far",
-    "log that the gardener was paid",
-    "plumber bill, how much is left",
-    "electrician invoice, is it settled",
-    "gardener payment status",
-    "what do we owe for the plumbing job",
-    "still owing anything for the wiring work",
-    "amount due for the garden work",
+    "what's on the plumber's tab",
+    "square up the electrician's tab",
+    "close out the gardener's tab",
+    "plumber's tab, what's left on it",
+    "how big is the electrician's tab",
+    "is the gardener's tab squared",
+    "run down the plumber's tab",
+    "knock the electrician's tab down to zero",
+    "what's left on the gardener's tab",
+    "square the plumber's tab",
+    "electrician's tab, anything on it",
+    "wipe the gardener's tab clean",
+    "how much went off the plumber's tab last month",
+    "is anything still on the electrician's tab",
+    "show me the gardener's tab",
+    "clear the plumber's tab",
+    "how far down is the electrician's tab",
+    "put the gardener's tab to rest",
+    "plumber tab status",
+    "electrician tab, is it squared",
+    "gardener tab, what's on it",
+    "the tab for the plumbing job",
+    "the tab for the wiring work",
+    "the tab for the garden work",
 ];
 
-/// Asked after learning, of a tradesperson no outcome mentioned, in words
-/// the default embedder does not bridge to the ledger's description by
-/// itself (with the table of 2026-12-06, "what do we still owe the roofer"
-/// ranked the ledger first before any learning, by 0.001 among faint hits).
-const NEW_REQUEST: &str = "what is outstanding for the roofer";
+/// Asked after learning, of a tradesperson no outcome mentioned, in the
+/// users' slang, which the default embedder does not bridge to the ledger's
+/// description by itself.
+const NEW_REQUEST: &str = "how big is the roofer's tab";
 
 fn write_tools(dir: &Path) {
     for (name, description) in TOOLS {
