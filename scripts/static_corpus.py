@@ -149,10 +149,10 @@ def wordnet_glosses(folder="/usr/share/wordnet"):
     one sentence ("sunrise, dawn, dawning: the first light of day"), and each usage example
     as another. Everyday English of every domain, each word beside what it means."""
     out = []
-    for part in ("noun", "verb", "adj", "adv"):
-        path = os.path.join(folder, f"data.{part}")
-        if not os.path.exists(path):
-            continue
+    paths = [os.path.join(folder, f"data.{part}") for part in ("noun", "verb", "adj", "adv")]
+    if not all(os.path.exists(path) for path in paths):
+        sys.exit(f"WordNet is not in {folder}: install Debian's wordnet-base, or leave it out with --sources")
+    for path in paths:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("  ") or " | " not in line:
