@@ -9,9 +9,10 @@
 //! (model2vec), then the rows fitted so that a
 //! sentence's weighted mean of rows is MiniLM's embedding of it, over a corpus
 //! of software and tool language and everyday English (WordNet's definitions;
-//! `scripts/static_corpus.py`; a rare token keeps its one-pass row), projected on the directions MiniLM's sentences
-//! use, a per-token weight, int8 with a scale per row. Both files are included
-//! with `include_bytes!`/`include_str!`.
+//! `scripts/static_corpus.py`; a rare token keeps its one-pass row),
+//! projected on the directions MiniLM's sentences use, a per-token weight,
+//! int8 with a scale per row. Both files are included with
+//! `include_bytes!`/`include_str!`.
 //!
 //! A text is embedded as:
 //!
