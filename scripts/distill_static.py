@@ -149,17 +149,25 @@ def token_outputs(model_dir, vocab, cache):
     return out
 
 
-def pooled_outputs(model_dir, texts, truncation=None, batch_size=128, label=None):
-    """Token ids (the model's tokenizer, with `[CLS]`/`[SEP]`, truncated at `truncation`) and
-    the teacher's mean-pooled output of each text, not normalised. Texts are run in batches of
-    equal length, so no padding is needed."""
+# The teacher reads a corpus sentence's first 128 tokens.
+TEACHER_TRUNCATION = 128
+
+
+def token_ids(model_dir, texts, truncation=None):
+    """The model's tokenizer's ids of each text, with `[CLS]`/`[SEP]`, truncated at `truncation`."""
     import tokenizers
 
     tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     tokenizer.no_padding()
     if truncation:
         tokenizer.enable_truncation(truncation)
-    ids = [np.array(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(texts)]
+    return [np.array(e.ids, dtype=np.int32) for e in tokenizer.encode_batch(texts)]
+
+
+def pooled_outputs(model_dir, texts, truncation=None, batch_size=128, label=None):
+    """Token ids (`token_ids`) and the teacher's mean-pooled output of each text, not
+    normalised. Texts are run in batches of equal length, so no padding is needed."""
+    ids = token_ids(model_dir, texts, truncation)
     weights, config = load_weights(model_dir)
     out = np.zeros((len(ids), config["hidden_size"]), dtype=np.float32)
     by_length = {}
@@ -191,27 +199,17 @@ def teacher_embeddings(model_dir, sentences, cache):
         if len(ids) == len(sentences):
             return ids, out
         # A corpus extended with static_corpus.py --extend: the cache must be its first lines.
-        if len(ids) > len(sentences) or not cached_prefix_matches(model_dir, sentences, ids):
+        cached = token_ids(model_dir, sentences[: len(ids)], TEACHER_TRUNCATION)
+        if len(ids) > len(sentences) or any(not np.array_equal(a, b) for a, b in zip(cached, ids)):
             sys.exit(f"{cache} holds the teacher's embeddings of another corpus; remove it")
         print(f"teacher: {len(ids)} sentences cached, {len(sentences) - len(ids)} to embed", file=sys.stderr)
-    more_ids, more = pooled_outputs(model_dir, sentences[len(ids) :], truncation=128, label="teacher")
+    more_ids, more = pooled_outputs(model_dir, sentences[len(ids) :], TEACHER_TRUNCATION, label="teacher")
     more /= np.linalg.norm(more, axis=1, keepdims=True)
     ids = list(ids) + more_ids
     out = np.concatenate([out, more]) if len(out) else more
     lengths = np.array([len(seq) for seq in ids], dtype=np.int64)
     np.savez(cache, ids=np.concatenate(ids), lengths=lengths, embeddings=out)
     return ids, out
-
-
-def cached_prefix_matches(model_dir, sentences, ids):
-    """Whether a teacher cache's token ids are those of the corpus's first sentences."""
-    import tokenizers
-
-    tokenizer = tokenizers.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(128)
-    encoded = tokenizer.encode_batch(sentences[: len(ids)])
-    return all(list(e.ids) == seq.tolist() for e, seq in zip(encoded, ids))
 
 
 def bert_pre_tokenizer():
