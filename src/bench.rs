@@ -436,6 +436,8 @@ pub struct LearningBenchReport {
     /// Fitting the memory to a new publication of the vector index (four own weights).
     pub refit_ms: f64,
     pub remembered: usize,
+    /// Remembered capabilities with learned words (the refit builds a lexical index with them when any).
+    pub learned_words: usize,
     pub rss_bytes: u64,
 }
 
@@ -466,7 +468,7 @@ pub fn outcome_learning(
     }
     let republished = std::sync::Arc::new(built.vectors.clone());
     let started = Instant::now();
-    learning.refit(&republished);
+    learning.refit(&republished, serving.indexes());
     let refit_ms = started.elapsed().as_secs_f64() * 1e3;
     learn_us.sort_by(f64::total_cmp);
     Ok(LearningBenchReport {
@@ -478,6 +480,7 @@ pub fn outcome_learning(
         learn_max_us: learn_us.last().copied().unwrap_or(0.0),
         refit_ms,
         remembered: learning.memory().len(),
+        learned_words: learning.memory().learned_words().len(),
         rss_bytes: peak_rss_bytes(),
     })
 }

@@ -42,7 +42,7 @@ use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::nothing_fits::{chatter_likeness, chatter_texts, coverage, terms_of, GenericFloor};
 use crate::core::outcome_learning::{OutcomeLearning, Serving};
-use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
+use crate::core::outcome_memory::{request_words, Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrialGain};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query, RankedHit};
@@ -110,7 +110,7 @@ pub struct EvalReport {
 /// halves ([`seeded_halves`]); the first half's outcomes ([`replay_outcomes`])
 /// arrive one request at a time, in a seeded order, and are credited to the
 /// outcome statistics (the scalar prior) and, for successes, to the outcome
-/// memory ([`OutcomeMemory`]). Before each request's outcomes are learnt,
+/// memory ([`OutcomeMemory`]: the request's vector and its words). Before each request's outcomes are learnt,
 /// every learning of [`crate::core::outcome_trust::TRIED`] is tried on it
 /// ([`OutcomeTrust`]). The second half is then ranked with no learning, with
 /// the learning the trials chose, and with each tried learning (chosen or
@@ -507,12 +507,15 @@ fn write_signals(
 /// Requests learnt between two refits of the learnings the replay tries.
 const TRIAL_REFIT_EVERY: usize = 10;
 
-/// What the outcomes so far have taught, once: the prior's snapshot and the
-/// memory's index at each own weight the learnings use; each [`Learning`]
-/// ranks with its part of it ([`Learnt::rank`]).
+/// What the outcomes so far have taught, once: the prior's snapshot, the
+/// memory's index at each own weight the learnings use and the lexical index
+/// with its learned words; each [`Learning`] ranks with its part of it
+/// ([`Learnt::rank`]).
 struct Learnt<'a> {
     prior: OutcomePrior,
     adapted: Vec<(f32, VectorIndex)>,
+    /// The lexical index with the memory's learned words, when a learning uses the memory.
+    lexical: Option<LexicalIndex>,
     shared: &'a Indexed,
 }
 
@@ -533,7 +536,14 @@ impl<'a> Learnt<'a> {
         }
         // The prior borrowed along near-duplicates, as `capdex serve` applies it.
         let near = Arc::new(neighbourhood.near_duplicates(&shared.vectors));
-        Learnt { prior: stats.snapshot(&options.prior_settings, 0).with_near(near), adapted, shared }
+        let lexical = (!adapted.is_empty()).then(|| {
+            LexicalIndex::build_learned(
+                shared.catalog.descriptors.values(),
+                options.field_weights,
+                &memory.learned_words(),
+            )
+        });
+        Learnt { prior: stats.snapshot(&options.prior_settings, 0).with_near(near), adapted, lexical, shared }
     }
 
     /// `ranked`'s request ranked again with `learning` (`None`: no learning; the
@@ -551,7 +561,8 @@ impl<'a> Learnt<'a> {
             .and_then(|weight| self.adapted.iter().find(|(done, _)| *done == weight).map(|(_, vectors)| vectors));
         let mut hits = match (vectors, &record.tools) {
             (Some(vectors), None) => {
-                let indexes = Indexes { vectors, ..self.shared.indexes() };
+                let lexical = self.lexical.as_ref().unwrap_or(&self.shared.lexical);
+                let indexes = Indexes { vectors, lexical, ..self.shared.indexes() };
                 let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
                 let limit = options.depth.max(options.config.tier1_top_k * 2);
                 rank_with(&ranked.query, &indexes, &DiscoveryFilter::default(), limit, graph_boost, options.fusion).hits
@@ -632,7 +643,9 @@ fn replay(
             stats.credit(&id, score, 0, options.prior_settings.half_life_ms);
             outcomes += 1;
             if let (true, Some(request)) = (score >= 0.5, request) {
-                memory.remember(&id, request);
+                if memory.remember(&id, request) {
+                    memory.remember_words(&id, &request_words(&queries[i].query));
+                }
             }
         }
         learnt_since_refit = learnt_since_refit.saturating_add(1);

@@ -1105,7 +1105,8 @@ fn bench_report(
         } else {
             println!(
                 "{} capabilities, {} successes learnt ({} trials): p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs a \
-                 success; fitting the memory to a new catalog {:.1} ms; {} capabilities remembered; peak RSS {:.1} MB",
+                 success; fitting the memory to a new catalog {:.1} ms; {} capabilities remembered ({} with \
+                 learned words); peak RSS {:.1} MB",
                 report.n,
                 report.successes,
                 report.trials,
@@ -1114,6 +1115,7 @@ fn bench_report(
                 report.learn_max_us,
                 report.refit_ms,
                 report.remembered,
+                report.learned_words,
                 report.rss_bytes as f64 / 1e6
             );
         }

@@ -178,7 +178,7 @@ pub fn run_discovery(
     let indexes = Indexes {
         catalog: &snapshot.catalog,
         vectors: snapshot.vectors(),
-        lexical: &snapshot.lexical,
+        lexical: snapshot.lexical(),
         graph: &snapshot.graph,
     };
     // The prior as the request says, else as the outcome learner's trials decided, else as configured.

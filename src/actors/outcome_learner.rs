@@ -175,7 +175,13 @@ impl OutcomeLearner {
             return;
         }
         // The memory is fitted again as it grows by the trials (`learn`); here only for a new index.
-        let learned = self.learning.learned(&snapshot.index, false);
+        let published = Indexes {
+            catalog: &snapshot.catalog,
+            vectors: &snapshot.index,
+            lexical: &snapshot.lexical,
+            graph: &snapshot.graph,
+        };
+        let learned = self.learning.learned(&snapshot.index, &published, false);
         let unchanged = match (&current, &learned) {
             (Some(current), Some(learned)) => {
                 let same_vectors = match (&current.vectors, &learned.vectors) {
@@ -188,8 +194,15 @@ impl OutcomeLearner {
                     (None, None) => true,
                     _ => false,
                 };
+                let same_lexical = match (&current.lexical, &learned.lexical) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                };
                 same_vectors
                     && same_near
+                    && same_lexical
+                    && current.lexical_base == learned.lexical_base
                     && current.learning == learned.learning
                     && Arc::ptr_eq(&current.base, &learned.base)
             }

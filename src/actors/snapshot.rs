@@ -73,6 +73,20 @@ impl DiscoverySnapshot {
         }
     }
 
+    /// The lexical index to rank with: the memory's learned words beside
+    /// this snapshot's lexical index, when learnt for it and its vector
+    /// index, else the lexical index itself.
+    pub fn lexical(&self) -> &LexicalIndex {
+        match self.learned().filter(|learned| learned.vectors.is_some()).and_then(|learned| {
+            learned.lexical.as_deref().filter(|lexical| {
+                learned.lexical_base == self.lexical.generation() && lexical.len() == self.lexical.len()
+            })
+        }) {
+            Some(lexical) => lexical,
+            None => &self.lexical,
+        }
+    }
+
     /// Whether to apply the outcome prior: as the outcome learner's trials
     /// decided (whatever index the memory's vectors were fitted to), or
     /// `configured` while they have not.
@@ -214,6 +228,8 @@ mod tests {
         let learned = Learned {
             base: Arc::new(VectorIndex::new(2)),
             vectors: None,
+            lexical: None,
+            lexical_base: 0,
             learning: Learning { prior: true, memory_own_weight: None },
             near: Some(Arc::new(near)),
         };

@@ -85,6 +85,18 @@ pub const FIELD_WEIGHTS: FieldWeights = FieldWeights {
     parameter_descriptions: 0.3,
 };
 
+/// The weight of a capability's learned words ([`LexicalIndex::build_learned`]):
+/// the words of the requests it did the job for, counted once per request,
+/// as the outcome memory keeps them (`core::outcome_memory`). A user's
+/// words, not the author's: weighed as the category and the parameter names,
+/// half the description. Measured at 0.25, 0.5 and 1 (`capdex eval --replay`,
+/// docs/performance.md): within a point of each other on every set.
+pub const LEARNED_WORDS_WEIGHT: f32 = 0.5;
+
+/// Per capability id, the words it learnt: index terms ([`index_terms`]) and
+/// the number of requests that held each.
+pub type LearnedWords = std::collections::HashMap<String, Vec<(String, u32)>>;
+
 /// An immutable BM25F index over descriptors; rebuilt as a whole on change.
 #[derive(Clone, Debug, Default)]
 pub struct LexicalIndex {
@@ -195,6 +207,21 @@ impl LexicalIndex {
         descriptors: impl IntoIterator<Item = &'a CapabilityDescriptor>,
         weights: FieldWeights,
     ) -> LexicalIndex {
+        LexicalIndex::build_learned(descriptors, weights, &LearnedWords::new())
+    }
+
+    /// [`LexicalIndex::build_with`] with one more field per capability: the
+    /// words `learned` holds for it, each at [`LEARNED_WORDS_WEIGHT`] times
+    /// the number of requests that held it (BM25F's `tf` and the document's
+    /// length both take them in, so a capability's own words keep their
+    /// weight against its learned ones). With nothing learned it is
+    /// [`LexicalIndex::build_with`]'s index, float for float.
+    pub fn build_learned<'a>(
+        descriptors: impl IntoIterator<Item = &'a CapabilityDescriptor>,
+        weights: FieldWeights,
+        learned: &LearnedWords,
+    ) -> LexicalIndex {
+        let learned_of = |id: &str| learned.get(id).map_or(&[][..], Vec::as_slice);
         let mut index =
             LexicalIndex { generation: GENERATIONS.fetch_add(1, AtomicOrdering::Relaxed), ..LexicalIndex::default() };
         let mut lengths: Vec<f32> = Vec::new();
@@ -231,7 +258,7 @@ impl LexicalIndex {
             });
             index.texts.push(DocTexts::default());
             let terms = &mut index.terms;
-            let length = doc_term_weights(descriptor, weights, &mut doc_terms, |term| {
+            let length = doc_term_weights(descriptor, weights, learned_of(&descriptor.id), &mut doc_terms, |term| {
                 let next_id = terms.len() as u32;
                 *terms.entry(term).or_insert(next_id)
             });
@@ -283,7 +310,7 @@ impl LexicalIndex {
         index.postings = vec![(0, 0.0); total as usize];
         for (doc, descriptor) in kept.into_iter().enumerate() {
             let terms = &index.terms;
-            doc_term_weights(descriptor, weights, &mut doc_terms, |term| terms[&term]);
+            doc_term_weights(descriptor, weights, learned_of(&descriptor.id), &mut doc_terms, |term| terms[&term]);
             for (&term, &tf) in &doc_terms {
                 let slot = &mut next[term as usize];
                 index.postings[*slot as usize] = (doc as u32, tf);
@@ -712,12 +739,13 @@ fn length_norm(length: f32, average: f32) -> f32 {
 }
 
 /// Fills `doc_terms` with the weighted frequency (BM25F's `tf`) of each term
-/// of `descriptor`'s fields, each term numbered by `term_id`; returns the
-/// document's weighted length. Both passes of the build call it, so their
-/// frequencies are the same floats.
+/// of `descriptor`'s fields and of its `learned` words, each term numbered by
+/// `term_id`; returns the document's weighted length. Both passes of the
+/// build call it, so their frequencies are the same floats.
 fn doc_term_weights(
     descriptor: &CapabilityDescriptor,
     weights: FieldWeights,
+    learned: &[(String, u32)],
     doc_terms: &mut HashMap<u32, f32>,
     mut term_id: impl FnMut(String) -> u32,
 ) -> f32 {
@@ -745,6 +773,14 @@ fn doc_term_weights(
             *doc_terms.entry(term_id(term)).or_insert(0.0) += weight;
             length += weight;
         }
+    }
+    for (term, requests) in learned {
+        let weight = LEARNED_WORDS_WEIGHT * *requests as f32;
+        if term.is_empty() || !(weight > 0.0 && weight.is_finite()) {
+            continue;
+        }
+        *doc_terms.entry(term_id(term.clone())).or_insert(0.0) += weight;
+        length += weight;
     }
     length
 }
@@ -825,6 +861,40 @@ mod tests {
 
     fn ranked(index: &LexicalIndex, query: &str) -> Vec<String> {
         index.score(query).top(10, |_| true).into_iter().map(|(doc, _)| index.id(doc).to_string()).collect()
+    }
+
+    fn sorted_scores(index: &LexicalIndex, query: &str) -> Vec<(u32, u32)> {
+        let mut scores: Vec<(u32, u32)> =
+            index.score(query).scores.into_iter().map(|(doc, score)| (doc, score.to_bits())).collect();
+        scores.sort_unstable();
+        scores
+    }
+
+    #[test]
+    fn learned_words_are_a_field_of_their_own() {
+        let descriptors = sample();
+        let plain = LexicalIndex::build(&descriptors);
+        let nothing = LexicalIndex::build_learned(&descriptors, FIELD_WEIGHTS, &LearnedWords::new());
+        for query in ["weather forecast", "search news", "send mail to Oslo"] {
+            assert_eq!(
+                sorted_scores(&plain, query),
+                sorted_scores(&nothing, query),
+                "nothing learned: the same floats"
+            );
+        }
+        // Users asked the web search for flights twice: it now answers "flight" (as stemmed terms).
+        let learned: LearnedWords =
+            [("tool:web-search".to_string(), vec![("flight".to_string(), 2), ("cheap".to_string(), 2)])].into();
+        let index = LexicalIndex::build_learned(&descriptors, FIELD_WEIGHTS, &learned);
+        assert!(ranked(&plain, "cheap flights").is_empty());
+        assert_eq!(ranked(&index, "cheap flights"), vec!["tool:web-search"]);
+        // Weighed as two requests at LEARNED_WORDS_WEIGHT each: as a tag word seen once
+        // (weight 1) in a document made as long.
+        let mut tagged = descriptors.clone();
+        tagged[2].tags.extend(["flight".to_string(), "cheap".to_string()]);
+        let as_tags = LexicalIndex::build(&tagged);
+        assert_eq!(sorted_scores(&index, "cheap flights"), sorted_scores(&as_tags, "cheap flights"));
+        assert_eq!(sorted_scores(&index, "search news"), sorted_scores(&as_tags, "search news"));
     }
 
     #[test]

@@ -11,25 +11,27 @@
 //!    [`live_learnings`] (the prior as published, the memory fitted before
 //!    this outcome: none saw the request), and records the gain in the
 //!    reciprocal rank of the capabilities that did the job (a trial);
-//! 2. remembers the message's vector for each of them.
+//! 2. remembers the message's vector and its words for each of them.
 //!
 //! Once [`MIN_TRIALS`] trials were made, discovery uses the learning
 //! [`OutcomeTrust::chosen`] picks ([`OutcomeLearning::learned`]): the prior
 //! (a capability it has nothing of its own for borrowing from its remembered
-//! near-duplicates), the memory's vectors (the capabilities moved towards
+//! near-duplicates), the memory (its vectors: the capabilities moved towards
 //! their requests, every other capability as its remembered near-duplicates
-//! moved and by the memory's style shift), or both; with none chosen it
+//! moved and by the memory's style shift; and its learned words, a field of
+//! the lexical index), or both; with none chosen it
 //! ranks exactly as with nothing learnt, so a capability no outcome named is
 //! never ranked lower on the strength of a guess. Before, it ranks as
 //! configured (the prior as `outcome_prior` says: it also serves deployments
-//! whose outcomes name no planned turn, and dispatch results). The fitted vectors belong to one vector index: a
-//! new catalog publication is served without them until they are fitted to
-//! it again.
+//! whose outcomes name no planned turn, and dispatch results). The fitted vectors belong to one vector index, the
+//! learned words' lexical index to one lexical index: a new catalog
+//! publication is served without them until they are fitted to it again.
 
 use crate::core::discovery::{ranked_ids, DiscoveryConfig};
 use crate::core::evaluation::mean_reciprocal_rank;
 use crate::core::index::VectorIndex;
-use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
+use crate::core::lexical::{LexicalIndex, FIELD_WEIGHTS};
+use crate::core::outcome_memory::{request_words, Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::{NearDuplicates, OutcomePrior};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrustState};
 use crate::core::retrieval::{Indexes, Query};
@@ -132,11 +134,17 @@ impl TurnMessages {
 }
 
 /// What discovery uses: the chosen learning, and with a memory, its vectors
-/// in place of the vector index `base`.
+/// in place of the vector index `base` and its lexical index (the learned
+/// words) in place of the lexical index of generation `lexical_base`.
 #[derive(Debug)]
 pub struct Learned {
     pub base: Arc<VectorIndex>,
     pub vectors: Option<Arc<VectorIndex>>,
+    /// With the memory: the lexical index with the capabilities' learned words
+    /// (`LexicalIndex::build_learned`), `None` while no capability has any.
+    pub lexical: Option<Arc<LexicalIndex>>,
+    /// The generation of the published lexical index `lexical` was built beside.
+    pub lexical_base: u64,
     pub learning: Learning,
     /// With the prior: the near-duplicates a capability the prior says
     /// nothing about borrows it from (`OutcomePrior::with_near`), as fitted to `base`.
@@ -144,17 +152,26 @@ pub struct Learned {
 }
 
 /// The memory's vectors at each own weight, fitted to one vector index, and
-/// the remembered capabilities' near neighbours in it.
+/// the remembered capabilities' near neighbours in it; its learned words in
+/// a lexical index beside one published lexical index.
 struct Fitted {
     base: Arc<VectorIndex>,
     adapted: Vec<(f32, Arc<VectorIndex>)>,
     neighbourhood: Neighbourhood,
     near: Arc<NearDuplicates>,
+    lexical: Option<Arc<LexicalIndex>>,
+    lexical_base: u64,
 }
 
 impl Fitted {
-    /// Fits to `base`, with what was found of `base`'s neighbourhood before, if anything.
-    fn fit(memory: &OutcomeMemory, base: &Arc<VectorIndex>, found: Option<Neighbourhood>) -> Fitted {
+    /// Fits to `base` and to the catalog and lexical index of `published`,
+    /// with what was found of `base`'s neighbourhood before, if anything.
+    fn fit(
+        memory: &OutcomeMemory,
+        base: &Arc<VectorIndex>,
+        published: &Indexes<'_>,
+        found: Option<Neighbourhood>,
+    ) -> Fitted {
         let mut neighbourhood = found.unwrap_or_else(|| Neighbourhood::new(base));
         neighbourhood.extend(memory, base);
         let adapted = OWN_WEIGHTS
@@ -162,7 +179,23 @@ impl Fitted {
             .map(|&weight| (weight, Arc::new(memory.adapt_index(base, weight, &neighbourhood))))
             .collect();
         let near = Arc::new(neighbourhood.near_duplicates(base));
-        Fitted { base: base.clone(), adapted, neighbourhood, near }
+        let learned = memory.learned_words();
+        let lexical = (!learned.is_empty()).then(|| {
+            Arc::new(LexicalIndex::build_learned(published.catalog.descriptors.values(), FIELD_WEIGHTS, &learned))
+        });
+        Fitted {
+            base: base.clone(),
+            adapted,
+            neighbourhood,
+            near,
+            lexical,
+            lexical_base: published.lexical.generation(),
+        }
+    }
+
+    /// Whether this fit is of `base` and of the lexical index `lexical`.
+    fn fits(&self, base: &Arc<VectorIndex>, lexical: &LexicalIndex) -> bool {
+        Arc::ptr_eq(&self.base, base) && self.lexical_base == lexical.generation()
     }
 
     fn vectors(&self, weight: f32) -> Option<&Arc<VectorIndex>> {
@@ -267,7 +300,11 @@ impl OutcomeLearning {
             return (None, Vec::new());
         }
         let trial = if self.memory.is_empty() { None } else { self.trial(query, &known, serving, may_refit) };
+        let words = query.parts.first().map(|part| request_words(&part.text)).unwrap_or_default();
         let remembered = known.into_iter().filter(|id| self.memory.remember(id, request)).collect::<Vec<_>>();
+        for id in &remembered {
+            self.memory.remember_words(id, &words);
+        }
         if !remembered.is_empty() {
             self.learnt_since_fit = self.learnt_since_fit.saturating_add(1);
         }
@@ -275,7 +312,7 @@ impl OutcomeLearning {
     }
 
     fn trial(&mut self, query: &Query, succeeded: &[String], serving: &Serving<'_>, may_refit: bool) -> Option<Trial> {
-        self.fit(serving.vectors, may_refit);
+        self.fit(serving.vectors, &serving.indexes, may_refit);
         let fitted = self.fitted.as_ref()?;
         let succeeded: Vec<&str> = succeeded.iter().map(String::as_str).collect();
         // The prior as discovery would use it with this fit: borrowed along near-duplicates.
@@ -293,7 +330,8 @@ impl OutcomeLearning {
                 None => Some(reciprocal(&serving.indexes, learning.prior)),
                 Some(weight) => {
                     let vectors = fitted.vectors(weight)?;
-                    Some(reciprocal(&Indexes { vectors, ..serving.indexes }, learning.prior))
+                    let lexical = fitted.lexical.as_deref().unwrap_or(serving.indexes.lexical);
+                    Some(reciprocal(&Indexes { vectors, lexical, ..serving.indexes }, learning.prior))
                 }
             })
             .collect();
@@ -304,28 +342,27 @@ impl OutcomeLearning {
         self.trust.record(trial.without, &trial.with, trial.unseen).then_some(trial)
     }
 
-    /// Fits the memory's vectors to `base` when they were fitted to another
-    /// index, or when [`REFIT_EVERY`] successes were learnt since and `may_refit`.
-    fn fit(&mut self, base: &Arc<VectorIndex>, may_refit: bool) {
-        let stale = match &self.fitted {
-            Some(fitted) => !Arc::ptr_eq(&fitted.base, base),
-            None => true,
-        };
+    /// Fits the memory to `base` and `published` (its catalog and lexical
+    /// index) when it was fitted to others, or when [`REFIT_EVERY`] successes
+    /// were learnt since and `may_refit`.
+    fn fit(&mut self, base: &Arc<VectorIndex>, published: &Indexes<'_>, may_refit: bool) {
+        let stale = self.fitted.as_ref().is_none_or(|fitted| !fitted.fits(base, published.lexical));
         if stale || (may_refit && self.learnt_since_fit >= REFIT_EVERY) {
             // The old fit's copies go first (never two sets of copies of the index at once); its
             // neighbourhood is kept for the same index.
             let found =
                 self.fitted.take().filter(|fitted| Arc::ptr_eq(&fitted.base, base)).map(|fitted| fitted.neighbourhood);
-            self.fitted = Some(Fitted::fit(&self.memory, base, found));
+            self.fitted = Some(Fitted::fit(&self.memory, base, published, found));
             self.learnt_since_fit = 0;
         }
     }
 
-    /// Fits the memory's vectors to `base` now, whatever was fitted before
-    /// (what a new catalog publication costs; `capdex bench --outcome-learning` times it).
-    pub fn refit(&mut self, base: &Arc<VectorIndex>) {
+    /// Fits the memory to `base` and `published` now, whatever was fitted
+    /// before (what a new catalog publication costs; `capdex bench
+    /// --outcome-learning` times it).
+    pub fn refit(&mut self, base: &Arc<VectorIndex>, published: &Indexes<'_>) {
         self.fitted = None;
-        self.fitted = Some(Fitted::fit(&self.memory, base, None));
+        self.fitted = Some(Fitted::fit(&self.memory, base, published, None));
         self.learnt_since_fit = 0;
     }
 
@@ -342,18 +379,22 @@ impl OutcomeLearning {
     /// `base` (again if `may_refit` and the memory grew by [`REFIT_EVERY`]
     /// since) and, with the prior, the near-duplicates it is borrowed along,
     /// or, with none chosen, nothing learnt (no prior, no memory).
-    pub fn learned(&mut self, base: &Arc<VectorIndex>, may_refit: bool) -> Option<Learned> {
+    pub fn learned(&mut self, base: &Arc<VectorIndex>, published: &Indexes<'_>, may_refit: bool) -> Option<Learned> {
         let learning = self.decided()?;
         if learning.prior || learning.memory_own_weight.is_some() {
-            self.fit(base, may_refit);
+            self.fit(base, published, may_refit);
         }
-        let fitted = self.fitted.as_ref().filter(|fitted| Arc::ptr_eq(&fitted.base, base));
-        let vectors = match learning.memory_own_weight {
-            None => None,
-            Some(weight) => Some(fitted?.vectors(weight)?.clone()),
+        let fitted = self.fitted.as_ref().filter(|fitted| fitted.fits(base, published.lexical));
+        let (vectors, lexical) = match learning.memory_own_weight {
+            None => (None, None),
+            Some(weight) => {
+                let fitted = fitted?;
+                (Some(fitted.vectors(weight)?.clone()), fitted.lexical.clone())
+            }
         };
         let near = fitted.filter(|_| learning.prior).map(|fitted| fitted.near.clone());
-        Some(Learned { base: base.clone(), vectors, learning, near })
+        let lexical_base = published.lexical.generation();
+        Some(Learned { base: base.clone(), vectors, lexical, lexical_base, learning, near })
     }
 }
 
@@ -481,7 +522,7 @@ pub(crate) mod tests {
         let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
         let done = vec!["tool:ledger".to_string()];
         let serving = served.serving(&config, &served.vectors);
-        assert!(learning.learned(&served.vectors, true).is_none(), "as configured before any trial");
+        assert!(learning.learned(&served.vectors, &serving.indexes, true).is_none(), "as configured before any trial");
         for round in 0..6 {
             for asked in ASKED {
                 let (trial, remembered) = learning.learn(&served.query(asked), &done, &serving, true);
@@ -492,7 +533,7 @@ pub(crate) mod tests {
                 }
             }
         }
-        let chosen = learning.learned(&served.vectors, true).expect("the trials show a gain");
+        let chosen = learning.learned(&served.vectors, &serving.indexes, true).expect("the trials show a gain");
         assert!(Arc::ptr_eq(&chosen.base, &served.vectors));
         assert_eq!(chosen.learning.memory_own_weight.map(|weight| OWN_WEIGHTS.contains(&weight)), Some(true));
         assert!(!chosen.learning.prior, "no prior is published here, so it cannot gain");
@@ -500,12 +541,17 @@ pub(crate) mod tests {
         let asked = served.query("what do we still owe the electrician");
         let before = ranked_ids(&asked, &serving.indexes, &config, None);
         let vectors = chosen.vectors.as_ref().expect("the memory is what helps here");
-        let after = ranked_ids(&asked, &Indexes { vectors, ..serving.indexes }, &config, None);
+        let lexical = chosen.lexical.as_deref().expect("words several requests held were learnt");
+        let after = ranked_ids(&asked, &Indexes { vectors, lexical, ..serving.indexes }, &config, None);
         assert_ne!(before.first().map(String::as_str), Some("tool:ledger"));
         assert_eq!(after.first().map(String::as_str), Some("tool:ledger"));
+        // The requests' words are the ledger's now: "owe" lifts it lexically too.
+        let words = learning.memory().learned_words();
+        let ledger: Vec<&str> = words["tool:ledger"].iter().map(|(word, _)| word.as_str()).collect();
+        assert!(ledger.contains(&"plumber") && ledger.contains(&"owe"), "{ledger:?}");
         // Fitted to one index: another publication gets its own fit.
         let republished = Arc::new((*served.vectors).clone());
-        let refitted = learning.learned(&republished, false).unwrap();
+        let refitted = learning.learned(&republished, &serving.indexes, false).unwrap();
         assert!(Arc::ptr_eq(&refitted.base, &republished));
     }
 
@@ -555,7 +601,7 @@ pub(crate) mod tests {
         let mut grown = (*served.vectors).clone();
         grown.upsert("tool:other", &served.embedder.embed("Tell the weather forecast for a town")).unwrap();
         let grown = Arc::new(grown);
-        learning.refit(&grown);
+        learning.refit(&grown, &serving.indexes);
         let fitted = learning.fitted.as_ref().unwrap();
         assert_eq!((fitted.neighbourhood.sources(), Arc::ptr_eq(&fitted.base, &grown)), (2, true));
     }
@@ -603,7 +649,7 @@ pub(crate) mod tests {
             learning.learn(&served.query(&asked), &[done.to_string()], &serving, true);
         }
         assert!(learning.trust().trials() >= MIN_TRIALS);
-        let learned = learning.learned(&served.vectors, true).unwrap();
+        let learned = learning.learned(&served.vectors, &serving.indexes, true).unwrap();
         let nothing = Learning { prior: false, memory_own_weight: None };
         assert_eq!((learned.learning, learned.vectors.is_none()), (nothing, true), "{:?}", learning.trust().gains());
     }

@@ -38,6 +38,20 @@
 //! no near remembered neighbour moves exactly as before; one whose twin was
 //! remembered moves with it.
 //!
+//! The memory also keeps the words of those requests
+//! ([`OutcomeMemory::remember_words`]): per capability, each index term and
+//! the number of its requests that held it. The words held by at least
+//! [`MIN_WORD_REQUESTS`] of them are its learned words
+//! ([`OutcomeMemory::learned_words`]), a field of its own in the lexical
+//! index the memory's learnings rank with
+//! ([`crate::core::lexical::LexicalIndex::build_learned`]): users' words for
+//! what it does, which its description may never use (document expansion
+//! from a query log). One request's words are not enough: "weather in
+//! Berlin" teaches a weather tool "weather", and "Berlin" only once another
+//! request of it names the city too; a word of one request alone would lift
+//! the tool on every request that shares it, above capabilities no outcome
+//! named.
+//!
 //! Whether the memory is used at all, and how far it may outweigh a
 //! capability's text, is decided on the outcomes as they come
 //! ([`crate::core::outcome_trust`]): where it would overtake unseen
@@ -47,7 +61,9 @@
 use crate::core::embedder::dot;
 use crate::core::id_table::IdTable;
 use crate::core::index::VectorIndex;
+use crate::core::lexical::LearnedWords;
 use crate::core::outcome_prior::NearDuplicates;
+use crate::core::text::index_terms;
 use std::collections::HashMap;
 
 /// The most capabilities remembered; successes of further ones are ignored.
@@ -68,17 +84,29 @@ pub const MAX_NEIGHBOURS: usize = 64;
 /// rest move by the mean displacement alone, as with no neighbour.
 pub const MAX_NEIGHBOUR_SOURCES: usize = 1024;
 
-/// Per capability, the sum of the unit vectors of the requests it succeeded on.
+/// Requests of a capability that must hold a word before it is one of its
+/// learned words ([`OutcomeMemory::learned_words`]; module docs).
+pub const MIN_WORD_REQUESTS: u32 = 2;
+
+/// The most distinct words kept per capability. When a new word finds them
+/// all kept, the words only one request held are forgotten first; if every
+/// kept word was held by more, the new one is not kept.
+pub const MAX_WORDS_PER_CAPABILITY: usize = 64;
+
+/// Per capability, the sum of the unit vectors of the requests it succeeded
+/// on, and their words.
 #[derive(Clone, Debug, Default)]
 pub struct OutcomeMemory {
     dimensions: usize,
     sums: HashMap<String, (Vec<f32>, u32)>,
+    /// Per remembered capability: each word of its requests and how many held it, in the order first seen.
+    words: HashMap<String, Vec<(String, u32)>>,
 }
 
 impl OutcomeMemory {
     /// An empty memory for vectors of `dimensions`.
     pub fn new(dimensions: usize) -> OutcomeMemory {
-        OutcomeMemory { dimensions, sums: HashMap::new() }
+        OutcomeMemory { dimensions, sums: HashMap::new(), words: HashMap::new() }
     }
 
     /// Number of capabilities with at least one remembered request.
@@ -109,6 +137,74 @@ impl OutcomeMemory {
         }
         *count += 1;
         true
+    }
+
+    /// Remembers the words of one request `capability_id` did the job for
+    /// (each distinct word counted once: see [`request_words`]); only for a
+    /// capability whose request [`OutcomeMemory::remember`] took, and within
+    /// [`MAX_WORDS_PER_CAPABILITY`].
+    pub fn remember_words(&mut self, capability_id: &str, words: &[String]) {
+        if !self.sums.contains_key(capability_id) {
+            return;
+        }
+        let kept = self.words.entry(capability_id.to_string()).or_default();
+        let mut seen: Vec<&str> = Vec::with_capacity(words.len());
+        for word in words {
+            if word.is_empty() || seen.contains(&word.as_str()) {
+                continue;
+            }
+            seen.push(word);
+            if let Some((_, requests)) = kept.iter_mut().find(|(kept, _)| kept == word) {
+                *requests = requests.saturating_add(1);
+                continue;
+            }
+            if kept.len() >= MAX_WORDS_PER_CAPABILITY {
+                kept.retain(|&(_, requests)| requests > 1);
+            }
+            if kept.len() < MAX_WORDS_PER_CAPABILITY {
+                kept.push((word.clone(), 1));
+            }
+        }
+    }
+
+    /// The words kept for `capability_id` and how many requests held each
+    /// (what [`OutcomeMemory::restore_words`] takes back).
+    pub fn words(&self, capability_id: &str) -> &[(String, u32)] {
+        self.words.get(capability_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Takes back kept [`OutcomeMemory::words`] of a restored capability;
+    /// empty words, counts of 0 or above its requests, repeats and words past
+    /// [`MAX_WORDS_PER_CAPABILITY`] are left out. Returns how many were taken.
+    pub fn restore_words(&mut self, capability_id: &str, words: Vec<(String, u32)>) -> usize {
+        let requests = self.count(capability_id);
+        if requests == 0 {
+            return 0;
+        }
+        let mut kept: Vec<(String, u32)> = Vec::with_capacity(words.len().min(MAX_WORDS_PER_CAPABILITY));
+        for (word, count) in words {
+            let sound = !word.is_empty() && count > 0 && count <= requests;
+            if sound && kept.len() < MAX_WORDS_PER_CAPABILITY && !kept.iter().any(|(kept, _)| *kept == word) {
+                kept.push((word, count));
+            }
+        }
+        let taken = kept.len();
+        self.words.insert(capability_id.to_string(), kept);
+        taken
+    }
+
+    /// Each remembered capability's learned words: those at least
+    /// [`MIN_WORD_REQUESTS`] of its requests held, with their counts (in
+    /// the order first seen); capabilities with none are left out.
+    pub fn learned_words(&self) -> LearnedWords {
+        self.words
+            .iter()
+            .filter_map(|(id, words)| {
+                let learned: Vec<(String, u32)> =
+                    words.iter().filter(|(_, requests)| *requests >= MIN_WORD_REQUESTS).cloned().collect();
+                (!learned.is_empty()).then(|| (id.clone(), learned))
+            })
+            .collect()
     }
 
     /// The dimension of the vectors remembered.
@@ -347,6 +443,15 @@ impl Neighbourhood {
     }
 }
 
+/// The words of a request as the memory keeps them: its index terms (the
+/// lexical index's: lower-cased, stop words dropped, stemmed), each once.
+pub fn request_words(request: &str) -> Vec<String> {
+    let mut words = index_terms(request);
+    let mut seen = std::collections::HashSet::with_capacity(words.len());
+    words.retain(|word| seen.insert(word.clone()));
+    words
+}
+
 /// An unseen capability's vector as if it had `requests` remembered
 /// requests whose mean is its own (unit) vector plus `shift`:
 /// `normalise(k · v + n · (v + Δ)) = normalise((k + n) · v + n · Δ)`.
@@ -384,6 +489,53 @@ mod tests {
     fn unit(values: &[f32]) -> Vec<f32> {
         let norm = dot(values, values).sqrt();
         values.iter().map(|value| value / norm).collect()
+    }
+
+    fn words(text: &str) -> Vec<String> {
+        request_words(text)
+    }
+
+    #[test]
+    fn words_become_learned_once_enough_requests_held_them() {
+        let mut memory = OutcomeMemory::new(2);
+        memory.remember_words("a", &words("weather in Berlin"));
+        assert!(memory.words("a").is_empty(), "only a capability whose request was remembered");
+        for request in ["weather in Berlin", "the weather in Oslo, Oslo weather", "rain in Berlin?"] {
+            assert!(memory.remember("a", &[1.0, 0.0]));
+            memory.remember_words("a", &words(request));
+        }
+        let learned = memory.learned_words();
+        let mut a = learned["a"].clone();
+        a.sort();
+        // "weather" twice (once per request, however often it says it), "berlin" twice; "oslo" and "rain" once.
+        assert_eq!(a, vec![("berlin".to_string(), 2), ("weather".to_string(), 2)]);
+        assert_eq!(memory.words("a").len(), 4);
+        // Kept words come back as they were; unsound ones are left out.
+        let mut restored = OutcomeMemory::new(2);
+        assert_eq!(restored.restore_words("a", memory.words("a").to_vec()), 0, "no requests restored yet");
+        let (sum, count) = memory.entry("a").unwrap();
+        assert!(restored.restore("a", sum.to_vec(), count));
+        let mut kept = memory.words("a").to_vec();
+        kept.extend([(String::new(), 1), ("zero".into(), 0), ("many".into(), 4), ("berlin".into(), 1)]);
+        assert_eq!(restored.restore_words("a", kept), 4);
+        assert_eq!(restored.learned_words(), memory.learned_words());
+    }
+
+    #[test]
+    fn a_capability_keeps_a_bounded_number_of_words_the_recurring_first() {
+        let mut memory = OutcomeMemory::new(2);
+        assert!(memory.remember("a", &[1.0, 0.0]));
+        memory.remember_words("a", &["kept".to_string()]);
+        assert!(memory.remember("a", &[1.0, 0.0]));
+        memory.remember_words("a", &["kept".to_string()]);
+        for batch in 0..4 {
+            let many: Vec<String> = (0..MAX_WORDS_PER_CAPABILITY).map(|n| format!("w{batch}x{n}")).collect();
+            assert!(memory.remember("a", &[1.0, 0.0]));
+            memory.remember_words("a", &many);
+            assert!(memory.words("a").len() <= MAX_WORDS_PER_CAPABILITY);
+        }
+        assert!(memory.words("a").contains(&("kept".to_string(), 2)), "a recurring word outlives the once-seen");
+        assert_eq!(memory.learned_words()["a"], vec![("kept".to_string(), 2)]);
     }
 
     #[test]

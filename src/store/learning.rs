@@ -3,7 +3,7 @@
 //!
 //! | tree | key | value |
 //! |---|---|---|
-//! | `outcome_learning` | `m/` + capability id | the memory's entry: the sum of its requests' unit vectors and their number |
+//! | `outcome_learning` | `m/` + capability id | the memory's entry: the sum of its requests' unit vectors, their number, and their words with how many held each |
 //! | `outcome_learning` | `model` | the embedding model and dimension the vectors belong to |
 //! | `outcome_learning` | `trust` | the trials (`core::outcome_trust::TrustState`) |
 //!
@@ -34,6 +34,9 @@ pub struct LearntModel {
 struct Entry {
     count: u32,
     sum: Vec<f32>,
+    /// Kept since the memory learns words; an entry kept before has none.
+    #[serde(default)]
+    words: Vec<(String, u32)>,
 }
 
 /// What was kept, for the model it belongs to.
@@ -74,8 +77,13 @@ impl LearningStore {
             let (key, bytes) = row.map_err(|source| StoreError::Sled { action: "iterate", tree: TREE, source })?;
             let id = String::from_utf8_lossy(&key[MEMORY_PREFIX.len()..]).into_owned();
             // An entry that does not decode is refused, not fatal: it is derived state.
-            let restored =
-                rmp_serde::from_slice::<Entry>(&bytes).is_ok_and(|entry| memory.restore(&id, entry.sum, entry.count));
+            let restored = rmp_serde::from_slice::<Entry>(&bytes).is_ok_and(|entry| {
+                let restored = memory.restore(&id, entry.sum, entry.count);
+                if restored {
+                    memory.restore_words(&id, entry.words);
+                }
+                restored
+            });
             refused += usize::from(!restored);
         }
         Ok(KeptLearning { memory, trust: get(&self.tree, TREE, TRUST)?, refused })
@@ -86,7 +94,7 @@ impl LearningStore {
         let mut batch = sled::Batch::default();
         for id in ids {
             if let Some((sum, count)) = memory.entry(id) {
-                let entry = Entry { count, sum: sum.to_vec() };
+                let entry = Entry { count, sum: sum.to_vec(), words: memory.words(id).to_vec() };
                 batch.insert(format!("{MEMORY_PREFIX}{id}").as_bytes(), encode(&entry)?);
             }
         }
@@ -110,7 +118,9 @@ mod tests {
         let model = LearntModel { model_id: "static".into(), dimensions: 3 };
         let mut memory = OutcomeMemory::new(3);
         memory.remember("tool:a", &[1.0, 0.0, 0.0]);
+        memory.remember_words("tool:a", &["weather".into(), "berlin".into()]);
         memory.remember("tool:a", &[0.0, 2.0, 0.0]);
+        memory.remember_words("tool:a", &["weather".into()]);
         memory.remember("tool:b", &[0.0, 0.0, 1.0]);
         let mut trust = OutcomeTrust::default();
         trust.record(0.5, &[0.6; 9], true);
@@ -126,8 +136,20 @@ mod tests {
         let kept = learning.load(&model).unwrap();
         assert_eq!(kept.memory.len(), 2);
         assert_eq!(kept.memory.entry("tool:a"), memory.entry("tool:a"));
+        assert_eq!(kept.memory.words("tool:a"), memory.words("tool:a"));
+        assert_eq!(kept.memory.learned_words(), memory.learned_words());
         assert_eq!(kept.trust, Some(trust.state()));
         assert_eq!(kept.refused, 0);
+        // An entry kept before the memory learnt words comes back without any.
+        #[derive(Serialize)]
+        struct Unworded {
+            count: u32,
+            sum: Vec<f32>,
+        }
+        learning.tree.insert("m/tool:c", encode(&Unworded { count: 1, sum: vec![0.0, 1.0, 0.0] }).unwrap()).unwrap();
+        let kept = learning.load(&model).unwrap();
+        assert_eq!((kept.memory.count("tool:c"), kept.memory.words("tool:c").len(), kept.refused), (1, 0, 0));
+        learning.tree.remove("m/tool:c").unwrap();
         // Trials kept before the unseen ones were counted apart still load (the memory with
         // them); the learner then starts its trials again.
         #[derive(Serialize)]

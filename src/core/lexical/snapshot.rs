@@ -413,7 +413,7 @@ impl LexicalIndex {
         let mut doc_terms = HashMap::new();
         for doc in (0..descriptors.len()).step_by(step) {
             let mut unknown = false;
-            let length = super::doc_term_weights(descriptors[doc], FIELD_WEIGHTS, &mut doc_terms, |term| {
+            let length = super::doc_term_weights(descriptors[doc], FIELD_WEIGHTS, &[], &mut doc_terms, |term| {
                 self.terms.get(&term).copied().unwrap_or_else(|| {
                     unknown = true;
                     u32::MAX
