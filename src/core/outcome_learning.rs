@@ -30,7 +30,7 @@
 use crate::core::discovery::{ranked_ids, DiscoveryConfig};
 use crate::core::evaluation::mean_reciprocal_rank;
 use crate::core::index::VectorIndex;
-use crate::core::lexical::{LexicalIndex, FIELD_WEIGHTS};
+use crate::core::lexical::{LearnedWords, LexicalIndex, FIELD_WEIGHTS};
 use crate::core::outcome_memory::{request_words, Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::{NearDuplicates, OutcomePrior};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrustState};
@@ -159,18 +159,31 @@ struct Fitted {
     adapted: Vec<(f32, Arc<VectorIndex>)>,
     neighbourhood: Neighbourhood,
     near: Arc<NearDuplicates>,
+    /// The learned words `lexical` was built with.
+    learned: LearnedWords,
+    lexical: Option<Arc<LexicalIndex>>,
+    lexical_base: u64,
+}
+
+/// A fit's lexical index, for the next fit beside the same lexical index to
+/// take again when the learned words did not change.
+struct LearnedLexical {
+    learned: LearnedWords,
     lexical: Option<Arc<LexicalIndex>>,
     lexical_base: u64,
 }
 
 impl Fitted {
     /// Fits to `base` and to the catalog and lexical index of `published`,
-    /// with what was found of `base`'s neighbourhood before, if anything.
+    /// with what was found of `base`'s neighbourhood before, if anything, and
+    /// the lexical index fitted before, taken again when it was built beside
+    /// the same lexical index with the same learned words.
     fn fit(
         memory: &OutcomeMemory,
         base: &Arc<VectorIndex>,
         published: &Indexes<'_>,
         found: Option<Neighbourhood>,
+        before: Option<LearnedLexical>,
     ) -> Fitted {
         let mut neighbourhood = found.unwrap_or_else(|| Neighbourhood::new(base));
         neighbourhood.extend(memory, base);
@@ -180,17 +193,14 @@ impl Fitted {
             .collect();
         let near = Arc::new(neighbourhood.near_duplicates(base));
         let learned = memory.learned_words();
-        let lexical = (!learned.is_empty()).then(|| {
-            Arc::new(LexicalIndex::build_learned(published.catalog.descriptors.values(), FIELD_WEIGHTS, &learned))
-        });
-        Fitted {
-            base: base.clone(),
-            adapted,
-            neighbourhood,
-            near,
-            lexical,
-            lexical_base: published.lexical.generation(),
-        }
+        let lexical_base = published.lexical.generation();
+        let lexical = match before {
+            Some(before) if before.lexical_base == lexical_base && before.learned == learned => before.lexical,
+            _ => (!learned.is_empty()).then(|| {
+                Arc::new(LexicalIndex::build_learned(published.catalog.descriptors.values(), FIELD_WEIGHTS, &learned))
+            }),
+        };
+        Fitted { base: base.clone(), adapted, neighbourhood, near, learned, lexical, lexical_base }
     }
 
     /// Whether this fit is of `base` and of the lexical index `lexical`.
@@ -350,9 +360,15 @@ impl OutcomeLearning {
         if stale || (may_refit && self.learnt_since_fit >= REFIT_EVERY) {
             // The old fit's copies go first (never two sets of copies of the index at once); its
             // neighbourhood is kept for the same index.
-            let found =
-                self.fitted.take().filter(|fitted| Arc::ptr_eq(&fitted.base, base)).map(|fitted| fitted.neighbourhood);
-            self.fitted = Some(Fitted::fit(&self.memory, base, published, found));
+            let (found, before) = match self.fitted.take() {
+                Some(fitted) => {
+                    let Fitted { base: fitted_base, neighbourhood, learned, lexical, lexical_base, .. } = fitted;
+                    let found = Arc::ptr_eq(&fitted_base, base).then_some(neighbourhood);
+                    (found, Some(LearnedLexical { learned, lexical, lexical_base }))
+                }
+                None => (None, None),
+            };
+            self.fitted = Some(Fitted::fit(&self.memory, base, published, found, before));
             self.learnt_since_fit = 0;
         }
     }
@@ -362,7 +378,7 @@ impl OutcomeLearning {
     /// --outcome-learning` times it).
     pub fn refit(&mut self, base: &Arc<VectorIndex>, published: &Indexes<'_>) {
         self.fitted = None;
-        self.fitted = Some(Fitted::fit(&self.memory, base, published, None));
+        self.fitted = Some(Fitted::fit(&self.memory, base, published, None, None));
         self.learnt_since_fit = 0;
     }
 
@@ -604,6 +620,33 @@ pub(crate) mod tests {
         learning.refit(&grown, &serving.indexes);
         let fitted = learning.fitted.as_ref().unwrap();
         assert_eq!((fitted.neighbourhood.sources(), Arc::ptr_eq(&fitted.base, &grown)), (2, true));
+    }
+
+    #[test]
+    fn a_refit_builds_the_learned_words_index_again_only_when_they_changed() {
+        let served = Served::new(&[
+            tool("tool:ledger", "Record payments against open accounts payable entries"),
+            tool("tool:weather", "Tell the weather forecast for a city"),
+        ]);
+        let config = DiscoveryConfig::default();
+        let serving = served.serving(&config, &served.vectors);
+        let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
+        let ledger = ["tool:ledger".to_string()];
+        learning.learn(&served.query(ASKED[0]), &ledger, &serving, false);
+        learning.learn(&served.query(ASKED[1]), &ledger, &serving, false);
+        learning.refit(&served.vectors, &serving.indexes);
+        let lexical = |learning: &OutcomeLearning| learning.fitted.as_ref().unwrap().lexical.clone().unwrap();
+        let first = lexical(&learning);
+        // A success whose words no other request held: nothing new is learned, the index is kept.
+        learning.learn(&served.query("rain tomorrow in Oslo?"), &["tool:weather".to_string()], &serving, false);
+        learning.learnt_since_fit = REFIT_EVERY;
+        learning.fit(&served.vectors, &serving.indexes, true);
+        assert!(Arc::ptr_eq(&first, &lexical(&learning)));
+        // "plumber" held by a third request: built again.
+        learning.learn(&served.query(ASKED[2]), &ledger, &serving, false);
+        learning.learnt_since_fit = REFIT_EVERY;
+        learning.fit(&served.vectors, &serving.indexes, true);
+        assert!(!Arc::ptr_eq(&first, &lexical(&learning)));
     }
 
     #[test]
