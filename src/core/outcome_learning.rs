@@ -517,6 +517,13 @@ pub(crate) mod tests {
         }
     }
 
+    fn ledger_and_weather() -> Served {
+        Served::new(&[
+            tool("tool:ledger", "Record payments against open accounts payable entries"),
+            tool("tool:weather", "Tell the weather forecast for a city"),
+        ])
+    }
+
     /// Requests worded unlike any description, each done by `tool:ledger` (also the learner's tests').
     pub(crate) const ASKED: [&str; 6] = [
         "what do I still owe the plumber",
@@ -573,10 +580,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_trial_is_unseen_while_nothing_was_learnt_about_what_did_the_job() {
-        let served = Served::new(&[
-            tool("tool:ledger", "Record payments against open accounts payable entries"),
-            tool("tool:weather", "Tell the weather forecast for a city"),
-        ]);
+        let served = ledger_and_weather();
         let config = DiscoveryConfig::default();
         let serving = served.serving(&config, &served.vectors);
         let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
@@ -624,10 +628,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_refit_builds_the_learned_words_index_again_only_when_they_changed() {
-        let served = Served::new(&[
-            tool("tool:ledger", "Record payments against open accounts payable entries"),
-            tool("tool:weather", "Tell the weather forecast for a city"),
-        ]);
+        let served = ledger_and_weather();
         let config = DiscoveryConfig::default();
         let serving = served.serving(&config, &served.vectors);
         let mut learning = OutcomeLearning::new(served.embedder.dimensions(), false);
