@@ -185,6 +185,13 @@ impl Fitted {
         found: Option<Neighbourhood>,
         before: Option<LearnedLexical>,
     ) -> Fitted {
+        let learned = memory.learned_words();
+        let lexical_base = published.lexical.generation();
+        // An index not taken again goes here, before anything is built.
+        let kept = match before {
+            Some(before) if before.lexical_base == lexical_base && before.learned == learned => Some(before.lexical),
+            _ => None,
+        };
         let mut neighbourhood = found.unwrap_or_else(|| Neighbourhood::new(base));
         neighbourhood.extend(memory, base);
         let adapted = OWN_WEIGHTS
@@ -192,14 +199,11 @@ impl Fitted {
             .map(|&weight| (weight, Arc::new(memory.adapt_index(base, weight, &neighbourhood))))
             .collect();
         let near = Arc::new(neighbourhood.near_duplicates(base));
-        let learned = memory.learned_words();
-        let lexical_base = published.lexical.generation();
-        let lexical = match before {
-            Some(before) if before.lexical_base == lexical_base && before.learned == learned => before.lexical,
-            _ => (!learned.is_empty()).then(|| {
+        let lexical = kept.unwrap_or_else(|| {
+            (!learned.is_empty()).then(|| {
                 Arc::new(LexicalIndex::build_learned(published.catalog.descriptors.values(), FIELD_WEIGHTS, &learned))
-            }),
-        };
+            })
+        });
         Fitted { base: base.clone(), adapted, neighbourhood, near, learned, lexical, lexical_base }
     }
 
