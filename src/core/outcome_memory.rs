@@ -93,20 +93,37 @@ pub const MIN_WORD_REQUESTS: u32 = 2;
 /// kept word was held by more, the new one is not kept.
 pub const MAX_WORDS_PER_CAPABILITY: usize = 64;
 
+/// The longest word kept, in bytes: a longer "word" (an id, a hash, a
+/// pasted blob: requests may carry up to a megabyte) names no tool's use.
+pub const MAX_WORD_BYTES: usize = 48;
+
+/// The most words kept over all capabilities (each a word of at most
+/// [`MAX_WORD_BYTES`] and its count: at most about 80 MB); past it, new
+/// words are not kept, those kept go on counting.
+pub const MAX_WORDS: usize = 1 << 20;
+
 /// Per capability, the sum of the unit vectors of the requests it succeeded
 /// on, and their words.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct OutcomeMemory {
     dimensions: usize,
     sums: HashMap<String, (Vec<f32>, u32)>,
     /// Per remembered capability: each word of its requests and how many held it, in the order first seen.
     words: HashMap<String, Vec<(String, u32)>>,
+    /// Words kept over all capabilities, and the most that may be ([`MAX_WORDS`]).
+    word_count: usize,
+    word_budget: usize,
 }
 
 impl OutcomeMemory {
     /// An empty memory for vectors of `dimensions`.
     pub fn new(dimensions: usize) -> OutcomeMemory {
-        OutcomeMemory { dimensions, sums: HashMap::new(), words: HashMap::new() }
+        OutcomeMemory::with_word_budget(dimensions, MAX_WORDS)
+    }
+
+    /// [`OutcomeMemory::new`] keeping at most `word_budget` words in all.
+    pub fn with_word_budget(dimensions: usize, word_budget: usize) -> OutcomeMemory {
+        OutcomeMemory { dimensions, sums: HashMap::new(), words: HashMap::new(), word_count: 0, word_budget }
     }
 
     /// Number of capabilities with at least one remembered request.
@@ -142,7 +159,7 @@ impl OutcomeMemory {
     /// Remembers the words of one request `capability_id` did the job for
     /// (each distinct word counted once: see [`request_words`]); only for a
     /// capability whose request [`OutcomeMemory::remember`] took, and within
-    /// [`MAX_WORDS_PER_CAPABILITY`].
+    /// [`MAX_WORDS_PER_CAPABILITY`], [`MAX_WORD_BYTES`] and [`MAX_WORDS`].
     pub fn remember_words(&mut self, capability_id: &str, words: &[String]) {
         if !self.sums.contains_key(capability_id) {
             return;
@@ -150,7 +167,7 @@ impl OutcomeMemory {
         let kept = self.words.entry(capability_id.to_string()).or_default();
         let mut seen: Vec<&str> = Vec::with_capacity(words.len());
         for word in words {
-            if word.is_empty() || seen.contains(&word.as_str()) {
+            if word.is_empty() || word.len() > MAX_WORD_BYTES || seen.contains(&word.as_str()) {
                 continue;
             }
             seen.push(word);
@@ -158,11 +175,15 @@ impl OutcomeMemory {
                 *requests = requests.saturating_add(1);
                 continue;
             }
+            // Full here: its once-seen words make room (under the overall bound, a new word just waits).
             if kept.len() >= MAX_WORDS_PER_CAPABILITY {
+                let before = kept.len();
                 kept.retain(|&(_, requests)| requests > 1);
+                self.word_count -= before - kept.len();
             }
-            if kept.len() < MAX_WORDS_PER_CAPABILITY {
+            if kept.len() < MAX_WORDS_PER_CAPABILITY && self.word_count < self.word_budget {
                 kept.push((word.clone(), 1));
+                self.word_count += 1;
             }
         }
     }
@@ -174,21 +195,25 @@ impl OutcomeMemory {
     }
 
     /// Takes back kept [`OutcomeMemory::words`] of a restored capability;
-    /// empty words, counts of 0 or above its requests, repeats and words past
-    /// [`MAX_WORDS_PER_CAPABILITY`] are left out. Returns how many were taken.
+    /// empty words, longer ones than [`MAX_WORD_BYTES`], counts of 0 or above
+    /// its requests, repeats and words past [`MAX_WORDS_PER_CAPABILITY`] or
+    /// [`MAX_WORDS`] are left out. Returns how many were taken.
     pub fn restore_words(&mut self, capability_id: &str, words: Vec<(String, u32)>) -> usize {
         let requests = self.count(capability_id);
         if requests == 0 {
             return 0;
         }
-        let mut kept: Vec<(String, u32)> = Vec::with_capacity(words.len().min(MAX_WORDS_PER_CAPABILITY));
+        self.word_count -= self.words.remove(capability_id).map_or(0, |old| old.len());
+        let room = self.word_budget.saturating_sub(self.word_count).min(MAX_WORDS_PER_CAPABILITY);
+        let mut kept: Vec<(String, u32)> = Vec::with_capacity(words.len().min(room));
         for (word, count) in words {
-            let sound = !word.is_empty() && count > 0 && count <= requests;
-            if sound && kept.len() < MAX_WORDS_PER_CAPABILITY && !kept.iter().any(|(kept, _)| *kept == word) {
+            let sound = !word.is_empty() && word.len() <= MAX_WORD_BYTES && count > 0 && count <= requests;
+            if sound && kept.len() < room && !kept.iter().any(|(kept, _)| *kept == word) {
                 kept.push((word, count));
             }
         }
         let taken = kept.len();
+        self.word_count += taken;
         self.words.insert(capability_id.to_string(), kept);
         taken
     }
@@ -536,6 +561,23 @@ mod tests {
         }
         assert!(memory.words("a").contains(&("kept".to_string(), 2)), "a recurring word outlives the once-seen");
         assert_eq!(memory.learned_words()["a"], vec![("kept".to_string(), 2)]);
+        // Over all capabilities too, and no word longer than MAX_WORD_BYTES.
+        let mut memory = OutcomeMemory::with_word_budget(2, 5);
+        let long = "x".repeat(MAX_WORD_BYTES + 1);
+        for id in ["a", "b", "c"] {
+            assert!(memory.remember(id, &[1.0, 0.0]));
+            memory.remember_words(id, &["one".into(), "two".into(), long.clone()]);
+        }
+        let kept: usize = ["a", "b", "c"].iter().map(|id| memory.words(id).len()).sum();
+        assert_eq!((kept, memory.word_count), (5, 5));
+        assert!(["a", "b", "c"].iter().all(|id| memory.words(id).iter().all(|(word, _)| word.len() <= MAX_WORD_BYTES)));
+        // A full memory still counts the words it keeps; a restore replaces, within the budget.
+        assert!(memory.remember("a", &[1.0, 0.0]));
+        memory.remember_words("a", &["one".into()]);
+        assert_eq!(memory.words("a")[0], ("one".to_string(), 2));
+        assert_eq!(memory.words("c"), [("one".to_string(), 1)], "the last word had no room");
+        assert_eq!(memory.restore_words("c", vec![("three".into(), 1), ("four".into(), 1)]), 1);
+        assert_eq!((memory.words("c")[0].0.as_str(), memory.word_count), ("three", 5));
     }
 
     #[test]
