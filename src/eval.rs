@@ -127,6 +127,8 @@ pub struct ReplayReport {
     pub adjusted: usize,
     /// Capabilities with remembered requests ([`OutcomeMemory`]).
     pub remembered: usize,
+    /// Remembered capabilities with learned words ([`OutcomeMemory::learned_words`]).
+    pub learned_words: usize,
     /// Trials of the learnings on the first half's requests as they came.
     pub trials: u64,
     /// Those whose capabilities had no outcome yet.
@@ -698,6 +700,7 @@ fn replay(
         outcomes,
         adjusted: learnt.prior.len(),
         remembered: memory.len(),
+        learned_words: memory.learned_words().len(),
         trials: trust.trials(),
         unseen_trials: trust.unseen_trials(),
         chosen,

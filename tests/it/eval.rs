@@ -328,6 +328,9 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     assert!(replay["outcomes"].as_u64().unwrap() >= 60, "{replay}");
     assert!(replay["adjusted"].as_u64().unwrap() > 0, "{replay}");
     assert!(replay["remembered"].as_u64().unwrap() > 0, "{replay}");
+    // MetaTool's requests for one tool share words: some were learnt.
+    let learned_words = replay["learnedWords"].as_u64().unwrap();
+    assert!((1..=replay["remembered"].as_u64().unwrap()).contains(&learned_words), "{replay}");
     // Every learning was tried on the first half's requests as they came (all but the first).
     assert_eq!(replay["trials"], 59);
     // The first trial's capabilities had no outcome yet, nor had some later ones'.
