@@ -42,12 +42,12 @@ use crate::core::kpi_window::OutcomeReport;
 use crate::core::lexical::{FieldWeights, LexicalIndex};
 use crate::core::nothing_fits::{chatter_likeness, chatter_texts, coverage, terms_of, GenericFloor};
 use crate::core::outcome_learning::{OutcomeLearning, Serving};
-use crate::core::outcome_memory::{request_words, Neighbourhood, OutcomeMemory};
+use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::{distinct_ids, OutcomePrior, OutcomePriorSettings, OutcomeStats};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrialGain};
 use crate::core::retrieval::{query_texts, rank_with, Fusion, Indexes, Query, RankedHit};
 use crate::core::static_share;
-use crate::core::text::embedding_text;
+use crate::core::text::{embedding_text, index_terms};
 use crate::store::{Store, StoreError};
 use serde::de::DeserializeOwned;
 use std::io::Write;
@@ -538,13 +538,9 @@ impl<'a> Learnt<'a> {
         }
         // The prior borrowed along near-duplicates, as `capdex serve` applies it.
         let near = Arc::new(neighbourhood.near_duplicates(&shared.vectors));
-        let lexical = (!adapted.is_empty()).then(|| {
-            LexicalIndex::build_learned(
-                shared.catalog.descriptors.values(),
-                options.field_weights,
-                &memory.learned_words(),
-            )
-        });
+        let learned = memory.learned_words();
+        let lexical = (!adapted.is_empty() && !learned.is_empty())
+            .then(|| LexicalIndex::build_learned(shared.catalog.descriptors.values(), options.field_weights, &learned));
         Learnt { prior: stats.snapshot(&options.prior_settings, 0).with_near(near), adapted, lexical, shared }
     }
 
@@ -646,7 +642,7 @@ fn replay(
             outcomes += 1;
             if let (true, Some(request)) = (score >= 0.5, request) {
                 if memory.remember(&id, request) {
-                    memory.remember_words(&id, &request_words(&queries[i].query));
+                    memory.remember_words(&id, &index_terms(&queries[i].query));
                 }
             }
         }

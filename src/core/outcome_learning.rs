@@ -31,10 +31,11 @@ use crate::core::discovery::{ranked_ids, DiscoveryConfig};
 use crate::core::evaluation::mean_reciprocal_rank;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::{LearnedWords, LexicalIndex, FIELD_WEIGHTS};
-use crate::core::outcome_memory::{request_words, Neighbourhood, OutcomeMemory};
+use crate::core::outcome_memory::{Neighbourhood, OutcomeMemory};
 use crate::core::outcome_prior::{NearDuplicates, OutcomePrior};
 use crate::core::outcome_trust::{Learning, OutcomeTrust, TrustState};
 use crate::core::retrieval::{Indexes, Query};
+use crate::core::text::index_terms;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -314,10 +315,12 @@ impl OutcomeLearning {
             return (None, Vec::new());
         }
         let trial = if self.memory.is_empty() { None } else { self.trial(query, &known, serving, may_refit) };
-        let words = query.parts.first().map(|part| request_words(&part.text)).unwrap_or_default();
         let remembered = known.into_iter().filter(|id| self.memory.remember(id, request)).collect::<Vec<_>>();
-        for id in &remembered {
-            self.memory.remember_words(id, &words);
+        if !remembered.is_empty() {
+            let words = query.parts.first().map(|part| index_terms(&part.text)).unwrap_or_default();
+            for id in &remembered {
+                self.memory.remember_words(id, &words);
+            }
         }
         if !remembered.is_empty() {
             self.learnt_since_fit = self.learnt_since_fit.saturating_add(1);

@@ -63,7 +63,6 @@ use crate::core::id_table::IdTable;
 use crate::core::index::VectorIndex;
 use crate::core::lexical::LearnedWords;
 use crate::core::outcome_prior::NearDuplicates;
-use crate::core::text::index_terms;
 use std::collections::HashMap;
 
 /// The most capabilities remembered; successes of further ones are ignored.
@@ -156,8 +155,10 @@ impl OutcomeMemory {
         true
     }
 
-    /// Remembers the words of one request `capability_id` did the job for
-    /// (each distinct word counted once: see [`request_words`]); only for a
+    /// Remembers the words of one request `capability_id` did the job for:
+    /// its index terms (the lexical index's
+    /// [`crate::core::text::index_terms`]: lower-cased,
+    /// stop words dropped, stemmed), each distinct one counted once; only for a
     /// capability whose request [`OutcomeMemory::remember`] took, and within
     /// [`MAX_WORDS_PER_CAPABILITY`], [`MAX_WORD_BYTES`] and [`MAX_WORDS`].
     pub fn remember_words(&mut self, capability_id: &str, words: &[String]) {
@@ -165,12 +166,12 @@ impl OutcomeMemory {
             return;
         }
         let kept = self.words.entry(capability_id.to_string()).or_default();
-        let mut seen: Vec<&str> = Vec::with_capacity(words.len());
+        // A set, not a scan: a request of a megabyte may hold a hundred thousand words.
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for word in words {
-            if word.is_empty() || word.len() > MAX_WORD_BYTES || seen.contains(&word.as_str()) {
+            if word.is_empty() || word.len() > MAX_WORD_BYTES || !seen.insert(word.as_str()) {
                 continue;
             }
-            seen.push(word);
             if let Some((_, requests)) = kept.iter_mut().find(|(kept, _)| kept == word) {
                 *requests = requests.saturating_add(1);
                 continue;
@@ -468,15 +469,6 @@ impl Neighbourhood {
     }
 }
 
-/// The words of a request as the memory keeps them: its index terms (the
-/// lexical index's: lower-cased, stop words dropped, stemmed), each once.
-pub fn request_words(request: &str) -> Vec<String> {
-    let mut words = index_terms(request);
-    let mut seen = std::collections::HashSet::with_capacity(words.len());
-    words.retain(|word| seen.insert(word.clone()));
-    words
-}
-
 /// An unseen capability's vector as if it had `requests` remembered
 /// requests whose mean is its own (unit) vector plus `shift`:
 /// `normalise(k · v + n · (v + Δ)) = normalise((k + n) · v + n · Δ)`.
@@ -517,7 +509,7 @@ mod tests {
     }
 
     fn words(text: &str) -> Vec<String> {
-        request_words(text)
+        crate::core::text::index_terms(text)
     }
 
     #[test]
