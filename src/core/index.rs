@@ -66,8 +66,9 @@ pub struct VectorIndex {
     scales: Vec<f32>,
     /// The row of each id (read through `ids`).
     rows: IdTable,
-    /// The last [`Alignment`] asked for; cleared by every change.
-    alignment: RwLock<Option<Arc<Alignment>>>,
+    /// The last [`ALIGNMENTS_KEPT`] [`Alignment`]s made, the latest first;
+    /// cleared by every change.
+    alignment: RwLock<[Option<Arc<Alignment>>; ALIGNMENTS_KEPT]>,
     /// The codes again, row-major (`row · dimensions + d`): made by a bulk load
     /// of dense rows or the first dense query ([`IndexQuery::Dense`]) and kept
     /// up to date by every change from then on, so a dense query reads each
@@ -83,7 +84,7 @@ impl Clone for VectorIndex {
             columns: self.columns.clone(),
             scales: self.scales.clone(),
             rows: self.rows.clone(),
-            alignment: RwLock::new(self.cached_alignment()),
+            alignment: RwLock::new(self.alignment.read().map(|kept| kept.clone()).unwrap_or_default()),
             row_major: self.row_major.clone(),
         }
     }
@@ -194,6 +195,9 @@ impl QuantisedLoader {
 /// The most dimensions a snapshot's vector section may name (models have hundreds to a few thousand).
 const MAX_SNAPSHOT_DIMENSIONS: usize = 1 << 16;
 
+/// How many [`Alignment`]s a [`VectorIndex`] keeps (each four `u32`s a row).
+pub const ALIGNMENTS_KEPT: usize = 2;
+
 /// "No row" or "no document" in an [`Alignment`].
 pub const NONE: u32 = u32::MAX;
 
@@ -212,7 +216,7 @@ impl VectorIndex {
             columns: (0..dimensions).map(|_| Vec::with_capacity(capacity)).collect(),
             scales: Vec::with_capacity(capacity),
             rows: IdTable::with_capacity(capacity),
-            alignment: RwLock::new(None),
+            alignment: RwLock::new(Default::default()),
             row_major: OnceLock::new(),
         }
     }
@@ -240,11 +244,17 @@ impl VectorIndex {
 
     /// Returns the [`Alignment`] of this index's rows with `lexical`'s
     /// documents, computed on the first call for this pair and cached until
-    /// either changes (O(n) id lookups once, then an `Arc` clone).
+    /// either changes (O(n) id lookups once, then an `Arc` clone). The last
+    /// [`ALIGNMENTS_KEPT`] are kept, so one vector index ranked beside two
+    /// lexical indexes in turn (the published one and the outcome memory's
+    /// with its learned words) does not make its alignment again each time.
     pub fn alignment(&self, lexical: &LexicalIndex) -> Arc<Alignment> {
-        if let Some(cached) = self.cached_alignment() {
-            if cached.lexical_generation == lexical.generation() && cached.doc_of_row.len() == self.ids.len() {
-                return cached;
+        let current = |cached: &&Arc<Alignment>| {
+            cached.lexical_generation == lexical.generation() && cached.doc_of_row.len() == self.ids.len()
+        };
+        if let Ok(kept) = self.alignment.read() {
+            if let Some(cached) = kept.iter().flatten().find(current) {
+                return cached.clone();
             }
         }
         let mut row_of_doc = vec![NONE; lexical.len()];
@@ -280,19 +290,16 @@ impl VectorIndex {
             rank_of_row,
             row_of_rank,
         });
-        if let Ok(mut slot) = self.alignment.write() {
-            *slot = Some(alignment.clone());
+        if let Ok(mut kept) = self.alignment.write() {
+            kept.rotate_right(1);
+            kept[0] = Some(alignment.clone());
         }
         alignment
     }
 
-    fn cached_alignment(&self) -> Option<Arc<Alignment>> {
-        self.alignment.read().ok().and_then(|slot| slot.clone())
-    }
-
     fn forget_alignment(&mut self) {
-        if let Ok(slot) = self.alignment.get_mut() {
-            *slot = None;
+        if let Ok(kept) = self.alignment.get_mut() {
+            *kept = Default::default();
         }
     }
 
@@ -1074,6 +1081,31 @@ mod tests {
         assert_eq!(index.cosine("b", &[1.0, 0.0]), Some(0.0));
         assert_eq!(index.cosine("a", &[1.0, 0.0]), None);
         assert_eq!(index.cosine("c", &[1.0]), None);
+    }
+
+    #[test]
+    fn an_index_ranked_beside_two_lexical_indexes_in_turn_keeps_both_alignments() {
+        let mut index = VectorIndex::new(2);
+        index.upsert("a", &[1.0, 0.0]).unwrap();
+        index.upsert("b", &[0.0, 1.0]).unwrap();
+        let descriptors = [descriptor("b"), descriptor("a")];
+        let (published, learned, newer) =
+            (LexicalIndex::build(&descriptors), LexicalIndex::build(&descriptors), LexicalIndex::build(&descriptors));
+        let first = index.alignment(&published);
+        let beside_learned = index.alignment(&learned);
+        assert_eq!((first.doc_of_row.as_slice(), beside_learned.doc_of_row.as_slice()), (&[1, 0][..], &[1, 0][..]));
+        for _ in 0..3 {
+            assert!(Arc::ptr_eq(&index.alignment(&published), &first), "made once");
+            assert!(Arc::ptr_eq(&index.alignment(&learned), &beside_learned), "made once");
+        }
+        // A third lexical index takes the place of the one made first; a change forgets them all.
+        index.alignment(&newer);
+        assert!(!Arc::ptr_eq(&index.alignment(&published), &first));
+        assert!(Arc::ptr_eq(&index.clone().alignment(&newer), &index.alignment(&newer)), "a copy shares them");
+        let kept = index.alignment(&learned);
+        index.upsert("c", &[1.0, 1.0]).unwrap();
+        let again = index.alignment(&learned);
+        assert!(!Arc::ptr_eq(&again, &kept) && again.unmatched_rows == 1);
     }
 
     /// Many rows, many ties, a filter: the blockwise top is the top of all the scores.
