@@ -43,7 +43,9 @@ m, f = report["metrics"], report["nothingFits"]
 replay = report.get("replay")
 def learning(l):
     if not l: return "none"
-    return ("prior" if l["prior"] else "") + (f"+memory k={l['memoryOwnWeight']:g}" if l["memoryOwnWeight"] else "")
+    memory = (f"+memory k={l['memoryOwnWeight']:g}" if l["memoryOwnWeight"] else
+              "+words" if l.get("memoryWords") else "")
+    return ("prior" if l["prior"] else "") + memory
 r = (f"{replay['withoutLearning']['ndcgAt10']:.2f} -> {replay['learned']['ndcgAt10']:.2f} ({learning(replay['chosen'])};"
      f" {replay['trials']} trials, {replay['unseenTrials']} unseen)"
      f" (unseen {replay['unseen']}: {replay['unseenWithoutLearning']['ndcgAt10']:.2f} -> {replay['unseenLearned']['ndcgAt10']:.2f})"

@@ -539,7 +539,7 @@ impl<'a> Learnt<'a> {
         // The prior borrowed along near-duplicates, as `capdex serve` applies it.
         let near = Arc::new(neighbourhood.near_duplicates(&shared.vectors));
         let learned = memory.learned_words();
-        let lexical = (!adapted.is_empty() && !learned.is_empty())
+        let lexical = (learnings.iter().any(|learning| learning.memory_words) && !learned.is_empty())
             .then(|| LexicalIndex::build_learned(shared.catalog.descriptors.values(), options.field_weights, &learned));
         Learnt { prior: stats.snapshot(&options.prior_settings, 0).with_near(near), adapted, lexical, shared }
     }
@@ -554,12 +554,17 @@ impl<'a> Learnt<'a> {
         options: &EvalOptions,
     ) -> Vec<RankedHit> {
         let Some(learning) = learning else { return ranked.hits.clone() };
-        let vectors = learning
-            .memory_own_weight
-            .and_then(|weight| self.adapted.iter().find(|(done, _)| *done == weight).map(|(_, vectors)| vectors));
+        let vectors = match learning.memory_own_weight {
+            Some(weight) => self.adapted.iter().find(|(done, _)| *done == weight).map(|(_, vectors)| vectors),
+            None => Some(&self.shared.vectors),
+        };
+        let lexical = match learning.memory_words {
+            true => self.lexical.as_ref(),
+            false => None,
+        };
         let mut hits = match (vectors, &record.tools) {
-            (Some(vectors), None) => {
-                let lexical = self.lexical.as_ref().unwrap_or(&self.shared.lexical);
+            (Some(vectors), None) if learning.uses_memory() => {
+                let lexical = lexical.unwrap_or(&self.shared.lexical);
                 let indexes = Indexes { vectors, lexical, ..self.shared.indexes() };
                 let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
                 let limit = options.depth.max(options.config.tier1_top_k * 2);
@@ -669,7 +674,7 @@ fn replay(
     };
     let chosen = trust.chosen();
     // Before enough trials, discovery ranks as configured: the prior as `outcome_prior` says.
-    let as_configured = Learning { prior: served_prior, memory_own_weight: None };
+    let as_configured = Learning { prior: served_prior, ..Learning::NOTHING };
     let served_uses = served.decided().unwrap_or(as_configured);
     let served = ServedReplay {
         prior: served_prior,

@@ -1254,14 +1254,7 @@ fn print_eval(report: &capdex::eval::EvalReport, json: bool) -> anyhow::Result<(
     if let Some(replay) = &report.replay {
         let chosen = match replay.chosen {
             None => "nothing learnt is used".to_string(),
-            Some(learning) => format!(
-                "{}{}",
-                if learning.prior { "the prior" } else { "no prior" },
-                learning
-                    .memory_own_weight
-                    .map(|weight| format!(", the memory at own weight {weight}"))
-                    .unwrap_or_default()
-            ),
+            Some(learning) => learning.to_string(),
         };
         println!(
             "replay (seed {}): {} outcomes from {} queries, {} trials ({} unseen) chose: {}; second half NDCG@10 {:.2} -> {:.2}, R@5 {:.2} -> {:.2}; its {} unseen NDCG@10 {:.2} -> {:.2}",

@@ -74,10 +74,11 @@ impl DiscoverySnapshot {
     }
 
     /// The lexical index to rank with: the memory's learned words beside
-    /// this snapshot's lexical index, when learnt for it and its vector
-    /// index, else the lexical index itself.
+    /// this snapshot's lexical index, when the learning uses them and they
+    /// were learnt for it (and for its vector index, with the memory's
+    /// vectors), else the lexical index itself.
     pub fn lexical(&self) -> &LexicalIndex {
-        match self.learned().filter(|learned| learned.vectors.is_some()).and_then(|learned| {
+        match self.learned().filter(|learned| learned.learning.memory_words).and_then(|learned| {
             learned.lexical.as_deref().filter(|lexical| {
                 learned.lexical_base == self.lexical.generation() && lexical.len() == self.lexical.len()
             })
@@ -107,6 +108,7 @@ impl DiscoverySnapshot {
     /// Whether discovery ranks with something the outcome learner's trials chose now.
     pub fn uses_learned(&self) -> bool {
         self.learned().is_some_and(|learned| learned.learning.prior || learned.vectors.is_some())
+            || !std::ptr::eq(self.lexical(), &*self.lexical)
     }
 
     /// A copy sharing every `Arc` (and the Tier 0 cache).
@@ -220,6 +222,35 @@ mod tests {
     use crate::core::outcome_trust::Learning;
 
     #[test]
+    fn discovery_ranks_with_the_learned_words_alone_when_the_trials_chose_them() {
+        let lexical = Arc::new(LexicalIndex::default());
+        let learned_lexical = Arc::new(LexicalIndex::default());
+        let learned = |learning: Learning, lexical_base: u64| Learned {
+            base: Arc::new(VectorIndex::new(2)),
+            vectors: None,
+            lexical: Some(learned_lexical.clone()),
+            lexical_base,
+            learning,
+            near: None,
+        };
+        let snapshot = |learned: Learned| DiscoverySnapshot {
+            lexical: lexical.clone(),
+            learned: Some(Arc::new(learned)),
+            ..DiscoverySnapshot::default()
+        };
+        let words = snapshot(learned(Learning::words(false), lexical.generation()));
+        assert!(std::ptr::eq(words.lexical(), &*learned_lexical), "the words, with the index's own vectors");
+        assert!(std::ptr::eq(words.vectors(), &*words.index));
+        assert!(words.uses_learned());
+        // Beside another lexical index (a catalog published since), or for a learning without
+        // the words, the published lexical index.
+        let stale = snapshot(learned(Learning::words(false), lexical.generation() + 1));
+        assert!(std::ptr::eq(stale.lexical(), &*lexical) && !stale.uses_learned());
+        let prior = snapshot(learned(Learning::PRIOR, lexical.generation()));
+        assert!(std::ptr::eq(prior.lexical(), &*lexical) && prior.uses_learned());
+    }
+
+    #[test]
     fn discovery_borrows_the_prior_along_the_near_duplicates_the_learner_published() {
         let prior = Arc::new(proven_and_failed("tool:seen", "tool:other"));
         let before = DiscoverySnapshot { prior: prior.clone(), ..DiscoverySnapshot::default() };
@@ -230,7 +261,7 @@ mod tests {
             vectors: None,
             lexical: None,
             lexical_base: 0,
-            learning: Learning { prior: true, memory_own_weight: None },
+            learning: Learning::PRIOR,
             near: Some(Arc::new(near)),
         };
         let after = DiscoverySnapshot { prior, learned: Some(Arc::new(learned)), ..DiscoverySnapshot::default() };

@@ -53,13 +53,13 @@ pub const MIN_TRIALS: u64 = 30;
 /// Successes learnt before the memory's vectors are fitted again for the trials.
 pub const REFIT_EVERY: usize = 10;
 
-/// The learnings tried live: the memory at each of [`OWN_WEIGHTS`], and,
-/// when the prior may be used (`prior`, `[discovery] outcome_prior`), the
-/// prior alone and with the memory at each weight.
+/// The learnings tried live: the memory at each of [`OWN_WEIGHTS`] and its
+/// words alone, and, when the prior may be used (`prior`, `[discovery]
+/// outcome_prior`), the prior alone and with each of those.
 pub fn live_learnings(prior: bool) -> Vec<Learning> {
-    let memory = |prior| OWN_WEIGHTS.iter().map(move |&weight| Learning { prior, memory_own_weight: Some(weight) });
-    let with_prior =
-        prior.then(|| std::iter::once(Learning { prior: true, memory_own_weight: None }).chain(memory(true)));
+    let memory =
+        |prior| OWN_WEIGHTS.iter().map(move |&weight| Learning::memory(prior, weight)).chain([Learning::words(prior)]);
+    let with_prior = prior.then(|| std::iter::once(Learning::PRIOR).chain(memory(true)));
     memory(false).chain(with_prior.into_iter().flatten()).collect()
 }
 
@@ -343,13 +343,16 @@ impl OutcomeLearning {
             .trust
             .learnings()
             .iter()
-            .map(|learning| match learning.memory_own_weight {
-                None => Some(reciprocal(&serving.indexes, learning.prior)),
-                Some(weight) => {
-                    let vectors = fitted.vectors(weight)?;
-                    let lexical = fitted.lexical.as_deref().unwrap_or(serving.indexes.lexical);
-                    Some(reciprocal(&Indexes { vectors, lexical, ..serving.indexes }, learning.prior))
-                }
+            .map(|learning| {
+                let vectors = match learning.memory_own_weight {
+                    Some(weight) => fitted.vectors(weight)?,
+                    None => serving.indexes.vectors,
+                };
+                let lexical = match learning.memory_words {
+                    true => fitted.lexical.as_deref().unwrap_or(serving.indexes.lexical),
+                    false => serving.indexes.lexical,
+                };
+                Some(reciprocal(&Indexes { vectors, lexical, ..serving.indexes }, learning.prior))
             })
             .collect();
         // Unseen: nothing learnt moved any of them yet (no remembered request, no prior of their own).
@@ -392,8 +395,7 @@ impl OutcomeLearning {
     /// What the trials decided discovery uses, once [`MIN_TRIALS`] were made
     /// (`None` before: as configured): the chosen learning, or nothing learnt.
     pub fn decided(&self) -> Option<Learning> {
-        let nothing = Learning { prior: false, memory_own_weight: None };
-        (self.trust.trials() >= MIN_TRIALS).then(|| self.trust.chosen().unwrap_or(nothing))
+        (self.trust.trials() >= MIN_TRIALS).then(|| self.trust.chosen().unwrap_or(Learning::NOTHING))
     }
 
     /// What discovery should use with the vector index `base`, once
@@ -404,16 +406,17 @@ impl OutcomeLearning {
     /// or, with none chosen, nothing learnt (no prior, no memory).
     pub fn learned(&mut self, base: &Arc<VectorIndex>, published: &Indexes<'_>, may_refit: bool) -> Option<Learned> {
         let learning = self.decided()?;
-        if learning.prior || learning.memory_own_weight.is_some() {
+        if learning.prior || learning.uses_memory() {
             self.fit(base, published, may_refit);
         }
         let fitted = self.fitted.as_ref().filter(|fitted| fitted.fits(base, published.lexical));
-        let (vectors, lexical) = match learning.memory_own_weight {
-            None => (None, None),
-            Some(weight) => {
-                let fitted = fitted?;
-                (Some(fitted.vectors(weight)?.clone()), fitted.lexical.clone())
-            }
+        let vectors = match learning.memory_own_weight {
+            None => None,
+            Some(weight) => Some(fitted?.vectors(weight)?.clone()),
+        };
+        let lexical = match learning.memory_words {
+            false => None,
+            true => fitted?.lexical.clone(),
         };
         let near = fitted.filter(|_| learning.prior).map(|fitted| fitted.near.clone());
         let lexical_base = published.lexical.generation();
@@ -660,12 +663,13 @@ pub(crate) mod tests {
     #[test]
     fn the_prior_is_tried_only_where_it_may_be_used() {
         let without = live_learnings(false);
-        assert_eq!(without.len(), OWN_WEIGHTS.len());
-        assert!(without.iter().all(|learning| !learning.prior && learning.memory_own_weight.is_some()));
+        assert_eq!(without.len(), OWN_WEIGHTS.len() + 1);
+        assert!(without.iter().all(|learning| !learning.prior && learning.memory_words));
+        assert!(without.contains(&Learning::words(false)), "the memory's words alone are tried too");
         let with = live_learnings(true);
-        assert_eq!(with.len(), 2 * OWN_WEIGHTS.len() + 1);
-        assert!(with.contains(&Learning { prior: true, memory_own_weight: None }));
-        assert_eq!(with.iter().filter(|learning| learning.prior).count(), OWN_WEIGHTS.len() + 1);
+        assert_eq!(with.len(), 2 * (OWN_WEIGHTS.len() + 1) + 1);
+        assert!(with.contains(&Learning::PRIOR) && with.contains(&Learning::words(true)));
+        assert_eq!(with.iter().filter(|learning| learning.prior).count(), OWN_WEIGHTS.len() + 2);
     }
 
     #[test]
@@ -701,7 +705,11 @@ pub(crate) mod tests {
         }
         assert!(learning.trust().trials() >= MIN_TRIALS);
         let learned = learning.learned(&served.vectors, &serving.indexes, true).unwrap();
-        let nothing = Learning { prior: false, memory_own_weight: None };
-        assert_eq!((learned.learning, learned.vectors.is_none()), (nothing, true), "{:?}", learning.trust().gains());
+        assert_eq!(
+            (learned.learning, learned.vectors.is_none(), learned.lexical.is_none()),
+            (Learning::NOTHING, true, true),
+            "{:?}",
+            learning.trust().gains()
+        );
     }
 }

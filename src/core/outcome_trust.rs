@@ -5,7 +5,10 @@
 //! ([`crate::core::outcome_prior`]: capabilities that do better than the rest
 //! rise) and the outcome memory ([`crate::core::outcome_memory`]: a
 //! capability's vector moves towards the requests it did the job for, its
-//! text weighing `own_weight` requests). Both can help and both can hurt:
+//! text weighing `own_weight` requests, and the words its requests kept
+//! using become a field of the lexical index; its words are also tried
+//! alone, for where the moved vectors bury capabilities no outcome named and
+//! the words do not). Both can help and both can hurt:
 //! where near-identical capabilities answer near-identical requests, a
 //! capability that succeeded overtakes its unseen siblings on their own
 //! requests. Which happens depends on the catalog and on how its users ask,
@@ -39,23 +42,68 @@ use serde::{Deserialize, Serialize};
 pub struct Learning {
     /// Whether the scalar prior is applied.
     pub prior: bool,
-    /// The outcome memory's own weight (in requests), or `None` for no memory.
+    /// The outcome memory's vectors at this own weight (in requests), or
+    /// `None` for the capabilities' own vectors.
     pub memory_own_weight: Option<f32>,
+    /// Whether the outcome memory's learned words are a field of the lexical
+    /// index (a learning kept before they were counted apart has none).
+    #[serde(default)]
+    pub memory_words: bool,
 }
 
-/// The learnings tried: the prior alone, and the memory at own weights from
-/// one that soon outweighs a capability's text to one that only leans on it,
-/// without and with the prior.
-pub const TRIED: [Learning; 9] = [
-    Learning { prior: true, memory_own_weight: None },
-    Learning { prior: false, memory_own_weight: Some(1.0) },
-    Learning { prior: false, memory_own_weight: Some(2.0) },
-    Learning { prior: false, memory_own_weight: Some(5.0) },
-    Learning { prior: false, memory_own_weight: Some(10.0) },
-    Learning { prior: true, memory_own_weight: Some(1.0) },
-    Learning { prior: true, memory_own_weight: Some(2.0) },
-    Learning { prior: true, memory_own_weight: Some(5.0) },
-    Learning { prior: true, memory_own_weight: Some(10.0) },
+impl Learning {
+    /// Nothing learnt is used.
+    pub const NOTHING: Learning = Learning { prior: false, memory_own_weight: None, memory_words: false };
+    /// The prior alone.
+    pub const PRIOR: Learning = Learning { prior: true, memory_own_weight: None, memory_words: false };
+
+    /// The memory, its vectors at `own_weight` and its learned words, with or without the prior.
+    pub const fn memory(prior: bool, own_weight: f32) -> Learning {
+        Learning { prior, memory_own_weight: Some(own_weight), memory_words: true }
+    }
+
+    /// The memory's learned words alone (the capabilities' vectors as they
+    /// are), with or without the prior.
+    pub const fn words(prior: bool) -> Learning {
+        Learning { prior, memory_own_weight: None, memory_words: true }
+    }
+
+    /// Whether it uses the outcome memory (its vectors or its words).
+    pub fn uses_memory(&self) -> bool {
+        self.memory_own_weight.is_some() || self.memory_words
+    }
+}
+
+impl std::fmt::Display for Learning {
+    /// "the prior", "no prior", then the memory's part: ", the memory at
+    /// own weight 5" (vectors and words) or ", the memory's words".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.prior { "the prior" } else { "no prior" })?;
+        match (self.memory_own_weight, self.memory_words) {
+            (Some(weight), true) => write!(f, ", the memory at own weight {weight}"),
+            (Some(weight), false) => write!(f, ", the memory's vectors at own weight {weight}"),
+            (None, true) => f.write_str(", the memory's words"),
+            (None, false) => Ok(()),
+        }
+    }
+}
+
+/// The learnings tried: the prior alone; the memory at own weights from one
+/// that soon outweighs a capability's text to one that only leans on it,
+/// and the memory's words alone (where moving vectors buries capabilities no
+/// outcome named, its words may not); each without and with the prior.
+pub const TRIED: [Learning; 11] = [
+    Learning::PRIOR,
+    Learning::memory(false, 1.0),
+    Learning::memory(false, 2.0),
+    Learning::memory(false, 5.0),
+    Learning::memory(false, 10.0),
+    Learning::words(false),
+    Learning::memory(true, 1.0),
+    Learning::memory(true, 2.0),
+    Learning::memory(true, 5.0),
+    Learning::memory(true, 10.0),
+    Learning::words(true),
 ];
 
 /// How many standard errors a mean gain must clear for a learning to be used.
@@ -236,8 +284,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const PRIOR: Learning = Learning { prior: true, memory_own_weight: None };
-    const MEMORY: Learning = Learning { prior: false, memory_own_weight: Some(5.0) };
+    const PRIOR: Learning = Learning::PRIOR;
+    const MEMORY: Learning = Learning::memory(false, 5.0);
 
     #[test]
     fn a_learning_is_trusted_only_at_a_gain_beyond_its_noise() {
@@ -255,6 +303,22 @@ mod tests {
         assert!(!trust.record(0.5, &[0.5], false));
         assert!(!trust.record(f64::NAN, &[0.5, 0.5], true));
         assert_eq!(trust.trials(), 40);
+    }
+
+    #[test]
+    fn a_learning_reads_as_what_it_uses_and_one_kept_before_words_is_vectors_alone() {
+        assert_eq!(Learning::PRIOR.to_string(), "the prior");
+        assert_eq!(Learning::memory(false, 5.0).to_string(), "no prior, the memory at own weight 5");
+        assert_eq!(Learning::words(true).to_string(), "the prior, the memory's words");
+        assert!(Learning::words(false).uses_memory() && !Learning::PRIOR.uses_memory());
+        let json = serde_json::to_value(Learning::words(true)).unwrap();
+        assert_eq!(json, serde_json::json!({"prior": true, "memoryOwnWeight": null, "memoryWords": true}));
+        // A learning kept before the words were a part of their own: the memory's vectors alone,
+        // which is none of the learnings tried now, so its trials are not taken back.
+        let kept: Learning =
+            serde_json::from_value(serde_json::json!({"prior": false, "memoryOwnWeight": 5.0})).unwrap();
+        assert_eq!(kept.to_string(), "no prior, the memory's vectors at own weight 5");
+        assert!(!TRIED.contains(&kept));
     }
 
     #[test]

@@ -337,7 +337,7 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     let unseen_trials = replay["unseenTrials"].as_u64().unwrap();
     assert!((1..59).contains(&unseen_trials), "{replay}");
     let tried = replay["atEachLearning"].as_array().unwrap();
-    assert_eq!(tried.len(), 9);
+    assert_eq!(tried.len(), 11);
     let moved = |prior: bool, memory: bool| {
         tried.iter().any(|trial| {
             trial["prior"] == prior
@@ -362,7 +362,9 @@ fn replay_feeds_one_half_and_ranks_the_other() {
     let trial_of = |chosen: &serde_json::Map<String, Value>| {
         tried
             .iter()
-            .find(|trial| trial["prior"] == chosen["prior"] && trial["memoryOwnWeight"] == chosen["memoryOwnWeight"])
+            .find(|trial| {
+                ["prior", "memoryOwnWeight", "memoryWords"].iter().all(|field| trial[field] == chosen[*field])
+            })
             .unwrap()
     };
     match replay["chosen"].as_object() {
