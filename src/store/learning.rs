@@ -123,7 +123,7 @@ mod tests {
         memory.remember_words("tool:a", &["weather".into()]);
         memory.remember("tool:b", &[0.0, 0.0, 1.0]);
         let mut trust = OutcomeTrust::default();
-        trust.record(0.5, &[0.6; 9], true);
+        assert!(trust.record(0.5, &[0.6; crate::core::outcome_trust::TRIED.len()], true));
         {
             let store = super::super::Store::open(dir.path()).unwrap();
             let learning = LearningStore::open(&store).unwrap();
@@ -166,6 +166,40 @@ mod tests {
         let older = kept.trust.expect("an older state decodes");
         assert_eq!((older.unseen_gains.len(), older.unseen_trials), (0, 0));
         assert!(OutcomeTrust::from_state(older, &state.learnings).is_none());
+        // Trials kept before the memory's words were a part of their own: learnings of two
+        // fields decode (the memory's vectors alone) and are not taken back either.
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct WordlessLearning {
+            prior: bool,
+            memory_own_weight: Option<f32>,
+        }
+        #[derive(Serialize)]
+        struct KeptBeforeWords<'a> {
+            learnings: Vec<WordlessLearning>,
+            gains: &'a [(f64, f64)],
+            trials: u64,
+            unseen_gains: &'a [(f64, f64)],
+            unseen_trials: u64,
+        }
+        let kept_before = KeptBeforeWords {
+            learnings: state
+                .learnings
+                .iter()
+                .map(|learning| WordlessLearning {
+                    prior: learning.prior,
+                    memory_own_weight: learning.memory_own_weight,
+                })
+                .collect(),
+            gains: &state.gains,
+            trials: state.trials,
+            unseen_gains: &state.unseen_gains,
+            unseen_trials: state.unseen_trials,
+        };
+        learning.tree.insert(TRUST, encode(&kept_before).unwrap()).unwrap();
+        let decoded = learning.load(&model).unwrap().trust.expect("learnings kept before the words decode");
+        assert!(decoded.learnings.iter().all(|learning| !learning.memory_words));
+        assert!(OutcomeTrust::from_state(decoded, &state.learnings).is_none());
         // A damaged entry is refused, the rest kept.
         learning.tree.insert("m/tool:bad", b"not msgpack".as_slice()).unwrap();
         assert_eq!(learning.load(&model).unwrap().refused, 1);
