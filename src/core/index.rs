@@ -31,7 +31,9 @@
 //! Rows are the index's own numbering (a removal moves the last row into the
 //! hole), so retrieval, which numbers candidates by lexical document, asks for
 //! an [`Alignment`] between the two: computed once per pair of index versions
-//! and cached here, it turns "which row is document `d`" into an array read.
+//! and cached here (the last [`ALIGNMENTS_KEPT`], for an index ranked beside
+//! two lexical indexes in turn), it turns "which row is document `d`" into an
+//! array read.
 
 use crate::core::id_table::IdTable;
 use crate::core::lexical::snapshot::{Reader, SnapshotError, Writer};
