@@ -558,13 +558,10 @@ impl<'a> Learnt<'a> {
             Some(weight) => self.adapted.iter().find(|(done, _)| *done == weight).map(|(_, vectors)| vectors),
             None => Some(&self.shared.vectors),
         };
-        let lexical = match learning.memory_words {
-            true => self.lexical.as_ref(),
-            false => None,
-        };
         let mut hits = match (vectors, &record.tools) {
             (Some(vectors), None) if learning.uses_memory() => {
-                let lexical = lexical.unwrap_or(&self.shared.lexical);
+                let learned = self.lexical.as_ref().filter(|_| learning.memory_words);
+                let lexical = learned.unwrap_or(&self.shared.lexical);
                 let indexes = Indexes { vectors, lexical, ..self.shared.indexes() };
                 let graph_boost = options.config.use_graph_reranking.then_some(options.config.graph_boost_factor);
                 let limit = options.depth.max(options.config.tier1_top_k * 2);

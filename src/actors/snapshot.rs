@@ -107,7 +107,8 @@ impl DiscoverySnapshot {
 
     /// Whether discovery ranks with something the outcome learner's trials chose now.
     pub fn uses_learned(&self) -> bool {
-        self.learned().is_some_and(|learned| learned.learning.prior || learned.vectors.is_some())
+        self.learned().is_some_and(|learned| learned.learning.prior)
+            || !std::ptr::eq(self.vectors(), &*self.index)
             || !std::ptr::eq(self.lexical(), &*self.lexical)
     }
 

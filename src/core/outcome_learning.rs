@@ -348,10 +348,8 @@ impl OutcomeLearning {
                     Some(weight) => fitted.vectors(weight)?,
                     None => serving.indexes.vectors,
                 };
-                let lexical = match learning.memory_words {
-                    true => fitted.lexical.as_deref().unwrap_or(serving.indexes.lexical),
-                    false => serving.indexes.lexical,
-                };
+                let learned = fitted.lexical.as_deref().filter(|_| learning.memory_words);
+                let lexical = learned.unwrap_or(serving.indexes.lexical);
                 Some(reciprocal(&Indexes { vectors, lexical, ..serving.indexes }, learning.prior))
             })
             .collect();
@@ -414,10 +412,7 @@ impl OutcomeLearning {
             None => None,
             Some(weight) => Some(fitted?.vectors(weight)?.clone()),
         };
-        let lexical = match learning.memory_words {
-            false => None,
-            true => fitted?.lexical.clone(),
-        };
+        let lexical = if learning.memory_words { fitted?.lexical.clone() } else { None };
         let near = fitted.filter(|_| learning.prior).map(|fitted| fitted.near.clone());
         let lexical_base = published.lexical.generation();
         Some(Learned { base: base.clone(), vectors, lexical, lexical_base, learning, near })
