@@ -175,7 +175,8 @@ enum Command {
     /// Formats as in ../shared/data/README.md; the metrics are those of its bench/eval.py. Example:
     ///   capdex eval --tools bench/seal-tools/tools.jsonl --queries bench/seal-tools/dev_queries.jsonl --out run.jsonl
     Eval {
-        /// Tools, one JSON object a line: {"id","name","description","category","tags","params"}.
+        /// Tools, one JSON object a line: {"id","name","description","category","tags","params"}
+        /// (only "id" is required; a null field reads as empty, a missing name as the id).
         #[arg(long, value_name = "FILE", required_unless_present = "route")]
         tools: Option<PathBuf>,
         /// Queries, one JSON object a line: {"query","relevant":[ids]}, optionally with "tools":[...]

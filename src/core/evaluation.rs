@@ -19,18 +19,21 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashSet};
 
-/// One line of a `tools.jsonl`.
+/// One line of a `tools.jsonl`. Only `id` is required: a field other
+/// converters write as `null` or leave out reads as empty, and a record
+/// without a `name` is named by its `id`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct ToolRecord {
     pub id: String,
+    #[serde(default, deserialize_with = "null_as_default")]
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub description: String,
     #[serde(default)]
     pub category: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub tags: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub params: Vec<ToolParam>,
 }
 
@@ -42,8 +45,18 @@ pub struct ToolParam {
     pub kind: Option<String>,
     #[serde(default)]
     pub description: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub required: bool,
+}
+
+/// A field that may be `null`: it reads as its type's default, as a missing
+/// one does with `#[serde(default)]`.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// One line of a `queries.jsonl`.
@@ -95,11 +108,12 @@ impl ToolRecord {
             properties.insert(param.name.clone(), Value::Object(property));
         }
         let required: Vec<&str> = self.params.iter().filter(|p| p.required).map(|p| p.name.as_str()).collect();
+        let name = if self.name.trim().is_empty() { &self.id } else { &self.name };
         CapabilityDescriptor {
             id: self.id.clone(),
             kind: CapabilityKind::Tool,
-            name: self.name.clone(),
-            display_name: display_name_from(&self.name),
+            name: name.clone(),
+            display_name: display_name_from(name),
             description: self.description.clone(),
             category: self.category.clone().unwrap_or_default(),
             tags: self.tags.clone(),
@@ -451,6 +465,24 @@ mod tests {
         assert_eq!(descriptor.full_schema.unwrap().value()["required"], json!(["city"]));
         let bare: ToolRecord = serde_json::from_str(r#"{"id": "x", "name": "x", "description": "d"}"#).unwrap();
         assert!(bare.to_descriptor().full_schema.is_none());
+    }
+
+    #[test]
+    fn records_with_null_or_missing_fields_read_as_empty() {
+        let record: ToolRecord = serde_json::from_str(
+            r#"{"id": "send_email", "name": null, "description": null, "category": null, "tags": null,
+                "params": [{"name": "to", "type": null, "description": null, "required": null}], "extra": 5}"#,
+        )
+        .unwrap();
+        assert_eq!((record.description.as_str(), record.tags.len(), record.params[0].required), ("", 0, false));
+        let descriptor = record.to_descriptor();
+        assert_eq!((descriptor.name.as_str(), descriptor.category.as_str()), ("send_email", ""));
+        assert_eq!(descriptor.parameter_names(), vec!["to"]);
+        let id_only: ToolRecord = serde_json::from_str(r#"{"id": "get_weather"}"#).unwrap();
+        assert_eq!(id_only.to_descriptor().name, "get_weather");
+        // The id is what a run file names: it stays required.
+        assert!(serde_json::from_str::<ToolRecord>(r#"{"name": "x"}"#).is_err());
+        assert!(serde_json::from_str::<ToolRecord>(r#"{"id": null}"#).is_err());
     }
 
     #[test]
