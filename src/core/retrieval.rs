@@ -99,7 +99,7 @@ pub const DENSE_WEIGHT: f32 = 1.0 - LEXICAL_WEIGHT;
 /// leaves MetaTool 4.82 above. Against the stronger baselines measured later
 /// (their reciprocal-rank fusion on BFCL) no share reaches +5. The trade it
 /// makes (term-heavy requests against paraphrases, and a few more near-miss
-/// requests kept out of "nothing fits") is in docs/performance.md.
+/// requests given a Tier 1 where nothing fits) is in docs/performance.md.
 pub const SEMANTIC_LEXICAL_WEIGHT: f32 = 0.325;
 /// Share of the lexical signal with the static MiniLM-distilled table
 /// (`core::static_embedder`): a bag of token vectors fitted to MiniLM's
