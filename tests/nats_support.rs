@@ -10,6 +10,7 @@ mod nats_server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nats_cluster::NatsCluster;
@@ -27,19 +28,35 @@ fn server_info(port: u16) -> String {
 
 /// Sends one request with the raw NATS protocol and returns the reply payload.
 fn request(port: u16, subject: &str, payload: &str) -> String {
-    try_request(port, subject, payload).unwrap_or_else(|e| panic!("request on {subject}: {e}"))
+    try_request(port, subject, None, payload).unwrap_or_else(|e| panic!("request on {subject}: {e}"))
 }
 
-/// [`request`], or why there was no reply within 5 s.
-fn try_request(port: u16, subject: &str, payload: &str) -> std::io::Result<String> {
+/// [`request`], or why there was no reply within 5 s. With `msg_id` the
+/// message carries a `Nats-Msg-Id` header, so JetStream stores it once however
+/// often it is sent within the stream's duplicate window.
+///
+/// Every call listens on an inbox of its own: a publish whose request timed
+/// out may still be stored and acknowledged a moment later (a JetStream stream
+/// electing a leader), and that late acknowledgement must not be read as the
+/// reply to a later request.
+fn try_request(port: u16, subject: &str, msg_id: Option<&str>, payload: &str) -> std::io::Result<String> {
+    static INBOXES: AtomicU64 = AtomicU64::new(0);
+    let inbox = format!("_INBOX.helper.{}.{}", std::process::id(), INBOXES.fetch_add(1, Ordering::Relaxed));
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let publish = match msg_id {
+        None => format!("PUB {subject} {inbox} {}\r\n{payload}\r\n", payload.len()),
+        Some(id) => {
+            let headers = format!("NATS/1.0\r\nNats-Msg-Id: {id}\r\n\r\n");
+            let total = headers.len() + payload.len();
+            format!("HPUB {subject} {inbox} {} {total}\r\n{headers}{payload}\r\n", headers.len())
+        }
+    };
     write!(
         stream,
-        "CONNECT {{\"verbose\":false,\"pedantic\":false}}\r\n\
-         SUB _INBOX.helper 1\r\n\
-         PUB {subject} _INBOX.helper {}\r\n{payload}\r\n",
-        payload.len()
+        "CONNECT {{\"verbose\":false,\"pedantic\":false,\"headers\":true}}\r\n\
+         SUB {inbox} 1\r\n\
+         {publish}"
     )?;
     let mut reader = BufReader::new(stream.try_clone()?);
     loop {
@@ -55,6 +72,19 @@ fn try_request(port: u16, subject: &str, payload: &str) -> std::io::Result<Strin
             reader.read_exact(&mut body)?;
             body.truncate(len);
             return Ok(String::from_utf8(body).unwrap());
+        } else if let Some(rest) = line.strip_prefix("HMSG ") {
+            // `HMSG subject sid [reply] header_len total_len`: a reply with headers
+            // (a status such as 503 "no responders" when nobody listens).
+            let fields: Vec<usize> = rest.split_whitespace().rev().take(2).map(|n| n.parse().unwrap()).collect();
+            let (total, header_len) = (fields[0], fields[1]);
+            let mut body = vec![0; total + 2];
+            reader.read_exact(&mut body)?;
+            let headers = String::from_utf8_lossy(&body[..header_len]).into_owned();
+            let payload = String::from_utf8_lossy(&body[header_len..total]).into_owned();
+            if payload.is_empty() {
+                return Err(std::io::Error::other(format!("a status reply: {}", headers.trim())));
+            }
+            return Ok(payload);
         } else if line.starts_with("-ERR") {
             return Err(std::io::Error::other(format!("server error: {line}")));
         }
@@ -128,10 +158,10 @@ fn restart_waits_for_the_port_to_be_free() {
 
 /// Retries `request` for up to 20 s until its reply passes `ok` (a JetStream
 /// request after a kill waits for a new stream leader); returns that reply.
-fn request_until(port: u16, subject: &str, payload: &str, ok: impl Fn(&str) -> bool) -> String {
+fn request_until(port: u16, subject: &str, msg_id: Option<&str>, payload: &str, ok: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let reply = try_request(port, subject, payload);
+        let reply = try_request(port, subject, msg_id, payload);
         match &reply {
             Ok(reply) if ok(reply) => return reply.clone(),
             _ if Instant::now() >= deadline => panic!("{subject} on port {port}: {reply:?}"),
@@ -163,8 +193,10 @@ fn a_cluster_keeps_an_r3_stream_through_a_kill_9_and_a_restart() {
     );
     assert!(!created.contains("\"error\""), "stream create: {created}");
     let acked = |reply: &str| reply.contains("\"stream\":\"CLUSTERED\"") && !reply.contains("\"error\"");
+    // Each message has an id: a publish retried after a timeout while the stream elects a
+    // leader may be stored twice otherwise (the first try can land late), and the count below is exact.
     for n in 0..5 {
-        request_until(cluster.port(n % 3), "clustered.a", "before", acked);
+        request_until(cluster.port(n % 3), "clustered.a", Some(&format!("before-{n}")), "before", acked);
     }
 
     // Kill the server the stream lives on first; the two others keep it writable.
@@ -174,7 +206,7 @@ fn a_cluster_keeps_an_r3_stream_through_a_kill_9_and_a_restart() {
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} still exists");
     assert!(TcpStream::connect(("127.0.0.1", cluster.port(0))).is_err());
     for n in 0..5 {
-        request_until(cluster.port(1 + n % 2), "clustered.a", "during", acked);
+        request_until(cluster.port(1 + n % 2), "clustered.a", Some(&format!("during-{n}")), "during", acked);
     }
     cluster.wait_healthy();
 
@@ -183,13 +215,13 @@ fn a_cluster_keeps_an_r3_stream_through_a_kill_9_and_a_restart() {
     cluster.restart(0);
     assert_eq!(cluster.port(0), port);
     assert!(cluster.is_running(0));
-    let info = request_until(port, "$JS.API.STREAM.INFO.CLUSTERED", "", |reply| reply.contains("\"state\""));
+    let info = request_until(port, "$JS.API.STREAM.INFO.CLUSTERED", None, "", |reply| reply.contains("\"state\""));
     assert_eq!(stream_messages(&info), 10, "{info}");
     // Whichever server is asked, the leader answers with ten messages and two replicas, both current:
     // the restarted server caught up with what it missed.
     for i in 0..3 {
         // The restarted replica catches up a moment after its server is back: asked until it has.
-        let info = request_until(cluster.port(i), "$JS.API.STREAM.INFO.CLUSTERED", "", |reply| {
+        let info = request_until(cluster.port(i), "$JS.API.STREAM.INFO.CLUSTERED", None, "", |reply| {
             reply.contains("\"state\"") && !reply.contains("\"current\":false")
         });
         assert_eq!(stream_messages(&info), 10, "via n{i}: {info}");
