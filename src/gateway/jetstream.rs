@@ -238,20 +238,10 @@ impl JetStream {
             .map_err(|message| JetStreamError::Stream { stream: name.to_string(), message })
     }
 
-    /// The subject outcomes are published on.
-    pub fn outcome_subject(&self) -> &str {
-        &self.outcome_subject
-    }
-
     /// Appends an index mutation and returns its stream sequence once
     /// JetStream has stored it.
     pub async fn publish_index(&self, message_id: &str, payload: Vec<u8>) -> Result<u64, JetStreamError> {
         self.publish(&self.index_subject, Some(message_id), payload).await
-    }
-
-    /// Publishes an outcome and returns its stream sequence once JetStream has stored it.
-    pub async fn publish_outcome(&self, message_id: Option<&str>, payload: Vec<u8>) -> Result<u64, JetStreamError> {
-        self.publish(&self.outcome_subject, message_id, payload).await
     }
 
     async fn publish(&self, subject: &str, message_id: Option<&str>, payload: Vec<u8>) -> Result<u64, JetStreamError> {
