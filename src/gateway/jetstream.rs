@@ -241,18 +241,12 @@ impl JetStream {
     /// Appends an index mutation and returns its stream sequence once
     /// JetStream has stored it.
     pub async fn publish_index(&self, message_id: &str, payload: Vec<u8>) -> Result<u64, JetStreamError> {
-        self.publish(&self.index_subject, Some(message_id), payload).await
-    }
-
-    async fn publish(&self, subject: &str, message_id: Option<&str>, payload: Vec<u8>) -> Result<u64, JetStreamError> {
-        let failed = |message: String| JetStreamError::Publish { subject: subject.to_string(), message };
-        let mut publish = jetstream::message::PublishMessage::build().payload(payload.into());
-        if let Some(id) = message_id {
-            publish = publish.message_id(id);
-        }
+        let subject = &self.index_subject;
+        let failed = |message: String| JetStreamError::Publish { subject: subject.clone(), message };
+        let publish = jetstream::message::PublishMessage::build().payload(payload.into()).message_id(message_id);
         let ack = self
             .context
-            .send_publish(subject.to_string(), publish)
+            .send_publish(subject.clone(), publish)
             .await
             .map_err(|err| failed(err.to_string()))?
             .await
